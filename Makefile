@@ -1,0 +1,39 @@
+# A thin wrapper over CMake. `make demo` and `make test` install what is missing first.
+BUILD   ?= build
+JOBS    ?= $(shell nproc)
+DATA    ?= data/fashion-mnist
+RUN_DIR ?= runs/demo
+MODEL   ?= examples/fashion_cnn.json
+
+.PHONY: all deps build test demo asan tsan fuzz clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# Prepares Fashion-MNIST once, then trains the CNN data-parallel on all cores.
+demo: build
+	@[ -f $(DATA)/manifest.json ] || $(BUILD)/crew prep fashion-mnist --out $(DATA)
+	$(BUILD)/crew train $(MODEL) --data $(DATA) --run-dir $(RUN_DIR)
+
+# The test suite under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer.
+asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCREW_SANITIZE=ON > /dev/null
+	cmake --build build-asan -j $(JOBS)
+	ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCREW_TSAN=ON > /dev/null
+	cmake --build build-tsan -j $(JOBS)
+	ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -L threads
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan

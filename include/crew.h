@@ -1,0 +1,264 @@
+/* crew.h — the public API of libcrew.
+ *
+ * A Keras-like C library for training neural networks on one or many devices.
+ *
+ *   crew_model *m;
+ *   crew_status s = crew_model_create((int64_t[]){28, 28, 1}, 3, &m);
+ *   s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_FLATTEN});
+ *   s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 256,
+ *                                            .activation = CREW_ACT_RELU});
+ *   ...
+ *   s = crew_model_compile(m, &compile_options);
+ *   s = crew_model_fit(m, train, &fit_options, &fit_result);
+ *
+ * Conventions
+ * - Every fallible call returns a crew_status. NULL (CREW_OK) means success; anything else is an
+ *   error the caller owns and releases with crew_status_free(). Its message names what was wrong
+ *   (the file, the layer index, the key, the rank).
+ * - The library never prints and never exits; progress reaches the caller through callbacks.
+ * - Sizes in typed interfaces are counts of elements, never bytes.
+ * - Tensors are row-major; images are NHWC (channels last, as Keras).
+ */
+#ifndef CREW_H
+#define CREW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum crew_code {
+    CREW_CODE_OK = 0,
+    CREW_CODE_INVALID_ARGUMENT = 1, /* a bad option, flag or API argument */
+    CREW_CODE_BAD_INPUT = 2,        /* malformed file or data from outside */
+    CREW_CODE_IO = 3,               /* the operating system refused a read or write */
+    CREW_CODE_OUT_OF_MEMORY = 4,
+    CREW_CODE_NUMERIC = 5,          /* NaN or infinity where a number was needed */
+    CREW_CODE_TIMEOUT = 6,          /* a collective missed its deadline */
+    CREW_CODE_DIVERGED = 7,         /* replicas no longer hold equal parameters */
+    CREW_CODE_CANCELLED = 8,        /* the caller asked the run to stop */
+    CREW_CODE_INTERNAL = 9,
+} crew_code;
+
+typedef struct crew_error *crew_status;
+#define CREW_OK ((crew_status)0)
+
+crew_code crew_status_code(crew_status s);       /* CREW_CODE_OK for NULL */
+const char *crew_status_message(crew_status s);  /* "ok" for NULL */
+void crew_status_free(crew_status s);            /* accepts NULL */
+
+/* ---------------------------------------------------------------- layers */
+
+typedef enum crew_layer_type {
+    CREW_LAYER_DENSE = 1,
+    CREW_LAYER_CONV2D,
+    CREW_LAYER_MAX_POOL2D,
+    CREW_LAYER_AVG_POOL2D,
+    CREW_LAYER_GLOBAL_AVG_POOL2D,
+    CREW_LAYER_FLATTEN,
+    CREW_LAYER_ACTIVATION,
+    CREW_LAYER_DROPOUT,
+    CREW_LAYER_BATCH_NORM,
+    CREW_LAYER_LAYER_NORM,
+    CREW_LAYER_EMBEDDING,
+} crew_layer_type;
+
+typedef enum crew_activation {
+    CREW_ACT_NONE = 0, /* linear */
+    CREW_ACT_RELU,
+    CREW_ACT_GELU,     /* exact (erf) form, as Keras and PyTorch by default */
+    CREW_ACT_TANH,
+    CREW_ACT_SIGMOID,
+    CREW_ACT_SOFTMAX,  /* only as the last layer before a cross-entropy loss: fused into it */
+} crew_activation;
+
+typedef enum crew_padding { CREW_PAD_VALID = 0, CREW_PAD_SAME = 1 } crew_padding;
+
+/* One layer to append to a model. Fields not used by a type are ignored; a zero means "the
+ * default" (shown in brackets). */
+typedef struct crew_layer_spec {
+    crew_layer_type type;
+    const char *name;           /* [type-derived, Keras style: dense, dense_1, ...] */
+    crew_activation activation; /* dense, conv2d, activation */
+    int64_t units;              /* dense: output features */
+    int64_t filters;            /* conv2d: output channels */
+    int kernel[2];              /* conv2d: kernel height, width */
+    int strides[2];             /* conv2d, pooling [1,1 for conv; pool size for pooling] */
+    int pool[2];                /* pooling window [2,2] */
+    crew_padding padding;       /* conv2d, pooling [valid] */
+    int no_bias;                /* dense, conv2d: 1 to omit the bias */
+    float rate;                 /* dropout: fraction dropped, in [0, 1) */
+    float momentum;             /* batch norm: running-statistics momentum [0.99, as Keras] */
+    float epsilon;              /* batch/layer norm [1e-3 as Keras] */
+    int64_t vocab;              /* embedding: input_dim */
+    int64_t dim;                /* embedding: output_dim */
+} crew_layer_spec;
+
+/* ---------------------------------------------------------------- model */
+
+typedef struct crew_model crew_model;
+
+/* A model taking samples of the given shape (without the batch axis). */
+crew_status crew_model_create(const int64_t *input_shape, int ndim, crew_model **out);
+crew_status crew_model_add(crew_model *m, const crew_layer_spec *spec);
+/* Reads a model file: crew's own JSON format, or Keras 3 model.to_json() of a Sequential model.
+ * The file's loss, optimizer and training settings are kept as the model's defaults. */
+crew_status crew_model_load_file(const char *path, crew_model **out);
+void crew_model_free(crew_model *m);
+
+int64_t crew_model_param_count(const crew_model *m);  /* trainable parameters */
+int crew_model_layer_count(const crew_model *m);
+/* One line per layer, Keras summary style, into buf (always NUL-terminated). */
+void crew_model_summary(const crew_model *m, char *buf, size_t buf_len);
+
+typedef enum crew_loss { CREW_LOSS_SOFTMAX_CROSS_ENTROPY = 1 } crew_loss;
+typedef enum crew_optimizer_type { CREW_OPT_SGD = 1, CREW_OPT_ADAMW } crew_optimizer_type;
+typedef enum crew_schedule_type {
+    CREW_SCHED_CONSTANT = 0,
+    CREW_SCHED_STEP,   /* lr * gamma^(floor(step / step_size)) */
+    CREW_SCHED_COSINE, /* from lr down to min_lr over the run */
+} crew_schedule_type;
+typedef enum crew_lr_scaling {
+    CREW_SCALE_NONE = 0,
+    CREW_SCALE_LINEAR, /* lr * global_batch / base_batch (Goyal et al. 2017) */
+    CREW_SCALE_SQRT,   /* lr * sqrt(global_batch / base_batch), for Adam-type optimizers */
+} crew_lr_scaling;
+
+typedef struct crew_optimizer_spec {
+    crew_optimizer_type type;
+    float lr;            /* base learning rate, tuned for base_batch */
+    int64_t base_batch;  /* the global batch lr was tuned for [the global batch: no scaling] */
+    crew_lr_scaling scaling;
+    float momentum;      /* sgd */
+    int nesterov;        /* sgd */
+    float beta1, beta2, eps; /* adamw [0.9, 0.999, 1e-8] */
+    float weight_decay;  /* decoupled for adamw; added to the gradient for sgd */
+    float clip_norm;     /* clip gradients to this global L2 norm; 0 = off */
+    crew_schedule_type schedule;
+    int64_t warmup_steps; /* linear warmup from lr/… up to the scaled rate; 0 = none */
+    int64_t step_size;    /* step schedule: steps between decays */
+    float gamma;          /* step schedule: decay factor */
+    float min_lr;         /* cosine: final learning rate */
+} crew_optimizer_spec;
+
+typedef struct crew_compile_options {
+    crew_loss loss;
+    crew_optimizer_spec optimizer;
+} crew_compile_options;
+
+/* Fills opts with the loss and optimizer the model file named, or crew's defaults
+ * (softmax cross-entropy, AdamW at lr 1e-3). */
+void crew_model_default_compile(const crew_model *m, crew_compile_options *opts);
+crew_status crew_model_compile(crew_model *m, const crew_compile_options *opts);
+
+/* ---------------------------------------------------------------- data */
+
+typedef struct crew_dataset crew_dataset;
+
+/* Opens one split ("train", "test") of a dataset directory written by crew prep. */
+crew_status crew_dataset_open(const char *dir, const char *split, crew_dataset **out);
+void crew_dataset_free(crew_dataset *d);
+int64_t crew_dataset_size(const crew_dataset *d);          /* samples */
+int crew_dataset_classes(const crew_dataset *d);           /* number of label classes */
+/* Shape of one sample (without batch axis); returns its ndim. */
+int crew_dataset_sample_shape(const crew_dataset *d, int64_t shape[4]);
+
+typedef void (*crew_progress_fn)(void *user, int64_t done, int64_t total, const char *what);
+
+/* Converts the gzipped IDX files of Fashion-MNIST (src, e.g. /usr/share/datasets/fashion-mnist)
+ * into a dataset directory, written atomically. */
+crew_status crew_prep_fashion_mnist(const char *src_dir, const char *out_dir,
+                                    crew_progress_fn progress, void *user);
+/* Any MNIST-style IDX pair (gzipped or not) into the train split of a dataset; with
+ * test_images/test_labels NULL the last 1/7 of the samples becomes the test split. */
+crew_status crew_prep_idx(const char *images, const char *labels, const char *test_images,
+                          const char *test_labels, const char *out_dir,
+                          crew_progress_fn progress, void *user);
+
+/* ---------------------------------------------------------------- training */
+
+typedef struct crew_step_info {
+    int64_t step;          /* optimizer steps done, 1-based */
+    int64_t steps_total;   /* planned optimizer steps */
+    int epoch;             /* 0-based */
+    int64_t epoch_step;    /* 1-based step within the epoch */
+    int64_t epoch_steps;   /* steps per epoch */
+    float loss;            /* mean loss of this step's global batch */
+    float accuracy;        /* fraction of this step's global batch classified right */
+    float lr;              /* learning rate applied */
+    double step_s;         /* wall time of the step */
+    double elapsed_s;      /* since the start of the epoch */
+} crew_step_info;
+
+typedef struct crew_epoch_info {
+    int epoch;             /* 0-based */
+    int epochs;
+    int64_t steps;         /* optimizer steps in this epoch */
+    float train_loss;      /* mean over the epoch */
+    float train_accuracy;
+    float test_loss;       /* NaN when no test set was given */
+    float test_accuracy;
+    double wall_s;
+    double samples_per_s;
+} crew_epoch_info;
+
+typedef struct crew_fit_options {
+    int epochs;                 /* [model file's, else 1] */
+    int64_t max_steps;          /* stop after this many optimizer steps; 0 = no limit */
+    int64_t batch_per_device;   /* [model file's, else 32] */
+    int devices;                /* CPU replicas [1] */
+    int threads_per_device;     /* BLAS threads per replica [1] */
+    uint64_t seed;              /* [model file's, else 1] */
+    float lr;                   /* overrides the compiled base learning rate when > 0 */
+    const crew_dataset *test;   /* evaluated at the end of each epoch when not NULL */
+    void (*on_step)(void *user, const crew_step_info *info);
+    void (*on_epoch)(void *user, const crew_epoch_info *info);
+    void *user;
+    volatile int *cancel;       /* when it becomes non-zero the run stops after the step */
+} crew_fit_options;
+
+typedef struct crew_fit_result {
+    int epochs;
+    int64_t steps;
+    float train_loss;      /* mean over the last epoch */
+    float train_accuracy;
+    float test_loss;       /* NaN without a test set */
+    float test_accuracy;
+    double wall_s;
+    double samples_per_s;  /* training samples per second, whole run */
+} crew_fit_result;
+
+/* Fills opts with the model file's training settings (or the defaults above). */
+void crew_model_default_fit(const crew_model *m, crew_fit_options *opts);
+crew_status crew_model_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *opts,
+                           crew_fit_result *result);
+
+typedef struct crew_eval_result {
+    float loss;
+    float accuracy;
+    int64_t samples;
+} crew_eval_result;
+
+crew_status crew_model_evaluate(crew_model *m, const crew_dataset *data, int64_t batch,
+                                crew_eval_result *result);
+/* Class probabilities for n samples. x: [n, input...] float32; probs: [n, classes]. */
+crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *probs);
+int64_t crew_model_output_size(const crew_model *m); /* classes */
+
+/* ---------------------------------------------------------------- weights */
+
+/* safetensors: one tensor per parameter, named "<layer name>.<kernel|bias|gamma|...>" with
+ * Keras layouts (dense kernel [in, out], conv kernel [kh, kw, cin, cout]). */
+crew_status crew_model_save_weights(const crew_model *m, const char *path);
+crew_status crew_model_load_weights(crew_model *m, const char *path);
+
+const char *crew_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CREW_H */

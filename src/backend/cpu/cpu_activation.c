@@ -1,0 +1,81 @@
+/* cpu_activation.c — elementwise activations and dropout. */
+#include <math.h>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/rng.h"
+
+static inline float sigmoidf(float x)
+{
+    /* Never exponentiates a large positive number. */
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+#define CREW_SQRT1_2 0.70710678118654752440f
+#define CREW_INV_SQRT_2PI 0.39894228040143267794f
+
+void cpu_act_forward(void *ctx, crew_activation act, const float *x, float *y, int64_t n)
+{
+    (void)ctx;
+    switch (act) {
+    case CREW_ACT_RELU:
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        break;
+    case CREW_ACT_GELU:
+        for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * CREW_SQRT1_2));
+        break;
+    case CREW_ACT_TANH:
+        for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
+        break;
+    case CREW_ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++) y[i] = sigmoidf(x[i]);
+        break;
+    default: /* linear; softmax never reaches here (fused into the loss) */
+        for (int64_t i = 0; i < n; i++) y[i] = x[i];
+        break;
+    }
+}
+
+void cpu_act_backward(void *ctx, crew_activation act, const float *x, const float *y, const float *dy,
+                      float *dx, int64_t n)
+{
+    (void)ctx;
+    switch (act) {
+    case CREW_ACT_RELU:
+        for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+        break;
+    case CREW_ACT_GELU:
+        for (int64_t i = 0; i < n; i++) {
+            float cdf = 0.5f * (1.0f + erff(x[i] * CREW_SQRT1_2));
+            float pdf = CREW_INV_SQRT_2PI * expf(-0.5f * x[i] * x[i]);
+            dx[i] = dy[i] * (cdf + x[i] * pdf);
+        }
+        break;
+    case CREW_ACT_TANH:
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+        break;
+    case CREW_ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+        break;
+    default:
+        for (int64_t i = 0; i < n; i++) dx[i] = dy[i];
+        break;
+    }
+}
+
+void cpu_dropout_forward(void *ctx, const float *x, float *y, float *mask, int64_t rows, int64_t cols,
+                         float rate, uint64_t key, const int64_t *sample_ids)
+{
+    (void)ctx;
+    const float keep_scale = 1.0f / (1.0f - rate);
+    for (int64_t r = 0; r < rows; r++) {
+        /* The mask of a sample depends on the sample alone, not on its row in this batch. */
+        uint64_t row_key = crew_rng_key(key, (uint64_t)sample_ids[r], 0, 0);
+        for (int64_t j = 0; j < cols; j++) {
+            float m = crew_rng_uniform(row_key, (uint64_t)j) >= rate ? keep_scale : 0.0f;
+            mask[r * cols + j] = m;
+            y[r * cols + j] = x[r * cols + j] * m;
+        }
+    }
+}

@@ -1,0 +1,55 @@
+/* cpu_ops.h — the CPU backend's functions, one file per family, gathered in cpu_backend.c. */
+#ifndef CREW_CPU_OPS_H
+#define CREW_CPU_OPS_H
+
+#include "backend/backend.h"
+
+/* cpu_window.c */
+void cpu_im2col(void *ctx, const float *x, float *col, const crew_window *g);
+void cpu_col2im(void *ctx, const float *col, float *dx, const crew_window *g);
+void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g);
+void cpu_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g);
+void cpu_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g);
+void cpu_avgpool_backward(void *ctx, const float *dy, float *dx, const crew_window *g);
+
+/* cpu_activation.c */
+void cpu_act_forward(void *ctx, crew_activation act, const float *x, float *y, int64_t n);
+void cpu_act_backward(void *ctx, crew_activation act, const float *x, const float *y, const float *dy,
+                      float *dx, int64_t n);
+void cpu_dropout_forward(void *ctx, const float *x, float *y, float *mask, int64_t rows, int64_t cols,
+                         float rate, uint64_t key, const int64_t *sample_ids);
+
+/* cpu_norm.c */
+void cpu_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, int64_t c, float *out);
+void cpu_bn_forward(void *ctx, const float *x, const float *mean, const float *var, const float *gamma,
+                    const float *beta, float eps, float *y, int64_t rows, int64_t c);
+void cpu_bn_backward_sums(void *ctx, const float *dy, const float *x, const float *mean, int64_t rows,
+                          int64_t c, float *sum_dy, float *sum_dy_xmu);
+void cpu_bn_backward(void *ctx, const float *dy, const float *x, const float *mean, const float *var,
+                     const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xmu,
+                     double count, float *dx, int64_t rows, int64_t c);
+void cpu_bn_param_grads(void *ctx, const float *var, float eps, const float *sum_dy,
+                        const float *sum_dy_xmu, float *dgamma, float *dbeta, int64_t c);
+void cpu_layernorm_forward(void *ctx, const float *x, const float *gamma, const float *beta, float eps,
+                           float *y, float *mean, float *rstd, int64_t rows, int64_t c);
+void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const float *gamma,
+                            const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
+                            int64_t rows, int64_t c);
+
+/* cpu_loss.c */
+void cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
+                      float scale, float *row_loss, float *dlogits, int64_t *correct);
+void cpu_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int64_t classes);
+int64_t cpu_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
+                              int64_t rows, int64_t dim);
+void cpu_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t rows,
+                            int64_t dim);
+
+/* cpu_optim.c */
+void cpu_sgd_update(void *ctx, float *param, const float *grad, float *velocity, int64_t n, float lr,
+                    float momentum, int nesterov, float weight_decay);
+void cpu_adamw_update(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, float bias_c1,
+                      float bias_c2);
+
+#endif

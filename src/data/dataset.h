@@ -1,0 +1,38 @@
+/* dataset.h — a split of a dataset directory (manifest.json + .npy arrays), memory-mapped.
+ *
+ * Layout written by crew prep (see docs/DATA.md):
+ *   DIR/manifest.json   name, splits with sample counts, shapes, dtypes, normalisation, checksums
+ *   DIR/train_x.npy     uint8 or float32 [N, ...sample shape]
+ *   DIR/train_y.npy     uint8 or int32 [N] class labels
+ *   DIR/test_x.npy, DIR/test_y.npy
+ * Images stay uint8 on disk; gathering a batch converts them to float32 and normalises:
+ *   x = (raw · scale − mean[c]) / std[c]   for channel c (the last axis). */
+#ifndef CREW_DATA_DATASET_H
+#define CREW_DATA_DATASET_H
+
+#include <stdint.h>
+
+#include "core/shape.h"
+#include "crew.h"
+#include "data/npy.h"
+
+#define CREW_MAX_CHANNELS 16
+
+struct crew_dataset {
+    char dir[512];
+    char split[32];
+    crew_npy x;                     /* [n, sample...] uint8 or float32 */
+    crew_npy y;                     /* [n] uint8 or int32 */
+    int64_t n;
+    crew_shape sample;              /* per-sample shape, e.g. (28, 28, 1) */
+    int classes;
+    float scale;                    /* applied to raw values first (1/255 for uint8 images) */
+    int n_channels;                 /* entries in mean/std: 1 (shared) or the last axis */
+    float mean[CREW_MAX_CHANNELS];
+    float std[CREW_MAX_CHANNELS];
+};
+
+/* Copies samples idx[0..n) into x [n, sample] (normalised float32) and labels into y [n]. */
+void crew_dataset_gather(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y);
+
+#endif

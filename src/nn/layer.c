@@ -1,0 +1,78 @@
+/* layer.c — the layer registry and helpers shared by every layer. */
+#include "nn/layer.h"
+
+#include <string.h>
+
+#include "core/status.h"
+
+extern const crew_layer_ops crew_dense_ops, crew_conv2d_ops, crew_max_pool2d_ops, crew_avg_pool2d_ops,
+    crew_global_avg_pool2d_ops, crew_flatten_ops, crew_activation_ops, crew_dropout_ops,
+    crew_batch_norm_ops, crew_layer_norm_ops, crew_embedding_ops;
+
+const crew_layer_ops *crew_layer_ops_for(crew_layer_type type)
+{
+    switch (type) {
+    case CREW_LAYER_DENSE: return &crew_dense_ops;
+    case CREW_LAYER_CONV2D: return &crew_conv2d_ops;
+    case CREW_LAYER_MAX_POOL2D: return &crew_max_pool2d_ops;
+    case CREW_LAYER_AVG_POOL2D: return &crew_avg_pool2d_ops;
+    case CREW_LAYER_GLOBAL_AVG_POOL2D: return &crew_global_avg_pool2d_ops;
+    case CREW_LAYER_FLATTEN: return &crew_flatten_ops;
+    case CREW_LAYER_ACTIVATION: return &crew_activation_ops;
+    case CREW_LAYER_DROPOUT: return &crew_dropout_ops;
+    case CREW_LAYER_BATCH_NORM: return &crew_batch_norm_ops;
+    case CREW_LAYER_LAYER_NORM: return &crew_layer_norm_ops;
+    case CREW_LAYER_EMBEDDING: return &crew_embedding_ops;
+    }
+    return NULL;
+}
+
+const char *crew_layer_type_name(crew_layer_type type)
+{
+    switch (type) {
+    case CREW_LAYER_DENSE: return "dense";
+    case CREW_LAYER_CONV2D: return "conv2d";
+    case CREW_LAYER_MAX_POOL2D: return "max_pooling2d";
+    case CREW_LAYER_AVG_POOL2D: return "average_pooling2d";
+    case CREW_LAYER_GLOBAL_AVG_POOL2D: return "global_average_pooling2d";
+    case CREW_LAYER_FLATTEN: return "flatten";
+    case CREW_LAYER_ACTIVATION: return "activation";
+    case CREW_LAYER_DROPOUT: return "dropout";
+    case CREW_LAYER_BATCH_NORM: return "batch_normalization";
+    case CREW_LAYER_LAYER_NORM: return "layer_normalization";
+    case CREW_LAYER_EMBEDDING: return "embedding";
+    }
+    return "unknown";
+}
+
+void crew_layer_declare(crew_layer *l, const char *name, crew_shape shape, int trainable, crew_init init,
+                        int64_t fan_in, int64_t fan_out)
+{
+    crew_param *p = &l->params[l->n_params++];
+    memset(p, 0, sizeof *p);
+    p->name = name;
+    p->shape = shape;
+    p->trainable = trainable;
+    p->init = init;
+    p->fan_in = fan_in;
+    p->fan_out = fan_out;
+}
+
+void crew_layer_free_work(crew_layer *l, const crew_backend *be)
+{
+    for (int i = 0; i < 4; i++) {
+        if (l->work[i]) be->ops->free(be->ctx, l->work[i]);
+        l->work[i] = NULL;
+    }
+    l->reserved_rows = 0;
+}
+
+crew_status crew_layer_alloc_work(crew_layer *l, const crew_backend *be, int i, int64_t n)
+{
+    if (l->work[i]) be->ops->free(be->ctx, l->work[i]);
+    l->work[i] = be->ops->alloc(be->ctx, n);
+    if (!l->work[i])
+        return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory reserving %lld values of workspace",
+                           (long long)n);
+    return CREW_OK;
+}

@@ -1,0 +1,96 @@
+/* layer.h — the layer interface.
+ *
+ * A layer is a table of functions (build, reserve, forward, backward, release) plus its own
+ * configuration and workspace. Its parameters are slices of the model's one contiguous parameter
+ * buffer (trainable) or state buffer (running statistics), and its gradients slices of the
+ * gradient buffer; the model sets the pointers after laying the buffers out.
+ *
+ * Conventions for a pass over a micro-batch of `rows` samples:
+ * - x is [rows, in], y is [rows, out] (in, out: the layer's per-sample sizes);
+ * - backward overwrites its parameter gradients (the trainer accumulates micro-batches itself,
+ *   so that the order of every floating-point sum is fixed) and writes dx unless dx is NULL
+ *   (the first layer: nothing upstream needs it).
+ */
+#ifndef CREW_NN_LAYER_H
+#define CREW_NN_LAYER_H
+
+#include "backend/backend.h"
+#include "core/shape.h"
+#include "crew.h"
+
+#define CREW_LAYER_MAX_PARAMS 4
+
+typedef enum crew_init {
+    CREW_INIT_ZEROS = 0,
+    CREW_INIT_ONES,
+    CREW_INIT_GLOROT_UNIFORM, /* U(±sqrt(6 / (fan_in + fan_out))), Keras's default */
+    CREW_INIT_UNIFORM_005,    /* U(±0.05), Keras's default for embeddings */
+} crew_init;
+
+typedef struct crew_param {
+    const char *name;   /* "kernel", "bias", "gamma", "beta", "moving_mean", ... */
+    crew_shape shape;   /* the tensor's full shape, e.g. dense kernel [in, out] */
+    int trainable;      /* 0: lives in the state buffer, has no gradient */
+    crew_init init;
+    int64_t fan_in, fan_out;
+    int64_t offset;     /* into the model's params (trainable) or state buffer; set by the model */
+    float *value;       /* set by the model */
+    float *grad;        /* set by the model; NULL when not trainable */
+} crew_param;
+
+/* Everything a layer needs to know about the pass it runs in. */
+typedef struct crew_pass {
+    const crew_backend *be;
+    int64_t rows;                /* samples in this micro-batch */
+    int training;                /* 1: dropout active, batch norm uses batch statistics */
+    uint64_t seed;
+    int64_t step;                /* optimizer step, for dropout masks */
+    const int64_t *sample_ids;   /* [rows] dataset index of each sample, for dropout masks */
+    /* Synchronised batch norm: sums per-channel statistics over all replicas in place (rank
+     * order). NULL: statistics are local to this micro-batch. total_rows is then rows. */
+    crew_status (*sync_sum)(void *user, float *buf, int64_t n);
+    void *sync_user;
+    double total_rows;
+} crew_pass;
+
+typedef struct crew_layer crew_layer;
+
+typedef struct crew_layer_ops {
+    /* Checks the configuration against the input shape, sets l->out and declares l->params.
+     * Errors name the key that is wrong; the caller prefixes the layer. */
+    crew_status (*build)(crew_layer *l);
+    /* Allocates workspace on the backend for micro-batches of up to max_rows samples. */
+    crew_status (*reserve)(crew_layer *l, const crew_backend *be, int64_t max_rows);
+    crew_status (*forward)(crew_layer *l, const crew_pass *p, const float *x, float *y);
+    crew_status (*backward)(crew_layer *l, const crew_pass *p, const float *x, const float *y,
+                            const float *dy, float *dx);
+    /* Frees what reserve allocated (it may be called again after). */
+    void (*release)(crew_layer *l, const crew_backend *be);
+} crew_layer_ops;
+
+struct crew_layer {
+    const crew_layer_ops *ops;
+    crew_layer_spec spec;        /* spec.name points at name below */
+    char name[64];
+    int index;                   /* position in the model, for messages */
+    crew_shape in, out;          /* per-sample shapes */
+    crew_param params[CREW_LAYER_MAX_PARAMS];
+    int n_params;
+    float *work[4];              /* backend workspace, owned by the layer, sized by reserve */
+    int64_t reserved_rows;
+};
+
+/* The table for each layer type; NULL for an unknown type. */
+const crew_layer_ops *crew_layer_ops_for(crew_layer_type type);
+/* Keras's name stem for a type: "dense", "conv2d", ... */
+const char *crew_layer_type_name(crew_layer_type type);
+
+/* Declares a parameter during build. */
+void crew_layer_declare(crew_layer *l, const char *name, crew_shape shape, int trainable, crew_init init,
+                        int64_t fan_in, int64_t fan_out);
+/* Frees all of a layer's work buffers (a release that needs nothing else). */
+void crew_layer_free_work(crew_layer *l, const crew_backend *be);
+/* Allocates l->work[i] with n elements, freeing what was there. */
+crew_status crew_layer_alloc_work(crew_layer *l, const crew_backend *be, int i, int64_t n);
+
+#endif

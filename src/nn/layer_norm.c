@@ -1,0 +1,143 @@
+/* layer_norm.c — batch normalisation and layer normalisation over the last (channel) axis.
+ *
+ * Batch norm, training: statistics over every position of every sample in the micro-batch —
+ * or, with pass->sync_sum set, over all replicas (synchronised batch norm): each reduction is
+ * summed across replicas before it is used. Inference uses the moving statistics, updated
+ * Keras's way: moving = momentum·moving + (1 − momentum)·batch (biased variance).
+ * work[0] holds [mean | var | sum_dy | sum_dy_xmu], each [C]. */
+#include "core/status.h"
+#include "nn/layer.h"
+
+enum { BN_GAMMA, BN_BETA, BN_MOVING_MEAN, BN_MOVING_VAR };
+
+static int64_t channels(const crew_layer *l) { return l->in.dim[l->in.ndim - 1]; }
+static int64_t positions(const crew_layer *l, int64_t rows) { return rows * (crew_shape_size(&l->in) / channels(l)); }
+
+static float bn_eps(const crew_layer *l) { return l->spec.epsilon > 0.0f ? l->spec.epsilon : 1e-3f; }
+
+static crew_status bn_build(crew_layer *l)
+{
+    float mom = l->spec.momentum;
+    if (mom != 0.0f && !(mom > 0.0f && mom < 1.0f))
+        return crew_errorf(CREW_CODE_BAD_INPUT, "key 'momentum' must be in (0, 1), got %g", (double)mom);
+    if (l->spec.epsilon < 0.0f)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "key 'epsilon' must be positive, got %g", (double)l->spec.epsilon);
+    int64_t c = channels(l);
+    l->out = l->in;
+    crew_layer_declare(l, "gamma", crew_shape1(c), 1, CREW_INIT_ONES, 0, 0);
+    crew_layer_declare(l, "beta", crew_shape1(c), 1, CREW_INIT_ZEROS, 0, 0);
+    crew_layer_declare(l, "moving_mean", crew_shape1(c), 0, CREW_INIT_ZEROS, 0, 0);
+    crew_layer_declare(l, "moving_variance", crew_shape1(c), 0, CREW_INIT_ONES, 0, 0);
+    return CREW_OK;
+}
+
+static crew_status bn_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
+{
+    CREW_TRY(crew_layer_alloc_work(l, be, 0, 4 * channels(l)));
+    l->reserved_rows = max_rows;
+    return CREW_OK;
+}
+
+static crew_status sync(const crew_pass *p, float *buf, int64_t n)
+{
+    return p->sync_sum ? p->sync_sum(p->sync_user, buf, n) : CREW_OK;
+}
+
+static crew_status bn_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
+{
+    const crew_backend_ops *o = p->be->ops;
+    void *ctx = p->be->ctx;
+    int64_t c = channels(l), rows = positions(l, p->rows);
+    float *mean = l->work[0], *var = mean + c;
+    if (!p->training) {
+        o->bn_forward(ctx, x, l->params[BN_MOVING_MEAN].value, l->params[BN_MOVING_VAR].value,
+                      l->params[BN_GAMMA].value, l->params[BN_BETA].value, bn_eps(l), y, rows, c);
+        return CREW_OK;
+    }
+    double total = (p->sync_sum ? p->total_rows : (double)p->rows) * (double)(crew_shape_size(&l->in) / c);
+    o->col_sum(ctx, x, rows, c, mean, 0);
+    CREW_TRY(sync(p, mean, c));
+    o->axpby(ctx, c, (float)(1.0 / total), mean, 0.0f, mean);
+    o->col_sqdev(ctx, x, mean, rows, c, var);
+    CREW_TRY(sync(p, var, c));
+    o->axpby(ctx, c, (float)(1.0 / total), var, 0.0f, var);
+    o->bn_forward(ctx, x, mean, var, l->params[BN_GAMMA].value, l->params[BN_BETA].value, bn_eps(l), y, rows, c);
+    float mom = l->spec.momentum > 0.0f ? l->spec.momentum : 0.99f;
+    o->axpby(ctx, c, 1.0f - mom, mean, mom, l->params[BN_MOVING_MEAN].value);
+    o->axpby(ctx, c, 1.0f - mom, var, mom, l->params[BN_MOVING_VAR].value);
+    return CREW_OK;
+}
+
+static crew_status bn_backward(crew_layer *l, const crew_pass *p, const float *x, const float *y,
+                               const float *dy, float *dx)
+{
+    (void)y;
+    if (!p->training)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "batch normalization: backward pass in inference mode");
+    const crew_backend_ops *o = p->be->ops;
+    void *ctx = p->be->ctx;
+    int64_t c = channels(l), rows = positions(l, p->rows);
+    float *mean = l->work[0], *var = mean + c, *sum_dy = var + c, *sum_dy_xmu = sum_dy + c;
+    o->bn_backward_sums(ctx, dy, x, mean, rows, c, sum_dy, sum_dy_xmu);
+    /* Parameter gradients take this replica's share; the gradient all-reduce adds the rest. */
+    o->fill(ctx, l->params[BN_GAMMA].grad, 0.0f, c);
+    o->fill(ctx, l->params[BN_BETA].grad, 0.0f, c);
+    o->bn_param_grads(ctx, var, bn_eps(l), sum_dy, sum_dy_xmu, l->params[BN_GAMMA].grad, l->params[BN_BETA].grad, c);
+    if (!dx) return CREW_OK;
+    CREW_TRY(sync(p, sum_dy, c));
+    CREW_TRY(sync(p, sum_dy_xmu, c));
+    double total = (p->sync_sum ? p->total_rows : (double)p->rows) * (double)(crew_shape_size(&l->in) / c);
+    o->bn_backward(ctx, dy, x, mean, var, l->params[BN_GAMMA].value, bn_eps(l), sum_dy, sum_dy_xmu, total, dx,
+                   rows, c);
+    return CREW_OK;
+}
+
+/* ---- layer norm: per position, over the channel axis. work[0]: mean, work[1]: rstd, both
+ * [positions]; work[2]: a dx buffer when the caller needs none (the kernel writes one). */
+
+static float ln_eps(const crew_layer *l) { return l->spec.epsilon > 0.0f ? l->spec.epsilon : 1e-3f; }
+
+static crew_status ln_build(crew_layer *l)
+{
+    if (l->spec.epsilon < 0.0f)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "key 'epsilon' must be positive, got %g", (double)l->spec.epsilon);
+    int64_t c = channels(l);
+    l->out = l->in;
+    crew_layer_declare(l, "gamma", crew_shape1(c), 1, CREW_INIT_ONES, 0, 0);
+    crew_layer_declare(l, "beta", crew_shape1(c), 1, CREW_INIT_ZEROS, 0, 0);
+    return CREW_OK;
+}
+
+static crew_status ln_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
+{
+    CREW_TRY(crew_layer_alloc_work(l, be, 0, positions(l, max_rows)));
+    CREW_TRY(crew_layer_alloc_work(l, be, 1, positions(l, max_rows)));
+    if (l->index == 0) CREW_TRY(crew_layer_alloc_work(l, be, 2, max_rows * crew_shape_size(&l->in)));
+    l->reserved_rows = max_rows;
+    return CREW_OK;
+}
+
+static crew_status ln_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
+{
+    p->be->ops->layernorm_forward(p->be->ctx, x, l->params[0].value, l->params[1].value, ln_eps(l), y, l->work[0],
+                                  l->work[1], positions(l, p->rows), channels(l));
+    return CREW_OK;
+}
+
+static crew_status ln_backward(crew_layer *l, const crew_pass *p, const float *x, const float *y,
+                               const float *dy, float *dx)
+{
+    (void)y;
+    const crew_backend_ops *o = p->be->ops;
+    int64_t c = channels(l);
+    o->fill(p->be->ctx, l->params[0].grad, 0.0f, c);
+    o->fill(p->be->ctx, l->params[1].grad, 0.0f, c);
+    if (!dx) dx = l->work[2];
+    if (!dx) return crew_errorf(CREW_CODE_INTERNAL, "layer normalization: no buffer for the input gradient");
+    o->layernorm_backward(p->be->ctx, dy, x, l->params[0].value, l->work[0], l->work[1], dx, l->params[0].grad,
+                          l->params[1].grad, positions(l, p->rows), c);
+    return CREW_OK;
+}
+
+const crew_layer_ops crew_batch_norm_ops = {bn_build, bn_reserve, bn_forward, bn_backward, crew_layer_free_work};
+const crew_layer_ops crew_layer_norm_ops = {ln_build, ln_reserve, ln_forward, ln_backward, crew_layer_free_work};

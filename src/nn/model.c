@@ -1,0 +1,392 @@
+/* model.c — building a sequential model layer by layer, laying out its flat buffers, and
+ * running forward, loss and backward over one micro-batch. */
+#include "nn/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "core/status.h"
+
+crew_status crew_model_create(const int64_t *input_shape, int ndim, crew_model **out)
+{
+    *out = NULL;
+    if (!input_shape || ndim < 1 || ndim > CREW_MAX_DIMS - 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "input shape must have 1 to %d axes, got %d",
+                           CREW_MAX_DIMS - 1, ndim);
+    for (int i = 0; i < ndim; i++)
+        if (input_shape[i] <= 0 || input_shape[i] > (1 << 24))
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "input shape axis %d must be in [1, 2^24], got %lld", i,
+                               (long long)input_shape[i]);
+    crew_model *m = calloc(1, sizeof *m);
+    if (!m) return CREW_OOM();
+    m->input.ndim = ndim;
+    for (int i = 0; i < ndim; i++) m->input.dim[i] = input_shape[i];
+    snprintf(m->name, sizeof m->name, "sequential");
+    *out = m;
+    return CREW_OK;
+}
+
+static crew_shape last_shape(const crew_model *m)
+{
+    return m->n_layers ? m->layers[m->n_layers - 1]->out : m->input;
+}
+
+static int name_taken(const crew_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (strcmp(m->layers[i]->name, name) == 0) return 1;
+    return 0;
+}
+
+/* Keras's automatic names: dense, dense_1, dense_2, ... */
+static void auto_name(const crew_model *m, crew_layer_type type, char *buf, size_t len)
+{
+    const char *stem = crew_layer_type_name(type);
+    snprintf(buf, len, "%s", stem);
+    for (int k = 1; name_taken(m, buf); k++) snprintf(buf, len, "%s_%d", stem, k);
+}
+
+static crew_status append_layer(crew_model *m, const crew_layer_spec *spec, const char *name)
+{
+    const crew_layer_ops *ops = crew_layer_ops_for(spec->type);
+    int index = m->n_layers;
+    if (!ops) return crew_errorf(CREW_CODE_BAD_INPUT, "layer %d: unknown layer type %d", index, (int)spec->type);
+    if (m->laid_out)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "layer %d: cannot add layers after the model was built", index);
+    if (m->n_layers == m->cap_layers) {
+        int cap = m->cap_layers ? 2 * m->cap_layers : 8;
+        crew_layer **grown = realloc(m->layers, (size_t)cap * sizeof *grown);
+        if (!grown) return CREW_OOM();
+        m->layers = grown;
+        m->cap_layers = cap;
+    }
+    crew_layer *l = calloc(1, sizeof *l);
+    if (!l) return CREW_OOM();
+    l->ops = ops;
+    l->spec = *spec;
+    l->index = index;
+    l->in = last_shape(m);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->spec.name = l->name;
+    crew_status s = ops->build(l);
+    if (!s && crew_shape_size(&l->out) <= 0)
+        s = crew_errorf(CREW_CODE_BAD_INPUT, "produces an empty output");
+    if (s) {
+        free(l);
+        return crew_error_prefix(s, "layer %d (%s): ", index, name);
+    }
+    m->layers[m->n_layers++] = l;
+    m->n_compute = m->n_layers;
+    return CREW_OK;
+}
+
+crew_status crew_model_add(crew_model *m, const crew_layer_spec *spec)
+{
+    if (!m || !spec) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_add: NULL argument");
+    char name[64];
+    if (spec->name && spec->name[0]) {
+        if (strlen(spec->name) >= sizeof name)
+            return crew_errorf(CREW_CODE_BAD_INPUT, "layer %d: name '%.20s...' is longer than %zu characters",
+                               m->n_layers, spec->name, sizeof name - 1);
+        if (name_taken(m, spec->name))
+            return crew_errorf(CREW_CODE_BAD_INPUT, "layer %d: name '%s' is used twice", m->n_layers, spec->name);
+        snprintf(name, sizeof name, "%s", spec->name);
+    } else {
+        auto_name(m, spec->type, name, sizeof name);
+    }
+    if (m->n_layers && m->layers[m->n_layers - 1]->spec.type == CREW_LAYER_ACTIVATION &&
+        m->layers[m->n_layers - 1]->spec.activation == CREW_ACT_SOFTMAX)
+        return crew_errorf(CREW_CODE_BAD_INPUT,
+                           "layer %d (%s): softmax is supported only as the last layer (fused into the loss)",
+                           m->n_layers, name);
+    crew_activation act = spec->activation;
+    int fused_act = (spec->type == CREW_LAYER_DENSE || spec->type == CREW_LAYER_CONV2D) && act != CREW_ACT_NONE;
+    if (fused_act && (act < CREW_ACT_NONE || act > CREW_ACT_SOFTMAX))
+        return crew_errorf(CREW_CODE_BAD_INPUT, "layer %d (%s): key 'activation' has an unknown value %d",
+                           m->n_layers, name, (int)act);
+    CREW_TRY(append_layer(m, spec, name));
+    if (fused_act) {
+        /* Dense(activation=...) is a dense layer followed by an activation layer. */
+        crew_layer_spec a = {.type = CREW_LAYER_ACTIVATION, .activation = act};
+        char act_name[64];
+        snprintf(act_name, sizeof act_name, "%.50s_act", name);
+        CREW_TRY(append_layer(m, &a, act_name));
+    }
+    return CREW_OK;
+}
+
+void crew_model_free(crew_model *m)
+{
+    if (!m) return;
+    const crew_backend *be = &m->be;
+    if (m->has_backend) {
+        for (int i = 0; i < m->n_layers; i++) m->layers[i]->ops->release(m->layers[i], be);
+        crew_optimizer_release(&m->opt, be);
+        be->ops->free(be->ctx, m->params);
+        be->ops->free(be->ctx, m->grads);
+        be->ops->free(be->ctx, m->state);
+        if (m->act)
+            for (int i = 0; i <= m->n_layers; i++) be->ops->free(be->ctx, m->act[i]);
+        be->ops->free(be->ctx, m->dbuf[0]);
+        be->ops->free(be->ctx, m->dbuf[1]);
+        be->ops->free(be->ctx, m->labels);
+        be->ops->free(be->ctx, m->row_loss);
+        crew_backend_destroy(&m->be);
+    }
+    for (int i = 0; i < m->n_layers; i++) free(m->layers[i]);
+    free(m->layers);
+    free(m->act);
+    free(m);
+}
+
+int64_t crew_model_param_count(const crew_model *m)
+{
+    int64_t n = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++)
+            if (m->layers[i]->params[j].trainable) n += crew_shape_size(&m->layers[i]->params[j].shape);
+    return n;
+}
+
+int crew_model_layer_count(const crew_model *m) { return m->n_layers; }
+
+crew_shape crew_model_output_shape(const crew_model *m)
+{
+    return m->n_compute ? m->layers[m->n_compute - 1]->out : m->input;
+}
+
+int64_t crew_model_classes(const crew_model *m)
+{
+    crew_shape s = crew_model_output_shape(m);
+    return s.dim[s.ndim - 1];
+}
+
+int64_t crew_model_output_size(const crew_model *m) { return crew_model_classes(m); }
+
+void crew_model_summary(const crew_model *m, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+#define APPEND(...)                                                                       \
+    do {                                                                                  \
+        if (used < len) used += (size_t)snprintf(buf + used, len - used, __VA_ARGS__); \
+    } while (0)
+    char shape[64];
+    crew_shape_format(&m->input, shape, sizeof shape);
+    APPEND("%-28s %-20s %10s\n", "input", shape, "");
+    for (int i = 0; i < m->n_layers; i++) {
+        const crew_layer *l = m->layers[i];
+        int64_t n = 0;
+        for (int j = 0; j < l->n_params; j++) n += crew_shape_size(&l->params[j].shape);
+        crew_shape_format(&l->out, shape, sizeof shape);
+        APPEND("%-28s %-20s %10lld\n", l->name, shape, (long long)n);
+    }
+    APPEND("trainable parameters: %lld\n", (long long)crew_model_param_count(m));
+#undef APPEND
+}
+
+/* ------------------------------------------------------------------ buffers */
+
+static crew_status ensure_backend(crew_model *m)
+{
+    if (m->has_backend) return CREW_OK;
+    CREW_TRY(crew_cpu_backend_create(1, &m->be));
+    m->has_backend = 1;
+    return CREW_OK;
+}
+
+crew_status crew_model_layout(crew_model *m)
+{
+    if (m->laid_out) return CREW_OK;
+    if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "model has no layers");
+    CREW_TRY(ensure_backend(m));
+    /* A trailing softmax activation is fused into the loss; predict applies it. */
+    crew_layer *last = m->layers[m->n_layers - 1];
+    m->n_compute = m->n_layers;
+    if (last->spec.type == CREW_LAYER_ACTIVATION && last->spec.activation == CREW_ACT_SOFTMAX) m->n_compute--;
+    if (m->n_compute == 0) return crew_errorf(CREW_CODE_BAD_INPUT, "model has no layer besides softmax");
+    int64_t np = 0, ns = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            crew_param *p = &m->layers[i]->params[j];
+            int64_t size = crew_shape_size(&p->shape);
+            p->offset = p->trainable ? np : ns;
+            *(p->trainable ? &np : &ns) += size;
+        }
+    const crew_backend_ops *o = m->be.ops;
+    m->n_params = np;
+    m->n_state = ns;
+    m->params = o->alloc(m->be.ctx, np);
+    m->grads = o->alloc(m->be.ctx, np);
+    m->state = o->alloc(m->be.ctx, ns);
+    if (!m->params || !m->grads || !m->state)
+        return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for %lld parameters", (long long)np);
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            crew_param *p = &m->layers[i]->params[j];
+            p->value = (p->trainable ? m->params : m->state) + p->offset;
+            p->grad = p->trainable ? m->grads + p->offset : NULL;
+        }
+    m->laid_out = 1;
+    return CREW_OK;
+}
+
+static void init_values(const crew_param *p, uint64_t key, float *host, int64_t n)
+{
+    crew_rng rng = crew_rng_make(key);
+    float limit = 0.0f;
+    switch (p->init) {
+    case CREW_INIT_ZEROS: memset(host, 0, (size_t)n * sizeof(float)); return;
+    case CREW_INIT_ONES:
+        for (int64_t i = 0; i < n; i++) host[i] = 1.0f;
+        return;
+    case CREW_INIT_GLOROT_UNIFORM: limit = sqrtf(6.0f / (float)(p->fan_in + p->fan_out)); break;
+    case CREW_INIT_UNIFORM_005: limit = 0.05f; break;
+    }
+    for (int64_t i = 0; i < n; i++) host[i] = (2.0f * crew_rng_next_uniform(&rng) - 1.0f) * limit;
+}
+
+crew_status crew_model_init_params(crew_model *m, uint64_t seed)
+{
+    CREW_TRY(crew_model_layout(m));
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            crew_param *p = &m->layers[i]->params[j];
+            int64_t n = crew_shape_size(&p->shape);
+            float *host = malloc((size_t)n * sizeof(float));
+            if (!host) return CREW_OOM();
+            init_values(p, crew_rng_key(seed, CREW_STREAM_INIT, (uint64_t)i, (uint64_t)j), host, n);
+            m->be.ops->upload(m->be.ctx, p->value, host, n);
+            free(host);
+        }
+    m->initialized = 1;
+    return CREW_OK;
+}
+
+crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
+{
+    CREW_TRY(crew_model_layout(m));
+    if (max_rows <= m->max_rows) return CREW_OK;
+    const crew_backend *be = &m->be;
+    const crew_backend_ops *o = be->ops;
+    if (!m->act) {
+        m->act = calloc((size_t)m->n_layers + 1, sizeof *m->act);
+        if (!m->act) return CREW_OOM();
+    }
+    int64_t widest = crew_shape_size(&m->input);
+    for (int i = 0; i <= m->n_layers; i++) {
+        int64_t size = i == 0 ? crew_shape_size(&m->input) : crew_shape_size(&m->layers[i - 1]->out);
+        if (size > widest) widest = size;
+        o->free(be->ctx, m->act[i]);
+        m->act[i] = o->alloc(be->ctx, max_rows * size);
+        if (!m->act[i]) return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for activations of layer %d", i);
+    }
+    for (int k = 0; k < 2; k++) {
+        o->free(be->ctx, m->dbuf[k]);
+        m->dbuf[k] = o->alloc(be->ctx, max_rows * widest);
+        if (!m->dbuf[k]) return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for gradients");
+    }
+    o->free(be->ctx, m->labels);
+    o->free(be->ctx, m->row_loss);
+    m->labels = (int32_t *)o->alloc(be->ctx, max_rows);
+    m->row_loss = o->alloc(be->ctx, max_rows);
+    if (!m->labels || !m->row_loss) return CREW_OOM();
+    for (int i = 0; i < m->n_layers; i++) {
+        crew_layer *l = m->layers[i];
+        crew_status s = l->ops->reserve(l, be, max_rows);
+        if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
+    }
+    m->max_rows = max_rows;
+    return CREW_OK;
+}
+
+/* ------------------------------------------------------------------ passes */
+
+crew_status crew_model_forward(crew_model *m, const crew_pass *p)
+{
+    if (p->rows > m->max_rows)
+        return crew_errorf(CREW_CODE_INTERNAL, "forward: %lld rows exceed the %lld reserved", (long long)p->rows,
+                           (long long)m->max_rows);
+    for (int i = 0; i < m->n_compute; i++) {
+        crew_layer *l = m->layers[i];
+        crew_status s = l->ops->forward(l, p, m->act[i], m->act[i + 1]);
+        if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
+    }
+    return CREW_OK;
+}
+
+crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, double *loss_sum, int64_t *correct)
+{
+    int64_t classes = crew_model_classes(m);
+    const crew_backend_ops *o = m->be.ops;
+    o->softmax_xent(m->be.ctx, m->act[m->n_compute], m->labels, p->rows, classes, scale, m->row_loss, m->dbuf[0],
+                    correct);
+    double sum = 0.0;
+    float *host = m->row_loss; /* CPU backend: device memory is host memory */
+    for (int64_t r = 0; r < p->rows; r++) sum += host[r];
+    *loss_sum = sum;
+    return CREW_OK;
+}
+
+crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_ready_fn ready, void *user)
+{
+    int cur = 0; /* dbuf[cur] holds d loss / d output of the layer being processed */
+    for (int i = m->n_compute - 1; i >= 0; i--) {
+        crew_layer *l = m->layers[i];
+        float *dx = i > 0 ? m->dbuf[1 - cur] : NULL;
+        crew_status s = l->ops->backward(l, p, m->act[i], m->act[i + 1], m->dbuf[cur], dx);
+        if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
+        cur = 1 - cur;
+        if (ready && l->n_params && l->params[0].trainable) ready(user, l->params[0].offset);
+    }
+    return CREW_OK;
+}
+
+/* ------------------------------------------------------------------ replicas */
+
+crew_status crew_model_clone(const crew_model *m, crew_model **out)
+{
+    *out = NULL;
+    crew_model *c;
+    CREW_TRY(crew_model_create(m->input.dim, m->input.ndim, &c));
+    for (int i = 0; i < m->n_layers; i++) {
+        crew_status s = append_layer(c, &m->layers[i]->spec, m->layers[i]->name);
+        if (s) {
+            crew_model_free(c);
+            return s;
+        }
+    }
+    memcpy(c->name, m->name, sizeof c->name);
+    c->defaults = m->defaults;
+    c->be = m->be;
+    c->has_backend = m->has_backend;
+    crew_status s = crew_model_layout(c);
+    if (!s && m->laid_out) {
+        c->be.ops->copy(c->be.ctx, c->params, m->params, m->n_params);
+        c->be.ops->copy(c->be.ctx, c->state, m->state, m->n_state);
+        c->initialized = m->initialized;
+    }
+    if (s) {
+        crew_model_free(c);
+        return s;
+    }
+    *out = c;
+    return CREW_OK;
+}
+
+int crew_model_named_params(const crew_model *m, crew_named_param *out, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            if (n < cap) {
+                snprintf(out[n].name, sizeof out[n].name, "%s.%s", m->layers[i]->name, m->layers[i]->params[j].name);
+                out[n].param = &m->layers[i]->params[j];
+            }
+            n++;
+        }
+    return n;
+}

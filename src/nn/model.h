@@ -1,0 +1,88 @@
+/* model.h — a sequential model: layers, the flat parameter/gradient/state buffers, and the
+ * activations of one micro-batch. One crew_model is one replica; data parallelism clones it. */
+#ifndef CREW_NN_MODEL_H
+#define CREW_NN_MODEL_H
+
+#include "backend/backend.h"
+#include "crew.h"
+#include "nn/layer.h"
+#include "optim/optimizer.h"
+
+/* What a model file said besides its layers: defaults for compile and fit. */
+typedef struct crew_model_defaults {
+    int has_compile;
+    crew_compile_options compile;
+    int epochs;                 /* 0: not given */
+    int64_t batch_per_device;   /* 0: not given */
+    int has_seed;
+    uint64_t seed;
+} crew_model_defaults;
+
+struct crew_model {
+    char name[64];
+    crew_shape input;               /* one sample, e.g. (28, 28, 1) */
+    crew_layer **layers;
+    int n_layers, cap_layers;
+    int n_compute;                  /* layers run by forward/backward: a trailing softmax is fused into the loss */
+    crew_model_defaults defaults;
+
+    crew_backend be;
+    int has_backend;
+
+    /* Flat buffers, laid out in layer order (so backward completes a suffix of grads). */
+    int laid_out;
+    int64_t n_params;               /* trainable values */
+    int64_t n_state;                /* non-trainable values (batch-norm moving statistics) */
+    float *params;                  /* [n_params] */
+    float *grads;                   /* [n_params] gradient of the current micro-batch */
+    float *state;                   /* [n_state] */
+    int initialized;                /* params hold trained, loaded or initialised values */
+
+    /* Activations for micro-batches of up to max_rows samples. */
+    int64_t max_rows;
+    float **act;                    /* act[0]: input [max_rows, in]; act[i+1]: output of layer i */
+    float *dbuf[2];                 /* ping-pong gradient buffers, [max_rows, largest layer size] */
+    int32_t *labels;                /* [max_rows] */
+    float *row_loss;                /* [max_rows] */
+
+    int compiled;
+    crew_compile_options compile;
+    crew_optimizer opt;
+};
+
+/* Lays out the parameter buffers on the model's backend (the CPU backend unless one was set). */
+crew_status crew_model_layout(crew_model *m);
+/* Initialises every parameter from seed (Glorot-uniform kernels, zero biases, ...). */
+crew_status crew_model_init_params(crew_model *m, uint64_t seed);
+/* Sizes activations for micro-batches of up to max_rows samples (no-op when already enough). */
+crew_status crew_model_reserve(crew_model *m, int64_t max_rows);
+
+/* Forward through the computed layers; input in act[0], logits in act[n_compute]. */
+crew_status crew_model_forward(crew_model *m, const crew_pass *p);
+/* Softmax cross-entropy of the logits against m->labels; leaves d(scale · Σ loss)/d logits in
+ * dbuf[0]. Returns the summed loss and the count of right arg-maxes. */
+crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, double *loss_sum, int64_t *correct);
+
+/* Called during backward each time the gradients from `offset` to the end of the buffer are
+ * final, so the caller can start reducing them while earlier layers still compute. */
+typedef void (*crew_grads_ready_fn)(void *user, int64_t offset);
+crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_ready_fn ready, void *user);
+
+/* The logits' width (classes). */
+int64_t crew_model_classes(const crew_model *m);
+/* Output shape of the model's last computed layer. */
+crew_shape crew_model_output_shape(const crew_model *m);
+
+/* A replica: the same layers on the same backend, with its own buffers and a copy of the
+ * parameters and state. */
+crew_status crew_model_clone(const crew_model *m, crew_model **out);
+
+/* "<layer>.<param>" for safetensors; returns the param or NULL. */
+typedef struct crew_named_param {
+    char name[128];
+    const crew_param *param;
+} crew_named_param;
+/* Lists every parameter (trainable and state) in layer order; returns the count. */
+int crew_model_named_params(const crew_model *m, crew_named_param *out, int cap);
+
+#endif

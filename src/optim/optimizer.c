@@ -1,0 +1,121 @@
+/* optimizer.c — SGD (momentum, Nesterov) and AdamW over the flat buffers; clipping by global
+ * norm; the learning-rate schedules (constant, step, cosine) with linear warmup. */
+#include "optim/optimizer.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/status.h"
+
+crew_status crew_optimizer_spec_check(crew_optimizer_spec *s)
+{
+    if (s->type != CREW_OPT_SGD && s->type != CREW_OPT_ADAMW)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: unknown type %d", (int)s->type);
+    if (s->type == CREW_OPT_ADAMW) {
+        if (s->beta1 == 0.0f) s->beta1 = 0.9f;
+        if (s->beta2 == 0.0f) s->beta2 = 0.999f;
+        if (s->eps == 0.0f) s->eps = 1e-8f;
+    }
+    if (!(s->lr > 0.0f && isfinite(s->lr)))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'lr' must be positive, got %g", (double)s->lr);
+    if (!(s->momentum >= 0.0f && s->momentum < 1.0f))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'momentum' must be in [0, 1), got %g",
+                           (double)s->momentum);
+    if (s->nesterov && s->momentum == 0.0f)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'nesterov' needs a momentum above 0");
+    if (!(s->beta1 >= 0.0f && s->beta1 < 1.0f) || !(s->beta2 >= 0.0f && s->beta2 < 1.0f))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: keys 'beta1' and 'beta2' must be in [0, 1)");
+    if (!(s->eps >= 0.0f)) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'eps' must be >= 0");
+    if (!(s->weight_decay >= 0.0f))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'weight_decay' must be >= 0, got %g",
+                           (double)s->weight_decay);
+    if (!(s->clip_norm >= 0.0f))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'clip_norm' must be >= 0, got %g",
+                           (double)s->clip_norm);
+    if (s->warmup_steps < 0)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "schedule: key 'warmup_steps' must be >= 0");
+    if (s->base_batch < 0)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'base_batch' must be >= 0");
+    switch (s->schedule) {
+    case CREW_SCHED_CONSTANT: break;
+    case CREW_SCHED_STEP:
+        if (s->step_size <= 0)
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "schedule: key 'step_size' must be a positive integer");
+        if (s->gamma == 0.0f) s->gamma = 0.1f;
+        if (!(s->gamma > 0.0f && s->gamma <= 1.0f))
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "schedule: key 'gamma' must be in (0, 1]");
+        break;
+    case CREW_SCHED_COSINE:
+        if (!(s->min_lr >= 0.0f && s->min_lr <= s->lr))
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "schedule: key 'min_lr' must be in [0, lr]");
+        break;
+    default: return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "schedule: unknown type %d", (int)s->schedule);
+    }
+    if (s->scaling < CREW_SCALE_NONE || s->scaling > CREW_SCALE_SQRT)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: unknown lr scaling rule %d", (int)s->scaling);
+    return CREW_OK;
+}
+
+crew_status crew_optimizer_init(crew_optimizer *opt, const crew_optimizer_spec *spec, const crew_backend *be,
+                                int64_t n)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->spec = *spec;
+    opt->n = n;
+    int slots = spec->type == CREW_OPT_ADAMW ? 2 : (spec->momentum > 0.0f ? 1 : 0);
+    for (int i = 0; i < slots; i++) {
+        opt->slot[i] = be->ops->alloc(be->ctx, n);
+        if (!opt->slot[i]) {
+            crew_optimizer_release(opt, be);
+            return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "optimizer: out of memory for %lld values of state",
+                               (long long)n);
+        }
+    }
+    return CREW_OK;
+}
+
+void crew_optimizer_release(crew_optimizer *opt, const crew_backend *be)
+{
+    for (int i = 0; i < 2; i++) {
+        if (opt->slot[i]) be->ops->free(be->ctx, opt->slot[i]);
+        opt->slot[i] = NULL;
+    }
+}
+
+float crew_lr_at(const crew_lr_plan *p, int64_t step)
+{
+    if (step < p->warmup_steps) {
+        double f = (double)(step + 1) / (double)p->warmup_steps;
+        return (float)(p->start_lr + (p->peak_lr - p->start_lr) * f);
+    }
+    int64_t t = step - p->warmup_steps;
+    switch (p->schedule) {
+    case CREW_SCHED_STEP: return (float)(p->peak_lr * pow(p->gamma, (double)(t / p->step_size)));
+    case CREW_SCHED_COSINE: {
+        int64_t span = p->total_steps - p->warmup_steps;
+        double f = span > 0 ? (double)t / (double)span : 1.0;
+        if (f > 1.0) f = 1.0;
+        return (float)(p->min_lr + (p->peak_lr - p->min_lr) * 0.5 * (1.0 + cos(M_PI * f)));
+    }
+    default: return p->peak_lr;
+    }
+}
+
+void crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,
+                         double *grad_norm)
+{
+    const crew_backend_ops *o = be->ops;
+    const crew_optimizer_spec *s = &opt->spec;
+    double norm = sqrt(o->sum_squares(be->ctx, grads, opt->n));
+    if (grad_norm) *grad_norm = norm;
+    if (s->clip_norm > 0.0f && norm > s->clip_norm)
+        o->axpby(be->ctx, opt->n, (float)(s->clip_norm / norm), grads, 0.0f, grads);
+    opt->t++;
+    if (s->type == CREW_OPT_SGD) {
+        o->sgd_update(be->ctx, params, grads, opt->slot[0], opt->n, lr, s->momentum, s->nesterov, s->weight_decay);
+    } else {
+        float c1 = 1.0f - powf(s->beta1, (float)opt->t), c2 = 1.0f - powf(s->beta2, (float)opt->t);
+        o->adamw_update(be->ctx, params, grads, opt->slot[0], opt->slot[1], opt->n, lr, s->beta1, s->beta2, s->eps,
+                        s->weight_decay, c1, c2);
+    }
+}

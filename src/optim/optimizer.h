@@ -1,0 +1,37 @@
+/* optimizer.h — optimizer state and learning-rate schedules over the flat parameter buffer. */
+#ifndef CREW_OPTIM_OPTIMIZER_H
+#define CREW_OPTIM_OPTIMIZER_H
+
+#include "backend/backend.h"
+#include "crew.h"
+
+typedef struct crew_optimizer {
+    crew_optimizer_spec spec;
+    int64_t n;        /* parameters */
+    int64_t t;        /* updates applied */
+    float *slot[2];   /* sgd: velocity; adamw: first and second moments. [n] each */
+} crew_optimizer;
+
+/* Fills unset fields with defaults and checks ranges; errors name the key. */
+crew_status crew_optimizer_spec_check(crew_optimizer_spec *spec);
+crew_status crew_optimizer_init(crew_optimizer *opt, const crew_optimizer_spec *spec, const crew_backend *be,
+                                int64_t n);
+void crew_optimizer_release(crew_optimizer *opt, const crew_backend *be);
+
+/* The learning-rate plan of a run: peak is the scaled rate, start the rate warmup begins at. */
+typedef struct crew_lr_plan {
+    crew_schedule_type schedule;
+    float start_lr, peak_lr, min_lr;
+    int64_t warmup_steps, total_steps, step_size;
+    float gamma;
+} crew_lr_plan;
+
+/* Learning rate for the update with 0-based index step. */
+float crew_lr_at(const crew_lr_plan *plan, int64_t step);
+
+/* One update: clips grads to spec.clip_norm (global L2 norm, in place), then steps.
+ * *grad_norm receives the norm before clipping. */
+void crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,
+                         double *grad_norm);
+
+#endif

@@ -1,0 +1,42 @@
+/* main.c — the crew command line: dispatches to one file per verb. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *what;
+} verbs[] = {
+    {"prep", cli_prep, "convert a dataset into crew's ready-to-use format"},
+    {"train", cli_train, "train a model file on a dataset"},
+    {"eval", cli_eval, "evaluate saved weights on a dataset's test split"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: crew VERB [options]   (crew VERB --help for a verb's options)\n\nverbs:\n");
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) fprintf(f, "  %-8s %s\n", verbs[i].name, verbs[i].what);
+    fprintf(f, "\nexit status: 0 success, 1 the run failed, 2 bad usage or bad input\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("crew %s\n", crew_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (!strcmp(argv[1], verbs[i].name)) return verbs[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "crew: unknown verb '%s' (crew --help lists them)\n", argv[1]);
+    return 2;
+}
