@@ -209,7 +209,10 @@ typedef struct crew_epoch_info {
 typedef struct crew_fit_options {
     int epochs;                 /* [model file's, else 1] */
     int64_t max_steps;          /* stop after this many optimizer steps; 0 = no limit */
-    int64_t batch_per_device;   /* [model file's, else 32] */
+    int64_t batch_per_device;   /* samples per replica per micro-batch [model file's, else 32] */
+    int64_t global_batch;       /* samples per optimizer step; 0 = devices × batch_per_device.
+                                   A multiple of devices × batch_per_device: the rest is
+                                   gradient accumulation. */
     int devices;                /* CPU replicas [1] */
     int threads_per_device;     /* BLAS threads per replica [1] */
     uint64_t seed;              /* [model file's, else 1] */
@@ -234,6 +237,32 @@ typedef struct crew_fit_result {
 
 /* Fills opts with the model file's training settings (or the defaults above). */
 void crew_model_default_fit(const crew_model *m, crew_fit_options *opts);
+
+/* How a fit will run: resolved before it starts, so the caller can show and record it. */
+typedef struct crew_fit_plan {
+    int devices;
+    int threads_per_device;
+    int64_t batch_per_device;
+    int accumulation;           /* micro-batches per replica per step */
+    int64_t global_batch;       /* devices × batch_per_device × accumulation */
+    int64_t train_samples;
+    int64_t steps_per_epoch;    /* the last partial global batch is dropped */
+    int epochs;
+    int64_t total_steps;
+    uint64_t seed;
+    float base_lr;              /* as compiled (or overridden), tuned for base_batch */
+    int64_t base_batch;
+    crew_lr_scaling scaling;
+    float lr_factor;            /* scaled_lr / base_lr */
+    float scaled_lr;            /* the peak rate after warmup */
+    int64_t warmup_steps;
+    float warmup_start_lr;
+    crew_schedule_type schedule;
+} crew_fit_plan;
+
+/* Resolves and checks the plan; a combination that cannot work is an error saying why. */
+crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *opts,
+                                crew_fit_plan *plan);
 crew_status crew_model_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *opts,
                            crew_fit_result *result);
 

@@ -58,7 +58,8 @@ typedef struct crew_backend_ops {
     void (*im2col)(void *ctx, const float *x, float *col, const crew_window *g);
     void (*col2im)(void *ctx, const float *col, float *dx, const crew_window *g); /* overwrites dx */
 
-    /* ---- pooling (out_c == in_c). Average pooling divides by the window cells inside the
+    /* ---- pooling (out_c == in_c). Max pooling: the first maximum in window order wins a tie
+     * (row-major over the window), and padding never wins. Average pooling divides by the window cells inside the
      * image (padding excluded, as Keras and count_include_pad=False). argmax: [batch*out_h*out_w*c] */
     void (*maxpool_forward)(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g);
     void (*maxpool_backward)(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g);
@@ -97,8 +98,8 @@ typedef struct crew_backend_ops {
     /* returns the number of ids outside [0, vocab) or not integers; their rows become zeros */
     int64_t (*embedding_forward)(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
                                  int64_t rows, int64_t dim);
-    void (*embedding_backward)(void *ctx, const float *ids, const float *dy, float *dtable, int64_t rows,
-                               int64_t dim); /* accumulates */
+    void (*embedding_backward)(void *ctx, const float *ids, const float *dy, float *dtable, int64_t vocab,
+                               int64_t rows, int64_t dim); /* accumulates; skips ids forward rejected */
 
     /* ---- loss: softmax cross-entropy on logits [rows, classes], labels [rows].
      * Writes the per-row loss and d(mean loss · scale)/d logits; counts rows whose arg-max equals

@@ -20,7 +20,8 @@ typedef struct crew_st_tensor {
     int ndim;
     int64_t shape[CREW_ST_MAX_DIMS];
     int64_t count;        /* elements */
-    const void *data;     /* into the file's bytes (reader) or the caller's (writer) */
+    const void *data;     /* into the file's bytes (reader) or the caller's (writer); the reader's
+                           * may be unaligned: memcpy before reading values */
 } crew_st_tensor;
 
 /* A file read whole into memory, its header parsed and checked: every tensor's offsets inside
@@ -30,13 +31,26 @@ typedef struct crew_st_file {
     size_t len;
     crew_st_tensor *tensors;
     int n_tensors;
+    /* Added with the implementation (src/io/safetensors.c): */
+    int owns_bytes;       /* 1: bytes came from crew_st_read and crew_st_free frees them */
+    char **metadata;      /* [2 * n_metadata]: key, value, key, value, ... from "__metadata__" */
+    int n_metadata;
 } crew_st_file;
+
+/* Largest header accepted (the reference implementation's limit). */
+#define CREW_ST_MAX_HEADER 100000000u
 
 crew_status crew_st_read(const char *path, crew_st_file *out);
 /* The same from memory (bytes are borrowed, not freed by crew_st_free). */
 crew_status crew_st_parse(const uint8_t *bytes, size_t len, const char *what, crew_st_file *out);
 const crew_st_tensor *crew_st_find(const crew_st_file *f, const char *name);
 void crew_st_free(crew_st_file *f);
+/* The "__metadata__" value for key, or NULL. */
+const char *crew_st_metadata(const crew_st_file *f, const char *key);
+/* Bytes per element: 4, 4, 8, 1; 0 for an unknown dtype. */
+size_t crew_st_dtype_size(crew_st_dtype dtype);
+/* "F32", ...; "?" for an unknown dtype. */
+const char *crew_st_dtype_name(crew_st_dtype dtype);
 
 /* Writes tensors atomically (temporary file, fsync, rename). metadata: NULL-terminated
  * key/value pairs ({"k1", "v1", "k2", "v2", NULL}) or NULL. */

@@ -2,7 +2,9 @@
 #ifndef CREW_CLI_H
 #define CREW_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "crew.h"
 
@@ -18,5 +20,31 @@ int cli_usage_error(const char *verb, const char *fmt, ...);
 /* Flag values, range-checked; on error they print one line and return 0. */
 int cli_parse_int(const char *verb, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);
 int cli_parse_float(const char *verb, const char *flag, const char *text, double lo, double hi, double *out);
+
+
+/* If argv[*i] is `flag` or `flag=value`, stores the value (the next argument in the first form,
+ * advancing *i) and returns 1; returns -1 when the value is missing, 0 when argv[*i] is another flag. */
+int cli_flag(int argc, char **argv, int *i, const char *flag, const char **value);
+
+/* Monotonic seconds. */
+double cli_now(void);
+
+/* A progress display for long work: a Keras-style bar on a terminal, nothing elsewhere. */
+typedef struct cli_progress {
+    int tty;
+    double start;
+    int last_width;
+} cli_progress;
+void cli_progress_init(cli_progress *p, int enabled);
+/* "  234/937 [=====>........] - 12s 51ms/step" + extra */
+void cli_progress_bar(cli_progress *p, int64_t done, int64_t total, double elapsed_s, const char *extra);
+void cli_progress_end(cli_progress *p);
+
+/* JSON output helpers: a number ("null" when not finite) and a quoted, escaped string. */
+const char *cli_json_number(double v, char *buf, size_t len);
+void cli_json_string(FILE *f, const char *s);
+
+/* Human-readable model summary and plan, to stdout. */
+void cli_print_plan(const crew_fit_plan *plan, const char *devices);
 
 #endif

@@ -50,29 +50,31 @@ void cpu_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int
     }
 }
 
+/* An id is usable when it is an integer in [0, vocab): NaN fails every comparison. */
+static inline int valid_id(float id, int64_t vocab) { return id >= 0.0f && id < (float)vocab && id == (float)(int64_t)id; }
+
 int64_t cpu_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
                               int64_t rows, int64_t dim)
 {
     (void)ctx;
     int64_t bad = 0;
     for (int64_t r = 0; r < rows; r++) {
-        float id = ids[r];
-        if (!(id >= 0.0f && id < (float)vocab) || id != (float)(int64_t)id) {
+        if (!valid_id(ids[r], vocab)) {
             memset(y + r * dim, 0, (size_t)dim * sizeof(float));
             bad++;
             continue;
         }
-        memcpy(y + r * dim, table + (int64_t)id * dim, (size_t)dim * sizeof(float));
+        memcpy(y + r * dim, table + (int64_t)ids[r] * dim, (size_t)dim * sizeof(float));
     }
     return bad;
 }
 
-void cpu_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t rows,
-                            int64_t dim)
+void cpu_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t vocab,
+                            int64_t rows, int64_t dim)
 {
     (void)ctx;
     for (int64_t r = 0; r < rows; r++) {
-        if (!(ids[r] >= 0.0f)) continue; /* rows the forward pass rejected */
+        if (!valid_id(ids[r], vocab)) continue;
         float *d = dtable + (int64_t)ids[r] * dim;
         const float *g = dy + r * dim;
         for (int64_t j = 0; j < dim; j++) d[j] += g[j];

@@ -42,8 +42,8 @@ void cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int
 void cpu_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int64_t classes);
 int64_t cpu_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
                               int64_t rows, int64_t dim);
-void cpu_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t rows,
-                            int64_t dim);
+void cpu_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t vocab,
+                            int64_t rows, int64_t dim);
 
 /* cpu_optim.c */
 void cpu_sgd_update(void *ctx, float *param, const float *grad, float *velocity, int64_t n, float lr,

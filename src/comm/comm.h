@@ -1,0 +1,66 @@
+/* comm.h — the communicator: collectives between the replicas of a run.
+ *
+ * A table of functions plus a context, as NCCL's communicator: the in-process implementation
+ * (comm_local.c: one thread per replica, shared memory) is the first; MPI and NCCL implement
+ * the same table. Nothing above this interface may assume threads.
+ *
+ * Every collective is called by all ranks with the same arguments (except the buffer), takes a
+ * deadline in seconds, and returns an error naming the ranks that did not arrive when it passes.
+ * Buffers hold `n` elements of the given type. Sums run in rank order, so a result never depends
+ * on which rank finished first: the determinism contract of docs/ARCHITECTURE.md. */
+#ifndef CREW_COMM_COMM_H
+#define CREW_COMM_COMM_H
+
+#include <stdint.h>
+
+#include "crew.h"
+
+typedef enum crew_comm_type { CREW_COMM_F32 = 1, CREW_COMM_F64 } crew_comm_type;
+typedef enum crew_reduce_op { CREW_REDUCE_SUM = 1, CREW_REDUCE_AVG } crew_reduce_op;
+
+typedef struct crew_comm_ops {
+    const char *name;
+    crew_status (*allreduce)(void *ctx, int rank, void *buf, int64_t n, crew_comm_type t, crew_reduce_op op,
+                             double timeout_s);
+    crew_status (*broadcast)(void *ctx, int rank, void *buf, int64_t n, crew_comm_type t, int root,
+                             double timeout_s);
+    /* recv: [size · n], rank r's send lands at recv + r·n */
+    crew_status (*allgather)(void *ctx, int rank, const void *send, void *recv, int64_t n, crew_comm_type t,
+                             double timeout_s);
+    /* send: [size · n]; rank r receives the reduction of every rank's chunk r into recv [n] */
+    crew_status (*reduce_scatter)(void *ctx, int rank, const void *send, void *recv, int64_t n, crew_comm_type t,
+                                  crew_reduce_op op, double timeout_s);
+    crew_status (*barrier)(void *ctx, int rank, double timeout_s);
+    /* Marks this rank as failed so that the others stop waiting for it at once. */
+    void (*abort)(void *ctx, int rank);
+} crew_comm_ops;
+
+/* One rank's handle. */
+typedef struct crew_comm {
+    const crew_comm_ops *ops;
+    void *ctx;
+    int rank, size;
+} crew_comm;
+
+static inline crew_status crew_allreduce(const crew_comm *c, void *buf, int64_t n, crew_comm_type t,
+                                         crew_reduce_op op, double timeout_s)
+{
+    return c->ops->allreduce(c->ctx, c->rank, buf, n, t, op, timeout_s);
+}
+static inline crew_status crew_broadcast(const crew_comm *c, void *buf, int64_t n, crew_comm_type t, int root,
+                                         double timeout_s)
+{
+    return c->ops->broadcast(c->ctx, c->rank, buf, n, t, root, timeout_s);
+}
+static inline crew_status crew_barrier(const crew_comm *c, double timeout_s)
+{
+    return c->ops->barrier(c->ctx, c->rank, timeout_s);
+}
+
+/* The in-process communicator for `size` threads: one shared context, one handle per rank. */
+typedef struct crew_local_comm crew_local_comm;
+crew_status crew_local_comm_create(int size, crew_local_comm **out);
+crew_comm crew_local_comm_rank(crew_local_comm *lc, int rank);
+void crew_local_comm_free(crew_local_comm *lc);
+
+#endif

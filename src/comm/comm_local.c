@@ -1,0 +1,237 @@
+/* comm_local.c — the in-process communicator: one thread per rank, shared memory.
+ *
+ * A collective is: every rank posts its buffer pointers and meets at a barrier; then each rank
+ * works on its own chunk of the elements, reading every rank's buffer and writing the result
+ * into every rank's buffer (nobody else touches that chunk); then a second barrier. For each
+ * element the sum runs over ranks 0, 1, ..., size-1 in that order, whichever thread does it:
+ * results are bitwise the same as one rank summing the contributions in rank order.
+ *
+ * The barrier has a deadline; when it passes, the message names the ranks that never arrived,
+ * and the communicator is poisoned so every other rank stops waiting too. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm.h"
+#include "core/status.h"
+
+struct crew_local_comm {
+    int size;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t generation;     /* barriers completed */
+    int arrived;             /* ranks waiting at the current barrier */
+    unsigned char *here;     /* [size] 1 when rank r is at the current barrier */
+    int failed_rank;         /* -1, or a rank that aborted or timed out */
+    char failure[256];       /* why the communicator is poisoned */
+    void **buf;              /* [size] buffers posted for the current collective */
+    const void **send;       /* [size] */
+};
+
+static size_t type_size(crew_comm_type t) { return t == CREW_COMM_F64 ? 8 : 4; }
+
+static void deadline_after(double seconds, struct timespec *ts)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    double whole = (double)(long)seconds;
+    ts->tv_sec += (time_t)whole;
+    ts->tv_nsec += (long)((seconds - whole) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Lists the ranks missing from the barrier, "1, 3", into buf. Called with mu held. */
+static void missing_ranks(const struct crew_local_comm *c, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int r = 0; r < c->size && used < len; r++)
+        if (!c->here[r]) used += (size_t)snprintf(buf + used, len - used, used ? ", %d" : "%d", r);
+}
+
+static crew_status barrier(struct crew_local_comm *c, int rank, double timeout_s, const char *what)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->failed_rank >= 0) {
+        crew_status s = crew_errorf(CREW_CODE_TIMEOUT, "%s on rank %d: %s", what, rank, c->failure);
+        pthread_mutex_unlock(&c->mu);
+        return s;
+    }
+    uint64_t gen = c->generation;
+    c->here[rank] = 1;
+    if (++c->arrived == c->size) {
+        c->arrived = 0;
+        memset(c->here, 0, (size_t)c->size);
+        c->generation++;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        return CREW_OK;
+    }
+    struct timespec deadline;
+    deadline_after(timeout_s, &deadline);
+    int rc = 0;
+    while (c->generation == gen && c->failed_rank < 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&c->cv, &c->mu, &deadline);
+    crew_status s = CREW_OK;
+    if (c->generation == gen) {
+        if (c->failed_rank < 0) {
+            char missing[128];
+            missing_ranks(c, missing, sizeof missing);
+            snprintf(c->failure, sizeof c->failure, "rank %s did not arrive within %g s", missing, timeout_s);
+            c->failed_rank = rank;
+            pthread_cond_broadcast(&c->cv);
+        }
+        s = crew_errorf(CREW_CODE_TIMEOUT, "%s on rank %d: %s", what, rank, c->failure);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return s;
+}
+
+static void chunk(int64_t n, int size, int rank, int64_t *lo, int64_t *hi)
+{
+    *lo = n * rank / size;
+    *hi = n * (rank + 1) / size;
+}
+
+/* out[i] = op over ranks (in rank order) of in_q[i], for i in [lo, hi). */
+static void reduce_range(void *const *in, int size, int64_t lo, int64_t hi, crew_comm_type t, crew_reduce_op op,
+                         void *const *out, int n_out, int64_t out_shift)
+{
+    if (t == CREW_COMM_F32) {
+        const float inv = 1.0f / (float)size;
+        for (int64_t i = lo; i < hi; i++) {
+            float s = ((const float *)in[0])[i];
+            for (int q = 1; q < size; q++) s += ((const float *)in[q])[i];
+            if (op == CREW_REDUCE_AVG) s *= inv;
+            for (int q = 0; q < n_out; q++) ((float *)out[q])[i - out_shift] = s;
+        }
+    } else {
+        const double inv = 1.0 / (double)size;
+        for (int64_t i = lo; i < hi; i++) {
+            double s = ((const double *)in[0])[i];
+            for (int q = 1; q < size; q++) s += ((const double *)in[q])[i];
+            if (op == CREW_REDUCE_AVG) s *= inv;
+            for (int q = 0; q < n_out; q++) ((double *)out[q])[i - out_shift] = s;
+        }
+    }
+}
+
+static crew_status local_allreduce(void *ctx, int rank, void *buf, int64_t n, crew_comm_type t, crew_reduce_op op,
+                                   double timeout_s)
+{
+    struct crew_local_comm *c = ctx;
+    if (c->size == 1) return CREW_OK; /* a sum or mean over one rank is the buffer itself */
+    c->buf[rank] = buf;
+    CREW_TRY(barrier(c, rank, timeout_s, "all-reduce"));
+    int64_t lo, hi;
+    chunk(n, c->size, rank, &lo, &hi);
+    reduce_range(c->buf, c->size, lo, hi, t, op, c->buf, c->size, 0);
+    return barrier(c, rank, timeout_s, "all-reduce");
+}
+
+static crew_status local_broadcast(void *ctx, int rank, void *buf, int64_t n, crew_comm_type t, int root,
+                                   double timeout_s)
+{
+    struct crew_local_comm *c = ctx;
+    if (root < 0 || root >= c->size)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "broadcast: root %d is not a rank of %d", root, c->size);
+    if (c->size == 1) return CREW_OK;
+    c->buf[rank] = buf;
+    CREW_TRY(barrier(c, rank, timeout_s, "broadcast"));
+    if (rank != root) memcpy(buf, c->buf[root], (size_t)n * type_size(t));
+    return barrier(c, rank, timeout_s, "broadcast");
+}
+
+static crew_status local_allgather(void *ctx, int rank, const void *send, void *recv, int64_t n, crew_comm_type t,
+                                   double timeout_s)
+{
+    struct crew_local_comm *c = ctx;
+    size_t bytes = (size_t)n * type_size(t);
+    c->send[rank] = send;
+    CREW_TRY(barrier(c, rank, timeout_s, "all-gather"));
+    for (int q = 0; q < c->size; q++) memcpy((char *)recv + (size_t)q * bytes, c->send[q], bytes);
+    return barrier(c, rank, timeout_s, "all-gather");
+}
+
+static crew_status local_reduce_scatter(void *ctx, int rank, const void *send, void *recv, int64_t n,
+                                        crew_comm_type t, crew_reduce_op op, double timeout_s)
+{
+    struct crew_local_comm *c = ctx;
+    c->send[rank] = send;
+    c->buf[rank] = recv;
+    CREW_TRY(barrier(c, rank, timeout_s, "reduce-scatter"));
+    void *out[1] = {recv};
+    reduce_range((void *const *)c->send, c->size, (int64_t)rank * n, (int64_t)(rank + 1) * n, t, op, out, 1,
+                 (int64_t)rank * n);
+    return barrier(c, rank, timeout_s, "reduce-scatter");
+}
+
+static crew_status local_barrier(void *ctx, int rank, double timeout_s)
+{
+    return barrier(ctx, rank, timeout_s, "barrier");
+}
+
+static void local_abort(void *ctx, int rank)
+{
+    struct crew_local_comm *c = ctx;
+    pthread_mutex_lock(&c->mu);
+    if (c->failed_rank < 0) {
+        c->failed_rank = rank;
+        snprintf(c->failure, sizeof c->failure, "rank %d failed and left the run", rank);
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static const crew_comm_ops local_ops = {
+    .name = "local",
+    .allreduce = local_allreduce,
+    .broadcast = local_broadcast,
+    .allgather = local_allgather,
+    .reduce_scatter = local_reduce_scatter,
+    .barrier = local_barrier,
+    .abort = local_abort,
+};
+
+crew_status crew_local_comm_create(int size, crew_local_comm **out)
+{
+    *out = NULL;
+    if (size < 1 || size > 4096)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "communicator: size must be in [1, 4096], got %d", size);
+    struct crew_local_comm *c = calloc(1, sizeof *c);
+    if (!c) return CREW_OOM();
+    c->size = size;
+    c->failed_rank = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->here = calloc((size_t)size, 1);
+    c->buf = calloc((size_t)size, sizeof *c->buf);
+    c->send = calloc((size_t)size, sizeof *c->send);
+    if (!c->here || !c->buf || !c->send) {
+        crew_local_comm_free(c);
+        return CREW_OOM();
+    }
+    *out = c;
+    return CREW_OK;
+}
+
+crew_comm crew_local_comm_rank(crew_local_comm *lc, int rank)
+{
+    return (crew_comm){&local_ops, lc, rank, lc->size};
+}
+
+void crew_local_comm_free(crew_local_comm *c)
+{
+    if (!c) return;
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c->here);
+    free(c->buf);
+    free(c->send);
+    free(c);
+}

@@ -1,0 +1,91 @@
+/* evaluate.c — compile, evaluate and predict on one replica. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "data/dataset.h"
+#include "train/train.h"
+
+crew_status crew_model_compile(crew_model *m, const crew_compile_options *opts)
+{
+    if (!m || !opts) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_compile: NULL argument");
+    if (opts->loss != CREW_LOSS_SOFTMAX_CROSS_ENTROPY)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "compile: unknown loss %d", (int)opts->loss);
+    crew_compile_options c = *opts;
+    CREW_TRY(crew_optimizer_spec_check(&c.optimizer));
+    CREW_TRY(crew_model_layout(m));
+    crew_shape out = crew_model_output_shape(m);
+    if (out.ndim != 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
+                           "compile: cross-entropy needs a vector of logits per sample; the last layer gives %d axes",
+                           out.ndim);
+    crew_optimizer_release(&m->opt, &m->be);
+    CREW_TRY(crew_optimizer_init(&m->opt, &c.optimizer, &m->be, m->n_params));
+    m->compile = c;
+    m->compiled = 1;
+    return CREW_OK;
+}
+
+crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, int64_t hi, int64_t batch,
+                            double *loss_sum, int64_t *correct)
+{
+    CREW_TRY(crew_model_reserve(m, batch));
+    int64_t *idx = malloc((size_t)batch * sizeof *idx);
+    if (!idx) return CREW_OOM();
+    *loss_sum = 0.0;
+    *correct = 0;
+    crew_status s = CREW_OK;
+    for (int64_t start = lo; start < hi && !s; start += batch) {
+        int64_t rows = hi - start < batch ? hi - start : batch;
+        for (int64_t r = 0; r < rows; r++) idx[r] = start + r;
+        crew_dataset_gather(d, idx, rows, m->act[0], m->labels);
+        crew_pass p = {.be = &m->be, .rows = rows, .training = 0, .sample_ids = idx};
+        s = crew_model_forward(m, &p);
+        double l = 0.0;
+        int64_t c = 0;
+        if (!s) s = crew_model_loss(m, &p, 1.0f, &l, &c);
+        *loss_sum += l;
+        *correct += c;
+    }
+    free(idx);
+    return s;
+}
+
+crew_status crew_model_evaluate(crew_model *m, const crew_dataset *d, int64_t batch, crew_eval_result *r)
+{
+    memset(r, 0, sizeof *r);
+    if (!m || !d) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_evaluate: NULL argument");
+    if (batch <= 0) batch = 256;
+    CREW_TRY(crew_model_layout(m));
+    CREW_TRY(crew_check_dataset(m, d));
+    if (!m->initialized)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "evaluate: the model has no weights yet (train or load them)");
+    double loss = 0.0;
+    int64_t correct = 0, n = crew_dataset_size(d);
+    CREW_TRY(crew_eval_range(m, d, 0, n, batch, &loss, &correct));
+    r->samples = n;
+    r->loss = n ? (float)(loss / (double)n) : NAN;
+    r->accuracy = n ? (float)((double)correct / (double)n) : NAN;
+    return CREW_OK;
+}
+
+crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *probs)
+{
+    if (!m || (!x && n) || (!probs && n)) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_predict: NULL argument");
+    CREW_TRY(crew_model_layout(m));
+    if (!m->initialized)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "predict: the model has no weights yet (train or load them)");
+    const int64_t batch = 256, in = crew_shape_size(&m->input), classes = crew_model_classes(m);
+    CREW_TRY(crew_model_reserve(m, batch));
+    const crew_backend_ops *o = m->be.ops;
+    for (int64_t start = 0; start < n; start += batch) {
+        int64_t rows = n - start < batch ? n - start : batch;
+        o->upload(m->be.ctx, m->act[0], x + start * in, rows * in);
+        crew_pass p = {.be = &m->be, .rows = rows, .training = 0};
+        CREW_TRY(crew_model_forward(m, &p));
+        o->softmax(m->be.ctx, m->act[m->n_compute], m->dbuf[0], rows, classes);
+        o->download(m->be.ctx, probs + start * classes, m->dbuf[0], rows * classes);
+    }
+    return CREW_OK;
+}

@@ -1,0 +1,161 @@
+/* plan.c — resolving a fit: the batch plan (devices × per-device batch × accumulation = global
+ * batch) and the learning-rate plan (base rate scaled to the global batch by the rule, gradual
+ * warmup, then the schedule). */
+#include <math.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "data/dataset.h"
+#include "nn/model.h"
+#include "train/train.h"
+
+void crew_model_default_compile(const crew_model *m, crew_compile_options *opts)
+{
+    if (m && m->defaults.has_compile) {
+        *opts = m->defaults.compile;
+        return;
+    }
+    memset(opts, 0, sizeof *opts);
+    opts->loss = CREW_LOSS_SOFTMAX_CROSS_ENTROPY;
+    opts->optimizer.type = CREW_OPT_ADAMW;
+    opts->optimizer.lr = 1e-3f;
+}
+
+void crew_model_default_fit(const crew_model *m, crew_fit_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->epochs = m && m->defaults.epochs > 0 ? m->defaults.epochs : 1;
+    opts->batch_per_device = m && m->defaults.batch_per_device > 0 ? m->defaults.batch_per_device : 32;
+    opts->devices = 1;
+    opts->threads_per_device = 1;
+    opts->seed = m && m->defaults.has_seed ? m->defaults.seed : 1;
+}
+
+static crew_status check_data(const crew_model *m, const crew_dataset *d)
+{
+    int64_t shape[4];
+    int nd = crew_dataset_sample_shape(d, shape);
+    int same = nd == m->input.ndim;
+    for (int i = 0; same && i < nd; i++) same = shape[i] == m->input.dim[i];
+    if (!same) {
+        char want[64], got[64];
+        crew_shape g = {nd, {shape[0], shape[1], shape[2], shape[3]}};
+        crew_shape_format(&m->input, want, sizeof want);
+        crew_shape_format(&g, got, sizeof got);
+        return crew_errorf(CREW_CODE_BAD_INPUT, "dataset %s (%s) has samples of shape %s but the model takes %s",
+                           d->dir, d->split, got, want);
+    }
+    crew_shape out = crew_model_output_shape(m);
+    if (out.ndim != 1)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "the model's output must be a vector of class logits, not %d axes",
+                           out.ndim);
+    if (crew_dataset_classes(d) > out.dim[0])
+        return crew_errorf(CREW_CODE_BAD_INPUT, "dataset %s has %d classes but the model outputs only %lld logits",
+                           d->dir, crew_dataset_classes(d), (long long)out.dim[0]);
+    return CREW_OK;
+}
+
+crew_status crew_check_dataset(const crew_model *m, const crew_dataset *d) { return check_data(m, d); }
+
+static crew_status check_options(const crew_fit_options *o)
+{
+    if (o->epochs < 1 || o->epochs > 1000000)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "epochs must be in [1, 1000000], got %d", o->epochs);
+    if (o->batch_per_device < 1 || o->batch_per_device > (1 << 20))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "batch per device must be in [1, 1048576], got %lld",
+                           (long long)o->batch_per_device);
+    if (o->devices < 1 || o->devices > 1024)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "devices must be in [1, 1024], got %d", o->devices);
+    if (o->threads_per_device < 1 || o->threads_per_device > 1024)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "threads per device must be in [1, 1024], got %d",
+                           o->threads_per_device);
+    if (o->max_steps < 0 || o->global_batch < 0)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "max steps and global batch must not be negative");
+    if (!(o->lr >= 0.0f) || !isfinite(o->lr))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "learning rate must be positive, got %g", (double)o->lr);
+    return CREW_OK;
+}
+
+static float scale_factor(crew_lr_scaling rule, int64_t global, int64_t base)
+{
+    double ratio = (double)global / (double)base;
+    switch (rule) {
+    case CREW_SCALE_LINEAR: return (float)ratio;
+    case CREW_SCALE_SQRT: return (float)sqrt(ratio);
+    default: return 1.0f;
+    }
+}
+
+crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *o,
+                                crew_fit_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    CREW_TRY(check_options(o));
+    CREW_TRY(crew_model_layout(m));
+    CREW_TRY(check_data(m, train));
+    if (o->test) CREW_TRY(check_data(m, o->test));
+    crew_compile_options c;
+    if (m->compiled)
+        c = m->compile;
+    else
+        crew_model_default_compile(m, &c);
+
+    p->devices = o->devices;
+    p->threads_per_device = o->threads_per_device;
+    p->batch_per_device = o->batch_per_device;
+    int64_t per_round = (int64_t)o->devices * o->batch_per_device;
+    p->global_batch = o->global_batch ? o->global_batch : per_round;
+    if (p->global_batch % per_round != 0)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
+                           "global batch %lld is not a multiple of devices (%d) x batch per device (%lld) = %lld; "
+                           "choose %lld or %lld",
+                           (long long)p->global_batch, o->devices, (long long)o->batch_per_device,
+                           (long long)per_round, (long long)(p->global_batch / per_round) * per_round,
+                           (long long)(p->global_batch / per_round + 1) * per_round);
+    p->accumulation = (int)(p->global_batch / per_round);
+    p->train_samples = crew_dataset_size(train);
+    p->steps_per_epoch = p->train_samples / p->global_batch;
+    if (p->steps_per_epoch < 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
+                           "dataset %s holds %lld training samples, fewer than one global batch of %lld",
+                           train->dir, (long long)p->train_samples, (long long)p->global_batch);
+    p->epochs = o->epochs;
+    p->total_steps = p->steps_per_epoch * o->epochs;
+    if (o->max_steps && o->max_steps < p->total_steps) {
+        p->total_steps = o->max_steps;
+        p->epochs = (int)((o->max_steps + p->steps_per_epoch - 1) / p->steps_per_epoch);
+    }
+    p->seed = o->seed;
+
+    const crew_optimizer_spec *s = &c.optimizer;
+    p->base_lr = o->lr > 0.0f ? o->lr : s->lr;
+    p->base_batch = s->base_batch > 0 ? s->base_batch : p->global_batch;
+    p->scaling = s->scaling;
+    p->lr_factor = scale_factor(s->scaling, p->global_batch, p->base_batch);
+    p->scaled_lr = p->base_lr * p->lr_factor;
+    p->schedule = s->schedule;
+    if (s->warmup_steps > 0) {
+        p->warmup_steps = s->warmup_steps;
+    } else if (p->lr_factor > 1.0f) {
+        /* Goyal et al.: 5 epochs of gradual warmup; never more than half of a short run. */
+        int64_t five = 5 * p->steps_per_epoch, half = p->total_steps / 2;
+        p->warmup_steps = five < half ? five : half;
+    }
+    /* Gradual warmup rises from the base rate (Goyal et al.) when scaling raised it, else from 0. */
+    p->warmup_start_lr = p->lr_factor > 1.0f ? p->base_lr : 0.0f;
+    return CREW_OK;
+}
+
+crew_lr_plan crew_lr_plan_of(const crew_fit_plan *p, const crew_optimizer_spec *s)
+{
+    crew_lr_plan lr = {0};
+    lr.schedule = s->schedule;
+    lr.start_lr = p->warmup_start_lr;
+    lr.peak_lr = p->scaled_lr;
+    lr.min_lr = s->min_lr * p->lr_factor;
+    lr.warmup_steps = p->warmup_steps;
+    lr.total_steps = p->total_steps;
+    lr.step_size = s->step_size;
+    lr.gamma = s->gamma;
+    return lr;
+}

@@ -1,0 +1,22 @@
+/* train.h — internals of the training loop shared by fit, evaluate and verify. */
+#ifndef CREW_TRAIN_TRAIN_H
+#define CREW_TRAIN_TRAIN_H
+
+#include "comm/comm.h"
+#include "crew.h"
+#include "nn/model.h"
+#include "optim/optimizer.h"
+
+/* The sample order of an epoch: a permutation of [0, n) that depends on (seed, epoch) alone,
+ * never on the number of replicas or threads. perm: [n] */
+void crew_epoch_order(uint64_t seed, int epoch, int64_t n, int64_t *perm);
+
+crew_status crew_check_dataset(const crew_model *m, const crew_dataset *d);
+crew_lr_plan crew_lr_plan_of(const crew_fit_plan *p, const crew_optimizer_spec *s);
+
+/* Loss and accuracy of samples [lo, hi) of d on one replica, in batches of `batch` rows;
+ * returns the sums (not means). */
+crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, int64_t hi, int64_t batch,
+                            double *loss_sum, int64_t *correct);
+
+#endif

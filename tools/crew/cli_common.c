@@ -1,0 +1,82 @@
+/* cli_common.c — what every verb shares: error lines, exit statuses, flag parsing. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int cli_fail(const char *verb, crew_status s)
+{
+    crew_code code = crew_status_code(s);
+    fprintf(stderr, "crew %s: %s\n", verb, crew_status_message(s));
+    crew_status_free(s);
+    switch (code) {
+    case CREW_CODE_OK: return 0;
+    case CREW_CODE_INVALID_ARGUMENT:
+    case CREW_CODE_BAD_INPUT:
+    case CREW_CODE_IO: return 2;
+    default: return 1;
+    }
+}
+
+int cli_usage_error(const char *verb, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "crew %s: ", verb);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (crew %s --help)\n", verb);
+    va_end(ap);
+    return 2;
+}
+
+int cli_parse_int(const char *verb, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = text ? strtoll(text, &end, 10) : 0;
+    if (!text || !*text || *end || errno) {
+        cli_usage_error(verb, "%s needs an integer, got '%s'", flag, text ? text : "");
+        return 0;
+    }
+    if (v < lo || v > hi) {
+        cli_usage_error(verb, "%s must be in [%lld, %lld], got %lld", flag, (long long)lo, (long long)hi, v);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_parse_float(const char *verb, const char *flag, const char *text, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = text ? strtod(text, &end) : 0;
+    if (!text || !*text || *end || errno || !isfinite(v)) {
+        cli_usage_error(verb, "%s needs a number, got '%s'", flag, text ? text : "");
+        return 0;
+    }
+    if (v < lo || v > hi) {
+        cli_usage_error(verb, "%s must be in [%g, %g], got %g", flag, lo, hi, v);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_flag(int argc, char **argv, int *i, const char *flag, const char **value)
+{
+    size_t n = strlen(flag);
+    if (strncmp(argv[*i], flag, n) != 0) return 0;
+    if (argv[*i][n] == '=') {
+        *value = argv[*i] + n + 1;
+        return 1;
+    }
+    if (argv[*i][n] != '\0') return 0;
+    if (*i + 1 >= argc) return -1;
+    *value = argv[++*i];
+    return 1;
+}

@@ -1,0 +1,50 @@
+/* cli_output.c — printing shared by the verbs: the training plan and JSON values. */
+#include <math.h>
+#include <stdio.h>
+
+#include "cli.h"
+
+const char *cli_json_number(double v, char *buf, size_t len)
+{
+    if (!isfinite(v))
+        snprintf(buf, len, "null");
+    else
+        snprintf(buf, len, "%.6g", v);
+    return buf;
+}
+
+void cli_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static const char *scaling_name(crew_lr_scaling s)
+{
+    return s == CREW_SCALE_LINEAR ? "linear" : s == CREW_SCALE_SQRT ? "sqrt" : "none";
+}
+
+void cli_print_plan(const crew_fit_plan *p, const char *devices)
+{
+    printf("plan: %s (%d replica%s x %d BLAS thread%s), batch %lld per device x %d accumulation = global batch %lld\n",
+           devices, p->devices, p->devices == 1 ? "" : "s", p->threads_per_device, p->threads_per_device == 1 ? "" : "s",
+           (long long)p->batch_per_device, p->accumulation, (long long)p->global_batch);
+    printf("      %lld samples: %lld steps per epoch x %d epoch%s = %lld steps; seed %llu\n", (long long)p->train_samples,
+           (long long)p->steps_per_epoch, p->epochs, p->epochs == 1 ? "" : "s", (long long)p->total_steps,
+           (unsigned long long)p->seed);
+    printf("      learning rate %g (tuned for batch %lld) x %.4g (%s rule) = %g", (double)p->base_lr,
+           (long long)p->base_batch, (double)p->lr_factor, scaling_name(p->scaling), (double)p->scaled_lr);
+    if (p->warmup_steps)
+        printf(", warmup %lld steps from %g\n", (long long)p->warmup_steps, (double)p->warmup_start_lr);
+    else
+        printf(", no warmup\n");
+}

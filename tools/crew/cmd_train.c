@@ -1,0 +1,266 @@
+/* cmd_train.c — crew train MODEL.json --data DIR [options] */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "run_dir.h"
+
+static const char *usage_text =
+    "usage: crew train MODEL.json --data DIR [options]\n"
+    "\n"
+    "Trains the model file on the dataset directory DIR (written by crew prep), evaluates it on\n"
+    "DIR's test split after every epoch, and saves the weights into the run directory.\n"
+    "\n"
+    "options (defaults from the model file's \"training\" section, else as shown):\n"
+    "  --data DIR                 dataset directory (required)\n"
+    "  --epochs N                 passes over the training split [1]\n"
+    "  --max-steps N              stop after N optimizer steps [no limit]\n"
+    "  --devices cpu:N            N replicas, data-parallel, one thread each; 'cpu' = all cores [cpu]\n"
+    "  --threads-per-device T     BLAS threads per replica [1]\n"
+    "  --batch-per-device B       samples per replica per micro-batch [32]\n"
+    "  --global-batch G           samples per optimizer step; a multiple of N x B, the rest is\n"
+    "                             gradient accumulation [N x B]\n"
+    "  --lr X                     base learning rate, overriding the model file's\n"
+    "  --seed S                   seed for initial weights, data order and dropout [1]\n"
+    "  --init-weights FILE        start from these weights (safetensors) instead of a random init\n"
+    "  --run-dir DIR              where config.json and weights.safetensors go\n"
+    "                             [runs/<model>-<date>-<time>]\n"
+    "  --json                     end with one JSON line: test_accuracy, test_loss, train_loss,\n"
+    "                             epochs, steps, samples_per_s, wall_s, weights, run_dir\n"
+    "  --quiet                    no progress output\n";
+
+typedef struct train_args {
+    const char *model, *data, *run_dir, *init_weights, *devices_text;
+    int json, quiet;
+    int64_t epochs, max_steps, batch, global_batch, seed, devices, threads;
+    double lr;
+    int have_epochs, have_batch, have_seed;
+} train_args;
+
+static int parse_devices(const char *text, int64_t *n)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!strcmp(text, "cpu")) {
+        *n = cores > 0 ? cores : 1;
+        return 1;
+    }
+    if (strncmp(text, "cpu:", 4) != 0) {
+        cli_usage_error("train", "--devices takes cpu or cpu:N, got '%s'", text);
+        return 0;
+    }
+    return cli_parse_int("train", "--devices cpu:N", text + 4, 1, 1024, n);
+}
+
+/* Returns 0 to go on, or the exit status. */
+static int parse_args(int argc, char **argv, train_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->devices_text = "cpu";
+    a->threads = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int r;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_text, stdout);
+            return -1;
+        }
+#define FLAG(name) ((r = cli_flag(argc, argv, &i, name, &v)) != 0)
+        if (!strcmp(argv[i], "--json")) a->json = 1;
+        else if (!strcmp(argv[i], "--quiet")) a->quiet = 1;
+        else if (FLAG("--data")) a->data = v;
+        else if (FLAG("--run-dir")) a->run_dir = v;
+        else if (FLAG("--init-weights")) a->init_weights = v;
+        else if (FLAG("--devices")) a->devices_text = v;
+        else if (FLAG("--epochs")) {
+            if (r > 0 && !cli_parse_int("train", "--epochs", v, 1, 1000000, &a->epochs)) return 2;
+            a->have_epochs = 1;
+        } else if (FLAG("--max-steps")) {
+            if (r > 0 && !cli_parse_int("train", "--max-steps", v, 1, INT64_MAX / 2, &a->max_steps)) return 2;
+        } else if (FLAG("--batch-per-device")) {
+            if (r > 0 && !cli_parse_int("train", "--batch-per-device", v, 1, 1 << 20, &a->batch)) return 2;
+            a->have_batch = 1;
+        } else if (FLAG("--global-batch")) {
+            if (r > 0 && !cli_parse_int("train", "--global-batch", v, 1, 1 << 30, &a->global_batch)) return 2;
+        } else if (FLAG("--threads-per-device")) {
+            if (r > 0 && !cli_parse_int("train", "--threads-per-device", v, 1, 1024, &a->threads)) return 2;
+        } else if (FLAG("--seed")) {
+            if (r > 0 && !cli_parse_int("train", "--seed", v, 0, INT64_MAX, &a->seed)) return 2;
+            a->have_seed = 1;
+        } else if (FLAG("--lr")) {
+            if (r > 0 && !cli_parse_float("train", "--lr", v, 1e-12, 1e3, &a->lr)) return 2;
+        } else if (argv[i][0] == '-') {
+            return cli_usage_error("train", "unknown option '%s'", argv[i]);
+        } else if (!a->model) {
+            a->model = argv[i];
+            continue;
+        } else {
+            return cli_usage_error("train", "unexpected argument '%s'", argv[i]);
+        }
+#undef FLAG
+        if (r < 0) return cli_usage_error("train", "%s needs a value", argv[i]);
+    }
+    if (!a->model) return cli_usage_error("train", "missing MODEL.json");
+    if (!a->data) return cli_usage_error("train", "missing --data DIR");
+    if (!parse_devices(a->devices_text, &a->devices)) return 2;
+    return 0;
+}
+
+/* ---- progress */
+
+typedef struct train_view {
+    cli_progress bar;
+    int quiet, json;
+    int epoch_open;
+} train_view;
+
+static void on_step(void *user, const crew_step_info *s)
+{
+    train_view *v = user;
+    if (v->quiet || !v->bar.tty) return;
+    if (!v->epoch_open) {
+        printf("Epoch %d\n", s->epoch + 1);
+        v->epoch_open = 1;
+    }
+    /* Redrawing costs little, but a terminal needs no more than ~20 frames a second. */
+    if (s->epoch_step != s->epoch_steps && s->step % 8 != 0) return;
+    char extra[96];
+    snprintf(extra, sizeof extra, "loss: %.4f - accuracy: %.4f", (double)s->loss, (double)s->accuracy);
+    cli_progress_bar(&v->bar, s->epoch_step, s->epoch_steps, s->elapsed_s, extra);
+}
+
+static void on_epoch(void *user, const crew_epoch_info *e)
+{
+    train_view *v = user;
+    v->epoch_open = 0;
+    if (v->quiet) return;
+    if (v->bar.tty) {
+        printf(" - test_loss: %.4f - test_accuracy: %.4f\n", (double)e->test_loss, (double)e->test_accuracy);
+        v->bar.last_width = 0;
+    } else {
+        printf("epoch %d/%d: %lld steps in %.1fs (%.0f samples/s), loss %.4f, accuracy %.4f, test_loss %.4f, "
+               "test_accuracy %.4f\n",
+               e->epoch + 1, e->epochs, (long long)e->steps, e->wall_s, e->samples_per_s, (double)e->train_loss,
+               (double)e->train_accuracy, (double)e->test_loss, (double)e->test_accuracy);
+    }
+    fflush(stdout);
+}
+
+/* ---- interrupt: the first SIGINT/SIGTERM stops after the current step, a second at once. */
+
+static volatile sig_atomic_t cancel_requested;
+
+static void on_signal(int sig)
+{
+    if (cancel_requested) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    cancel_requested = 1;
+}
+
+/* ---- the run */
+
+static void print_result_json(const crew_fit_result *r, const char *weights, const char *run_dir)
+{
+    char acc[32], loss[32], tloss[32], tacc[32];
+    printf("{\"test_accuracy\":%s,\"test_loss\":%s,\"train_loss\":%s,\"train_accuracy\":%s,"
+           "\"epochs\":%d,\"steps\":%lld,\"samples_per_s\":%.1f,\"wall_s\":%.3f,\"weights\":",
+           cli_json_number(r->test_accuracy, acc, sizeof acc), cli_json_number(r->test_loss, loss, sizeof loss),
+           cli_json_number(r->train_loss, tloss, sizeof tloss), cli_json_number(r->train_accuracy, tacc, sizeof tacc),
+           r->epochs, (long long)r->steps, r->samples_per_s, r->wall_s);
+    cli_json_string(stdout, weights);
+    printf(",\"run_dir\":");
+    cli_json_string(stdout, run_dir);
+    printf("}\n");
+}
+
+typedef struct train_state {
+    crew_model *m;
+    crew_dataset *train, *test;
+} train_state;
+
+static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_options *o)
+{
+    crew_status s = crew_model_load_file(a->model, &st->m);
+    if (!s) s = crew_dataset_open(a->data, "train", &st->train);
+    if (!s) s = crew_dataset_open(a->data, "test", &st->test);
+    if (!s && a->init_weights) s = crew_model_load_weights(st->m, a->init_weights);
+    if (s) return s;
+    crew_model_default_fit(st->m, o);
+    if (a->have_epochs) o->epochs = (int)a->epochs;
+    if (a->have_batch) o->batch_per_device = a->batch;
+    if (a->have_seed) o->seed = (uint64_t)a->seed;
+    o->max_steps = a->max_steps;
+    o->global_batch = a->global_batch;
+    o->devices = (int)a->devices;
+    o->threads_per_device = (int)a->threads;
+    o->lr = (float)a->lr;
+    o->test = st->test;
+    return CREW_OK;
+}
+
+int cli_train(int argc, char **argv)
+{
+    train_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    train_state st = {0};
+    crew_fit_options o;
+    crew_fit_plan plan;
+    char run_dir[512], err[1024], weights[700], devices[32];
+    crew_status s = load_inputs(&a, &st, &o);
+    if (!s) s = crew_model_plan_fit(st.m, st.train, &o, &plan);
+    if (s) {
+        rc = cli_fail("train", s);
+        goto done;
+    }
+    snprintf(devices, sizeof devices, "cpu:%lld", (long long)a.devices);
+    if (run_dir_create(a.run_dir, a.model, run_dir, sizeof run_dir, err, sizeof err) != 0) {
+        fprintf(stderr, "crew train: %s\n", err);
+        rc = 2;
+        goto done;
+    }
+    run_config cfg = {a.model, a.data, devices, a.init_weights, &plan};
+    if (run_dir_write_config(run_dir, &cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "crew train: %s\n", err);
+        rc = 1;
+        goto done;
+    }
+    if (!a.quiet) {
+        cli_print_plan(&plan, devices);
+        printf("run directory: %s\n", run_dir);
+    }
+    train_view view = {.quiet = a.quiet, .json = a.json};
+    cli_progress_init(&view.bar, !a.quiet);
+    o.on_step = on_step;
+    o.on_epoch = on_epoch;
+    o.user = &view;
+    o.cancel = (volatile int *)&cancel_requested;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    crew_fit_result res;
+    s = crew_model_fit(st.m, st.train, &o, &res);
+    snprintf(weights, sizeof weights, "%s/weights.safetensors", run_dir);
+    if (!s && res.steps > 0) s = crew_model_save_weights(st.m, weights);
+    if (s) {
+        rc = cli_fail("train", s);
+        goto done;
+    }
+    if (!a.quiet) {
+        printf("%s after %lld steps in %.1fs (%.0f samples/s): test accuracy %.4f, test loss %.4f\n",
+               cancel_requested ? "stopped by signal" : "trained", (long long)res.steps, res.wall_s, res.samples_per_s,
+               (double)res.test_accuracy, (double)res.test_loss);
+        printf("weights: %s\nrun directory: %s\n", weights, run_dir);
+    }
+    if (a.json) print_result_json(&res, weights, run_dir);
+    rc = cancel_requested ? 1 : 0;
+done:
+    crew_dataset_free(st.test);
+    crew_dataset_free(st.train);
+    crew_model_free(st.m);
+    return rc;
+}
