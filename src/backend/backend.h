@@ -46,7 +46,9 @@ typedef struct crew_backend_ops {
     int (*all_finite)(void *ctx, const float *x, int64_t n);                                /* 1 if no NaN/inf */
 
     /* ---- rows × columns: x [rows, cols] */
-    void (*add_bias)(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols); /* y[r,c] += b[c] */
+    /* y[r,c] = b[c]: a layer preloads its bias, then accumulates the GEMM on top (beta = 1), which
+     * saves the pass that zeroes C for beta = 0 and a separate pass adding the bias. */
+    void (*broadcast_rows)(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols);
     void (*col_sum)(void *ctx, const float *x, int64_t rows, int64_t cols, float *out, int accumulate);
 
     /* ---- activations, elementwise over n values. backward gets the forward input x and output y. */

@@ -30,9 +30,20 @@ struct crew_dataset {
     int n_channels;                 /* entries in mean/std: 1 (shared) or the last axis */
     float mean[CREW_MAX_CHANNELS];
     float std[CREW_MAX_CHANNELS];
+    char name[128];                 /* the manifest's dataset name, e.g. "fashion-mnist" */
+    char x_file[128], y_file[128];  /* file names inside dir, for messages and verify */
+    uint64_t x_xxh3, y_xxh3;        /* the manifest's content hashes, checked by verify */
+    /* uint8 samples: lut[c][v] = (v · scale − mean[c]) / std[c], built once at open so that
+     * gathering a batch is one table lookup per value. [n_channels][256] */
+    float lut[CREW_MAX_CHANNELS][256];
 };
 
-/* Copies samples idx[0..n) into x [n, sample] (normalised float32) and labels into y [n]. */
+/* Hashes both .npy files whole (XXH3-64) and compares with the manifest: catches corruption
+ * that opening (sizes, shapes, label range) cannot. Reads every byte, so it is on request only. */
+crew_status crew_dataset_verify(const crew_dataset *d);
+
+/* Copies samples idx[0..n) into x [n, sample] (normalised float32) and labels into y [n].
+ * Every idx[i] must be in [0, d->n): the caller's sampler guarantees it. */
 void crew_dataset_gather(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y);
 
 #endif

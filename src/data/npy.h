@@ -20,6 +20,9 @@ typedef enum crew_dtype {
 
 size_t crew_dtype_size(crew_dtype t);
 const char *crew_dtype_descr(crew_dtype t); /* "|u1", "<f4", ... */
+const char *crew_dtype_name(crew_dtype t);  /* "uint8", "float32", ... as manifest.json spells them */
+/* The dtype named "uint8", "int32", "float32", "uint16" or "int64": 1, else 0. */
+int crew_dtype_from_name(const char *name, crew_dtype *out);
 
 #define CREW_NPY_MAX_DIMS 8
 

@@ -16,7 +16,7 @@ static crew_status conv_build(crew_layer *l)
     if (l->spec.filters <= 0)
         return crew_errorf(CREW_CODE_BAD_INPUT, "key 'filters' must be a positive integer, got %lld",
                            (long long)l->spec.filters);
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(conv_geometry(l, 1, &g));
     l->out = crew_shape3(g.out_h, g.out_w, l->spec.filters);
     int64_t fan_in = g.k_h * g.k_w * g.in_c, fan_out = g.k_h * g.k_w * l->spec.filters;
@@ -28,7 +28,7 @@ static crew_status conv_build(crew_layer *l)
 
 static crew_status conv_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
 {
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(conv_geometry(l, max_rows, &g));
     CREW_TRY(crew_layer_alloc_work(l, be, 0, g.batch * g.out_h * g.out_w * g.k_h * g.k_w * g.in_c));
     l->reserved_rows = max_rows;
@@ -38,12 +38,12 @@ static crew_status conv_reserve(crew_layer *l, const crew_backend *be, int64_t m
 static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
 {
     const crew_backend_ops *o = p->be->ops;
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(conv_geometry(l, p->rows, &g));
     int64_t m = g.batch * g.out_h * g.out_w, k = g.k_h * g.k_w * g.in_c, n = l->spec.filters;
     o->im2col(p->be->ctx, x, l->work[0], &g);
-    o->gemm(p->be->ctx, 0, 0, m, n, k, 1.0f, l->work[0], k, l->params[0].value, n, 0.0f, y, n);
-    if (!l->spec.no_bias) o->add_bias(p->be->ctx, y, l->params[1].value, m, n);
+    if (!l->spec.no_bias) o->broadcast_rows(p->be->ctx, y, l->params[1].value, m, n);
+    o->gemm(p->be->ctx, 0, 0, m, n, k, 1.0f, l->work[0], k, l->params[0].value, n, l->spec.no_bias ? 0.0f : 1.0f, y, n);
     return CREW_OK;
 }
 
@@ -54,7 +54,7 @@ static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float 
     (void)x;
     (void)y;
     const crew_backend_ops *o = p->be->ops;
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(conv_geometry(l, p->rows, &g));
     int64_t m = g.batch * g.out_h * g.out_w, k = g.k_h * g.k_w * g.in_c, n = l->spec.filters;
     o->gemm(p->be->ctx, 1, 0, k, n, m, 1.0f, l->work[0], k, dy, n, 0.0f, l->params[0].grad, n);

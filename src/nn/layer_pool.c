@@ -14,7 +14,7 @@ static crew_status pool_geometry(const crew_layer *l, int64_t rows, crew_window 
 
 static crew_status pool_build(crew_layer *l)
 {
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(pool_geometry(l, 1, &g));
     l->out = crew_shape3(g.out_h, g.out_w, g.in_c);
     return CREW_OK;
@@ -29,7 +29,7 @@ static crew_status maxpool_reserve(crew_layer *l, const crew_backend *be, int64_
 
 static crew_status maxpool_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
 {
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(pool_geometry(l, p->rows, &g));
     p->be->ops->maxpool_forward(p->be->ctx, x, y, (int32_t *)l->work[0], &g);
     return CREW_OK;
@@ -41,7 +41,7 @@ static crew_status maxpool_backward(crew_layer *l, const crew_pass *p, const flo
     (void)x;
     (void)y;
     if (!dx) return CREW_OK;
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(pool_geometry(l, p->rows, &g));
     p->be->ops->maxpool_backward(p->be->ctx, dy, (const int32_t *)l->work[0], dx, &g);
     return CREW_OK;
@@ -56,7 +56,7 @@ static crew_status no_reserve(crew_layer *l, const crew_backend *be, int64_t max
 
 static crew_status avgpool_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
 {
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(pool_geometry(l, p->rows, &g));
     p->be->ops->avgpool_forward(p->be->ctx, x, y, &g);
     return CREW_OK;
@@ -68,7 +68,7 @@ static crew_status avgpool_backward(crew_layer *l, const crew_pass *p, const flo
     (void)x;
     (void)y;
     if (!dx) return CREW_OK;
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(pool_geometry(l, p->rows, &g));
     p->be->ops->avgpool_backward(p->be->ctx, dy, dx, &g);
     return CREW_OK;
@@ -95,7 +95,7 @@ static crew_status gap_build(crew_layer *l)
 
 static crew_status gap_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
 {
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(global_geometry(l, p->rows, &g));
     p->be->ops->avgpool_forward(p->be->ctx, x, y, &g);
     return CREW_OK;
@@ -107,7 +107,7 @@ static crew_status gap_backward(crew_layer *l, const crew_pass *p, const float *
     (void)x;
     (void)y;
     if (!dx) return CREW_OK;
-    crew_window g;
+    crew_window g = {0};
     CREW_TRY(global_geometry(l, p->rows, &g));
     p->be->ops->avgpool_backward(p->be->ctx, dy, dx, &g);
     return CREW_OK;

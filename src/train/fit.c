@@ -26,13 +26,14 @@ typedef struct fit_run {
     crew_fit_plan plan;
     crew_lr_plan lr;
     crew_fit_result *result;
+    double train_s;     /* time in training steps, evaluation excluded (rank 0's clock) */
 } fit_run;
 
 typedef struct replica {
     int rank;
     crew_model *m;
     crew_comm comm;
-    const fit_run *run;
+    fit_run *run;
     int64_t *perm;      /* [train samples] this epoch's order */
     float *acc;         /* [n_params] accumulated gradient when accumulation > 1 */
     crew_status status;
@@ -154,6 +155,7 @@ static crew_status run_epoch(replica *r, int epoch, int64_t *step, int *stopped)
     }
     crew_epoch_info info = {.epoch = epoch, .epochs = p->epochs, .steps = steps, .test_loss = NAN, .test_accuracy = NAN};
     info.wall_s = crew_now() - start;
+    if (r->rank == 0) r->run->train_s += info.wall_s;
     double samples = (double)steps * (double)p->global_batch;
     info.train_loss = steps ? (float)(loss / samples) : NAN;
     info.train_accuracy = steps ? (float)(correct / samples) : NAN;
@@ -287,7 +289,7 @@ crew_status crew_model_fit(crew_model *m, const crew_dataset *train, const crew_
     if (!s) s = first_error(reps, n);
     else crew_status_free(first_error(reps, n));
     result->wall_s = crew_now() - start;
-    result->samples_per_s = result->wall_s > 0 ? (double)result->steps * (double)run.plan.global_batch / result->wall_s : 0;
+    result->samples_per_s = run.train_s > 0 ? (double)result->steps * (double)run.plan.global_batch / run.train_s : 0;
     for (int i = 0; i < prepared; i++) release_replica(&reps[i], i > 0);
     free(reps);
     crew_local_comm_free(lc);

@@ -76,13 +76,10 @@ static int cpu_all_finite(void *ctx, const float *x, int64_t n)
     return acc == 0.0f;
 }
 
-static void cpu_add_bias(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols)
+static void cpu_broadcast_rows(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols)
 {
     (void)ctx;
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = y + r * cols;
-        for (int64_t c = 0; c < cols; c++) row[c] += bias[c];
-    }
+    for (int64_t r = 0; r < rows; r++) memcpy(y + r * cols, bias, (size_t)cols * sizeof(float));
 }
 
 static void cpu_col_sum(void *ctx, const float *x, int64_t rows, int64_t cols, float *out, int accumulate)
@@ -108,7 +105,7 @@ static const crew_backend_ops cpu_ops = {
     .mul = cpu_mul,
     .sum_squares = cpu_sum_squares,
     .all_finite = cpu_all_finite,
-    .add_bias = cpu_add_bias,
+    .broadcast_rows = cpu_broadcast_rows,
     .col_sum = cpu_col_sum,
     .act_forward = cpu_act_forward,
     .act_backward = cpu_act_backward,

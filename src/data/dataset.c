@@ -1,0 +1,233 @@
+/* dataset.c — opening one split of a dataset directory and gathering normalised batches.
+ *
+ * Opening checks everything that is cheap: the manifest's schema, each .npy file's size against
+ * the manifest's byte count, its dtype and shape against the manifest (so x and y agree on the
+ * sample count), and every label against the class count (one pass over N bytes). The content
+ * hash reads every byte and so waits for crew_dataset_verify. */
+#include "data/dataset.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "core/status.h"
+#include "data/manifest.h"
+
+_Static_assert(CREW_MANIFEST_MAX_CHANNELS <= CREW_MAX_CHANNELS, "normalisation channels must fit the dataset");
+
+static crew_status array_path(const crew_dataset *d, const char *file, char *buf, size_t len)
+{
+    if ((size_t)snprintf(buf, len, "%s/%s", d->dir, file) >= len)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s/%s: path too long", d->dir, file);
+    return CREW_OK;
+}
+
+static void format_dims(const int64_t *dims, int n, char *buf, size_t len)
+{
+    size_t used = (size_t)snprintf(buf, len, "(");
+    for (int i = 0; i < n && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, i ? ", %lld" : "%lld", (long long)dims[i]);
+    if (used < len) snprintf(buf + used, len - used, n == 1 ? ",)" : ")");
+}
+
+/* Maps one array and holds it to what the manifest says about it. */
+static crew_status open_array(const crew_dataset *d, const crew_manifest_array *a, crew_npy *npy)
+{
+    char path[1024], have[256], want[256];
+    CREW_TRY(array_path(d, a->file, path, sizeof path));
+    CREW_TRY(crew_npy_open(path, npy));
+    if ((int64_t)npy->map_len != a->bytes)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: the file is %zu bytes but %s says %lld (modified or truncated?)",
+                           path, npy->map_len, CREW_MANIFEST_FILE, (long long)a->bytes);
+    if (npy->dtype != a->dtype)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: dtype is %s but %s says %s", path, crew_dtype_name(npy->dtype),
+                           CREW_MANIFEST_FILE, crew_dtype_name(a->dtype));
+    int same = npy->ndim == a->ndim;
+    for (int i = 0; same && i < a->ndim; i++) same = npy->shape[i] == a->shape[i];
+    if (!same) {
+        format_dims(npy->shape, npy->ndim, have, sizeof have);
+        format_dims(a->shape, a->ndim, want, sizeof want);
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: shape is %s but %s says %s", path, have, CREW_MANIFEST_FILE, want);
+    }
+    return CREW_OK;
+}
+
+static int64_t label_at(const crew_npy *y, int64_t i)
+{
+    if (y->dtype == CREW_DTYPE_U8) return ((const uint8_t *)y->data)[i];
+    int32_t v;
+    memcpy(&v, (const char *)y->data + 4 * i, 4); /* memcpy: the mapping need not be 4-aligned */
+    return v;
+}
+
+/* One pass over the labels: each must be a class index. */
+static crew_status check_labels(const crew_dataset *d)
+{
+    for (int64_t i = 0; i < d->n; i++) {
+        int64_t v = label_at(&d->y, i);
+        if (v < 0 || v >= d->classes)
+            return crew_errorf(CREW_CODE_BAD_INPUT, "%s/%s: label %lld at index %lld is outside [0, %d)", d->dir,
+                               d->y_file, (long long)v, (long long)i, d->classes);
+    }
+    return CREW_OK;
+}
+
+static void build_lut(crew_dataset *d, const crew_manifest *m)
+{
+    for (int c = 0; c < m->n_channels; c++)
+        for (int v = 0; v < 256; v++) d->lut[c][v] = (float)(((double)v * m->scale - m->mean[c]) / m->std[c]);
+}
+
+static crew_status missing_split(const crew_dataset *d, const crew_manifest *m, const char *split)
+{
+    char have[CREW_MANIFEST_MAX_SPLITS * 34] = "";
+    for (int i = 0; i < m->n_splits; i++) {
+        if (i) strcat(have, ", ");
+        strcat(have, m->splits[i].name);
+    }
+    return crew_errorf(CREW_CODE_BAD_INPUT, "%s/%s has no split '%s' (it has: %s)", d->dir, CREW_MANIFEST_FILE, split,
+                       have);
+}
+
+static void copy_header(crew_dataset *d, const crew_manifest *m, const crew_manifest_split *sp)
+{
+    snprintf(d->name, sizeof d->name, "%s", m->name);
+    snprintf(d->x_file, sizeof d->x_file, "%s", sp->x.file);
+    snprintf(d->y_file, sizeof d->y_file, "%s", sp->y.file);
+    d->x_xxh3 = sp->x.xxh3;
+    d->y_xxh3 = sp->y.xxh3;
+    d->n = sp->samples;
+    d->sample = m->sample_shape;
+    d->classes = m->classes;
+    d->scale = (float)m->scale;
+    d->n_channels = m->n_channels;
+    for (int c = 0; c < m->n_channels; c++) {
+        d->mean[c] = (float)m->mean[c];
+        d->std[c] = (float)m->std[c];
+    }
+}
+
+static crew_status open_from_manifest(crew_dataset *d, const crew_manifest *m, const char *split)
+{
+    const crew_manifest_split *sp = crew_manifest_find_split(m, split);
+    if (!sp) return missing_split(d, m, split);
+    copy_header(d, m, sp);
+    if (sp->x.dtype != CREW_DTYPE_U8 && sp->x.dtype != CREW_DTYPE_F32)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s/%s: splits.%s.x.dtype must be uint8 or float32", d->dir,
+                           CREW_MANIFEST_FILE, split);
+    if (sp->y.dtype != CREW_DTYPE_U8 && sp->y.dtype != CREW_DTYPE_I32)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s/%s: splits.%s.y.dtype must be uint8 or int32", d->dir,
+                           CREW_MANIFEST_FILE, split);
+    CREW_TRY(open_array(d, &sp->x, &d->x));
+    CREW_TRY(open_array(d, &sp->y, &d->y));
+    CREW_TRY(check_labels(d));
+    build_lut(d, m);
+    return CREW_OK;
+}
+
+crew_status crew_dataset_open(const char *dir, const char *split, crew_dataset **out)
+{
+    if (!dir || !split || !out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_dataset_open: NULL argument");
+    *out = NULL;
+    crew_dataset *d = calloc(1, sizeof *d);
+    if (!d) return CREW_OOM();
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    crew_status s = CREW_OK;
+    if (n >= sizeof d->dir) s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: path too long", dir);
+    else if (strlen(split) >= sizeof d->split)
+        s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "split name '%s' is too long", split);
+    if (!s) {
+        memcpy(d->dir, dir, n);
+        snprintf(d->split, sizeof d->split, "%s", split);
+        crew_manifest m;
+        s = crew_manifest_read(d->dir, &m);
+        if (!s) s = open_from_manifest(d, &m, split);
+        crew_manifest_free(&m);
+    }
+    if (s) {
+        crew_dataset_free(d);
+        return s;
+    }
+    *out = d;
+    return CREW_OK;
+}
+
+void crew_dataset_free(crew_dataset *d)
+{
+    if (!d) return;
+    crew_npy_close(&d->x);
+    crew_npy_close(&d->y);
+    free(d);
+}
+
+int64_t crew_dataset_size(const crew_dataset *d) { return d ? d->n : 0; }
+
+int crew_dataset_classes(const crew_dataset *d) { return d ? d->classes : 0; }
+
+int crew_dataset_sample_shape(const crew_dataset *d, int64_t shape[4])
+{
+    if (!d) return 0;
+    for (int i = 0; i < d->sample.ndim; i++) shape[i] = d->sample.dim[i];
+    return d->sample.ndim;
+}
+
+static crew_status verify_one(const crew_dataset *d, const crew_npy *a, const char *file, uint64_t want)
+{
+    uint64_t have = XXH3_64bits(a->map, a->map_len);
+    if (have != want)
+        return crew_errorf(CREW_CODE_BAD_INPUT,
+                           "%s/%s: content hash %016llx does not match %s's %016llx (the file is corrupt or was modified)",
+                           d->dir, file, (unsigned long long)have, CREW_MANIFEST_FILE, (unsigned long long)want);
+    return CREW_OK;
+}
+
+crew_status crew_dataset_verify(const crew_dataset *d)
+{
+    if (!d) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_dataset_verify: NULL dataset");
+    CREW_TRY(verify_one(d, &d->x, d->x_file, d->x_xxh3));
+    return verify_one(d, &d->y, d->y_file, d->y_xxh3);
+}
+
+/* ---------------------------------------------------------------- gathering */
+
+/* One uint8 sample of `size` values through the per-channel tables. */
+static void gather_u8(const crew_dataset *d, const uint8_t *src, int64_t size, float *dst)
+{
+    if (d->n_channels == 1) {
+        const float *lut = d->lut[0];
+        for (int64_t k = 0; k < size; k++) dst[k] = lut[src[k]];
+        return;
+    }
+    int64_t c_n = d->n_channels; /* equals the last axis: the manifest checks it */
+    for (int64_t p = 0; p < size; p += c_n)
+        for (int64_t c = 0; c < c_n; c++) dst[p + c] = d->lut[c][src[p + c]];
+}
+
+static void gather_f32(const crew_dataset *d, const char *src, int64_t size, float *dst)
+{
+    float a[CREW_MAX_CHANNELS], b[CREW_MAX_CHANNELS];
+    for (int c = 0; c < d->n_channels; c++) {
+        a[c] = d->scale / d->std[c];
+        b[c] = -d->mean[c] / d->std[c];
+    }
+    int64_t c_n = d->n_channels;
+    for (int64_t k = 0; k < size; k++) {
+        float v;
+        memcpy(&v, src + 4 * k, 4);
+        int64_t c = c_n == 1 ? 0 : k % c_n;
+        dst[k] = v * a[c] + b[c];
+    }
+}
+
+void crew_dataset_gather(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y)
+{
+    int64_t size = crew_shape_size(&d->sample);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = idx[i];
+        if (x && d->x.dtype == CREW_DTYPE_U8) gather_u8(d, (const uint8_t *)d->x.data + j * size, size, x + i * size);
+        else if (x) gather_f32(d, (const char *)d->x.data + 4 * j * size, size, x + i * size);
+        if (y) y[i] = (int32_t)label_at(&d->y, j);
+    }
+}

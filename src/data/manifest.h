@@ -1,0 +1,66 @@
+/* manifest.h — manifest.json of a dataset directory (schema in docs/DATA.md), read and written
+ * with cJSON. Parsing is strict: an unknown key, a missing key, a wrong type or a value out of
+ * range is an error naming the file and the key path ("splits.train.x.dtype must be a string"),
+ * and the arrays' shapes must agree with "samples" and "sample_shape". Whether the .npy files
+ * agree with the manifest is checked by crew_dataset_open, not here. */
+#ifndef CREW_DATA_MANIFEST_H
+#define CREW_DATA_MANIFEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/shape.h"
+#include "crew.h"
+#include "data/npy.h"
+
+#define CREW_MANIFEST_FORMAT "crew-dataset"
+#define CREW_MANIFEST_VERSION 1
+#define CREW_MANIFEST_FILE "manifest.json"
+#define CREW_MANIFEST_MAX_SPLITS 8
+#define CREW_MANIFEST_MAX_CHANNELS 16 /* entries in normalization.mean / std */
+#define CREW_MANIFEST_MAX_CLASSES 1000000
+
+/* One array of a split: a .npy file in the dataset directory. */
+typedef struct crew_manifest_array {
+    char file[128];                    /* a plain file name, no directories */
+    crew_dtype dtype;
+    int ndim;
+    int64_t shape[CREW_NPY_MAX_DIMS];  /* [samples, ...sample_shape] for x, [samples] for y */
+    int64_t bytes;                     /* size of the whole .npy file */
+    uint64_t xxh3;                     /* XXH3-64 of the whole .npy file */
+} crew_manifest_array;
+
+typedef struct crew_manifest_split {
+    char name[32];   /* "train", "test", ... */
+    int64_t samples;
+    crew_manifest_array x, y;
+} crew_manifest_split;
+
+typedef struct crew_manifest {
+    char name[128];
+    int classes;
+    char **class_names;       /* [classes] strings, or NULL when the manifest has none */
+    crew_shape sample_shape;  /* e.g. (28, 28, 1); the last axis is the channel axis */
+    double scale;             /* raw values are multiplied by this first */
+    int n_channels;           /* entries in mean/std: 1 (shared by all channels) or the last axis */
+    double mean[CREW_MANIFEST_MAX_CHANNELS];
+    double std[CREW_MANIFEST_MAX_CHANNELS];
+    int n_splits;
+    crew_manifest_split splits[CREW_MANIFEST_MAX_SPLITS];
+} crew_manifest;
+
+/* Parses manifest text (len bytes, need not be NUL-terminated); `what` names it in errors. */
+crew_status crew_manifest_parse(const char *text, size_t len, const char *what, crew_manifest *out);
+/* Reads DIR/manifest.json. */
+crew_status crew_manifest_read(const char *dir, crew_manifest *out);
+/* Writes m as JSON to path (the caller handles atomicity of the directory). */
+crew_status crew_manifest_write(const char *path, const crew_manifest *m);
+/* Frees class_names; the struct itself is the caller's. Accepts a zeroed manifest. */
+void crew_manifest_free(crew_manifest *m);
+/* The split named `name`, or NULL. */
+const crew_manifest_split *crew_manifest_find_split(const crew_manifest *m, const char *name);
+
+/* Fills a->bytes and a->xxh3 from the file at path (streamed, not mapped). */
+crew_status crew_manifest_hash_file(const char *path, crew_manifest_array *a);
+
+#endif
