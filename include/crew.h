@@ -192,6 +192,13 @@ typedef struct crew_step_info {
     float lr;              /* learning rate applied */
     double step_s;         /* wall time of the step */
     double elapsed_s;      /* since the start of the epoch */
+    /* Where rank 0's step went, in seconds (the sum is close to step_s): */
+    double data_s;         /* gathering and normalising its batches */
+    double forward_s;
+    double backward_s;     /* including the loss */
+    double comm_exposed_s; /* waiting for gradient all-reduces after backward ended */
+    double comm_hidden_s;  /* all-reduce time that overlapped the backward pass */
+    double optimizer_s;    /* metrics reduction and the update */
 } crew_step_info;
 
 typedef struct crew_epoch_info {
@@ -202,7 +209,7 @@ typedef struct crew_epoch_info {
     float train_accuracy;
     float test_loss;       /* NaN when no test set was given */
     float test_accuracy;
-    double wall_s;
+    double wall_s;         /* training steps of this epoch, evaluation excluded */
     double samples_per_s;
 } crew_epoch_info;
 
@@ -215,6 +222,11 @@ typedef struct crew_fit_options {
                                    gradient accumulation. */
     int devices;                /* CPU replicas [1] */
     int threads_per_device;     /* BLAS threads per replica [1] */
+    double bucket_mb;           /* gradient bucket size for overlapped all-reduce [25, as PyTorch DDP] */
+    int sync_batch_norm;        /* batch statistics over all replicas: -1 auto (on when devices > 1), 0, 1 */
+    int emulate_devices;        /* verification: one replica sums its micro-batches in the order this many
+                                   replicas would (see crew verify); 0 or 1 = off */
+    double collective_timeout_s;/* a replica missing a collective for this long fails the run [300] */
     uint64_t seed;              /* [model file's, else 1] */
     float lr;                   /* overrides the compiled base learning rate when > 0 */
     const crew_dataset *test;   /* evaluated at the end of each epoch when not NULL */
@@ -231,8 +243,8 @@ typedef struct crew_fit_result {
     float train_accuracy;
     float test_loss;       /* NaN without a test set */
     float test_accuracy;
-    double wall_s;
-    double samples_per_s;  /* training samples per second, whole run */
+    double wall_s;         /* the whole fit, evaluation included */
+    double samples_per_s;  /* training samples per second of training steps (evaluation excluded) */
 } crew_fit_result;
 
 /* Fills opts with the model file's training settings (or the defaults above). */
@@ -277,6 +289,36 @@ crew_status crew_model_evaluate(crew_model *m, const crew_dataset *data, int64_t
 /* Class probabilities for n samples. x: [n, input...] float32; probs: [n, classes]. */
 crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *probs);
 int64_t crew_model_output_size(const crew_model *m); /* classes */
+
+/* ---------------------------------------------------------------- verification */
+
+/* The built-in proof that N replicas compute what one computes: K steps three ways from the same
+ * initial weights and data, (a) N replicas, (b) one replica accumulating the same micro-batches
+ * in the same order, (c) one replica on the whole global batch at once. (a) and (b) must end
+ * bitwise equal; (a) and (c) within the tolerance (float rounding of different summation orders). */
+typedef struct crew_verify_options {
+    int devices;                /* N [2] */
+    int64_t steps;              /* K [20] */
+    int64_t batch_per_device;   /* [the model file's, else 32] */
+    int64_t global_batch;       /* [N × batch_per_device]; a multiple of it: accumulation */
+    uint64_t seed;              /* [the model file's, else 1] */
+    double tolerance;           /* on max_rel_diff_full_batch [1e-3] */
+} crew_verify_options;
+
+typedef struct crew_verify_result {
+    int devices;
+    int64_t steps;
+    int64_t global_batch;
+    int bitwise_equal;              /* (a) == (b), every parameter and state value */
+    double max_rel_diff_accum;      /* (a) vs (b): max |a − b| / max |b| over each tensor */
+    double max_rel_diff_full_batch; /* (a) vs (c) */
+    double tolerance;
+    int pass;                       /* bitwise_equal and max_rel_diff_full_batch <= tolerance */
+    float *losses;                  /* caller's [steps × 3] or NULL: per step, the loss of (a), (b), (c) */
+} crew_verify_result;
+
+crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
+                              crew_verify_result *result);
 
 /* ---------------------------------------------------------------- weights */
 

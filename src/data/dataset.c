@@ -135,7 +135,8 @@ crew_status crew_dataset_open(const char *dir, const char *split, crew_dataset *
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
     crew_status s = CREW_OK;
-    if (n >= sizeof d->dir) s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: path too long", dir);
+    if (n == 0) s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_dataset_open: empty directory name");
+    else if (n >= sizeof d->dir) s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: path too long", dir);
     else if (strlen(split) >= sizeof d->split)
         s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "split name '%s' is too long", split);
     if (!s) {

@@ -129,13 +129,12 @@ static crew_status settle_classes(const prep_job *job, const prep_data *p, int *
  * of the 256 byte values. A constant channel gets std 1 so normalising never divides by zero. */
 static void channel_stats(const prep_data *p, double scale, crew_manifest *m)
 {
-    static const int max_c = CREW_MANIFEST_MAX_CHANNELS;
     uint64_t hist[CREW_MANIFEST_MAX_CHANNELS][256];
-    int64_t c_n = p->sample.dim[2];
+    int64_t c_n = p->sample.dim[2]; /* at most CREW_MANIFEST_MAX_CHANNELS: check_pair saw to it */
     memset(hist, 0, sizeof hist);
     int64_t total = p->n[TRAIN] * p->sample_size;
     for (int64_t k = 0; k < total; k += c_n)
-        for (int64_t c = 0; c < c_n && c < max_c; c++) hist[c][p->x[TRAIN][k + c]]++;
+        for (int64_t c = 0; c < c_n; c++) hist[c][p->x[TRAIN][k + c]]++;
     m->n_channels = (int)c_n;
     for (int c = 0; c < c_n; c++) {
         double count = (double)(total / c_n), sum = 0, sq = 0;

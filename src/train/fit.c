@@ -15,9 +15,11 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "train/step.h"
 #include "train/train.h"
 
 #define DEFAULT_TIMEOUT_S 300.0
+#define DEFAULT_BUCKET_MB 25.0
 #define EVAL_BATCH 256
 
 typedef struct fit_run {
@@ -26,6 +28,7 @@ typedef struct fit_run {
     crew_fit_plan plan;
     crew_lr_plan lr;
     crew_fit_result *result;
+    double timeout_s;
     double train_s;     /* time in training steps, evaluation excluded (rank 0's clock) */
 } fit_run;
 
@@ -35,63 +38,44 @@ typedef struct replica {
     crew_comm comm;
     fit_run *run;
     int64_t *perm;      /* [train samples] this epoch's order */
-    float *acc;         /* [n_params] accumulated gradient when accumulation > 1 */
+    crew_comm_worker worker;
+    int has_worker;     /* only with more than one replica */
+    crew_stepper stepper;
     crew_status status;
     pthread_t thread;
 } replica;
 
-typedef struct step_totals {
-    double loss_sum;
-    double correct;
-    double stop;        /* > 0 when the caller asked to cancel */
-} step_totals;
+static void gather_train(void *user, const int64_t *ids, int64_t rows, float *x, int32_t *labels)
+{
+    crew_dataset_gather(user, ids, rows, x, labels);
+}
 
-/* Forward and backward over this replica's micro-batches of one step; leaves the summed
- * gradient of this replica in the returned buffer. */
-static crew_status local_gradients(replica *r, int64_t epoch_step, int64_t step, float **grad, step_totals *t)
+/* A small all-reduce (metrics, evaluation sums) through the replica's communication thread. */
+static crew_status reduce_f64(replica *r, double *v, int64_t n)
+{
+    if (!r->has_worker) return CREW_OK;
+    return crew_comm_worker_allreduce(&r->worker, v, n, CREW_COMM_F64, CREW_REDUCE_SUM);
+}
+
+static crew_status train_step(replica *r, int64_t epoch_step, int64_t step, crew_step_totals *t,
+                              crew_step_times *times)
 {
     const crew_fit_plan *p = &r->run->plan;
     crew_model *m = r->m;
-    const crew_backend_ops *o = m->be.ops;
-    const int64_t B = p->batch_per_device, k = p->accumulation;
-    const float scale = 1.0f / (float)p->global_batch;
-    for (int64_t j = 0; j < k; j++) {
-        int64_t micro = (int64_t)r->rank * k + j;
-        const int64_t *ids = r->perm + epoch_step * p->global_batch + micro * B;
-        crew_dataset_gather(r->run->train, ids, B, m->act[0], m->labels);
-        crew_pass pass = {.be = &m->be, .rows = B, .training = 1, .seed = p->seed, .step = step, .sample_ids = ids};
-        CREW_TRY(crew_model_forward(m, &pass));
-        double loss = 0.0;
-        int64_t correct = 0;
-        CREW_TRY(crew_model_loss(m, &pass, scale, &loss, &correct));
-        t->loss_sum += loss;
-        t->correct += (double)correct;
-        CREW_TRY(crew_model_backward(m, &pass, NULL, NULL));
-        if (k > 1) {
-            if (j == 0)
-                o->copy(m->be.ctx, r->acc, m->grads, m->n_params);
-            else
-                o->axpby(m->be.ctx, m->n_params, 1.0f, m->grads, 1.0f, r->acc);
-        }
-    }
-    *grad = k > 1 ? r->acc : m->grads;
-    return CREW_OK;
-}
-
-static crew_status train_step(replica *r, int64_t epoch_step, int64_t step, step_totals *t)
-{
-    crew_model *m = r->m;
     float *grad;
     memset(t, 0, sizeof *t);
-    CREW_TRY(local_gradients(r, epoch_step, step, &grad, t));
-    CREW_TRY(crew_allreduce(&r->comm, grad, m->n_params, CREW_COMM_F32, CREW_REDUCE_SUM, DEFAULT_TIMEOUT_S));
+    memset(times, 0, sizeof *times);
+    CREW_TRY(crew_stepper_gradients(&r->stepper, r->perm + epoch_step * p->global_batch, p->seed, step, gather_train,
+                                    (void *)r->run->train, &grad, t, times));
+    double t0 = crew_now();
     if (r->rank == 0 && r->run->opts->cancel && *r->run->opts->cancel) t->stop = 1.0;
-    CREW_TRY(crew_allreduce(&r->comm, t, 3, CREW_COMM_F64, CREW_REDUCE_SUM, DEFAULT_TIMEOUT_S));
+    CREW_TRY(reduce_f64(r, &t->loss_sum, 3));
     if (!isfinite(t->loss_sum))
         return crew_errorf(CREW_CODE_NUMERIC, "step %lld: the loss is %s; stopping before the update",
                            (long long)step + 1, isnan(t->loss_sum) ? "NaN" : "infinite");
     float lr = crew_lr_at(&r->run->lr, step);
     crew_optimizer_step(&m->opt, &m->be, m->params, grad, lr, NULL);
+    times->optimizer_s = crew_now() - t0;
     return CREW_OK;
 }
 
@@ -104,14 +88,14 @@ static crew_status evaluate_shared(replica *r, const crew_dataset *d, float *los
     int64_t correct = 0;
     CREW_TRY(crew_eval_range(r->m, d, lo, hi, EVAL_BATCH, &sums[0], &correct));
     sums[1] = (double)correct;
-    CREW_TRY(crew_allreduce(&r->comm, sums, 2, CREW_COMM_F64, CREW_REDUCE_SUM, DEFAULT_TIMEOUT_S));
+    CREW_TRY(reduce_f64(r, sums, 2));
     *loss = (float)(sums[0] / (double)n);
     *acc = (float)(sums[1] / (double)n);
     return CREW_OK;
 }
 
-static void report_step(const replica *r, int epoch, int64_t epoch_step, int64_t step, const step_totals *t,
-                        double step_s, double epoch_start)
+static void report_step(const replica *r, int epoch, int64_t epoch_step, int64_t step, const crew_step_totals *t,
+                        const crew_step_times *times, double step_s, double epoch_start)
 {
     const crew_fit_options *o = r->run->opts;
     const crew_fit_plan *p = &r->run->plan;
@@ -127,6 +111,12 @@ static void report_step(const replica *r, int epoch, int64_t epoch_step, int64_t
         .lr = crew_lr_at(&r->run->lr, step),
         .step_s = step_s,
         .elapsed_s = crew_now() - epoch_start,
+        .data_s = times->data_s,
+        .forward_s = times->forward_s,
+        .backward_s = times->backward_s,
+        .comm_exposed_s = times->comm_exposed_s,
+        .comm_hidden_s = times->comm_hidden_s,
+        .optimizer_s = times->optimizer_s,
     };
     o->on_step(o->user, &info);
 }
@@ -141,12 +131,13 @@ static crew_status run_epoch(replica *r, int epoch, int64_t *step, int *stopped)
     int64_t steps = 0;
     for (int64_t es = 0; es < p->steps_per_epoch && *step < p->total_steps; es++) {
         double t0 = crew_now();
-        step_totals t;
-        CREW_TRY(train_step(r, es, *step, &t));
+        crew_step_totals t;
+        crew_step_times times;
+        CREW_TRY(train_step(r, es, *step, &t, &times));
         loss += t.loss_sum;
         correct += t.correct;
         steps++;
-        report_step(r, epoch, es, *step, &t, crew_now() - t0, start);
+        report_step(r, epoch, es, *step, &t, &times, crew_now() - t0, start);
         ++*step;
         if (t.stop > 0.0) {
             *stopped = 1;
@@ -175,10 +166,20 @@ static crew_status run_epoch(replica *r, int epoch, int64_t *step, int *stopped)
 static crew_status replica_train(replica *r)
 {
     crew_model *m = r->m;
-    const crew_fit_plan *p = &r->run->plan;
+    const fit_run *run = r->run;
+    const crew_fit_plan *p = &run->plan;
     /* Replica 0's parameters and state are the run's starting point. */
-    CREW_TRY(crew_broadcast(&r->comm, m->params, m->n_params, CREW_COMM_F32, 0, DEFAULT_TIMEOUT_S));
-    CREW_TRY(crew_broadcast(&r->comm, m->state, m->n_state, CREW_COMM_F32, 0, DEFAULT_TIMEOUT_S));
+    CREW_TRY(crew_broadcast(&r->comm, m->params, m->n_params, CREW_COMM_F32, 0, run->timeout_s));
+    CREW_TRY(crew_broadcast(&r->comm, m->state, m->n_state, CREW_COMM_F32, 0, run->timeout_s));
+    if (p->devices > 1) {
+        CREW_TRY(crew_comm_worker_start(&r->worker, r->comm, run->timeout_s));
+        r->has_worker = 1;
+    }
+    int groups = run->opts->emulate_devices > 1 ? run->opts->emulate_devices : 1;
+    int sync_bn = run->opts->sync_batch_norm < 0 ? p->devices > 1 : run->opts->sync_batch_norm;
+    double bucket_mb = run->opts->bucket_mb > 0 ? run->opts->bucket_mb : DEFAULT_BUCKET_MB;
+    CREW_TRY(crew_stepper_init(&r->stepper, m, r->has_worker ? &r->worker : NULL, r->rank, p->devices,
+                               p->batch_per_device, p->accumulation / groups, groups, bucket_mb, sync_bn));
     int64_t step = 0;
     int stopped = 0;
     for (int epoch = 0; epoch < p->epochs && step < p->total_steps && !stopped; epoch++)
@@ -201,10 +202,6 @@ static crew_status prepare_replica(replica *r, crew_model *m, const crew_fit_pla
     CREW_TRY(crew_model_reserve(m, p->batch_per_device > EVAL_BATCH ? p->batch_per_device : EVAL_BATCH));
     r->perm = malloc((size_t)p->train_samples * sizeof *r->perm);
     if (!r->perm) return CREW_OOM();
-    if (p->accumulation > 1) {
-        r->acc = m->be.ops->alloc(m->be.ctx, m->n_params);
-        if (!r->acc) return CREW_OOM();
-    }
     if (!m->compiled || m->opt.n != m->n_params) CREW_TRY(crew_model_compile(m, &m->compile));
     return CREW_OK;
 }
@@ -212,7 +209,8 @@ static crew_status prepare_replica(replica *r, crew_model *m, const crew_fit_pla
 static void release_replica(replica *r, int owns_model)
 {
     if (!r->m) return;
-    if (r->acc) r->m->be.ops->free(r->m->be.ctx, r->acc);
+    crew_comm_worker_stop(&r->worker);
+    crew_stepper_release(&r->stepper);
     free(r->perm);
     if (owns_model) crew_model_free(r->m);
 }
@@ -244,6 +242,7 @@ static crew_status setup(crew_model *m, fit_run *run, const crew_fit_options *op
     CREW_TRY(crew_model_plan_fit(m, run->train, opts, &run->plan));
     CREW_TRY(crew_cpu_backend_create(opts->threads_per_device, &m->be));
     run->lr = crew_lr_plan_of(&run->plan, &m->compile.optimizer);
+    run->timeout_s = opts->collective_timeout_s > 0 ? opts->collective_timeout_s : DEFAULT_TIMEOUT_S;
     if (!m->initialized) CREW_TRY(crew_model_init_params(m, run->plan.seed));
     return CREW_OK;
 }

@@ -29,6 +29,7 @@ void crew_model_default_fit(const crew_model *m, crew_fit_options *opts)
     opts->devices = 1;
     opts->threads_per_device = 1;
     opts->seed = m && m->defaults.has_seed ? m->defaults.seed : 1;
+    opts->sync_batch_norm = -1;
 }
 
 static crew_status check_data(const crew_model *m, const crew_dataset *d)
@@ -69,6 +70,10 @@ static crew_status check_options(const crew_fit_options *o)
     if (o->threads_per_device < 1 || o->threads_per_device > 1024)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "threads per device must be in [1, 1024], got %d",
                            o->threads_per_device);
+    if (o->emulate_devices < 0 || o->emulate_devices > 1024)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "emulated devices must be in [0, 1024], got %d", o->emulate_devices);
+    if (o->bucket_mb < 0 || o->collective_timeout_s < 0)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "bucket size and collective timeout must not be negative");
     if (o->max_steps < 0 || o->global_batch < 0)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "max steps and global batch must not be negative");
     if (!(o->lr >= 0.0f) || !isfinite(o->lr))
@@ -113,6 +118,15 @@ crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const 
                            (long long)per_round, (long long)(p->global_batch / per_round) * per_round,
                            (long long)(p->global_batch / per_round + 1) * per_round);
     p->accumulation = (int)(p->global_batch / per_round);
+    if (o->emulate_devices > 1) {
+        if (o->devices != 1)
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "emulating %d devices needs exactly one replica, not %d",
+                               o->emulate_devices, o->devices);
+        if (p->accumulation % o->emulate_devices != 0)
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
+                               "emulating %d devices needs a global batch of a multiple of %d x %lld samples",
+                               o->emulate_devices, o->emulate_devices, (long long)o->batch_per_device);
+    }
     p->train_samples = crew_dataset_size(train);
     p->steps_per_epoch = p->train_samples / p->global_batch;
     if (p->steps_per_epoch < 1)

@@ -11,6 +11,10 @@
 int cli_prep(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_verify(int argc, char **argv);
+
+/* "cpu" (all cores) or "cpu:N" into *n; prints the error and returns 0 when malformed. */
+int cli_parse_devices(const char *verb, const char *text, int64_t *n);
 
 /* Prints "crew VERB: message" on one line to stderr, frees s, and returns the exit status for
  * its code: 2 for bad usage or bad input, 1 for a run that failed. */

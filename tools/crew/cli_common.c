@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -79,4 +80,18 @@ int cli_flag(int argc, char **argv, int *i, const char *flag, const char **value
     if (*i + 1 >= argc) return -1;
     *value = argv[++*i];
     return 1;
+}
+
+int cli_parse_devices(const char *verb, const char *text, int64_t *n)
+{
+    if (!strcmp(text, "cpu")) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        *n = cores > 0 ? cores : 1;
+        return 1;
+    }
+    if (strncmp(text, "cpu:", 4) != 0) {
+        cli_usage_error(verb, "--devices takes cpu or cpu:N, got '%s'", text);
+        return 0;
+    }
+    return cli_parse_int(verb, "--devices cpu:N", text + 4, 1, 1024, n);
 }

@@ -41,20 +41,6 @@ typedef struct train_args {
     int have_epochs, have_batch, have_seed;
 } train_args;
 
-static int parse_devices(const char *text, int64_t *n)
-{
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (!strcmp(text, "cpu")) {
-        *n = cores > 0 ? cores : 1;
-        return 1;
-    }
-    if (strncmp(text, "cpu:", 4) != 0) {
-        cli_usage_error("train", "--devices takes cpu or cpu:N, got '%s'", text);
-        return 0;
-    }
-    return cli_parse_int("train", "--devices cpu:N", text + 4, 1, 1024, n);
-}
-
 /* Returns 0 to go on, or the exit status. */
 static int parse_args(int argc, char **argv, train_args *a)
 {
@@ -105,7 +91,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     }
     if (!a->model) return cli_usage_error("train", "missing MODEL.json");
     if (!a->data) return cli_usage_error("train", "missing --data DIR");
-    if (!parse_devices(a->devices_text, &a->devices)) return 2;
+    if (!cli_parse_devices("train", a->devices_text, &a->devices)) return 2;
     return 0;
 }
 

@@ -12,6 +12,7 @@ static const struct {
     {"prep", cli_prep, "convert a dataset into crew's ready-to-use format"},
     {"train", cli_train, "train a model file on a dataset"},
     {"eval", cli_eval, "evaluate saved weights on a dataset's test split"},
+    {"verify", cli_verify, "prove that N replicas compute what one replica computes"},
 };
 
 static void usage(FILE *f)

@@ -1,0 +1,51 @@
+/* comm_worker.h — a replica's communication thread.
+ *
+ * Gradient buckets are all-reduced while the backward pass goes on, so the collectives run on
+ * a thread of their own, one per replica. Every collective of a replica during training goes
+ * through its worker's queue, in submission order (bucket all-reduces, synchronised batch-norm
+ * sums, step metrics): every replica submits the same sequence, so the collectives match up
+ * across replicas without further coordination, and one communicator is never used by two
+ * threads of the same rank at once. */
+#ifndef CREW_TRAIN_COMM_WORKER_H
+#define CREW_TRAIN_COMM_WORKER_H
+
+#include <pthread.h>
+
+#include "comm/comm.h"
+
+typedef struct crew_comm_request {
+    void *buf;
+    int64_t n;
+    crew_comm_type type;
+    crew_reduce_op op;
+    /* filled by the worker */
+    int done;
+    crew_status status;
+    double started, finished;   /* crew_now() */
+    struct crew_comm_request *next;
+} crew_comm_request;
+
+typedef struct crew_comm_worker {
+    crew_comm comm;
+    double timeout_s;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    crew_comm_request *head, *tail;
+    int stop, running;
+    double busy_s;              /* time spent in collectives since the last take_busy */
+} crew_comm_worker;
+
+crew_status crew_comm_worker_start(crew_comm_worker *w, crew_comm comm, double timeout_s);
+/* Queues an all-reduce of req->buf (n elements); returns at once. req must live until waited. */
+void crew_comm_worker_submit(crew_comm_worker *w, crew_comm_request *req);
+/* Waits for req; returns its status (the caller owns it). */
+crew_status crew_comm_worker_wait(crew_comm_worker *w, crew_comm_request *req);
+/* Submit and wait. */
+crew_status crew_comm_worker_allreduce(crew_comm_worker *w, void *buf, int64_t n, crew_comm_type t,
+                                       crew_reduce_op op);
+/* Seconds spent inside collectives since the previous call. */
+double crew_comm_worker_take_busy(crew_comm_worker *w);
+void crew_comm_worker_stop(crew_comm_worker *w);
+
+#endif

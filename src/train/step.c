@@ -1,0 +1,174 @@
+/* step.c — a replica's micro-batches, gradient accumulation in a fixed order, and gradient
+ * buckets all-reduced while the backward pass continues. */
+#include "train/step.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "core/timer.h"
+
+#define BYTES_PER_MB (1024.0 * 1024.0)
+
+crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
+                              int64_t batch, int accumulation, int groups, double bucket_mb, int sync_bn)
+{
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    s->worker = worker;
+    s->rank = rank;
+    s->replicas = replicas;
+    s->batch = batch;
+    s->accumulation = accumulation;
+    s->groups = groups;
+    s->global_batch = (int64_t)replicas * groups * accumulation * batch;
+    s->sync_bn = sync_bn && replicas > 1;
+    const crew_backend_ops *o = m->be.ops;
+    if (accumulation > 1 && !(s->acc = o->alloc(m->be.ctx, m->n_params))) return CREW_OOM();
+    if (groups > 1 && !(s->total = o->alloc(m->be.ctx, m->n_params))) return CREW_OOM();
+    int64_t per = (int64_t)(bucket_mb * BYTES_PER_MB / sizeof(float));
+    if (per < 1) per = 1;
+    int64_t n = m->n_params;
+    s->n_buckets = n ? (int)((n + per - 1) / per) : 0;
+    s->lo = calloc((size_t)s->n_buckets + 1, sizeof *s->lo);
+    s->hi = calloc((size_t)s->n_buckets + 1, sizeof *s->hi);
+    s->reqs = calloc((size_t)s->n_buckets + 1, sizeof *s->reqs);
+    if (!s->lo || !s->hi || !s->reqs) return CREW_OOM();
+    for (int b = 0; b < s->n_buckets; b++) { /* bucket 0 ends the buffer: its gradients finish first */
+        s->hi[b] = n - (int64_t)b * per;
+        s->lo[b] = s->hi[b] - per > 0 ? s->hi[b] - per : 0;
+    }
+    return CREW_OK;
+}
+
+void crew_stepper_release(crew_stepper *s)
+{
+    if (s->m) {
+        const crew_backend *be = &s->m->be;
+        if (s->acc) be->ops->free(be->ctx, s->acc);
+        if (s->total) be->ops->free(be->ctx, s->total);
+    }
+    free(s->lo);
+    free(s->hi);
+    free(s->reqs);
+    memset(s, 0, sizeof *s);
+}
+
+static void launch_ready_buckets(crew_stepper *s, int64_t done_from)
+{
+    if (!s->worker) return;
+    while (s->launched < s->n_buckets && s->lo[s->launched] >= done_from) {
+        int b = s->launched++;
+        crew_comm_request *r = &s->reqs[b];
+        memset(r, 0, sizeof *r);
+        r->buf = s->final + s->lo[b];
+        r->n = s->hi[b] - s->lo[b];
+        r->type = CREW_COMM_F32;
+        r->op = CREW_REDUCE_SUM;
+        crew_comm_worker_submit(s->worker, r);
+    }
+}
+
+/* Gradients in [lo, hi) are final for the current micro-batch: fold them into the group and
+ * replica sums, and start the buckets they complete. */
+static void grads_ready(void *user, int64_t lo)
+{
+    crew_stepper *s = user;
+    crew_model *m = s->m;
+    const crew_backend_ops *o = m->be.ops;
+    int64_t hi = s->done_from, n = hi - lo;
+    if (n <= 0) return;
+    float *group = m->grads;
+    if (s->accumulation > 1) {
+        if (s->micro == 0)
+            o->copy(m->be.ctx, s->acc + lo, m->grads + lo, n);
+        else
+            o->axpby(m->be.ctx, n, 1.0f, m->grads + lo, 1.0f, s->acc + lo);
+        group = s->acc;
+    }
+    if (s->groups > 1 && s->micro == s->accumulation - 1) {
+        if (s->group == 0)
+            o->copy(m->be.ctx, s->total + lo, group + lo, n);
+        else
+            o->axpby(m->be.ctx, n, 1.0f, group + lo, 1.0f, s->total + lo);
+    }
+    s->done_from = lo;
+    if (s->micro == s->accumulation - 1 && s->group == s->groups - 1) launch_ready_buckets(s, lo);
+}
+
+static crew_status sync_sum(void *user, float *buf, int64_t n)
+{
+    crew_stepper *s = user;
+    return crew_comm_worker_allreduce(s->worker, buf, n, CREW_COMM_F32, CREW_REDUCE_SUM);
+}
+
+static crew_status micro_batch(crew_stepper *s, const int64_t *ids, uint64_t seed, int64_t step, crew_gather_fn gather,
+                               void *user, crew_step_totals *t, crew_step_times *times)
+{
+    crew_model *m = s->m;
+    double t0 = crew_now();
+    gather(user, ids, s->batch, m->act[0], m->labels);
+    double t1 = crew_now();
+    crew_pass pass = {.be = &m->be, .rows = s->batch, .training = 1, .seed = seed, .step = step, .sample_ids = ids,
+                      .total_rows = (double)s->batch};
+    if (s->sync_bn) {
+        pass.sync_sum = sync_sum;
+        pass.sync_user = s;
+        pass.total_rows = (double)s->batch * s->replicas;
+    }
+    CREW_TRY(crew_model_forward(m, &pass));
+    double t2 = crew_now();
+    double loss = 0.0;
+    int64_t correct = 0;
+    CREW_TRY(crew_model_loss(m, &pass, 1.0f / (float)s->global_batch, &loss, &correct));
+    t->loss_sum += loss;
+    t->correct += (double)correct;
+    s->done_from = m->n_params;
+    CREW_TRY(crew_model_backward(m, &pass, grads_ready, s));
+    grads_ready(s, 0); /* leading layers without parameters: nothing left, but flush the buckets */
+    times->data_s += t1 - t0;
+    times->forward_s += t2 - t1;
+    times->backward_s += crew_now() - t2;
+    return CREW_OK;
+}
+
+/* Waits for every bucket; the first error wins, the others are freed. */
+static crew_status wait_buckets(crew_stepper *s, crew_step_times *times, double backward_end)
+{
+    crew_status first = CREW_OK;
+    double busy = 0.0;
+    for (int b = 0; b < s->launched; b++) {
+        crew_status st = crew_comm_worker_wait(s->worker, &s->reqs[b]);
+        if (st && !first) first = st;
+        else crew_status_free(st);
+        busy += s->reqs[b].finished - s->reqs[b].started;
+    }
+    double exposed = crew_now() - backward_end;
+    times->comm_exposed_s += exposed;
+    times->comm_hidden_s += busy > exposed ? busy - exposed : 0.0;
+    return first;
+}
+
+crew_status crew_stepper_gradients(crew_stepper *s, const int64_t *global_ids, uint64_t seed, int64_t step,
+                                   crew_gather_fn gather, void *user, float **grad, crew_step_totals *t,
+                                   crew_step_times *times)
+{
+    crew_model *m = s->m;
+    s->final = s->groups > 1 ? s->total : s->accumulation > 1 ? s->acc : m->grads;
+    s->launched = 0;
+    crew_status st = CREW_OK;
+    for (s->group = 0; s->group < s->groups && !st; s->group++)
+        for (s->micro = 0; s->micro < s->accumulation && !st; s->micro++) {
+            int64_t index = ((int64_t)s->rank * s->groups + s->group) * s->accumulation + s->micro;
+            st = micro_batch(s, global_ids + index * s->batch, seed, step, gather, user, t, times);
+        }
+    s->group = s->groups - 1;
+    s->micro = s->accumulation - 1;
+    if (s->worker) {
+        crew_status w = wait_buckets(s, times, crew_now());
+        if (!st) st = w;
+        else crew_status_free(w);
+    }
+    *grad = s->final;
+    return st;
+}

@@ -1,0 +1,64 @@
+/* step.h — one replica's share of one optimizer step.
+ *
+ * The replica runs its micro-batches; as the backward pass of the last one completes each
+ * gradient bucket (a contiguous range of the flat gradient buffer, counted from its end), the
+ * bucket's all-reduce starts on the communication thread while earlier layers still compute.
+ *
+ * Summation order (the determinism contract): the replica owns `groups` groups of
+ * `accumulation` micro-batches (groups > 1 only when one replica emulates several, for
+ * verification); a group's gradients are summed in order, then the groups in order, then the
+ * replicas in rank order by the all-reduce. */
+#ifndef CREW_TRAIN_STEP_H
+#define CREW_TRAIN_STEP_H
+
+#include "crew.h"
+#include "nn/model.h"
+#include "train/comm_worker.h"
+
+typedef struct crew_step_times {
+    double data_s, forward_s, backward_s, comm_exposed_s, comm_hidden_s, optimizer_s;
+} crew_step_times;
+
+typedef struct crew_step_totals {
+    double loss_sum;
+    double correct;
+    double stop;        /* > 0 when a replica's caller asked to cancel */
+} crew_step_totals;
+/* The three are all-reduced as one array of doubles. */
+_Static_assert(sizeof(crew_step_totals) == 3 * sizeof(double), "crew_step_totals must be 3 packed doubles");
+
+typedef struct crew_stepper {
+    crew_model *m;
+    crew_comm_worker *worker;   /* NULL with one replica: nothing to reduce */
+    int rank, replicas;
+    int64_t batch;              /* rows per micro-batch */
+    int accumulation, groups;   /* micro-batches per group, groups per replica */
+    int64_t global_batch;
+    int sync_bn;
+    float *acc;                 /* [n_params] sum of a group, when accumulation > 1 */
+    float *total;               /* [n_params] sum of the groups, when groups > 1 */
+    /* buckets, numbered from the end of the buffer: bucket b = [lo[b], hi[b]) */
+    int n_buckets;
+    int64_t *lo, *hi;
+    crew_comm_request *reqs;
+    /* during a backward pass */
+    int launched;
+    int64_t done_from;          /* gradients in [done_from, n_params) are final for this micro-batch */
+    int micro, group;
+    float *final;               /* the buffer holding the replica's summed gradient */
+} crew_stepper;
+
+crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
+                              int64_t batch, int accumulation, int groups, double bucket_mb, int sync_bn);
+void crew_stepper_release(crew_stepper *s);
+
+/* Gathers the sample rows for one micro-batch into the model's input. */
+typedef void (*crew_gather_fn)(void *user, const int64_t *ids, int64_t rows, float *x, int32_t *labels);
+
+/* Runs this replica's micro-batches of a step: ids holds the global batch's sample indices;
+ * leaves the all-reduced gradient in *grad and adds losses to totals. */
+crew_status crew_stepper_gradients(crew_stepper *s, const int64_t *global_ids, uint64_t seed, int64_t step,
+                                   crew_gather_fn gather, void *user, float **grad, crew_step_totals *totals,
+                                   crew_step_times *times);
+
+#endif

@@ -1,0 +1,570 @@
+/* test_dataset.c — crew prep from small synthetic IDX files, then opening, gathering and
+ * verifying the dataset; every way a dataset directory can be wrong giving an error that names
+ * the file and key; atomic writes leaving nothing behind; and, when Debian's Fashion-MNIST is
+ * installed, the real thing. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "check.h"
+#include "core/status.h"
+#include "data/atomic_dir.h"
+#include "data/dataset.h"
+#include "data/manifest.h"
+
+#define FASHION_DIR "/usr/share/datasets/fashion-mnist"
+
+static char tmp_dir[64];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) { return remove(path); }
+
+static void tmp_path(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", tmp_dir, name); }
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* No "*.tmp-*" directory anywhere in tmp_dir: failed or finished writes clean up after themselves. */
+static int temp_dirs_left(void)
+{
+    DIR *d = opendir(tmp_dir);
+    int found = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".tmp-")) found++;
+    if (d) closedir(d);
+    return found;
+}
+
+/* A gzipped IDX file: dims big-endian, then the bytes. */
+static void write_idx_gz(const char *path, int ndim, const uint32_t *dims, const uint8_t *data, size_t n)
+{
+    uint8_t head[4 + 16] = {0, 0, 0x08, (uint8_t)ndim};
+    for (int i = 0; i < ndim; i++)
+        for (int b = 0; b < 4; b++) head[4 + 4 * i + b] = (uint8_t)(dims[i] >> (24 - 8 * b));
+    gzFile f = gzopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(gzwrite(f, head, 4 + 4 * (unsigned)ndim) == 4 + 4 * ndim);
+    CHECK(gzwrite(f, data, (unsigned)n) == (int)n);
+    gzclose(f);
+}
+
+/* Synthetic images: N samples of H×W×C bytes, pixel values spread over 0..255; labels i % 3. */
+#define N 14
+#define H 4
+#define W 3
+static uint8_t pixels[N * H * W * 3], labels[N];
+
+static void make_fixture(const char *img, const char *lab, int channels)
+{
+    for (size_t i = 0; i < sizeof pixels; i++) pixels[i] = (uint8_t)((i * 37 + i / 5) & 0xff);
+    for (int i = 0; i < N; i++) labels[i] = (uint8_t)(i % 3);
+    if (channels == 1) write_idx_gz(img, 3, (uint32_t[]){N, H, W}, pixels, N * H * W);
+    else write_idx_gz(img, 4, (uint32_t[]){N, H, W, (uint32_t)channels}, pixels, N * H * W * (size_t)channels);
+    write_idx_gz(lab, 1, (uint32_t[]){N}, labels, N);
+}
+
+typedef struct progress_log {
+    int calls, ok;
+    int64_t last_done, total;
+} progress_log;
+
+static void on_progress(void *user, int64_t done, int64_t total, const char *what)
+{
+    progress_log *p = user;
+    if (p->calls && (done <= p->last_done || total != p->total)) p->ok = 0;
+    if (done < 0 || done > total || !what) p->ok = 0;
+    p->calls++;
+    p->last_done = done;
+    p->total = total;
+}
+
+/* Mean and standard deviation of pixel values (scaled by 1/255) of samples [0, n), channel c. */
+static void expected_stats(int64_t n, int channels, int c, double *mean, double *sd)
+{
+    double sum = 0, sq = 0;
+    int64_t count = n * H * W;
+    for (int64_t k = 0; k < count; k++) sum += pixels[k * channels + c] / 255.0;
+    *mean = sum / (double)count;
+    for (int64_t k = 0; k < count; k++) sq += (pixels[k * channels + c] / 255.0 - *mean) * (pixels[k * channels + c] / 255.0 - *mean);
+    *sd = sqrt(sq / (double)count);
+}
+
+static void check_gather(const crew_dataset *d, int64_t first, int channels)
+{
+    int64_t idx[3] = {1, 0, d->n - 1}, size = H * W * channels;
+    float x[3 * H * W * 3];
+    int32_t y[3];
+    crew_dataset_gather(d, idx, 3, x, y);
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t sample = first + idx[i];
+        CHECK(y[i] == labels[sample]);
+        for (int64_t k = 0; k < size; k++) {
+            int c = (int)(k % channels);
+            double want = (pixels[sample * size + k] / 255.0 - d->mean[c]) / d->std[c];
+            if (fabs(x[i * size + k] - want) > 1e-5 * (1 + fabs(want))) bad++;
+        }
+    }
+    CHECK_MSG(bad == 0, "%d gathered values differ from (raw/255 - mean) / std", bad);
+}
+
+static void test_prep_and_gather(int channels)
+{
+    char img[128], lab[128], out[128];
+    tmp_path(img, sizeof img, "imgs.gz");
+    tmp_path(lab, sizeof lab, "labs.gz");
+    snprintf(out, sizeof out, "%s/ds%d/nested/", tmp_dir, channels); /* parents made; trailing '/' ok */
+    make_fixture(img, lab, channels);
+    progress_log log = {0, 1, 0, 0};
+    CHECK_OK(crew_prep_idx(img, lab, NULL, NULL, out, on_progress, &log));
+    CHECK(log.calls >= 5 && log.ok && log.last_done == log.total); /* the last call says done */
+    CHECK(temp_dirs_left() == 0);
+
+    crew_manifest m;
+    CHECK_OK(crew_manifest_read(out, &m));
+    CHECK(!strcmp(m.name, "idx") && m.classes == 3 && m.class_names == NULL && m.n_splits == 2);
+    CHECK(m.sample_shape.ndim == 3 && m.sample_shape.dim[0] == H && m.sample_shape.dim[1] == W);
+    CHECK(m.sample_shape.dim[2] == channels && m.n_channels == channels);
+    CHECK(fabs(m.scale - 1.0 / 255) < 1e-15);
+    for (int c = 0; c < channels; c++) {
+        double mean, sd;
+        expected_stats(12, channels, c, &mean, &sd); /* 14 samples: the last 2 are the test split */
+        CHECK(fabs(m.mean[c] - mean) < 1e-12 && fabs(m.std[c] - sd) < 1e-12);
+    }
+    crew_manifest_free(&m);
+
+    crew_dataset *train, *test;
+    CHECK_OK(crew_dataset_open(out, "train", &train));
+    CHECK_OK(crew_dataset_open(out, "test", &test));
+    if (!train || !test) return;
+    int64_t shape[4];
+    CHECK(crew_dataset_size(train) == 12 && crew_dataset_size(test) == 2 && crew_dataset_classes(train) == 3);
+    CHECK(crew_dataset_sample_shape(train, shape) == 3 && shape[0] == H && shape[1] == W && shape[2] == channels);
+    CHECK(!strcmp(train->name, "idx"));
+    check_gather(train, 0, channels);
+    check_gather(test, 12, channels);
+    CHECK_OK(crew_dataset_verify(train));
+    CHECK_OK(crew_dataset_verify(test));
+    crew_dataset_free(train);
+    crew_dataset_free(test);
+}
+
+/* With a test pair the splits come from the files; classes is the largest label + 1 over both. */
+static void test_prep_with_test_files(void)
+{
+    char img[128], lab[128], timg[128], tlab[128], out[128];
+    tmp_path(img, sizeof img, "a-imgs.gz");
+    tmp_path(lab, sizeof lab, "a-labs.gz");
+    tmp_path(timg, sizeof timg, "a-timgs.gz");
+    tmp_path(tlab, sizeof tlab, "a-tlabs.gz");
+    tmp_path(out, sizeof out, "withtest");
+    make_fixture(img, lab, 1);
+    uint8_t tl[2] = {5, 0};
+    write_idx_gz(timg, 3, (uint32_t[]){2, H, W}, pixels, 2 * H * W);
+    write_idx_gz(tlab, 1, (uint32_t[]){2}, tl, 2);
+    CHECK_OK(crew_prep_idx(img, lab, timg, tlab, out, NULL, NULL));
+    crew_dataset *train = NULL, *test = NULL;
+    CHECK_OK(crew_dataset_open(out, "train", &train));
+    CHECK_OK(crew_dataset_open(out, "test", &test));
+    CHECK(crew_dataset_size(train) == N && crew_dataset_size(test) == 2 && crew_dataset_classes(test) == 6);
+    crew_dataset_free(train);
+    crew_dataset_free(test);
+    /* Test images of another size are refused. */
+    write_idx_gz(timg, 3, (uint32_t[]){2, W, H}, pixels, 2 * H * W);
+    tmp_path(out, sizeof out, "withtest2");
+    CHECK_ERR(crew_prep_idx(img, lab, timg, tlab, out, NULL, NULL), "a-timgs.gz: images are 3x4x1 but the training images are 4x3x1");
+    CHECK(!exists(out) && temp_dirs_left() == 0);
+}
+
+/* ---------------------------------------------------------------- broken datasets */
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    char buf[4096];
+    size_t n;
+    while (a && b && (n = fread(buf, 1, sizeof buf, a)) > 0) fwrite(buf, 1, n, b);
+    if (a) fclose(a);
+    if (b) fclose(b);
+}
+
+/* A fresh copy of the good dataset in tmp_dir/name. */
+static void clone_good(const char *name, char *dir, size_t len)
+{
+    static const char *const files[] = {"manifest.json", "train_x.npy", "train_y.npy", "test_x.npy", "test_y.npy"};
+    char good[128], from[256], to[256];
+    tmp_path(good, sizeof good, "good");
+    tmp_path(dir, len, name);
+    mkdir(dir, 0755);
+    for (int i = 0; i < 5; i++) {
+        snprintf(from, sizeof from, "%s/%s", good, files[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, files[i]);
+        copy_file(from, to);
+    }
+}
+
+/* Sets (or with value NULL deletes) the member at a dotted path of dir/manifest.json. */
+static void edit_manifest(const char *dir, const char *dotted, cJSON *value)
+{
+    char path[256], buf[8192], key[64];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = '\0';
+    cJSON *root = cJSON_Parse(buf), *obj = root;
+    const char *p = dotted, *dot;
+    while ((dot = strchr(p, '.'))) {
+        snprintf(key, sizeof key, "%.*s", (int)(dot - p), p);
+        obj = cJSON_GetObjectItemCaseSensitive(obj, key);
+        p = dot + 1;
+    }
+    CHECK(obj != NULL);
+    if (!obj) return;
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, p);
+    if (value) cJSON_AddItemToObject(obj, p, value);
+    char *text = cJSON_Print(root);
+    f = fopen(path, "wb");
+    fputs(text, f);
+    fclose(f);
+    cJSON_free(text);
+    cJSON_Delete(root);
+}
+
+static void expect_open_error(const char *dir, const char *split, const char *needle)
+{
+    crew_dataset *d = (crew_dataset *)1;
+    CHECK_ERR(crew_dataset_open(dir, split, &d), needle);
+    CHECK(d == NULL);
+}
+
+static void test_bad_manifests(void)
+{
+    char dir[128], want[256];
+    clone_good("bad1", dir, sizeof dir);
+    edit_manifest(dir, "colour", cJSON_CreateNumber(1));
+    snprintf(want, sizeof want, "%s/manifest.json: colour is not a known key", dir);
+    expect_open_error(dir, "train", want);
+
+    clone_good("bad2", dir, sizeof dir);
+    edit_manifest(dir, "splits.train.x.extra", cJSON_CreateTrue());
+    expect_open_error(dir, "train", "manifest.json: splits.train.x.extra is not a known key");
+
+    clone_good("bad3", dir, sizeof dir);
+    edit_manifest(dir, "splits.train.x.dtype", cJSON_CreateNumber(5));
+    expect_open_error(dir, "train", "manifest.json: splits.train.x.dtype must be a string");
+
+    clone_good("bad4", dir, sizeof dir);
+    edit_manifest(dir, "classes", cJSON_CreateString("three"));
+    expect_open_error(dir, "train", "manifest.json: classes must be an integer in [1, 1000000]");
+
+    clone_good("bad5", dir, sizeof dir);
+    edit_manifest(dir, "version", cJSON_CreateNumber(2));
+    expect_open_error(dir, "train", "version 2 is not supported");
+
+    clone_good("bad6", dir, sizeof dir);
+    edit_manifest(dir, "normalization.mean", cJSON_CreateDoubleArray((double[]){0.1, 0.2}, 2));
+    expect_open_error(dir, "train", "normalization.mean and .std must both hold 1 entry or one per channel (1)");
+
+    clone_good("bad7", dir, sizeof dir);
+    edit_manifest(dir, "splits.test.y.file", cJSON_CreateString("../../etc/passwd"));
+    expect_open_error(dir, "test", "splits.test.y.file must be a file name inside the dataset directory");
+
+    clone_good("bad8", dir, sizeof dir);
+    edit_manifest(dir, "splits.train.samples", cJSON_CreateNumber(11));
+    expect_open_error(dir, "train", "splits.train.x.shape must be [samples, ...sample_shape] = [11, ...]");
+
+    clone_good("bad9", dir, sizeof dir);
+    edit_manifest(dir, "splits.train.x.xxh3", cJSON_CreateString("xyz"));
+    expect_open_error(dir, "train", "splits.train.x.xxh3 must be a string of 16 hex digits");
+
+    clone_good("bad10", dir, sizeof dir);
+    edit_manifest(dir, "name", NULL);
+    expect_open_error(dir, "train", "manifest.json: name is missing");
+
+    /* A split the manifest does not have, and one that was removed. */
+    tmp_path(dir, sizeof dir, "good");
+    expect_open_error(dir, "valid", "good/manifest.json has no split 'valid' (it has: train, test)");
+    clone_good("bad11", dir, sizeof dir);
+    edit_manifest(dir, "splits.test", NULL);
+    expect_open_error(dir, "test", "has no split 'test' (it has: train)");
+
+    clone_good("bad12", dir, sizeof dir);
+    char path[256];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    FILE *f = fopen(path, "wb");
+    fputs("{\n  \"format\": \"crew-dataset\",\n  \"version\": 1,,\n}\n", f);
+    fclose(f);
+    expect_open_error(dir, "train", "manifest.json: invalid JSON at line 3");
+
+    expect_open_error("", "train", "empty directory name");
+    tmp_path(dir, sizeof dir, "nowhere");
+    expect_open_error(dir, "train", "nowhere/manifest.json: No such file or directory");
+}
+
+static void rewrite_npy(const char *dir, const char *file, crew_dtype t, int ndim, const int64_t *shape, const void *data)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    CHECK_OK(crew_npy_write(path, t, ndim, shape, data));
+}
+
+static void test_bad_arrays(void)
+{
+    char dir[128], path[256];
+    uint8_t x[12 * H * W] = {0}, y[12] = {0};
+
+    clone_good("arr1", dir, sizeof dir); /* same bytes, another shape */
+    rewrite_npy(dir, "train_x.npy", CREW_DTYPE_U8, 4, (int64_t[]){12, W, H, 1}, x);
+    expect_open_error(dir, "train", "train_x.npy: shape is (12, 3, 4, 1) but manifest.json says (12, 4, 3, 1)");
+
+    clone_good("arr2", dir, sizeof dir); /* the manifest says float32, the file holds uint8 */
+    edit_manifest(dir, "splits.train.x.dtype", cJSON_CreateString("float32"));
+    expect_open_error(dir, "train", "train_x.npy: dtype is uint8 but manifest.json says float32");
+
+    clone_good("arr3", dir, sizeof dir); /* 11 labels for 12 samples */
+    rewrite_npy(dir, "train_y.npy", CREW_DTYPE_U8, 1, (int64_t[]){11}, y);
+    expect_open_error(dir, "train", "train_y.npy: the file is 139 bytes but manifest.json says 140");
+
+    clone_good("arr4", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/train_x.npy", dir);
+    CHECK(truncate(path, 128 + 12 * H * W - 1) == 0);
+    expect_open_error(dir, "train", "train_x.npy: header says shape (12, 4, 3, 1) (144 elements of |u1) but the file holds only 143");
+
+    clone_good("arr5", dir, sizeof dir); /* a label out of range, same file size */
+    y[4] = 7;
+    rewrite_npy(dir, "train_y.npy", CREW_DTYPE_U8, 1, (int64_t[]){12}, y);
+    expect_open_error(dir, "train", "train_y.npy: label 7 at index 4 is outside [0, 3)");
+
+    clone_good("arr6", dir, sizeof dir); /* one flipped pixel: opens fine, verify catches it */
+    snprintf(path, sizeof path, "%s/train_x.npy", dir);
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 128 + 17, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 128 + 17, SEEK_SET);
+    fputc(c ^ 0x01, f);
+    fclose(f);
+    crew_dataset *d = NULL;
+    CHECK_OK(crew_dataset_open(dir, "train", &d));
+    if (d) CHECK_ERR(crew_dataset_verify(d), "train_x.npy: content hash");
+    if (d) CHECK_ERR(crew_dataset_verify(d), "does not match manifest.json's");
+    crew_dataset_free(d);
+}
+
+/* float32 samples with int32 labels, written by hand: the non-uint8 gather path. */
+static void test_float_dataset(void)
+{
+    char dir[128], path[256];
+    tmp_path(dir, sizeof dir, "floats");
+    mkdir(dir, 0755);
+    float xs[3 * 2 * 2] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    int32_t ys[3] = {1, 0, 1};
+    crew_manifest m = {.classes = 2, .sample_shape = {2, {2, 2}}, .scale = 0.5, .n_channels = 2,
+                       .mean = {1, 2}, .std = {2, 4}, .n_splits = 1};
+    snprintf(m.name, sizeof m.name, "floats");
+    crew_manifest_split *sp = &m.splits[0];
+    *sp = (crew_manifest_split){.name = "train", .samples = 3,
+                                .x = {.file = "x.npy", .dtype = CREW_DTYPE_F32, .ndim = 3, .shape = {3, 2, 2}},
+                                .y = {.file = "y.npy", .dtype = CREW_DTYPE_I32, .ndim = 1, .shape = {3}}};
+    rewrite_npy(dir, "x.npy", CREW_DTYPE_F32, 3, sp->x.shape, xs);
+    rewrite_npy(dir, "y.npy", CREW_DTYPE_I32, 1, sp->y.shape, ys);
+    snprintf(path, sizeof path, "%s/x.npy", dir);
+    CHECK_OK(crew_manifest_hash_file(path, &sp->x));
+    snprintf(path, sizeof path, "%s/y.npy", dir);
+    CHECK_OK(crew_manifest_hash_file(path, &sp->y));
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    CHECK_OK(crew_manifest_write(path, &m));
+    crew_dataset *d = NULL;
+    CHECK_OK(crew_dataset_open(dir, "train", &d));
+    if (!d) return;
+    CHECK_OK(crew_dataset_verify(d));
+    float x[4];
+    int32_t y;
+    crew_dataset_gather(d, (int64_t[]){2}, 1, x, &y);
+    CHECK(y == 1);
+    for (int k = 0; k < 4; k++) {
+        double want = (xs[8 + k] * 0.5 - m.mean[k % 2]) / m.std[k % 2];
+        CHECK_MSG(fabs(x[k] - want) < 1e-6, "x[%d] = %g, want %g", k, x[k], want);
+    }
+    crew_dataset_free(d);
+}
+
+/* ---------------------------------------------------------------- atomic writes */
+
+static void test_atomic_dir(void)
+{
+    char out[128], file[1200], good[128];
+    tmp_path(good, sizeof good, "good");
+    crew_atomic_dir ad;
+    CHECK_ERR(crew_atomic_dir_begin(good, &ad), "good already exists");
+
+    tmp_path(out, sizeof out, "atomic");
+    CHECK_OK(crew_atomic_dir_begin(out, &ad));
+    CHECK(exists(ad.tmp) && strstr(ad.tmp, "atomic.tmp-") && !exists(out));
+    CHECK_OK(crew_atomic_dir_file(&ad, "a.txt", file, sizeof file));
+    FILE *f = fopen(file, "w");
+    fputs("hello", f);
+    fclose(f);
+    crew_atomic_dir_abort(&ad);
+    CHECK(temp_dirs_left() == 0 && !exists(out));
+
+    /* OUT appearing while the temporary directory is written: commit refuses and cleans up. */
+    CHECK_OK(crew_atomic_dir_begin(out, &ad));
+    CHECK_OK(crew_atomic_dir_file(&ad, "a.txt", file, sizeof file));
+    f = fopen(file, "w");
+    fputs("hello", f);
+    fclose(f);
+    mkdir(out, 0755);
+    CHECK_ERR(crew_atomic_dir_commit(&ad), "atomic already exists");
+    CHECK(temp_dirs_left() == 0);
+    rmdir(out);
+
+    CHECK_OK(crew_atomic_dir_begin(out, &ad));
+    CHECK_OK(crew_atomic_dir_file(&ad, "a.txt", file, sizeof file));
+    f = fopen(file, "w");
+    fputs("hello", f);
+    fclose(f);
+    CHECK_OK(crew_atomic_dir_commit(&ad));
+    snprintf(file, sizeof file, "%s/a.txt", out);
+    CHECK(exists(file) && temp_dirs_left() == 0);
+    crew_atomic_dir_abort(&ad); /* a no-op after commit */
+    CHECK(exists(file));
+}
+
+static void test_prep_refusals(void)
+{
+    char img[128], lab[128], good[128], manifest[256];
+    tmp_path(img, sizeof img, "imgs.gz");
+    tmp_path(lab, sizeof lab, "labs.gz");
+    tmp_path(good, sizeof good, "good");
+    make_fixture(img, lab, 1);
+    CHECK_ERR(crew_prep_idx(img, lab, NULL, NULL, good, NULL, NULL), "good already exists");
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", good);
+    CHECK(exists(manifest));
+
+    /* Fashion-MNIST's prep holds labels to its 10 classes. */
+    char src[128], out[128], path[256];
+    tmp_path(src, sizeof src, "fake-fashion");
+    tmp_path(out, sizeof out, "fake-out");
+    mkdir(src, 0755);
+    labels[3] = 10;
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", src);
+    write_idx_gz(path, 3, (uint32_t[]){N, H, W}, pixels, N * H * W);
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", src);
+    write_idx_gz(path, 1, (uint32_t[]){N}, labels, N);
+    snprintf(path, sizeof path, "%s/t10k-images-idx3-ubyte", src); /* uncompressed is found too */
+    write_idx_gz(path, 3, (uint32_t[]){N, H, W}, pixels, N * H * W);
+    snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte.gz", src);
+    write_idx_gz(path, 1, (uint32_t[]){N}, labels, N);
+    CHECK_ERR(crew_prep_fashion_mnist(src, out, NULL, NULL), "train-labels-idx1-ubyte.gz: label 10 at index 3 is outside [0, 10)");
+    labels[3] = 0;
+    snprintf(path, sizeof path, "%s/train-labels-idx1-ubyte.gz", src);
+    write_idx_gz(path, 1, (uint32_t[]){N}, labels, N);
+    snprintf(path, sizeof path, "%s/t10k-labels-idx1-ubyte.gz", src);
+    write_idx_gz(path, 1, (uint32_t[]){N}, labels, N);
+    CHECK_OK(crew_prep_fashion_mnist(src, out, NULL, NULL));
+    crew_manifest m;
+    CHECK_OK(crew_manifest_read(out, &m));
+    CHECK(!strcmp(m.name, "fashion-mnist") && m.classes == 10 && m.class_names && !strcmp(m.class_names[9], "Ankle boot"));
+    crew_manifest_free(&m);
+    CHECK(temp_dirs_left() == 0);
+}
+
+/* A write failing halfway (a file-size limit makes write() fail with EFBIG): prep reports it and
+ * removes its temporary directory, so no half-written dataset exists. */
+static void test_prep_write_failure(void)
+{
+    static uint8_t big[20 * 32 * 32], lab[20];
+    char img[128], labp[128], out[128];
+    for (size_t i = 0; i < sizeof big; i++) big[i] = (uint8_t)i;
+    tmp_path(img, sizeof img, "big-imgs.gz");
+    tmp_path(labp, sizeof labp, "big-labs.gz");
+    tmp_path(out, sizeof out, "big-out");
+    write_idx_gz(img, 3, (uint32_t[]){20, 32, 32}, big, sizeof big);
+    write_idx_gz(labp, 1, (uint32_t[]){20}, lab, sizeof lab);
+    struct rlimit old, small;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    small = old;
+    small.rlim_cur = 4096;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+    crew_status s = crew_prep_idx(img, labp, NULL, NULL, out, NULL, NULL);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_handler);
+    CHECK(crew_status_code(s) == CREW_CODE_IO && strstr(crew_status_message(s), "train_x.npy: write"));
+    crew_status_free(s);
+    CHECK(!exists(out) && temp_dirs_left() == 0);
+}
+
+/* ---------------------------------------------------------------- the real Fashion-MNIST */
+
+static void test_fashion_mnist(void)
+{
+    if (!exists(FASHION_DIR "/train-images-idx3-ubyte.gz")) {
+        printf("note: %s is absent; skipping the Fashion-MNIST test\n", FASHION_DIR);
+        return;
+    }
+    char out[128];
+    tmp_path(out, sizeof out, "fashion");
+    CHECK_OK(crew_prep_fashion_mnist(FASHION_DIR, out, NULL, NULL));
+    crew_dataset *train = NULL, *test = NULL;
+    CHECK_OK(crew_dataset_open(out, "train", &train));
+    CHECK_OK(crew_dataset_open(out, "test", &test));
+    if (!train || !test) return;
+    CHECK(crew_dataset_size(train) == 60000 && crew_dataset_size(test) == 10000 && crew_dataset_classes(train) == 10);
+    int64_t shape[4];
+    CHECK(crew_dataset_sample_shape(train, shape) == 3 && shape[0] == 28 && shape[1] == 28 && shape[2] == 1);
+    int64_t count[2][10] = {{0}};
+    const crew_dataset *ds[2] = {train, test};
+    for (int s = 0; s < 2; s++)
+        for (int64_t i = 0; i < ds[s]->n; i++) count[s][((const uint8_t *)ds[s]->y.data)[i]]++;
+    for (int c = 0; c < 10; c++) CHECK_MSG(count[0][c] == 6000 && count[1][c] == 1000, "class %d: %lld/%lld", c,
+                                           (long long)count[0][c], (long long)count[1][c]);
+    /* The well-known statistics of Fashion-MNIST's training images. */
+    CHECK_MSG(fabs(train->mean[0] - 0.2860) < 1e-3 && fabs(train->std[0] - 0.3530) < 1e-3, "mean %g std %g",
+              train->mean[0], train->std[0]);
+    CHECK_OK(crew_dataset_verify(train));
+    crew_dataset_free(train);
+    crew_dataset_free(test);
+}
+
+int main(void)
+{
+    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/crew_test_dataset_XXXXXX");
+    if (!mkdtemp(tmp_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_prep_and_gather(1);
+    test_prep_and_gather(3);
+    test_prep_with_test_files();
+    char img[128], lab[128], good[128];
+    tmp_path(img, sizeof img, "imgs.gz");
+    tmp_path(lab, sizeof lab, "labs.gz");
+    tmp_path(good, sizeof good, "good");
+    make_fixture(img, lab, 1);
+    CHECK_OK(crew_prep_idx(img, lab, NULL, NULL, good, NULL, NULL));
+    test_bad_manifests();
+    test_bad_arrays();
+    test_float_dataset();
+    test_atomic_dir();
+    test_prep_refusals();
+    test_prep_write_failure();
+    test_fashion_mnist();
+    CHECK(temp_dirs_left() == 0);
+    nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return check_report();
+}
