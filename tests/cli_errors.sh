@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# cli_errors.sh — bad input and bad usage: one clear line on stderr and exit status 2, never a
+# crash or a half-written file.
+. "$(dirname "$0")/cli_lib.sh"
+
+# A tiny valid dataset to pair with bad model files: IDX files made here.
+printf '\x00\x00\x08\x03\x00\x00\x00\x10\x00\x00\x00\x1c\x00\x00\x00\x1c' > "$TMP/img"
+head -c $((16 * 784)) /dev/urandom >> "$TMP/img"
+printf '\x00\x00\x08\x01\x00\x00\x00\x10' > "$TMP/lab"
+printf '\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x00\x01\x02\x03\x04\x05' >> "$TMP/lab"
+"$CREW" prep idx "$TMP/img" "$TMP/lab" --out "$TMP/data" > /dev/null 2>&1 || fail "prep idx of a valid pair"
+D="$TMP/data"
+
+# Model files
+echo '{"input_shape": [28, 28, 1], "layers": [' > "$TMP/malformed.json"
+expect_exit 2 "malformed.json" -- "$CREW" train "$TMP/malformed.json" --data "$D"
+echo '{"input_shape": [28, 28, 1], "layers": [{"type": "flatten"}, {"type": "lstm", "units": 4}]}' > "$TMP/unknown.json"
+expect_exit 2 "layer 1" -- "$CREW" train "$TMP/unknown.json" --data "$D"
+echo '{"input_shape": [28, 28, 1], "layers": [{"type": "dense", "units": "ten"}]}' > "$TMP/type.json"
+expect_exit 2 "units" -- "$CREW" train "$TMP/type.json" --data "$D"
+echo '{"input_shape": [28, 28, 1], "lerning_rate": 1, "layers": [{"type": "flatten"}]}' > "$TMP/key.json"
+expect_exit 2 "lerning_rate" -- "$CREW" train "$TMP/key.json" --data "$D"
+echo '{"input_shape": [4, 4, 1], "layers": [{"type": "conv2d", "filters": 2, "kernel_size": 5}]}' > "$TMP/shape.json"
+expect_exit 2 "layer 0" -- "$CREW" train "$TMP/shape.json" --data "$D"
+expect_exit 2 "no-such.json" -- "$CREW" train "$TMP/no-such.json" --data "$D"
+
+# Data
+cp -r "$D" "$TMP/trunc"
+head -c 1000 "$D/train_x.npy" > "$TMP/trunc/train_x.npy"
+expect_exit 2 "train_x.npy" -- "$CREW" train examples/fashion_mlp.json --data "$TMP/trunc"
+head -c 100 "$TMP/img" > "$TMP/img-trunc"
+expect_exit 2 "img-trunc" -- "$CREW" prep idx "$TMP/img-trunc" "$TMP/lab" --out "$TMP/out-trunc"
+[ ! -e "$TMP/out-trunc" ] && ok || fail "a failed prep left $TMP/out-trunc behind"
+printf 'not gzip at all' | gzip > "$TMP/bad.gz"; head -c 20 "$TMP/bad.gz" > "$TMP/corrupt.gz"
+expect_exit 2 "corrupt.gz" -- "$CREW" prep idx "$TMP/corrupt.gz" "$TMP/lab" --out "$TMP/out-gz"
+expect_exit 2 "no-such-dir" -- "$CREW" train examples/fashion_mlp.json --data "$TMP/no-such-dir"
+
+# Weights
+"$CREW" train examples/fashion_mlp.json --data "$D" --max-steps 1 --batch-per-device 8 --devices cpu:1 \
+    --run-dir "$TMP/run" --quiet > /dev/null 2>&1 || fail "training 1 step on the small dataset"
+W="$TMP/run/weights.safetensors"
+head -c 5000 "$W" > "$TMP/trunc.safetensors"
+expect_exit 2 "trunc.safetensors" -- "$CREW" eval examples/fashion_mlp.json --weights "$TMP/trunc.safetensors" --data "$D"
+expect_exit 2 "trunc.safetensors" -- "$CREW" train examples/fashion_mlp.json --init-weights "$TMP/trunc.safetensors" --data "$D"
+cp "$W" "$TMP/flip.safetensors"; printf 'X' | dd of="$TMP/flip.safetensors" bs=1 seek=12 conv=notrunc 2>/dev/null
+expect_exit 2 "flip.safetensors" -- "$CREW" eval examples/fashion_mlp.json --weights "$TMP/flip.safetensors" --data "$D"
+expect_exit 2 "conv2d.kernel" -- "$CREW" eval examples/fashion_cnn.json --weights "$W" --data "$D"
+
+# Flags
+expect_exit 2 "--epochs" -- "$CREW" train examples/fashion_mlp.json --data "$D" --epochs 0
+expect_exit 2 "--batch-per-device" -- "$CREW" train examples/fashion_mlp.json --data "$D" --batch-per-device -3
+expect_exit 2 "--lr" -- "$CREW" train examples/fashion_mlp.json --data "$D" --lr abc
+expect_exit 2 "--devices" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices gpu:1
+expect_exit 2 "--devices cpu:N" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:0
+expect_exit 2 "unknown option" -- "$CREW" train examples/fashion_mlp.json --data "$D" --frobnicate
+expect_exit 2 "needs a value" -- "$CREW" train examples/fashion_mlp.json --data
+expect_exit 2 "unknown verb" -- "$CREW" fly
+expect_exit 2 "not a multiple" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:2 --batch-per-device 4 --global-batch 10
+expect_exit 2 "fewer than one global batch" -- "$CREW" train examples/fashion_mlp.json --data "$D" --batch-per-device 64
+
+# Help works for every verb
+for verb in prep train eval verify; do
+  "$CREW" $verb --help | grep -q "usage: crew $verb" && ok || fail "crew $verb --help"
+done
+"$CREW" --help | grep -q "verbs:" && ok || fail "crew --help"
+report

@@ -1,0 +1,36 @@
+# cli_lib.sh — helpers for the shell tests of the crew command line (sourced, not run).
+# Each test prints "N passed, N failed" at the end, like the C tests.
+set -u
+CREW=${1:-${CREW_BIN:-build/crew}}
+passed=0
+failed=0
+TMP=$(mktemp -d /tmp/crew-cli-XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+
+ok()   { passed=$((passed + 1)); }
+fail() { failed=$((failed + 1)); echo "FAIL: $*" >&2; }
+
+# expect_exit STATUS NEEDLE -- command...: the command exits with STATUS, and its stderr is one
+# line containing NEEDLE.
+expect_exit() {
+  local want=$1 needle=$2; shift 3
+  "$@" > "$TMP/out" 2> "$TMP/err"
+  local got=$?
+  local lines; lines=$(wc -l < "$TMP/err")
+  if [ "$got" -ne "$want" ]; then fail "$* exited $got, wanted $want: $(head -c 300 "$TMP/err")"; return; fi
+  if [ "$want" -ne 0 ] && [ "$lines" -ne 1 ]; then fail "$* wrote $lines lines to stderr, wanted one: $(cat "$TMP/err")"; return; fi
+  if ! grep -qF -- "$needle" "$TMP/err"; then fail "$*: stderr lacks '$needle': $(cat "$TMP/err")"; return; fi
+  ok
+}
+
+# json_field FILE KEY: the value of KEY in the last line of FILE (a flat JSON object).
+json_field() { tail -n 1 "$1" | sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" | tr -d '"'; }
+
+# A prepared Fashion-MNIST in $DATA (skips the calling test with status 0 when the package is absent).
+need_fashion() {
+  DATA="$TMP/fashion"
+  if [ ! -d /usr/share/datasets/fashion-mnist ]; then echo "skipped: dataset-fashion-mnist is not installed"; echo "0 passed, 0 failed"; exit 0; fi
+  "$CREW" prep fashion-mnist --out "$DATA" > /dev/null || { echo "crew prep failed"; exit 1; }
+}
+
+report() { echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; }

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# cli_train.sh — crew train, eval and verify on Fashion-MNIST, end to end:
+# - 2 replicas and 1 replica accumulating 2 micro-batches (same seed, global batch and per-device
+#   batch) end with bitwise-equal weights and the same test accuracy in every printed digit;
+# - crew eval on the saved weights reproduces the test accuracy train printed;
+# - --json ends stdout with one JSON object holding the documented keys;
+# - crew verify passes for both example models with N = 2, 3, 4 and 8.
+. "$(dirname "$0")/cli_lib.sh"
+need_fashion
+
+run() { "$CREW" train examples/fashion_mlp.json --data "$DATA" --max-steps 30 --batch-per-device 32 --seed 7 --json "$@"; }
+run --devices cpu:2 --run-dir "$TMP/two" > "$TMP/two.out" || fail "train on cpu:2"
+run --devices cpu:1 --global-batch 64 --run-dir "$TMP/one" > "$TMP/one.out" || fail "train on cpu:1"
+cmp -s "$TMP/two/weights.safetensors" "$TMP/one/weights.safetensors" && ok || fail "cpu:2 and cpu:1 weights differ"
+a2=$(json_field "$TMP/two.out" test_accuracy); a1=$(json_field "$TMP/one.out" test_accuracy)
+[ -n "$a2" ] && [ "$a2" = "$a1" ] && ok || fail "test accuracy cpu:2 '$a2' vs cpu:1 '$a1'"
+grep -q "global batch 64" "$TMP/two.out" && ok || fail "the plan is not printed"
+[ -f "$TMP/two/config.json" ] && grep -q '"global_batch":' "$TMP/two/config.json" && ok || fail "config.json"
+
+for key in test_accuracy test_loss train_loss epochs steps samples_per_s wall_s weights; do
+  [ -n "$(json_field "$TMP/two.out" $key)" ] && ok || fail "--json lacks $key: $(tail -n 1 "$TMP/two.out")"
+done
+
+"$CREW" eval examples/fashion_mlp.json --weights "$TMP/two/weights.safetensors" --data "$DATA" --json > "$TMP/eval.out" || fail "eval"
+e=$(json_field "$TMP/eval.out" test_accuracy)
+[ "$e" = "$a2" ] && ok || fail "eval accuracy '$e' differs from train's '$a2'"
+
+for model in fashion_mlp fashion_cnn; do
+  for n in 2 3 4 8; do
+    "$CREW" verify examples/$model.json --data "$DATA" --devices cpu:$n --steps 4 --batch-per-device 8 --json > "$TMP/v.out"
+    rc=$?
+    [ $rc -eq 0 ] && [ "$(json_field "$TMP/v.out" pass)" = true ] && ok || fail "verify $model cpu:$n: $(tail -n 1 "$TMP/v.out")"
+  done
+done
+report
