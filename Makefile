@@ -5,7 +5,9 @@ DATA    ?= data/fashion-mnist
 RUN_DIR ?= runs/demo
 MODEL   ?= examples/fashion_cnn.json
 
-.PHONY: all deps build test demo asan tsan fuzz clean
+.PHONY: all deps build test fuzz demo asan tsan clean
+
+FUZZ_TARGETS = $(basename $(notdir $(wildcard fuzz/fuzz_*.c)))
 
 all: build
 
@@ -16,8 +18,16 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# Every test, then every fuzz target for 10 seconds (libFuzzer needs clang).
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory fuzz
+
+fuzz:
+	@CREW_WITH_CLANG=1 scripts/install-deps.sh
+	@cmake -S . -B build-fuzz -DCREW_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug > /dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
+	ctest --test-dir build-fuzz -L fuzz --output-on-failure -j $(JOBS)
 
 # Prepares Fashion-MNIST once, then trains the CNN data-parallel on all cores.
 demo: build
@@ -36,4 +46,4 @@ tsan: deps
 	ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -L threads
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

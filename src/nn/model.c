@@ -16,10 +16,15 @@ crew_status crew_model_create(const int64_t *input_shape, int ndim, crew_model *
     if (!input_shape || ndim < 1 || ndim > CREW_MAX_DIMS - 1)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "input shape must have 1 to %d axes, got %d",
                            CREW_MAX_DIMS - 1, ndim);
-    for (int i = 0; i < ndim; i++)
+    int64_t size = 1;
+    for (int i = 0; i < ndim; i++) {
         if (input_shape[i] <= 0 || input_shape[i] > (1 << 24))
             return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "input shape axis %d must be in [1, 2^24], got %lld", i,
                                (long long)input_shape[i]);
+        size *= input_shape[i]; /* at most 2^24 · 2^24 before the check below stops it */
+        if (size > (1LL << 28))
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "input shape holds more than 2^28 values per sample");
+    }
     crew_model *m = calloc(1, sizeof *m);
     if (!m) return CREW_OOM();
     m->input.ndim = ndim;

@@ -20,7 +20,6 @@
 
 #define DEFAULT_TIMEOUT_S 300.0
 #define DEFAULT_BUCKET_MB 25.0
-#define EVAL_BATCH 256
 
 typedef struct fit_run {
     const crew_dataset *train;
@@ -86,7 +85,8 @@ static crew_status evaluate_shared(replica *r, const crew_dataset *d, float *los
     int64_t lo = n * r->rank / size, hi = n * (r->rank + 1) / size;
     double sums[2] = {0.0, 0.0};
     int64_t correct = 0;
-    CREW_TRY(crew_eval_range(r->m, d, lo, hi, EVAL_BATCH, &sums[0], &correct));
+    /* Evaluation reuses the training batch size: the activations are already sized for it. */
+    CREW_TRY(crew_eval_range(r->m, d, lo, hi, r->run->plan.batch_per_device, &sums[0], &correct));
     sums[1] = (double)correct;
     CREW_TRY(reduce_f64(r, sums, 2));
     *loss = (float)(sums[0] / (double)n);
@@ -199,7 +199,7 @@ static void *replica_thread(void *arg)
 static crew_status prepare_replica(replica *r, crew_model *m, const crew_fit_plan *p)
 {
     r->m = m;
-    CREW_TRY(crew_model_reserve(m, p->batch_per_device > EVAL_BATCH ? p->batch_per_device : EVAL_BATCH));
+    CREW_TRY(crew_model_reserve(m, p->batch_per_device));
     r->perm = malloc((size_t)p->train_samples * sizeof *r->perm);
     if (!r->perm) return CREW_OOM();
     if (!m->compiled || m->opt.n != m->n_params) CREW_TRY(crew_model_compile(m, &m->compile));
