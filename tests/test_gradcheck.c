@@ -583,9 +583,130 @@ static void test_softmax_fused(void)
     crew_model_free(m);
 }
 
+/* ------------------------------------------------------------------ whole model files */
+
+/* The example models and Keras-produced files, loaded as a user would, with dropout active (its
+ * mask fixed by seed, step and ids). A big net with relu and max pooling has kinks everywhere,
+ * so a per-value difference quotient crosses some of them; instead the check is directional:
+ * along a unit direction d over all parameters, (L(p + h·d) − L(p − h·d)) / 2h must equal g·d.
+ * Each parameter then moves by ~h/√n, far too little to cross more than a handful of kinks, and
+ * the signal stays large. Directions: d ∝ g (checks |g|), and d ∝ sign(g)·|g|·u with u uniform
+ * in [0, 1] per value (weights every component differently, so an error in any large component
+ * shows up), and the latter restricted to each tensor in turn (so no tensor hides behind another;
+ * with a step of h/4 there, and h/2 along whole-model directions). Each difference is a
+ * Richardson extrapolation of central differences at the step and half of it. */
+static double directional_once(crew_model *m, const crew_pass *p, const float *d, double h)
+{
+    float *saved = host_buf(m->n_params);
+    memcpy(saved, m->params, (size_t)m->n_params * sizeof(float));
+    for (int64_t i = 0; i < m->n_params; i++) m->params[i] = saved[i] + (float)(h * d[i]);
+    double lp = eval_loss(m, p);
+    for (int64_t i = 0; i < m->n_params; i++) m->params[i] = saved[i] - (float)(h * d[i]);
+    double lm = eval_loss(m, p);
+    memcpy(m->params, saved, (size_t)m->n_params * sizeof(float));
+    free(saved);
+    return (lp - lm) / (2.0 * h);
+}
+
+/* Richardson extrapolation of two central differences cancels their h² truncation term, which
+ * the curvature of a whole net (and of batch norm over few rows) makes large. */
+static double directional(crew_model *m, const crew_pass *p, const float *d, double h)
+{
+    return (4.0 * directional_once(m, p, d, h / 2) - directional_once(m, p, d, h)) / 3.0;
+}
+
+/* Normalises d over [lo, hi) (zero elsewhere) and returns g·d. */
+static double unit_direction(float *d, const float *g, int64_t n, int64_t lo, int64_t hi)
+{
+    double norm = 0.0, dot = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i < lo || i >= hi) d[i] = 0.0f;
+        norm += (double)d[i] * d[i];
+    }
+    norm = sqrt(norm);
+    for (int64_t i = 0; i < n; i++) {
+        d[i] = norm > 0 ? (float)(d[i] / norm) : 0.0f;
+        dot += (double)g[i] * d[i];
+    }
+    return dot;
+}
+
+static void check_direction(crew_model *m, const crew_pass *p, const float *g, float *d, int64_t lo, int64_t hi,
+                            double h, const char *name, const char *what, double *worst)
+{
+    double a = unit_direction(d, g, m->n_params, lo, hi);
+    if (a == 0.0) return;
+    double n = directional(m, p, d, h);
+    double ratio = fabs(a - n) / (ATOL + RTOL * fmax(fabs(a), fabs(n)));
+    *worst = fmax(*worst, ratio);
+    CHECK_MSG(ratio <= 1.0, "%s: along %s: analytic %.7g, numeric %.7g", name, what, a, n);
+}
+
+static void check_file_model(crew_model *m, const crew_pass *p, const char *name)
+{
+    float *g = host_buf(m->n_params), *d = host_buf(m->n_params);
+    double worst = 0.0;
+    int directions = 0;
+    crew_rng r = crew_rng_make(SEED + 5);
+    if (analytic_grads(m, p, g)) {
+        memcpy(d, g, (size_t)m->n_params * sizeof(float));
+        check_direction(m, p, g, d, 0, m->n_params, H / 2, name, "the gradient", &worst);
+        for (int k = 0; k < 2; k++) {
+            for (int64_t i = 0; i < m->n_params; i++) d[i] = g[i] * crew_rng_next_uniform(&r);
+            check_direction(m, p, g, d, 0, m->n_params, H / 2, name, "a randomly weighted gradient", &worst);
+        }
+        directions = 3;
+        for (int i = 0; i < m->n_compute; i++)
+            for (int j = 0; j < m->layers[i]->n_params; j++) {
+                const crew_param *t = &m->layers[i]->params[j];
+                /* Confined to a few values (a bias, a gamma), a direction moves each of them far
+                 * enough to shift thousands of relu inputs across zero at once; those tensors are
+                 * covered by the per-layer cases above and the PyTorch reference test. */
+                if (!t->trainable || crew_shape_size(&t->shape) < 256) continue;
+                char what[160];
+                snprintf(what, sizeof what, "%s.%s alone", m->layers[i]->name, t->name);
+                for (int64_t q = 0; q < m->n_params; q++) d[q] = g[q] * crew_rng_next_uniform(&r);
+                /* A small tensor moves each of its values further: a shorter step keeps off kinks. */
+                check_direction(m, p, g, d, t->offset, t->offset + crew_shape_size(&t->shape), H / 4, name, what,
+                                &worst);
+                directions++;
+            }
+    }
+    printf("%-34s %3d directions  %.2f of the tolerance\n", name, directions, worst);
+    free(g);
+    free(d);
+}
+
+static void test_model_files(void)
+{
+    static const char *files[] = {"../examples/fashion_mlp.json", "../examples/fashion_cnn.json",
+                                  "fixtures/keras/fashion_mlp.json", "fixtures/keras/small_cnn.json",
+                                  "fixtures/keras/token_model.json"};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        crew_model *m = NULL;
+        CHECK_OK(crew_model_load_file(files[f], &m));
+        if (!m) continue;
+        gc_case c = {.name = files[f], .rows = 8, .training = 1};
+        c.ndim = m->input.ndim;
+        for (int i = 0; i < c.ndim; i++) c.shape[i] = m->input.dim[i];
+        if (m->layers[0]->spec.type == CREW_LAYER_EMBEDDING) {
+            c.input = INPUT_IDS;
+            c.vocab = m->layers[0]->spec.vocab;
+        }
+        CHECK_OK(crew_model_init_params(m, SEED));
+        CHECK_OK(crew_model_reserve(m, c.rows));
+        jitter_params(m, SEED + f);
+        fill_input(m, &c, SEED + 100 + f);
+        crew_pass p = make_pass(m, c.rows, 1);
+        check_file_model(m, &p, files[f]);
+        crew_model_free(m);
+    }
+}
+
 int main(void)
 {
     for (int i = 0; i < 64; i++) sample_ids[i] = 1000 + 7 * i;
+    test_model_files();
     test_layers();
     test_embedding_rows();
     test_batch_norm_moving_stats();
