@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cli_errors.sh — bad input and bad usage: one clear line on stderr and exit status 2, never a
 # crash or a half-written file.
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/lib_cli.sh"
 
 # A tiny valid dataset to pair with bad model files: IDX files made here.
 printf '\x00\x00\x08\x03\x00\x00\x00\x10\x00\x00\x00\x1c\x00\x00\x00\x1c' > "$TMP/img"

@@ -5,7 +5,7 @@
 # - crew eval on the saved weights reproduces the test accuracy train printed;
 # - --json ends stdout with one JSON object holding the documented keys;
 # - crew verify passes for both example models with N = 2, 3, 4 and 8.
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/lib_cli.sh"
 need_fashion
 
 run() { "$CREW" train examples/fashion_mlp.json --data "$DATA" --max-steps 30 --batch-per-device 32 --seed 7 --json "$@"; }

@@ -1,4 +1,4 @@
-# cli_lib.sh — helpers for the shell tests of the crew command line (sourced, not run).
+# lib_cli.sh — helpers for the shell tests of the crew command line (sourced, not run).
 # Each test prints "N passed, N failed" at the end, like the C tests.
 set -u
 CREW=${1:-${CREW_BIN:-build/crew}}
