@@ -139,7 +139,9 @@ typedef struct crew_optimizer_spec {
     float weight_decay;  /* decoupled for adamw; added to the gradient for sgd */
     float clip_norm;     /* clip gradients to this global L2 norm; 0 = off */
     crew_schedule_type schedule;
-    int64_t warmup_steps; /* linear warmup from lr/… up to the scaled rate; 0 = none */
+    int64_t warmup_steps; /* gradual warmup to the scaled rate over this many steps; 0 = automatic:
+                             5 epochs (at most half the run) when scaling raised the rate, else none */
+    float warmup_epochs;  /* the same in epochs, when > 0 (wins over warmup_steps) */
     int64_t step_size;    /* step schedule: steps between decays */
     float gamma;          /* step schedule: decay factor */
     float min_lr;         /* cosine: final learning rate */
@@ -229,6 +231,10 @@ typedef struct crew_fit_options {
     double collective_timeout_s;/* a replica missing a collective for this long fails the run [300] */
     uint64_t seed;              /* [model file's, else 1] */
     float lr;                   /* overrides the compiled base learning rate when > 0 */
+    int64_t base_batch;         /* overrides the batch lr was tuned for when > 0 */
+    int lr_scaling;             /* overrides the rule when >= 0 (a crew_lr_scaling); -1 = compiled */
+    int64_t warmup_steps;       /* overrides the warmup when >= 0 (0 = none); -1 = compiled or automatic */
+    double warmup_epochs;       /* warmup as a number of epochs, when > 0 (wins over warmup_steps) */
     const crew_dataset *test;   /* evaluated at the end of each epoch when not NULL */
     void (*on_step)(void *user, const crew_step_info *info);
     void (*on_epoch)(void *user, const crew_epoch_info *info);

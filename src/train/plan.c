@@ -30,6 +30,8 @@ void crew_model_default_fit(const crew_model *m, crew_fit_options *opts)
     opts->threads_per_device = 1;
     opts->seed = m && m->defaults.has_seed ? m->defaults.seed : 1;
     opts->sync_batch_norm = -1;
+    opts->lr_scaling = -1;
+    opts->warmup_steps = -1;
 }
 
 static crew_status check_data(const crew_model *m, const crew_dataset *d)
@@ -76,6 +78,8 @@ static crew_status check_options(const crew_fit_options *o)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "bucket size and collective timeout must not be negative");
     if (o->max_steps < 0 || o->global_batch < 0)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "max steps and global batch must not be negative");
+    if (o->lr_scaling > CREW_SCALE_SQRT || o->base_batch < 0 || !(o->warmup_epochs >= 0.0) || !isfinite(o->warmup_epochs))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "lr scaling, base batch or warmup epochs out of range");
     if (!(o->lr >= 0.0f) || !isfinite(o->lr))
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "learning rate must be positive, got %g", (double)o->lr);
     return CREW_OK;
@@ -143,13 +147,17 @@ crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const 
 
     const crew_optimizer_spec *s = &c.optimizer;
     p->base_lr = o->lr > 0.0f ? o->lr : s->lr;
-    p->base_batch = s->base_batch > 0 ? s->base_batch : p->global_batch;
-    p->scaling = s->scaling;
-    p->lr_factor = scale_factor(s->scaling, p->global_batch, p->base_batch);
+    p->base_batch = o->base_batch > 0 ? o->base_batch : s->base_batch > 0 ? s->base_batch : p->global_batch;
+    p->scaling = o->lr_scaling >= 0 ? (crew_lr_scaling)o->lr_scaling : s->scaling;
+    p->lr_factor = scale_factor(p->scaling, p->global_batch, p->base_batch);
     p->scaled_lr = p->base_lr * p->lr_factor;
     p->schedule = s->schedule;
-    if (s->warmup_steps > 0) {
-        p->warmup_steps = s->warmup_steps;
+    double warmup_epochs = o->warmup_epochs > 0 ? o->warmup_epochs : o->warmup_steps >= 0 ? 0.0 : s->warmup_epochs;
+    int64_t warmup_steps = o->warmup_steps >= 0 ? o->warmup_steps : s->warmup_steps;
+    if (warmup_epochs > 0) {
+        p->warmup_steps = (int64_t)ceil(warmup_epochs * (double)p->steps_per_epoch);
+    } else if (warmup_steps > 0 || o->warmup_steps == 0) {
+        p->warmup_steps = warmup_steps;
     } else if (p->lr_factor > 1.0f) {
         /* Goyal et al.: 5 epochs of gradual warmup; never more than half of a short run. */
         int64_t five = 5 * p->steps_per_epoch, half = p->total_steps / 2;

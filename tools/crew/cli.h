@@ -23,6 +23,8 @@ int cli_usage_error(const char *verb, const char *fmt, ...);
 
 /* Flag values, range-checked; on error they print one line and return 0. */
 int cli_parse_int(const char *verb, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);
+/* The index of text in the NULL-terminated choices; prints the error and returns -1 otherwise. */
+int cli_parse_choice(const char *verb, const char *flag, const char *text, const char *const *choices);
 int cli_parse_float(const char *verb, const char *flag, const char *text, double lo, double hi, double *out);
 
 

@@ -95,3 +95,15 @@ int cli_parse_devices(const char *verb, const char *text, int64_t *n)
     }
     return cli_parse_int(verb, "--devices cpu:N", text + 4, 1, 1024, n);
 }
+
+int cli_parse_choice(const char *verb, const char *flag, const char *text, const char *const *choices)
+{
+    char list[256] = "";
+    size_t used = 0;
+    for (int i = 0; choices[i]; i++) {
+        if (!strcmp(text, choices[i])) return i;
+        used += (size_t)snprintf(list + used, used < sizeof list ? sizeof list - used : 0, "%s%s", i ? ", " : "", choices[i]);
+    }
+    cli_usage_error(verb, "%s takes one of %s, got '%s'", flag, list, text);
+    return -1;
+}

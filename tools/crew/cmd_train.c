@@ -25,6 +25,15 @@ static const char *usage_text =
     "  --global-batch G           samples per optimizer step; a multiple of N x B, the rest is\n"
     "                             gradient accumulation [N x B]\n"
     "  --lr X                     base learning rate, overriding the model file's\n"
+    "  --base-batch N             the global batch that learning rate was tuned for [model file's]\n"
+    "  --lr-scaling RULE          none, linear (Goyal et al.) or sqrt: scales the rate to the global\n"
+    "                             batch [model file's, else none]\n"
+    "  --warmup-steps N           gradual warmup to the scaled rate; 0 = none [automatic: 5 epochs,\n"
+    "                             at most half the run, when scaling raised the rate]\n"
+    "  --warmup-epochs E          the same in epochs\n"
+    "  --bucket-mb X              gradient bucket size for the overlapped all-reduce [25]\n"
+    "  --sync-bn on|off           batch-norm statistics over all replicas [on with >1 device]\n"
+    "  --collective-timeout S     a replica missing a collective this long fails the run [300]\n"
     "  --seed S                   seed for initial weights, data order and dropout [1]\n"
     "  --init-weights FILE        start from these weights (safetensors) instead of a random init\n"
     "  --run-dir DIR              where config.json and weights.safetensors go\n"
@@ -36,8 +45,9 @@ static const char *usage_text =
 typedef struct train_args {
     const char *model, *data, *run_dir, *init_weights, *devices_text;
     int json, quiet;
-    int64_t epochs, max_steps, batch, global_batch, seed, devices, threads;
-    double lr;
+    int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
+    int lr_scaling, sync_bn;
+    double lr, warmup_epochs, bucket_mb, timeout;
     int have_epochs, have_batch, have_seed;
 } train_args;
 
@@ -47,6 +57,9 @@ static int parse_args(int argc, char **argv, train_args *a)
     memset(a, 0, sizeof *a);
     a->devices_text = "cpu";
     a->threads = 1;
+    a->lr_scaling = -1;
+    a->sync_bn = -1;
+    a->warmup_steps = -1;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -78,6 +91,22 @@ static int parse_args(int argc, char **argv, train_args *a)
             a->have_seed = 1;
         } else if (FLAG("--lr")) {
             if (r > 0 && !cli_parse_float("train", "--lr", v, 1e-12, 1e3, &a->lr)) return 2;
+        } else if (FLAG("--base-batch")) {
+            if (r > 0 && !cli_parse_int("train", "--base-batch", v, 1, 1 << 30, &a->base_batch)) return 2;
+        } else if (FLAG("--lr-scaling")) {
+            if (r > 0 && (a->lr_scaling = cli_parse_choice("train", "--lr-scaling", v, (const char *[]){"none", "linear", "sqrt", NULL})) < 0)
+                return 2;
+        } else if (FLAG("--warmup-steps")) {
+            if (r > 0 && !cli_parse_int("train", "--warmup-steps", v, 0, INT64_MAX / 2, &a->warmup_steps)) return 2;
+        } else if (FLAG("--warmup-epochs")) {
+            if (r > 0 && !cli_parse_float("train", "--warmup-epochs", v, 0.0, 1e6, &a->warmup_epochs)) return 2;
+        } else if (FLAG("--bucket-mb")) {
+            if (r > 0 && !cli_parse_float("train", "--bucket-mb", v, 1e-6, 1e6, &a->bucket_mb)) return 2;
+        } else if (FLAG("--sync-bn")) {
+            if (r > 0 && (a->sync_bn = cli_parse_choice("train", "--sync-bn", v, (const char *[]){"off", "on", NULL})) < 0)
+                return 2;
+        } else if (FLAG("--collective-timeout")) {
+            if (r > 0 && !cli_parse_float("train", "--collective-timeout", v, 0.001, 1e7, &a->timeout)) return 2;
         } else if (argv[i][0] == '-') {
             return cli_usage_error("train", "unknown option '%s'", argv[i]);
         } else if (!a->model) {
@@ -185,6 +214,13 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->devices = (int)a->devices;
     o->threads_per_device = (int)a->threads;
     o->lr = (float)a->lr;
+    o->base_batch = a->base_batch;
+    o->lr_scaling = a->lr_scaling;
+    o->warmup_steps = a->warmup_steps;
+    o->warmup_epochs = a->warmup_epochs;
+    o->bucket_mb = a->bucket_mb;
+    o->sync_batch_norm = a->sync_bn;
+    o->collective_timeout_s = a->timeout;
     o->test = st->test;
     return CREW_OK;
 }

@@ -57,6 +57,15 @@ static const char *scaling_name(crew_lr_scaling s)
     return s == CREW_SCALE_LINEAR ? "linear" : s == CREW_SCALE_SQRT ? "sqrt" : "none";
 }
 
+/* A float32 value with the digits it has, not those of its double widening (0.001, not
+ * 0.0010000000474974513). */
+static void add_float(cJSON *o, const char *name, float v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", (double)v);
+    cJSON_AddRawToObject(o, name, buf);
+}
+
 static cJSON *plan_json(const crew_fit_plan *p)
 {
     cJSON *o = cJSON_CreateObject();
@@ -71,13 +80,13 @@ static cJSON *plan_json(const crew_fit_plan *p)
     cJSON_AddNumberToObject(o, "total_steps", (double)p->total_steps);
     cJSON_AddNumberToObject(o, "seed", (double)p->seed);
     cJSON *lr = cJSON_AddObjectToObject(o, "learning_rate");
-    cJSON_AddNumberToObject(lr, "base", p->base_lr);
+    add_float(lr, "base", p->base_lr);
     cJSON_AddNumberToObject(lr, "base_batch", (double)p->base_batch);
     cJSON_AddStringToObject(lr, "scaling", scaling_name(p->scaling));
-    cJSON_AddNumberToObject(lr, "factor", p->lr_factor);
-    cJSON_AddNumberToObject(lr, "scaled", p->scaled_lr);
+    add_float(lr, "factor", p->lr_factor);
+    add_float(lr, "scaled", p->scaled_lr);
     cJSON_AddNumberToObject(lr, "warmup_steps", (double)p->warmup_steps);
-    cJSON_AddNumberToObject(lr, "warmup_start", p->warmup_start_lr);
+    add_float(lr, "warmup_start", p->warmup_start_lr);
     cJSON_AddStringToObject(lr, "schedule", schedule_name(p->schedule));
     return o;
 }
