@@ -17,39 +17,9 @@
 #include "check.h"
 #include "nn/model.h"
 
-enum { SIDE = 12, CLASSES = 4, SAMPLES = 448 };
+#include "synthetic.h"
 
-static char dir[256];
-
-static void put_be32(FILE *f, uint32_t v)
-{
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
-    fwrite(b, 1, 4, f);
-}
-
-static void write_idx_pair(const char *images, const char *labels, int n, unsigned seed)
-{
-    FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
-    put_be32(fi, 0x803);
-    put_be32(fi, (uint32_t)n);
-    put_be32(fi, SIDE);
-    put_be32(fi, SIDE);
-    put_be32(fl, 0x801);
-    put_be32(fl, (uint32_t)n);
-    srand(seed);
-    for (int i = 0; i < n; i++) {
-        int label = rand() % CLASSES;
-        unsigned char img[SIDE * SIDE];
-        for (int p = 0; p < SIDE * SIDE; p++) img[p] = (unsigned char)(rand() % 60);
-        int oy = (label / 2) * 6, ox = (label % 2) * 6;
-        for (int y = 1; y < 5; y++)
-            for (int x = 1; x < 5; x++) img[(oy + y) * SIDE + ox + x] = (unsigned char)(180 + rand() % 60);
-        fwrite(img, 1, sizeof img, fi);
-        fputc(label, fl);
-    }
-    fclose(fi);
-    fclose(fl);
-}
+enum { SIDE = SYN_SIDE, CLASSES = SYN_CLASSES, SAMPLES = 448 };
 
 static crew_model *cnn(int batch_norm)
 {
@@ -200,19 +170,10 @@ static void check_errors(const crew_dataset *d)
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "/tmp/crew-test-parallel-XXXXXX");
-    if (!mkdtemp(dir)) return 1;
-    char img[300], lab[300], timg[300], tlab[300], out[300];
-    snprintf(img, sizeof img, "%s/img.idx", dir);
-    snprintf(lab, sizeof lab, "%s/lab.idx", dir);
-    snprintf(timg, sizeof timg, "%s/timg.idx", dir);
-    snprintf(tlab, sizeof tlab, "%s/tlab.idx", dir);
-    snprintf(out, sizeof out, "%s/data", dir);
-    write_idx_pair(img, lab, SAMPLES, 1);
-    write_idx_pair(timg, tlab, 64, 2);
-    CHECK_OK(crew_prep_idx(img, lab, timg, tlab, out, NULL, NULL));
+    char dir[64] = "/tmp/crew-test-parallel-XXXXXX", data[300];
+    CHECK(syn_make_dataset(dir, SAMPLES, data, sizeof data) == 0);
     crew_dataset *d = NULL;
-    CHECK_OK(crew_dataset_open(out, "train", &d));
+    CHECK_OK(crew_dataset_open(data, "train", &d));
     if (d) {
         for (int n = 1; n <= 4; n++) check_verify(d, n, 0);
         check_verify(d, 2, 32); /* accumulation 2 on each replica */
@@ -221,8 +182,6 @@ int main(void)
         check_errors(d);
     }
     crew_dataset_free(d);
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    CHECK(system(cmd) == 0);
+    syn_remove(dir);
     return check_report();
 }

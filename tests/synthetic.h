@@ -1,0 +1,72 @@
+/* synthetic.h — a small synthetic image dataset for tests: 12x12 grey images of 4 classes (a
+ * bright square whose quadrant is the class, on noise), written as IDX files and prepared with
+ * crew_prep_idx into a temporary directory. */
+#ifndef CREW_TESTS_SYNTHETIC_H
+#define CREW_TESTS_SYNTHETIC_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "crew.h"
+
+enum { SYN_SIDE = 12, SYN_CLASSES = 4 };
+
+static void syn_put_be32(FILE *f, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    fwrite(b, 1, 4, f);
+}
+
+static void syn_write_idx_pair(const char *images, const char *labels, int n, unsigned seed)
+{
+    FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
+    if (!fi || !fl) abort();
+    syn_put_be32(fi, 0x803);
+    syn_put_be32(fi, (uint32_t)n);
+    syn_put_be32(fi, SYN_SIDE);
+    syn_put_be32(fi, SYN_SIDE);
+    syn_put_be32(fl, 0x801);
+    syn_put_be32(fl, (uint32_t)n);
+    srand(seed);
+    for (int i = 0; i < n; i++) {
+        int label = rand() % SYN_CLASSES;
+        unsigned char img[SYN_SIDE * SYN_SIDE];
+        for (int p = 0; p < SYN_SIDE * SYN_SIDE; p++) img[p] = (unsigned char)(rand() % 60);
+        int oy = (label / 2) * 6, ox = (label % 2) * 6;
+        for (int y = 1; y < 5; y++)
+            for (int x = 1; x < 5; x++) img[(oy + y) * SYN_SIDE + ox + x] = (unsigned char)(180 + rand() % 60);
+        fwrite(img, 1, sizeof img, fi);
+        fputc(label, fl);
+    }
+    fclose(fi);
+    fclose(fl);
+}
+
+/* Makes dir (a mkdtemp template, modified) holding data/ with `train` and 64 test samples;
+ * returns the path of data/ in out. */
+static int syn_make_dataset(char *dir, int train, char *out, size_t out_len)
+{
+    if (!mkdtemp(dir)) return -1;
+    char img[300], lab[300], timg[300], tlab[300];
+    snprintf(img, sizeof img, "%s/img.idx", dir);
+    snprintf(lab, sizeof lab, "%s/lab.idx", dir);
+    snprintf(timg, sizeof timg, "%s/timg.idx", dir);
+    snprintf(tlab, sizeof tlab, "%s/tlab.idx", dir);
+    snprintf(out, out_len, "%s/data", dir);
+    syn_write_idx_pair(img, lab, train, 1);
+    syn_write_idx_pair(timg, tlab, 64, 2);
+    crew_status s = crew_prep_idx(img, lab, timg, tlab, out, NULL, NULL);
+    int rc = s ? -1 : 0;
+    if (s) fprintf(stderr, "synthetic dataset: %s\n", crew_status_message(s));
+    crew_status_free(s);
+    return rc;
+}
+
+static void syn_remove(const char *dir)
+{
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+#endif
