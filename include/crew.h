@@ -215,6 +215,43 @@ typedef struct crew_epoch_info {
     double samples_per_s;
 } crew_epoch_info;
 
+/* Something that needs a person's attention; the run goes on unless said otherwise. */
+typedef enum crew_event_kind {
+    CREW_EVENT_INFO = 0,
+    CREW_EVENT_STRAGGLER,      /* a replica computes markedly slower than the others */
+    CREW_EVENT_INPUT_BOUND,    /* replicas wait for data for a noticeable part of each step */
+    CREW_EVENT_NAN,            /* a NaN or infinity in the gradients (the loss follows them) */
+    CREW_EVENT_SKIPPED_UPDATE, /* with on_nan = skip: that step's update was not applied */
+    CREW_EVENT_LOSS_SPIKE,     /* the loss jumped far above its recent values */
+    CREW_EVENT_DIVERGENCE,     /* replicas hold different parameters */
+    CREW_EVENT_HANG,           /* a replica missed a collective's deadline */
+} crew_event_kind;
+
+typedef struct crew_event_info {
+    crew_event_kind kind;
+    const char *kind_name;     /* "straggler", "input_bound", ... as in metrics.jsonl */
+    int64_t step;              /* 1-based step it concerns */
+    int rank;                  /* the replica it concerns, or -1 */
+    double value;              /* the figure it is about (ratio, fraction, z-score), or NaN */
+    const char *message;       /* one line, with the figures */
+} crew_event_info;
+
+typedef enum crew_nan_policy {
+    CREW_ON_NAN_STOP = 0,      /* end the run with CREW_CODE_NUMERIC before the bad update */
+    CREW_ON_NAN_SKIP,          /* skip that update, count it, report it, go on */
+} crew_nan_policy;
+
+/* Test-only fault injection: makes the failures the detectors exist for happen on purpose. */
+typedef struct crew_fit_faults {
+    int slow_rank;             /* this replica sleeps slow_s in each backward pass (-1: none) */
+    double slow_s;
+    int stall_rank;            /* this replica stops arriving at collectives from stall_step on */
+    int64_t stall_step;        /* 1-based; 0: never */
+    int corrupt_rank;          /* this replica's first parameter changes at corrupt_step */
+    int64_t corrupt_step;
+    int64_t nan_step;          /* the gradients of this step become NaN (all replicas) */
+} crew_fit_faults;
+
 typedef struct crew_fit_options {
     int epochs;                 /* [model file's, else 1] */
     int64_t max_steps;          /* stop after this many optimizer steps; 0 = no limit */
@@ -238,6 +275,16 @@ typedef struct crew_fit_options {
     const crew_dataset *test;   /* evaluated at the end of each epoch when not NULL */
     void (*on_step)(void *user, const crew_step_info *info);
     void (*on_epoch)(void *user, const crew_epoch_info *info);
+    void (*on_event)(void *user, const crew_event_info *info);
+    /* Telemetry: with run_dir set, the run writes run_dir/metrics.jsonl (docs/METRICS.md) and
+     * TensorBoard event files in run_dir/tb/. */
+    const char *run_dir;
+    crew_nan_policy on_nan;
+    int64_t drift_check_every;  /* hash every replica's parameters each this many steps [100]; <0 off */
+    double straggler_threshold; /* slower than the median of the others by this fraction [0.2] */
+    int64_t straggler_window;   /* steps per straggler verdict [50] */
+    double loss_spike_z;        /* z-score of a loss spike over the last 100 steps [4] */
+    const crew_fit_faults *faults; /* tests only; NULL */
     void *user;
     volatile int *cancel;       /* when it becomes non-zero the run stops after the step */
 } crew_fit_options;
@@ -251,6 +298,12 @@ typedef struct crew_fit_result {
     float test_accuracy;
     double wall_s;         /* the whole fit, evaluation included */
     double samples_per_s;  /* training samples per second of training steps (evaluation excluded) */
+    int64_t skipped_updates;   /* with on_nan = skip */
+    int events;                /* events reported */
+    /* Where the time went, averaged over the training steps of rank 0 (fractions of a step): */
+    double data_fraction, compute_fraction, comm_exposed_fraction, optimizer_fraction;
+    double comm_hidden_s;      /* all-reduce time per step that overlapped the backward pass */
+    char bottleneck[256];      /* one line in words and figures: "input-bound: replicas waited ..." */
 } crew_fit_result;
 
 /* Fills opts with the model file's training settings (or the defaults above). */

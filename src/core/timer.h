@@ -11,4 +11,12 @@ static inline double crew_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Wall-clock Unix time in seconds, for logs and TensorBoard. */
+static inline double crew_unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 #endif

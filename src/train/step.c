@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/status.h"
 #include "core/timer.h"
@@ -164,6 +165,11 @@ crew_status crew_stepper_gradients(crew_stepper *s, const int64_t *global_ids, u
         }
     s->group = s->groups - 1;
     s->micro = s->accumulation - 1;
+    if (s->delay_s > 0) { /* a deliberately slow replica, for the straggler test */
+        struct timespec ts = {(time_t)s->delay_s, (long)((s->delay_s - (double)(time_t)s->delay_s) * 1e9)};
+        nanosleep(&ts, NULL);
+        times->backward_s += s->delay_s;
+    }
     if (s->worker) {
         crew_status w = wait_buckets(s, times, crew_now());
         if (!st) st = w;

@@ -13,11 +13,9 @@
 
 #include "crew.h"
 #include "nn/model.h"
+#include "telemetry/record.h"
 #include "train/comm_worker.h"
 
-typedef struct crew_step_times {
-    double data_s, forward_s, backward_s, comm_exposed_s, comm_hidden_s, optimizer_s;
-} crew_step_times;
 
 typedef struct crew_step_totals {
     double loss_sum;
@@ -35,6 +33,7 @@ typedef struct crew_stepper {
     int accumulation, groups;   /* micro-batches per group, groups per replica */
     int64_t global_batch;
     int sync_bn;
+    double delay_s;             /* test fault: extra seconds of "compute" per step */
     float *acc;                 /* [n_params] sum of a group, when accumulation > 1 */
     float *total;               /* [n_params] sum of the groups, when groups > 1 */
     /* buckets, numbered from the end of the buffer: bucket b = [lo[b], hi[b]) */

@@ -34,6 +34,10 @@ static const char *usage_text =
     "  --bucket-mb X              gradient bucket size for the overlapped all-reduce [25]\n"
     "  --sync-bn on|off           batch-norm statistics over all replicas [on with >1 device]\n"
     "  --collective-timeout S     a replica missing a collective this long fails the run [300]\n"
+    "  --on-nan stop|skip         non-finite gradients end the run (exit 1), or skip that update [stop]\n"
+    "  --drift-check-every N      compare the replicas' parameter hashes every N steps; 0 = off [100]\n"
+    "  --straggler-threshold X    report a replica slower than the others' median by this fraction [0.2]\n"
+    "  --straggler-window N       steps per straggler verdict [50]\n"
     "  --seed S                   seed for initial weights, data order and dropout [1]\n"
     "  --init-weights FILE        start from these weights (safetensors) instead of a random init\n"
     "  --run-dir DIR              where config.json and weights.safetensors go\n"
@@ -46,8 +50,9 @@ typedef struct train_args {
     const char *model, *data, *run_dir, *init_weights, *devices_text;
     int json, quiet;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
-    int lr_scaling, sync_bn;
-    double lr, warmup_epochs, bucket_mb, timeout;
+    int lr_scaling, sync_bn, on_nan;
+    int64_t drift_every, straggler_window;
+    double lr, warmup_epochs, bucket_mb, timeout, straggler_threshold;
     int have_epochs, have_batch, have_seed;
 } train_args;
 
@@ -60,6 +65,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     a->lr_scaling = -1;
     a->sync_bn = -1;
     a->warmup_steps = -1;
+    a->drift_every = -2; /* not given */
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int r;
@@ -105,6 +111,16 @@ static int parse_args(int argc, char **argv, train_args *a)
         } else if (FLAG("--sync-bn")) {
             if (r > 0 && (a->sync_bn = cli_parse_choice("train", "--sync-bn", v, (const char *[]){"off", "on", NULL})) < 0)
                 return 2;
+        } else if (FLAG("--on-nan")) {
+            if (r > 0 && (a->on_nan = cli_parse_choice("train", "--on-nan", v, (const char *[]){"stop", "skip", NULL})) < 0)
+                return 2;
+        } else if (FLAG("--drift-check-every")) {
+            if (r > 0 && !cli_parse_int("train", "--drift-check-every", v, 0, INT64_MAX / 2, &a->drift_every)) return 2;
+        } else if (FLAG("--straggler-threshold")) {
+            if (r > 0 && !cli_parse_float("train", "--straggler-threshold", v, 0.001, 100.0, &a->straggler_threshold))
+                return 2;
+        } else if (FLAG("--straggler-window")) {
+            if (r > 0 && !cli_parse_int("train", "--straggler-window", v, 1, 1 << 30, &a->straggler_window)) return 2;
         } else if (FLAG("--collective-timeout")) {
             if (r > 0 && !cli_parse_float("train", "--collective-timeout", v, 0.001, 1e7, &a->timeout)) return 2;
         } else if (argv[i][0] == '-') {
@@ -130,6 +146,7 @@ typedef struct train_view {
     cli_progress bar;
     int quiet, json;
     int epoch_open;
+    unsigned char shown[16 * 65]; /* events printed, by kind and replica */
 } train_view;
 
 static void on_step(void *user, const crew_step_info *s)
@@ -164,6 +181,21 @@ static void on_epoch(void *user, const crew_epoch_info *e)
     fflush(stdout);
 }
 
+/* Events go to stderr, one line each; a repeated kind for the same replica is only counted
+ * (metrics.jsonl keeps them all). */
+static void on_event(void *user, const crew_event_info *e)
+{
+    train_view *v = user;
+    int slot = (int)e->kind * 65 + (e->rank >= 0 && e->rank < 64 ? e->rank + 1 : 0);
+    if (slot < (int)sizeof v->shown && v->shown[slot]++) return;
+    if (v->bar.tty && v->bar.last_width) {
+        printf("\n");
+        v->bar.last_width = 0;
+    }
+    fflush(stdout);
+    fprintf(stderr, "crew train: %s: %s\n", e->kind_name, e->message);
+}
+
 /* ---- interrupt: the first SIGINT/SIGTERM stops after the current step, a second at once. */
 
 static volatile sig_atomic_t cancel_requested;
@@ -190,6 +222,8 @@ static void print_result_json(const crew_fit_result *r, const char *weights, con
     cli_json_string(stdout, weights);
     printf(",\"run_dir\":");
     cli_json_string(stdout, run_dir);
+    printf(",\"events\":%d,\"skipped_updates\":%lld,\"bottleneck\":", r->events, (long long)r->skipped_updates);
+    cli_json_string(stdout, r->bottleneck);
     printf("}\n");
 }
 
@@ -221,6 +255,10 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->bucket_mb = a->bucket_mb;
     o->sync_batch_norm = a->sync_bn;
     o->collective_timeout_s = a->timeout;
+    o->on_nan = (crew_nan_policy)a->on_nan;
+    o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;
+    o->straggler_threshold = a->straggler_threshold;
+    o->straggler_window = a->straggler_window;
     o->test = st->test;
     return CREW_OK;
 }
@@ -260,6 +298,8 @@ int cli_train(int argc, char **argv)
     cli_progress_init(&view.bar, !a.quiet);
     o.on_step = on_step;
     o.on_epoch = on_epoch;
+    o.on_event = on_event;
+    o.run_dir = run_dir;
     o.user = &view;
     o.cancel = (volatile int *)&cancel_requested;
     signal(SIGINT, on_signal);
@@ -276,7 +316,8 @@ int cli_train(int argc, char **argv)
         printf("%s after %lld steps in %.1fs (%.0f samples/s): test accuracy %.4f, test loss %.4f\n",
                cancel_requested ? "stopped by signal" : "trained", (long long)res.steps, res.wall_s, res.samples_per_s,
                (double)res.test_accuracy, (double)res.test_loss);
-        printf("weights: %s\nrun directory: %s\n", weights, run_dir);
+        printf("%s\n", res.bottleneck);
+        printf("weights: %s\nrun directory: %s (config.json, metrics.jsonl, tb/)\n", weights, run_dir);
     }
     if (a.json) print_result_json(&res, weights, run_dir);
     rc = cancel_requested ? 1 : 0;
