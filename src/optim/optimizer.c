@@ -106,10 +106,13 @@ void crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *par
 {
     const crew_backend_ops *o = be->ops;
     const crew_optimizer_spec *s = &opt->spec;
-    double norm = sqrt(o->sum_squares(be->ctx, grads, opt->n));
-    if (grad_norm) *grad_norm = norm;
-    if (s->clip_norm > 0.0f && norm > s->clip_norm)
-        o->axpby(be->ctx, opt->n, (float)(s->clip_norm / norm), grads, 0.0f, grads);
+    /* The norm costs a pass over every gradient: only when clipping or the caller needs it. */
+    if (s->clip_norm > 0.0f || grad_norm) {
+        double norm = sqrt(o->sum_squares(be->ctx, grads, opt->n));
+        if (grad_norm) *grad_norm = norm;
+        if (s->clip_norm > 0.0f && norm > s->clip_norm)
+            o->axpby(be->ctx, opt->n, (float)(s->clip_norm / norm), grads, 0.0f, grads);
+    }
     opt->t++;
     if (s->type == CREW_OPT_SGD) {
         o->sgd_update(be->ctx, params, grads, opt->slot[0], opt->n, lr, s->momentum, s->nesterov, s->weight_decay);

@@ -48,7 +48,8 @@ static crew_status inject_stall(replica *r, int64_t step)
     if (f->stall_step != step || f->stall_rank != r->rank) return CREW_OK;
     struct timespec ts = {(time_t)(r->run->timeout_s + 2.0), 0};
     nanosleep(&ts, NULL);
-    return crew_errorf(CREW_CODE_INTERNAL, "replica %d stalled on purpose at step %lld (test fault)", r->rank,
+    /* A timeout, like the others' errors: the run's error is then rank 0's report of the missing replica. */
+    return crew_errorf(CREW_CODE_TIMEOUT, "replica %d stalled on purpose at step %lld (test fault)", r->rank,
                        (long long)step);
 }
 

@@ -4,8 +4,8 @@
 #include "backend/cpu/cpu_ops.h"
 
 /* PyTorch's SGD: g += wd·p; v = μ·v + g; step = nesterov ? g + μ·v : v; p −= lr·step. */
-void cpu_sgd_update(void *ctx, float *param, const float *grad, float *velocity, int64_t n, float lr,
-                    float momentum, int nesterov, float weight_decay)
+void cpu_sgd_update(void *ctx, float *restrict param, const float *restrict grad, float *restrict velocity, int64_t n,
+                    float lr, float momentum, int nesterov, float weight_decay)
 {
     (void)ctx;
     for (int64_t i = 0; i < n; i++) {
@@ -21,9 +21,9 @@ void cpu_sgd_update(void *ctx, float *param, const float *grad, float *velocity,
 
 /* AdamW (Loshchilov & Hutter), PyTorch's form: p ·= 1 − lr·wd, then the Adam step.
  * bias_c1 = 1 − β1^t, bias_c2 = 1 − β2^t. */
-void cpu_adamw_update(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, float bias_c1,
-                      float bias_c2)
+void cpu_adamw_update(void *ctx, float *restrict param, const float *restrict grad, float *restrict m,
+                      float *restrict v, int64_t n, float lr, float beta1, float beta2, float eps,
+                      float weight_decay, float bias_c1, float bias_c2)
 {
     (void)ctx;
     const float step = lr / bias_c1;
