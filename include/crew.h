@@ -180,6 +180,34 @@ crew_status crew_prep_fashion_mnist(const char *src_dir, const char *out_dir,
 crew_status crew_prep_idx(const char *images, const char *labels, const char *test_images,
                           const char *test_labels, const char *out_dir,
                           crew_progress_fn progress, void *user);
+/* CIFAR-10's binary version: src_dir holds data_batch_1.bin .. data_batch_5.bin (the train
+ * split) and test_batch.bin, records of 1 label byte + 3072 bytes of planar 32x32 R, G, B;
+ * class names come from batches.meta.txt when present. Writes x uint8 [N, 32, 32, 3] (NHWC). */
+crew_status crew_prep_cifar10(const char *src_dir, const char *out_dir,
+                              crew_progress_fn progress, void *user);
+
+typedef struct crew_image_prep_options {
+    int height, width;    /* every image is resized to height x width */
+    int channels;         /* 1 (grey) or 3 (RGB) */
+    double test_fraction; /* in (0, 1): per class, this fraction (rounded) becomes the test split */
+    uint64_t seed;        /* chooses which images are held out */
+} crew_image_prep_options;
+/* A folder of class folders, src_dir/<class>/<image> with .png, .jpg or .jpeg images; class i is
+ * the i-th folder name in byte order. Writes x uint8 [N, height, width, channels]; files with
+ * other extensions are skipped. */
+crew_status crew_prep_images(const char *src_dir, const crew_image_prep_options *opts,
+                             const char *out_dir, crew_progress_fn progress, void *user);
+/* A CSV file of numbers with a header line; label_column names the column of class labels
+ * (non-negative integers), every other column becomes a float32 feature: x [N, F], y int32 [N].
+ * test_fraction in (0, 1) of each class, chosen by seed, becomes the test split. */
+crew_status crew_prep_csv(const char *file, const char *label_column, double test_fraction,
+                          uint64_t seed, const char *out_dir,
+                          crew_progress_fn progress, void *user);
+/* Any file as byte tokens (vocab 256) in llm.c token shards: out_dir/train_000000.bin, ...
+ * and, when test_fraction > 0, val_000000.bin from the last test_fraction of the bytes, plus a
+ * manifest.json recording them and seq_len (each shard must hold at least seq_len + 1 tokens). */
+crew_status crew_prep_text(const char *file, int64_t seq_len, double test_fraction,
+                           const char *out_dir, crew_progress_fn progress, void *user);
 
 /* ---------------------------------------------------------------- training */
 
@@ -263,8 +291,6 @@ typedef struct crew_fit_options {
     int threads_per_device;     /* BLAS threads per replica [1] */
     double bucket_mb;           /* gradient bucket size for overlapped all-reduce [25, as PyTorch DDP] */
     int sync_batch_norm;        /* batch statistics over all replicas: -1 auto (on when devices > 1), 0, 1 */
-    int emulate_devices;        /* verification: one replica sums its micro-batches in the order this many
-                                   replicas would (see crew verify); 0 or 1 = off */
     double collective_timeout_s;/* a replica missing a collective for this long fails the run [300] */
     uint64_t seed;              /* [model file's, else 1] */
     float lr;                   /* overrides the compiled base learning rate when > 0 */
@@ -285,6 +311,16 @@ typedef struct crew_fit_options {
     int64_t straggler_window;   /* steps per straggler verdict [50] */
     double loss_spike_z;        /* z-score of a loss spike over the last 100 steps [4] */
     const crew_fit_faults *faults; /* tests only; NULL */
+    /* Checkpoints (docs/CHECKPOINTS.md): into checkpoint_dir/step-XXXXXXXX/ every so many steps
+     * and/or seconds, and when the run is cancelled. */
+    const char *checkpoint_dir;     /* NULL: no checkpoints */
+    int64_t checkpoint_every;       /* steps; 0: not by steps */
+    double checkpoint_every_s;      /* seconds; 0: not by time */
+    int keep_checkpoints;           /* newest complete ones kept [3] */
+    /* Continue from the newest complete checkpoint in checkpoint_dir (an older one when the newest
+     * is damaged). The global batch, per-device batch, seed and learning-rate plan are the
+     * checkpoint's; devices may differ (the accumulation is recomputed). */
+    int resume;
     void *user;
     volatile int *cancel;       /* when it becomes non-zero the run stops after the step */
 } crew_fit_options;
@@ -304,6 +340,9 @@ typedef struct crew_fit_result {
     double data_fraction, compute_fraction, comm_exposed_fraction, optimizer_fraction;
     double comm_hidden_s;      /* all-reduce time per step that overlapped the backward pass */
     char bottleneck[256];      /* one line in words and figures: "input-bound: replicas waited ..." */
+    int64_t resumed_from_step; /* 0 when the run started afresh */
+    char resume_note[1024];    /* which checkpoint was used, and any refused on the way */
+    char last_checkpoint[512]; /* the newest checkpoint written, or "" */
 } crew_fit_result;
 
 /* Fills opts with the model file's training settings (or the defaults above). */
@@ -336,6 +375,13 @@ crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const 
                                 crew_fit_plan *plan);
 crew_status crew_model_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *opts,
                            crew_fit_result *result);
+
+/* Writes a self-contained HTML report of a run (inline CSS and SVG charts, no script, nothing
+ * fetched) from run_dir/metrics.jsonl: the run's facts, loss and learning rate, throughput, where
+ * each step's time went, per-replica compute time with stragglers marked, events and epochs.
+ * out_path NULL means run_dir/report.html; the file is replaced atomically. A malformed line of
+ * metrics.jsonl is a CREW_CODE_BAD_INPUT error naming the file and line number. */
+crew_status crew_report_write(const char *run_dir, const char *out_path);
 
 typedef struct crew_eval_result {
     float loss;

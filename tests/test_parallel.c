@@ -4,7 +4,7 @@
  * noise) is written as IDX files and prepared with crew_prep_idx, then:
  * - N = 1, 2, 3 and 4 replicas give parameters bitwise equal to one replica accumulating the
  *   same micro-batches (crew_model_verify), and within tolerance of one replica on the full batch;
- * - accumulation with N > 1 (2 replicas x 2 micro-batches) against the emulated order;
+ * - accumulation with N > 1: 1 x 4, 2 x 2 and 4 x 1 micro-batches, all bit for bit the same;
  * - small gradient buckets (overlapped all-reduce) change nothing, bit for bit;
  * - crew_model_fit with 2 replicas equals 1 replica with the same global batch, bitwise;
  * - synchronised batch norm: 2 replicas agree with the full batch closely; without it they don't;
@@ -102,26 +102,22 @@ static void check_fit_equivalence(const crew_dataset *d)
     /* Buckets of 64 values: many all-reduces overlapping the backward pass; same bits. */
     crew_model *small = train(d, 2, 8, 16, 64 * 4.0 / (1024 * 1024), 0, -1);
     CHECK_MSG(same_weights(two, small), "small gradient buckets changed the result");
-    /* 2 replicas x 2 micro-batches each against 1 replica emulating 2 replicas' order. */
+    /* Any split of the same micro-batches gives the same bits: 4 micro-batches of 8 as 1 replica
+     * x 4, 2 replicas x 2, and 4 replicas x 1; with small buckets too. */
+    crew_model *acc1 = train(d, 1, 8, 32, 0, 0, -1);
     crew_model *acc2 = train(d, 2, 8, 32, 0, 0, -1);
-    crew_model *emu = cnn(0);
-    crew_fit_options o;
-    crew_model_default_fit(emu, &o);
-    o.devices = 1;
-    o.emulate_devices = 2;
-    o.batch_per_device = 8;
-    o.global_batch = 32;
-    o.max_steps = 12;
-    o.epochs = 10;
-    o.seed = 5;
-    crew_fit_result r;
-    CHECK_OK(crew_model_fit(emu, d, &o, &r));
-    CHECK_MSG(same_weights(acc2, emu), "accumulation with 2 replicas differs from its emulation on one");
+    crew_model *acc4 = train(d, 4, 8, 32, 0, 0, -1);
+    crew_model *acc2s = train(d, 2, 8, 32, 64 * 4.0 / (1024 * 1024), 0, -1);
+    CHECK_MSG(same_weights(acc1, acc2), "2 replicas x 2 micro-batches differ from 1 replica x 4");
+    CHECK_MSG(same_weights(acc1, acc4), "4 replicas x 1 micro-batch differ from 1 replica x 4");
+    CHECK_MSG(same_weights(acc1, acc2s), "2 replicas x 2 micro-batches with small buckets differ");
+    crew_model_free(acc1);
+    crew_model_free(acc4);
+    crew_model_free(acc2s);
     crew_model_free(one);
     crew_model_free(two);
     crew_model_free(small);
     crew_model_free(acc2);
-    crew_model_free(emu);
 }
 
 static void check_sync_batch_norm(const crew_dataset *d)
@@ -153,16 +149,9 @@ static void check_errors(const crew_dataset *d)
     o.global_batch = 0;
     o.batch_per_device = 200;
     CHECK_ERR(crew_model_plan_fit(m, d, &o, &plan), "fewer than one global batch of 600");
-    o.devices = 2;
-    o.batch_per_device = 8;
-    o.global_batch = 48; /* accumulation 3 */
-    o.emulate_devices = 2;
-    CHECK_ERR(crew_model_plan_fit(m, d, &o, &plan), "needs exactly one replica");
     o.devices = 1;
-    o.global_batch = 24; /* 3 micro-batches cannot be split between 2 emulated replicas */
-    CHECK_ERR(crew_model_plan_fit(m, d, &o, &plan), "multiple of 2 x 8");
+    o.batch_per_device = 8;
     o.global_batch = 48;
-    o.emulate_devices = 0;
     CHECK_OK(crew_model_plan_fit(m, d, &o, &plan));
     CHECK(plan.accumulation == 6 && plan.global_batch == 48 && plan.steps_per_epoch == crew_dataset_size(d) / 48);
     crew_model_free(m);

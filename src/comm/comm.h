@@ -30,6 +30,12 @@ typedef struct crew_comm_ops {
     /* send: [size · n]; rank r receives the reduction of every rank's chunk r into recv [n] */
     crew_status (*reduce_scatter)(void *ctx, int rank, const void *send, void *recv, int64_t n, crew_comm_type t,
                                   crew_reduce_op op, double timeout_s);
+    /* out = Σ over ranks r, then over j < k, of in_r[j] (float32, n each), summed in exactly that
+     * order, on every rank; every rank passes the same k, and out may be one of its in[j]. A replica
+     * accumulating k micro-batches contributes each one separately, so the sum is the one a single
+     * replica accumulating all of them in order would compute, bit for bit. */
+    crew_status (*allreduce_ordered)(void *ctx, int rank, float *const *in, int k, float *out, int64_t n,
+                                     double timeout_s);
     crew_status (*barrier)(void *ctx, int rank, double timeout_s);
     /* Marks this rank as failed so that the others stop waiting for it at once. */
     void (*abort)(void *ctx, int rank);

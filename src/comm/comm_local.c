@@ -28,6 +28,7 @@ struct crew_local_comm {
     int failed_rank;         /* -1, or a rank that aborted or timed out */
     char failure[256];       /* why the communicator is poisoned */
     void **buf;              /* [size] buffers posted for the current collective */
+    float *const **parts;    /* [size] allreduce_ordered: each rank's k inputs */
     const void **send;       /* [size] */
 };
 
@@ -184,6 +185,29 @@ static crew_status local_reduce_scatter(void *ctx, int rank, const void *send, v
     return barrier(c, rank, timeout_s, "reduce-scatter");
 }
 
+static crew_status local_allreduce_ordered(void *ctx, int rank, float *const *in, int k, float *out, int64_t n,
+                                           double timeout_s)
+{
+    struct crew_local_comm *c = ctx;
+    c->parts[rank] = in;
+    c->buf[rank] = out;
+    CREW_TRY(barrier(c, rank, timeout_s, "all-reduce"));
+    int64_t lo, hi;
+    chunk(n, c->size, rank, &lo, &hi);
+    float acc[REDUCE_BLOCK];
+    for (int64_t b = lo; b < hi; b += REDUCE_BLOCK) {
+        int64_t m = hi - b < REDUCE_BLOCK ? hi - b : REDUCE_BLOCK;
+        memcpy(acc, c->parts[0][0] + b, (size_t)m * sizeof(float));
+        for (int q = 0; q < c->size; q++)
+            for (int j = q == 0 ? 1 : 0; j < k; j++) {
+                const float *src = c->parts[q][j] + b;
+                for (int64_t i = 0; i < m; i++) acc[i] += src[i];
+            }
+        for (int q = 0; q < c->size; q++) memcpy((float *)c->buf[q] + b, acc, (size_t)m * sizeof(float));
+    }
+    return barrier(c, rank, timeout_s, "all-reduce");
+}
+
 static crew_status local_barrier(void *ctx, int rank, double timeout_s)
 {
     return barrier(ctx, rank, timeout_s, "barrier");
@@ -207,6 +231,7 @@ static const crew_comm_ops local_ops = {
     .broadcast = local_broadcast,
     .allgather = local_allgather,
     .reduce_scatter = local_reduce_scatter,
+    .allreduce_ordered = local_allreduce_ordered,
     .barrier = local_barrier,
     .abort = local_abort,
 };
@@ -225,7 +250,8 @@ crew_status crew_local_comm_create(int size, crew_local_comm **out)
     c->here = calloc((size_t)size, 1);
     c->buf = calloc((size_t)size, sizeof *c->buf);
     c->send = calloc((size_t)size, sizeof *c->send);
-    if (!c->here || !c->buf || !c->send) {
+    c->parts = calloc((size_t)size, sizeof *c->parts);
+    if (!c->here || !c->buf || !c->send || !c->parts) {
         crew_local_comm_free(c);
         return CREW_OOM();
     }
@@ -246,5 +272,6 @@ void crew_local_comm_free(crew_local_comm *c)
     free(c->here);
     free(c->buf);
     free(c->send);
+    free(c->parts);
     free(c);
 }

@@ -103,7 +103,7 @@ crew_status crew_monitor_open(const crew_monitor_config *cfg, const crew_fit_pla
             return s;
         }
         snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", cfg->run_dir);
-        m->jsonl = fopen(m->path, "w");
+        m->jsonl = fopen(m->path, cfg->append ? "a" : "w");
         if (!m->jsonl) {
             crew_status s = crew_errorf(CREW_CODE_IO, "cannot create %s: %s", m->path, strerror(errno));
             crew_monitor_close(m);

@@ -13,6 +13,7 @@
 
 typedef struct crew_monitor_config {
     const char *run_dir;            /* NULL: no files */
+    int append;                     /* a resumed run: metrics.jsonl goes on where it stopped */
     double straggler_threshold;     /* fraction above the others' median [0.2] */
     int64_t straggler_window;       /* steps per verdict [50] */
     double input_bound_fraction;    /* data waiting above this fraction of a step [0.05] */

@@ -18,7 +18,9 @@ static void *worker_main(void *arg)
         if (!w->head) w->tail = NULL;
         pthread_mutex_unlock(&w->mu);
         r->started = crew_now();
-        crew_status s = crew_allreduce(&w->comm, r->buf, r->n, r->type, r->op, w->timeout_s);
+        crew_status s = r->k > 1 ? w->comm.ops->allreduce_ordered(w->comm.ctx, w->comm.rank, r->parts, r->k, r->buf, r->n,
+                                                                 w->timeout_s)
+                                 : crew_allreduce(&w->comm, r->buf, r->n, r->type, r->op, w->timeout_s);
         double finished = crew_now();
         pthread_mutex_lock(&w->mu);
         r->status = s;

@@ -14,8 +14,10 @@
 #include "comm/comm.h"
 
 typedef struct crew_comm_request {
-    void *buf;
+    void *buf;                  /* the buffer reduced in place, or the output of an ordered reduce */
     int64_t n;
+    float *const *parts;        /* when k > 1: k float32 inputs summed in (rank, index) order into buf */
+    int k;
     crew_comm_type type;
     crew_reduce_op op;
     /* filled by the worker */

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "train/checkpoint.h"
 #include "train/loop.h"
 
 #define DEFAULT_TIMEOUT_S 300.0
@@ -69,16 +70,33 @@ static crew_status first_error(replica *reps, int n)
     return keep;
 }
 
-static crew_status setup(crew_model *m, fit_run *run, const crew_fit_options *opts)
+/* Loads the newest usable checkpoint and takes its plan: the global batch, per-device batch,
+ * seed, length and learning-rate plan stay; only the devices (and so the accumulation) change. */
+static crew_status resume(crew_model *m, fit_run *run)
 {
-    if (!m->compiled) {
-        crew_compile_options c;
-        crew_model_default_compile(m, &c);
-        CREW_TRY(crew_model_compile(m, &c));
-    }
-    CREW_TRY(crew_model_plan_fit(m, run->train, opts, &run->plan));
-    CREW_TRY(crew_cpu_backend_create(opts->threads_per_device, &m->be));
-    run->lr = crew_lr_plan_of(&run->plan, &m->compile.optimizer);
+    crew_fit_options *o = &run->resolved;
+    crew_fit_result *res = run->result;
+    if (!o->checkpoint_dir) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "resume: no checkpoint directory given");
+    crew_checkpoint_state st;
+    CREW_TRY(crew_checkpoint_resume(o->checkpoint_dir, m, &st, res->resume_note, sizeof res->resume_note));
+    CREW_TRY(crew_resume_options(o, &st));
+    o->resume = 0; /* plan_fit must not look for a checkpoint again: this one is loaded */
+    crew_status s = crew_model_plan_fit(m, run->train, o, &run->plan);
+    o->resume = 1;
+    CREW_TRY(s);
+    if (run->plan.steps_per_epoch != st.plan.steps_per_epoch)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "cannot resume: the checkpoint's run had %lld steps per epoch, this "
+                           "dataset gives %lld (a different dataset?)", (long long)st.plan.steps_per_epoch,
+                           (long long)run->plan.steps_per_epoch);
+    run->lr = st.lr;
+    run->start_step = st.step;
+    res->resumed_from_step = st.step;
+    return CREW_OK;
+}
+
+static void resolve_knobs(fit_run *run)
+{
+    const crew_fit_options *opts = run->opts;
     run->timeout_s = opts->collective_timeout_s > 0 ? opts->collective_timeout_s : DEFAULT_TIMEOUT_S;
     run->bucket_mb = opts->bucket_mb > 0 ? opts->bucket_mb : DEFAULT_BUCKET_MB;
     run->sync_bn = opts->sync_batch_norm < 0 ? run->plan.devices > 1 : opts->sync_batch_norm;
@@ -86,11 +104,35 @@ static crew_status setup(crew_model *m, fit_run *run, const crew_fit_options *op
     if (run->plan.devices == 1) run->drift_every = 0; /* one replica cannot drift from itself */
     run->faults = (crew_fit_faults){.slow_rank = -1, .stall_rank = -1, .corrupt_rank = -1};
     if (opts->faults) run->faults = *opts->faults;
-    if (!m->initialized) CREW_TRY(crew_model_init_params(m, run->plan.seed));
-    crew_monitor_config mc = {.run_dir = opts->run_dir, .straggler_threshold = opts->straggler_threshold,
+    run->last_checkpoint_time = crew_now();
+}
+
+static crew_status setup(crew_model *m, fit_run *run, const crew_fit_options *opts)
+{
+    run->resolved = *opts;
+    run->opts = &run->resolved;
+    if (!m->compiled) {
+        crew_compile_options c;
+        crew_model_default_compile(m, &c);
+        CREW_TRY(crew_model_compile(m, &c));
+    }
+    CREW_TRY(crew_cpu_backend_create(opts->threads_per_device, &m->be));
+    if (opts->resume) {
+        CREW_TRY(resume(m, run));
+    } else {
+        CREW_TRY(crew_model_plan_fit(m, run->train, opts, &run->plan));
+        run->lr = crew_lr_plan_of(&run->plan, &m->compile.optimizer);
+        if (!m->initialized) CREW_TRY(crew_model_init_params(m, run->plan.seed));
+    }
+    resolve_knobs(run);
+    crew_monitor_config mc = {.run_dir = opts->run_dir, .append = opts->resume,
+                              .straggler_threshold = opts->straggler_threshold,
                               .straggler_window = opts->straggler_window, .loss_spike_z = opts->loss_spike_z,
                               .on_event = opts->on_event, .user = opts->user};
-    return crew_monitor_open(&mc, &run->plan, &run->monitor);
+    CREW_TRY(crew_monitor_open(&mc, &run->plan, &run->monitor));
+    if (opts->resume)
+        CREW_TRY(crew_monitor_event(run->monitor, CREW_EVENT_INFO, run->start_step, -1, NAN, "%s", run->result->resume_note));
+    return CREW_OK;
 }
 
 /* Starts the replicas (rank 0 on this thread), waits for them, and fills the run's timings. */
@@ -144,7 +186,7 @@ crew_status crew_model_fit(crew_model *m, const crew_dataset *train, const crew_
     if (!m || !train || !opts || !result) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_fit: NULL argument");
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_accuracy = NAN;
-    fit_run run = {.train = train, .opts = opts, .result = result};
+    fit_run run = {.train = train, .result = result};
     crew_status st = setup(m, &run, opts);
     if (st) {
         crew_monitor_close(run.monitor);

@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "train/checkpoint.h"
 #include "train/loop.h"
 
 enum { M_LOSS, M_CORRECT, M_STOP, M_TIMES, METRIC_FIELDS = CREW_METRIC_FIELDS };
@@ -204,6 +205,24 @@ static crew_status finish_epoch(replica *r, crew_epoch_info *info, int64_t step)
     return CREW_OK;
 }
 
+/* Rank 0 saves a checkpoint when one is due: every N steps, every so many seconds, when the
+ * caller cancels, and at the end of the run. The others go on to the next step and wait for it
+ * at the first collective. */
+static crew_status maybe_checkpoint(replica *r, int64_t step, int stopping)
+{
+    fit_run *run = r->run;
+    const crew_fit_options *o = run->opts;
+    if (r->rank != 0 || !o->checkpoint_dir) return CREW_OK;
+    int due = stopping || step == run->plan.total_steps || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
+              (o->checkpoint_every_s > 0 && crew_now() - run->last_checkpoint_time >= o->checkpoint_every_s);
+    if (!due) return CREW_OK;
+    crew_checkpoint_state st = {.step = step, .plan = run->plan, .lr = run->lr};
+    CREW_TRY(crew_checkpoint_write(o->checkpoint_dir, r->m, &st, o->keep_checkpoints, run->result->last_checkpoint,
+                                   sizeof run->result->last_checkpoint));
+    run->last_checkpoint_time = crew_now();
+    return CREW_OK;
+}
+
 static crew_status run_epoch(replica *r, int epoch, int64_t *step, int *stopped)
 {
     fit_run *run = r->run;
@@ -211,7 +230,9 @@ static crew_status run_epoch(replica *r, int epoch, int64_t *step, int *stopped)
     crew_epoch_order(p->seed, epoch, p->train_samples, r->perm);
     double start = crew_now(), loss = 0.0, correct = 0.0;
     int64_t steps = 0;
-    for (int64_t es = 0; es < p->steps_per_epoch && *step < p->total_steps && !*stopped; es++) {
+    /* A resumed run enters its first epoch where the checkpoint left it. */
+    for (int64_t es = *step - (int64_t)epoch * p->steps_per_epoch; es < p->steps_per_epoch && *step < p->total_steps && !*stopped;
+         es++) {
         step_result sr = {0};
         CREW_TRY(train_step(r, epoch, es, *step + 1, start, &sr));
         ++*step;
@@ -220,6 +241,7 @@ static crew_status run_epoch(replica *r, int epoch, int64_t *step, int *stopped)
         steps++;
         if (r->rank == 0) run->result->skipped_updates += sr.skipped;
         *stopped = sr.stop;
+        CREW_TRY(maybe_checkpoint(r, *step, *stopped));
     }
     crew_epoch_info info = {.epoch = epoch, .epochs = p->epochs, .steps = steps, .test_loss = NAN, .test_accuracy = NAN};
     info.wall_s = crew_now() - start;
@@ -231,27 +253,37 @@ static crew_status run_epoch(replica *r, int epoch, int64_t *step, int *stopped)
     return finish_epoch(r, &info, *step);
 }
 
+static crew_status broadcast_start(replica *r)
+{
+    crew_model *m = r->m;
+    double t = (double)m->opt.t;
+    const double timeout = r->run->timeout_s;
+    CREW_TRY(crew_broadcast(&r->comm, m->params, m->n_params, CREW_COMM_F32, 0, timeout));
+    CREW_TRY(crew_broadcast(&r->comm, m->state, m->n_state, CREW_COMM_F32, 0, timeout));
+    for (int i = 0; i < 2; i++)
+        if (m->opt.slot[i]) CREW_TRY(crew_broadcast(&r->comm, m->opt.slot[i], m->opt.n, CREW_COMM_F32, 0, timeout));
+    CREW_TRY(crew_broadcast(&r->comm, &t, 1, CREW_COMM_F64, 0, timeout));
+    m->opt.t = (int64_t)t;
+    return CREW_OK;
+}
+
 crew_status crew_replica_train(replica *r)
 {
     crew_model *m = r->m;
     fit_run *run = r->run;
     const crew_fit_plan *p = &run->plan;
-    /* Replica 0's parameters and state are the run's starting point. */
-    CREW_TRY(phase_error(r, crew_broadcast(&r->comm, m->params, m->n_params, CREW_COMM_F32, 0, run->timeout_s), 0,
-                         "broadcast of the initial parameters"));
-    CREW_TRY(phase_error(r, crew_broadcast(&r->comm, m->state, m->n_state, CREW_COMM_F32, 0, run->timeout_s), 0,
-                         "broadcast of the initial parameters"));
+    /* Replica 0's parameters, state and optimizer state are the run's starting point. */
+    CREW_TRY(phase_error(r, broadcast_start(r), run->start_step, "broadcast of the starting point"));
     if (p->devices > 1) {
         CREW_TRY(crew_comm_worker_start(&r->worker, r->comm, run->timeout_s));
         r->has_worker = 1;
     }
-    int groups = run->opts->emulate_devices > 1 ? run->opts->emulate_devices : 1;
     CREW_TRY(crew_stepper_init(&r->stepper, m, r->has_worker ? &r->worker : NULL, r->rank, p->devices,
-                               p->batch_per_device, p->accumulation / groups, groups, run->bucket_mb, run->sync_bn));
+                               p->batch_per_device, p->accumulation, run->bucket_mb, run->sync_bn));
     if (run->faults.slow_rank == r->rank) r->stepper.delay_s = run->faults.slow_s;
-    int64_t step = 0;
+    int64_t step = run->start_step;
     int stopped = 0;
-    for (int epoch = 0; epoch < p->epochs && step < p->total_steps && !stopped; epoch++)
+    for (int epoch = (int)(step / p->steps_per_epoch); epoch < p->epochs && step < p->total_steps && !stopped; epoch++)
         CREW_TRY(run_epoch(r, epoch, &step, &stopped));
     if (r->rank == 0) run->result->steps = step;
     return CREW_OK;

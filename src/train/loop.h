@@ -13,7 +13,8 @@
 
 typedef struct fit_run {
     const crew_dataset *train;
-    const crew_fit_options *opts;
+    const crew_fit_options *opts; /* the caller's, with a resumed run's plan settings in place */
+    crew_fit_options resolved;    /* the storage opts points at */
     crew_fit_plan plan;
     crew_lr_plan lr;
     crew_fit_result *result;
@@ -24,6 +25,8 @@ typedef struct fit_run {
     int sync_bn;
     int64_t drift_every;        /* 0: off */
     double train_s;             /* time in training steps, evaluation excluded (rank 0's clock) */
+    int64_t start_step;         /* steps already done (a resumed run) */
+    double last_checkpoint_time; /* crew_now() of the last checkpoint (rank 0) */
 } fit_run;
 
 typedef struct replica {

@@ -7,6 +7,7 @@
 #include "core/status.h"
 #include "data/dataset.h"
 #include "nn/model.h"
+#include "train/checkpoint.h"
 #include "train/train.h"
 
 void crew_model_default_compile(const crew_model *m, crew_compile_options *opts)
@@ -72,8 +73,6 @@ static crew_status check_options(const crew_fit_options *o)
     if (o->threads_per_device < 1 || o->threads_per_device > 1024)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "threads per device must be in [1, 1024], got %d",
                            o->threads_per_device);
-    if (o->emulate_devices < 0 || o->emulate_devices > 1024)
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "emulated devices must be in [0, 1024], got %d", o->emulate_devices);
     if (o->bucket_mb < 0 || o->collective_timeout_s < 0)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "bucket size and collective timeout must not be negative");
     if (o->max_steps < 0 || o->global_batch < 0)
@@ -95,10 +94,49 @@ static float scale_factor(crew_lr_scaling rule, int64_t global, int64_t base)
     }
 }
 
+crew_status crew_resume_options(crew_fit_options *o, const crew_checkpoint_state *st)
+{
+    int64_t rounds = st->plan.global_batch / st->plan.batch_per_device;
+    if (o->devices < 1 || rounds % o->devices != 0) {
+        char choices[256] = "";
+        size_t used = 0;
+        for (int64_t d = 1; d <= rounds && d <= 1024 && used < sizeof choices; d++)
+            if (rounds % d == 0)
+                used += (size_t)snprintf(choices + used, sizeof choices - used, "%s%lld", used ? ", " : "", (long long)d);
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
+                           "cannot resume on %d devices: the run's global batch of %lld at %lld per device is %lld "
+                           "micro-batches per step, which %d devices cannot share; choose %s devices",
+                           o->devices, (long long)st->plan.global_batch, (long long)st->plan.batch_per_device,
+                           (long long)rounds, o->devices, choices);
+    }
+    o->seed = st->plan.seed;
+    o->batch_per_device = st->plan.batch_per_device;
+    o->global_batch = st->plan.global_batch;
+    o->epochs = st->plan.epochs;
+    o->max_steps = st->plan.total_steps;
+    return CREW_OK;
+}
+
 crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *o,
                                 crew_fit_plan *p)
 {
     memset(p, 0, sizeof *p);
+    if (o->resume) { /* plan as the checkpoint's run, on this run's devices */
+        if (!o->checkpoint_dir) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "resume: no checkpoint directory given");
+        crew_checkpoint_state st;
+        CREW_TRY(crew_checkpoint_newest_state(o->checkpoint_dir, &st));
+        crew_fit_options r = *o;
+        r.resume = 0;
+        CREW_TRY(crew_resume_options(&r, &st));
+        CREW_TRY(crew_model_plan_fit(m, train, &r, p));
+        p->base_lr = st.plan.base_lr;
+        p->scaled_lr = st.lr.peak_lr;
+        p->lr_factor = st.plan.lr_factor;
+        p->warmup_steps = st.lr.warmup_steps;
+        p->warmup_start_lr = st.lr.start_lr;
+        p->schedule = st.lr.schedule;
+        return CREW_OK;
+    }
     CREW_TRY(check_options(o));
     CREW_TRY(crew_model_layout(m));
     CREW_TRY(check_data(m, train));
@@ -122,15 +160,6 @@ crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const 
                            (long long)per_round, (long long)(p->global_batch / per_round) * per_round,
                            (long long)(p->global_batch / per_round + 1) * per_round);
     p->accumulation = (int)(p->global_batch / per_round);
-    if (o->emulate_devices > 1) {
-        if (o->devices != 1)
-            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "emulating %d devices needs exactly one replica, not %d",
-                               o->emulate_devices, o->devices);
-        if (p->accumulation % o->emulate_devices != 0)
-            return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
-                               "emulating %d devices needs a global batch of a multiple of %d x %lld samples",
-                               o->emulate_devices, o->emulate_devices, (long long)o->batch_per_device);
-    }
     p->train_samples = crew_dataset_size(train);
     p->steps_per_epoch = p->train_samples / p->global_batch;
     if (p->steps_per_epoch < 1)

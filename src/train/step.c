@@ -11,8 +11,22 @@
 
 #define BYTES_PER_MB (1024.0 * 1024.0)
 
+static crew_status alloc_buffers(crew_stepper *s)
+{
+    crew_model *m = s->m;
+    const crew_backend_ops *o = m->be.ops;
+    int k = s->accumulation;
+    if (k > 1 && s->replicas == 1 && !(s->acc = o->alloc(m->be.ctx, m->n_params))) return CREW_OOM();
+    if (k > 1 && s->replicas > 1) {
+        if (!(s->saved = calloc((size_t)k - 1, sizeof *s->saved))) return CREW_OOM();
+        for (int j = 0; j < k - 1; j++)
+            if (!(s->saved[j] = o->alloc(m->be.ctx, m->n_params))) return CREW_OOM();
+    }
+    return CREW_OK;
+}
+
 crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
-                              int64_t batch, int accumulation, int groups, double bucket_mb, int sync_bn)
+                              int64_t batch, int accumulation, double bucket_mb, int sync_bn)
 {
     memset(s, 0, sizeof *s);
     s->m = m;
@@ -21,12 +35,9 @@ crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *
     s->replicas = replicas;
     s->batch = batch;
     s->accumulation = accumulation;
-    s->groups = groups;
-    s->global_batch = (int64_t)replicas * groups * accumulation * batch;
+    s->global_batch = (int64_t)replicas * accumulation * batch;
     s->sync_bn = sync_bn && replicas > 1;
-    const crew_backend_ops *o = m->be.ops;
-    if (accumulation > 1 && !(s->acc = o->alloc(m->be.ctx, m->n_params))) return CREW_OOM();
-    if (groups > 1 && !(s->total = o->alloc(m->be.ctx, m->n_params))) return CREW_OOM();
+    CREW_TRY(alloc_buffers(s));
     int64_t per = (int64_t)(bucket_mb * BYTES_PER_MB / sizeof(float));
     if (per < 1) per = 1;
     int64_t n = m->n_params;
@@ -34,7 +45,8 @@ crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *
     s->lo = calloc((size_t)s->n_buckets + 1, sizeof *s->lo);
     s->hi = calloc((size_t)s->n_buckets + 1, sizeof *s->hi);
     s->reqs = calloc((size_t)s->n_buckets + 1, sizeof *s->reqs);
-    if (!s->lo || !s->hi || !s->reqs) return CREW_OOM();
+    s->parts = calloc(((size_t)s->n_buckets + 1) * (size_t)accumulation, sizeof *s->parts);
+    if (!s->lo || !s->hi || !s->reqs || !s->parts) return CREW_OOM();
     for (int b = 0; b < s->n_buckets; b++) { /* bucket 0 ends the buffer: its gradients finish first */
         s->hi[b] = n - (int64_t)b * per;
         s->lo[b] = s->hi[b] - per > 0 ? s->hi[b] - per : 0;
@@ -47,17 +59,21 @@ void crew_stepper_release(crew_stepper *s)
     if (s->m) {
         const crew_backend *be = &s->m->be;
         if (s->acc) be->ops->free(be->ctx, s->acc);
-        if (s->total) be->ops->free(be->ctx, s->total);
+        for (int j = 0; s->saved && j < s->accumulation - 1; j++)
+            if (s->saved[j]) be->ops->free(be->ctx, s->saved[j]);
     }
+    free(s->saved);
     free(s->lo);
     free(s->hi);
     free(s->reqs);
+    free(s->parts);
     memset(s, 0, sizeof *s);
 }
 
 static void launch_ready_buckets(crew_stepper *s, int64_t done_from)
 {
     if (!s->worker) return;
+    const int k = s->accumulation;
     while (s->launched < s->n_buckets && s->lo[s->launched] >= done_from) {
         int b = s->launched++;
         crew_comm_request *r = &s->reqs[b];
@@ -66,35 +82,37 @@ static void launch_ready_buckets(crew_stepper *s, int64_t done_from)
         r->n = s->hi[b] - s->lo[b];
         r->type = CREW_COMM_F32;
         r->op = CREW_REDUCE_SUM;
+        if (k > 1) { /* every micro-batch's gradient, in order; the last is the model's own buffer */
+            float **parts = s->parts + (size_t)b * k;
+            for (int j = 0; j < k - 1; j++) parts[j] = s->saved[j] + s->lo[b];
+            parts[k - 1] = s->m->grads + s->lo[b];
+            r->parts = parts;
+            r->k = k;
+        }
         crew_comm_worker_submit(s->worker, r);
     }
 }
 
-/* Gradients in [lo, hi) are final for the current micro-batch: fold them into the group and
- * replica sums, and start the buckets they complete. */
+/* Gradients in [lo, done_from) are final for the current micro-batch: set them aside or add them
+ * up, and start the buckets they complete. */
 static void grads_ready(void *user, int64_t lo)
 {
     crew_stepper *s = user;
     crew_model *m = s->m;
     const crew_backend_ops *o = m->be.ops;
-    int64_t hi = s->done_from, n = hi - lo;
+    int64_t n = s->done_from - lo;
     if (n <= 0) return;
-    float *group = m->grads;
-    if (s->accumulation > 1) {
+    int last = s->micro == s->accumulation - 1;
+    if (s->acc) { /* one replica: the running sum, in micro-batch order */
         if (s->micro == 0)
             o->copy(m->be.ctx, s->acc + lo, m->grads + lo, n);
         else
             o->axpby(m->be.ctx, n, 1.0f, m->grads + lo, 1.0f, s->acc + lo);
-        group = s->acc;
-    }
-    if (s->groups > 1 && s->micro == s->accumulation - 1) {
-        if (s->group == 0)
-            o->copy(m->be.ctx, s->total + lo, group + lo, n);
-        else
-            o->axpby(m->be.ctx, n, 1.0f, group + lo, 1.0f, s->total + lo);
+    } else if (s->saved && !last) { /* several replicas: kept apart for the ordered all-reduce */
+        o->copy(m->be.ctx, s->saved[s->micro] + lo, m->grads + lo, n);
     }
     s->done_from = lo;
-    if (s->micro == s->accumulation - 1 && s->group == s->groups - 1) launch_ready_buckets(s, lo);
+    if (last) launch_ready_buckets(s, lo);
 }
 
 static crew_status sync_sum(void *user, float *buf, int64_t n)
@@ -140,8 +158,10 @@ static crew_status wait_buckets(crew_stepper *s, crew_step_times *times, double 
     double busy = 0.0;
     for (int b = 0; b < s->launched; b++) {
         crew_status st = crew_comm_worker_wait(s->worker, &s->reqs[b]);
-        if (st && !first) first = st;
-        else crew_status_free(st);
+        if (st && !first)
+            first = st;
+        else
+            crew_status_free(st);
         busy += s->reqs[b].finished - s->reqs[b].started;
     }
     double exposed = crew_now() - backward_end;
@@ -150,30 +170,35 @@ static crew_status wait_buckets(crew_stepper *s, crew_step_times *times, double 
     return first;
 }
 
+static void test_delay(crew_stepper *s, crew_step_times *times)
+{
+    if (s->delay_s <= 0) return; /* a deliberately slow replica, for the straggler test */
+    struct timespec ts = {(time_t)s->delay_s, (long)((s->delay_s - (double)(time_t)s->delay_s) * 1e9)};
+    nanosleep(&ts, NULL);
+    times->backward_s += s->delay_s;
+}
+
 crew_status crew_stepper_gradients(crew_stepper *s, const int64_t *global_ids, uint64_t seed, int64_t step,
                                    crew_gather_fn gather, void *user, float **grad, crew_step_totals *t,
                                    crew_step_times *times)
 {
     crew_model *m = s->m;
-    s->final = s->groups > 1 ? s->total : s->accumulation > 1 ? s->acc : m->grads;
+    s->final = s->acc ? s->acc : m->grads;
     s->launched = 0;
     crew_status st = CREW_OK;
-    for (s->group = 0; s->group < s->groups && !st; s->group++)
-        for (s->micro = 0; s->micro < s->accumulation && !st; s->micro++) {
-            int64_t index = ((int64_t)s->rank * s->groups + s->group) * s->accumulation + s->micro;
-            st = micro_batch(s, global_ids + index * s->batch, seed, step, gather, user, t, times);
-        }
-    s->group = s->groups - 1;
-    s->micro = s->accumulation - 1;
-    if (s->delay_s > 0) { /* a deliberately slow replica, for the straggler test */
-        struct timespec ts = {(time_t)s->delay_s, (long)((s->delay_s - (double)(time_t)s->delay_s) * 1e9)};
-        nanosleep(&ts, NULL);
-        times->backward_s += s->delay_s;
+    for (s->micro = 0; s->micro < s->accumulation && !st; s->micro++) {
+        int64_t index = (int64_t)s->rank * s->accumulation + s->micro;
+        st = micro_batch(s, global_ids + index * s->batch, seed, step, gather, user, t, times);
     }
+    s->micro = s->accumulation - 1;
+    test_delay(s, times);
     if (s->worker) {
+        if (!st) launch_ready_buckets(s, 0); /* any left (no-op when the pass completed them all) */
         crew_status w = wait_buckets(s, times, crew_now());
-        if (!st) st = w;
-        else crew_status_free(w);
+        if (!st)
+            st = w;
+        else
+            crew_status_free(w);
     }
     *grad = s->final;
     return st;

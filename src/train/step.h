@@ -4,10 +4,12 @@
  * gradient bucket (a contiguous range of the flat gradient buffer, counted from its end), the
  * bucket's all-reduce starts on the communication thread while earlier layers still compute.
  *
- * Summation order (the determinism contract): the replica owns `groups` groups of
- * `accumulation` micro-batches (groups > 1 only when one replica emulates several, for
- * verification); a group's gradients are summed in order, then the groups in order, then the
- * replicas in rank order by the all-reduce. */
+ * Summation order (the determinism contract): the global batch is a sequence of micro-batches;
+ * replica r owns micro-batches r·k … r·k+k−1 (k = accumulation), and the gradient is their sum
+ * in sequence order, whatever the number of replicas: one replica adds them up one by one; with
+ * several, each keeps its k micro-batch gradients apart and the ordered all-reduce sums all of
+ * them in (rank, index) order. So any replica count with the same micro-batches gives the same
+ * bits. */
 #ifndef CREW_TRAIN_STEP_H
 #define CREW_TRAIN_STEP_H
 
@@ -30,25 +32,26 @@ typedef struct crew_stepper {
     crew_comm_worker *worker;   /* NULL with one replica: nothing to reduce */
     int rank, replicas;
     int64_t batch;              /* rows per micro-batch */
-    int accumulation, groups;   /* micro-batches per group, groups per replica */
+    int accumulation;           /* micro-batches per replica per step */
     int64_t global_batch;
     int sync_bn;
     double delay_s;             /* test fault: extra seconds of "compute" per step */
-    float *acc;                 /* [n_params] sum of a group, when accumulation > 1 */
-    float *total;               /* [n_params] sum of the groups, when groups > 1 */
+    float *acc;                 /* [n_params] one replica, k > 1: the running sum */
+    float **saved;              /* [k − 1][n_params] several replicas, k > 1: earlier micro-batches */
     /* buckets, numbered from the end of the buffer: bucket b = [lo[b], hi[b]) */
     int n_buckets;
     int64_t *lo, *hi;
     crew_comm_request *reqs;
+    float **parts;              /* [n_buckets × k] the inputs of each bucket's ordered all-reduce */
     /* during a backward pass */
     int launched;
     int64_t done_from;          /* gradients in [done_from, n_params) are final for this micro-batch */
-    int micro, group;
-    float *final;               /* the buffer holding the replica's summed gradient */
+    int micro;
+    float *final;               /* the buffer holding the summed gradient */
 } crew_stepper;
 
 crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
-                              int64_t batch, int accumulation, int groups, double bucket_mb, int sync_bn);
+                              int64_t batch, int accumulation, double bucket_mb, int sync_bn);
 void crew_stepper_release(crew_stepper *s);
 
 /* Gathers the sample rows for one micro-batch into the model's input. */

@@ -19,4 +19,10 @@ crew_lr_plan crew_lr_plan_of(const crew_fit_plan *p, const crew_optimizer_spec *
 crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, int64_t hi, int64_t batch,
                             double *loss_sum, int64_t *correct);
 
+struct crew_checkpoint_state;
+/* The options of a resumed run: the checkpoint's global batch, per-device batch, seed and length
+ * replace the caller's; an error says which device counts can share the global batch when
+ * o->devices cannot. */
+crew_status crew_resume_options(crew_fit_options *o, const struct crew_checkpoint_state *st);
+
 #endif

@@ -43,7 +43,7 @@ static double compare(const crew_model *a, const crew_model *b, int *equal)
 }
 
 static crew_status run_one(const crew_model *tmpl, const crew_dataset *train, const crew_fit_options *base,
-                           int devices, int64_t batch, int emulate, loss_log *log, crew_model **out)
+                           int devices, int64_t batch, loss_log *log, crew_model **out)
 {
     crew_model *m;
     CREW_TRY(crew_model_clone(tmpl, &m));
@@ -51,7 +51,6 @@ static crew_status run_one(const crew_model *tmpl, const crew_dataset *train, co
     crew_fit_options o = *base;
     o.devices = devices;
     o.batch_per_device = batch;
-    o.emulate_devices = emulate;
     o.on_step = log_step;
     o.user = log;
     crew_fit_result r;
@@ -96,9 +95,9 @@ crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const cr
 
     crew_model *a = NULL, *b = NULL, *c = NULL;
     loss_log la = {losses, res->steps, 0}, lb = {losses, res->steps, 1}, lc = {losses, res->steps, 2};
-    crew_status s = run_one(m, train, &base, n, base.batch_per_device, 1, &la, &a);
-    if (!s) s = run_one(m, train, &base, 1, base.batch_per_device, n, &lb, &b);
-    if (!s) s = run_one(m, train, &base, 1, plan.global_batch, 1, &lc, &c);
+    crew_status s = run_one(m, train, &base, n, base.batch_per_device, &la, &a);
+    if (!s) s = run_one(m, train, &base, 1, base.batch_per_device, &lb, &b);
+    if (!s) s = run_one(m, train, &base, 1, plan.global_batch, &lc, &c);
     if (!s) {
         int equal_b, equal_c;
         res->max_rel_diff_accum = compare(a, b, &equal_b);

@@ -40,7 +40,14 @@ static const char *usage_text =
     "  --straggler-window N       steps per straggler verdict [50]\n"
     "  --seed S                   seed for initial weights, data order and dropout [1]\n"
     "  --init-weights FILE        start from these weights (safetensors) instead of a random init\n"
-    "  --run-dir DIR              where config.json and weights.safetensors go\n"
+    "  --checkpoint-every N[s|m]  save a checkpoint every N steps, or every N seconds/minutes (the\n"
+    "                             flag may be given twice, for both) [10m]; always at the end and\n"
+    "                             on SIGINT/SIGTERM\n"
+    "  --keep-checkpoints K       newest checkpoints kept [3]\n"
+    "  --resume RUN_DIR           continue the run in RUN_DIR from its newest complete checkpoint,\n"
+    "                             on any number of devices that shares its global batch\n"
+    "  --run-dir DIR              where config.json, metrics.jsonl, tb/, checkpoints/ and\n"
+    "                             weights.safetensors go\n"
     "                             [runs/<model>-<date>-<time>]\n"
     "  --json                     end with one JSON line: test_accuracy, test_loss, train_loss,\n"
     "                             epochs, steps, samples_per_s, wall_s, weights, run_dir\n"
@@ -51,10 +58,26 @@ typedef struct train_args {
     int json, quiet;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int lr_scaling, sync_bn, on_nan;
-    int64_t drift_every, straggler_window;
+    int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints;
+    double checkpoint_every_s;
+    const char *resume;
     double lr, warmup_epochs, bucket_mb, timeout, straggler_threshold;
     int have_epochs, have_batch, have_seed;
 } train_args;
+
+/* "500" (steps), "90s", "10m". */
+static int parse_every(const char *v, train_args *a)
+{
+    size_t n = strlen(v);
+    char unit = n ? v[n - 1] : 0;
+    if (unit != 's' && unit != 'm') return cli_parse_int("train", "--checkpoint-every", v, 1, INT64_MAX / 2, &a->checkpoint_every);
+    char num[64];
+    snprintf(num, sizeof num, "%.*s", (int)(n - 1), v);
+    double x;
+    if (!cli_parse_float("train", "--checkpoint-every", num, 0.001, 1e9, &x)) return 0;
+    a->checkpoint_every_s = unit == 'm' ? 60.0 * x : x;
+    return 1;
+}
 
 /* Returns 0 to go on, or the exit status. */
 static int parse_args(int argc, char **argv, train_args *a)
@@ -121,6 +144,12 @@ static int parse_args(int argc, char **argv, train_args *a)
                 return 2;
         } else if (FLAG("--straggler-window")) {
             if (r > 0 && !cli_parse_int("train", "--straggler-window", v, 1, 1 << 30, &a->straggler_window)) return 2;
+        } else if (FLAG("--checkpoint-every")) {
+            if (r > 0 && !parse_every(v, a)) return 2;
+        } else if (FLAG("--keep-checkpoints")) {
+            if (r > 0 && !cli_parse_int("train", "--keep-checkpoints", v, 1, 1000000, &a->keep_checkpoints)) return 2;
+        } else if (FLAG("--resume")) {
+            a->resume = v;
         } else if (FLAG("--collective-timeout")) {
             if (r > 0 && !cli_parse_float("train", "--collective-timeout", v, 0.001, 1e7, &a->timeout)) return 2;
         } else if (argv[i][0] == '-') {
@@ -135,6 +164,10 @@ static int parse_args(int argc, char **argv, train_args *a)
         if (r < 0) return cli_usage_error("train", "%s needs a value", argv[i]);
     }
     if (!a->model) return cli_usage_error("train", "missing MODEL.json");
+    if (a->resume && a->run_dir && strcmp(a->resume, a->run_dir) != 0)
+        return cli_usage_error("train", "--resume RUN_DIR continues in RUN_DIR; --run-dir cannot name another");
+    if (a->resume) a->run_dir = a->resume;
+    if (!a->checkpoint_every && !a->checkpoint_every_s) a->checkpoint_every_s = 600.0;
     if (!a->data) return cli_usage_error("train", "missing --data DIR");
     if (!cli_parse_devices("train", a->devices_text, &a->devices)) return 2;
     return 0;
@@ -230,6 +263,7 @@ static void print_result_json(const crew_fit_result *r, const char *weights, con
 typedef struct train_state {
     crew_model *m;
     crew_dataset *train, *test;
+    char checkpoints[600];
 } train_state;
 
 static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_options *o)
@@ -259,6 +293,14 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;
     o->straggler_threshold = a->straggler_threshold;
     o->straggler_window = a->straggler_window;
+    o->checkpoint_every = a->checkpoint_every;
+    o->checkpoint_every_s = a->checkpoint_every_s;
+    o->keep_checkpoints = (int)a->keep_checkpoints;
+    o->resume = a->resume != NULL;
+    if (a->resume) { /* planning reads the checkpoint's plan */
+        snprintf(st->checkpoints, sizeof st->checkpoints, "%s/checkpoints", a->resume);
+        o->checkpoint_dir = st->checkpoints;
+    }
     o->test = st->test;
     return CREW_OK;
 }
@@ -300,6 +342,8 @@ int cli_train(int argc, char **argv)
     o.on_epoch = on_epoch;
     o.on_event = on_event;
     o.run_dir = run_dir;
+    snprintf(st.checkpoints, sizeof st.checkpoints, "%s/checkpoints", run_dir);
+    o.checkpoint_dir = st.checkpoints;
     o.user = &view;
     o.cancel = (volatile int *)&cancel_requested;
     signal(SIGINT, on_signal);
@@ -309,9 +353,17 @@ int cli_train(int argc, char **argv)
     snprintf(weights, sizeof weights, "%s/weights.safetensors", run_dir);
     if (!s && res.steps > 0) s = crew_model_save_weights(st.m, weights);
     if (s) {
+        /* An input error is the user's (2); anything failing once training ran, disk full
+         * included, is a failed run (1). */
+        int ran = crew_status_code(s) == CREW_CODE_IO || crew_status_code(s) == CREW_CODE_NUMERIC;
         rc = cli_fail("train", s);
+        if (ran) rc = 1;
+        if (res.last_checkpoint[0]) fprintf(stderr, "crew train: the last checkpoint is %s\n", res.last_checkpoint);
         goto done;
     }
+    if (cancel_requested && !a.quiet)
+        printf("stopped by signal after step %lld; checkpoint %s\nresume with: crew train %s --data %s --resume %s\n",
+               (long long)res.steps, res.last_checkpoint[0] ? res.last_checkpoint : "(none)", a.model, a.data, run_dir);
     if (!a.quiet) {
         printf("%s after %lld steps in %.1fs (%.0f samples/s): test accuracy %.4f, test loss %.4f\n",
                cancel_requested ? "stopped by signal" : "trained", (long long)res.steps, res.wall_s, res.samples_per_s,

@@ -1,4 +1,5 @@
 /* main.c — the crew command line: dispatches to one file per verb. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@ static const struct {
     {"train", cli_train, "train a model file on a dataset"},
     {"eval", cli_eval, "evaluate saved weights on a dataset's test split"},
     {"verify", cli_verify, "prove that N replicas compute what one replica computes"},
+    {"report", cli_report, "write a run directory's metrics as a self-contained HTML report"},
 };
 
 static void usage(FILE *f)
@@ -24,6 +26,8 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* A write past a file-size limit fails with EFBIG and is reported, instead of killing us. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return 2;

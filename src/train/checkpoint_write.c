@@ -1,0 +1,136 @@
+/* checkpoint_write.c — writing a checkpoint atomically, and pruning old ones. */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "core/file_hash.h"
+#include "core/status.h"
+#include "data/atomic_dir.h"
+#include "io/safetensors.h"
+#include "train/checkpoint_json.h"
+
+static crew_status write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return crew_errorf(CREW_CODE_IO, "%s: cannot create: %s", path, strerror(errno));
+    size_t n = strlen(text);
+    int ok = fwrite(text, 1, n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) return crew_errorf(CREW_CODE_IO, "%s: write failed: %s", path, strerror(errno));
+    return CREW_OK;
+}
+
+static const char *optimizer_name(const crew_optimizer *o) { return o->spec.type == CREW_OPT_ADAMW ? "adamw" : "sgd"; }
+
+static crew_status write_optimizer(const char *path, const crew_optimizer *o)
+{
+    crew_st_tensor t[3];
+    int n = 0;
+    int64_t updates = o->t;
+    for (int i = 0; i < 2; i++) {
+        if (!o->slot[i]) continue;
+        t[n] = (crew_st_tensor){.dtype = CREW_ST_F32, .ndim = 1, .shape = {o->n}, .count = o->n, .data = o->slot[i]};
+        snprintf(t[n].name, sizeof t[n].name, "slot%d", i);
+        n++;
+    }
+    t[n] = (crew_st_tensor){.dtype = CREW_ST_I64, .ndim = 1, .shape = {1}, .count = 1, .data = &updates};
+    snprintf(t[n].name, sizeof t[n].name, "t");
+    n++;
+    const char *meta[] = {"optimizer", optimizer_name(o), NULL};
+    return crew_st_write(path, t, n, meta);
+}
+
+/* The files of a checkpoint directory, in the order they are written. */
+static crew_status write_files(const crew_atomic_dir *ad, const crew_model *m, const crew_checkpoint_state *st)
+{
+    char paths[CREW_CHECKPOINT_FILES][700], state_path[700], complete_path[700];
+    crew_checkpoint_file_sum sums[CREW_CHECKPOINT_FILES];
+    for (int i = 0; i < CREW_CHECKPOINT_FILES; i++)
+        CREW_TRY(crew_atomic_dir_file(ad, crew_checkpoint_file_names[i], paths[i], sizeof paths[i]));
+    CREW_TRY(crew_atomic_dir_file(ad, "state.json", state_path, sizeof state_path));
+    CREW_TRY(crew_atomic_dir_file(ad, "COMPLETE", complete_path, sizeof complete_path));
+    CREW_TRY(crew_model_save_weights(m, paths[0]));
+    CREW_TRY(write_optimizer(paths[1], &m->opt));
+    for (int i = 0; i < CREW_CHECKPOINT_FILES; i++) CREW_TRY(crew_file_hash(paths[i], &sums[i].bytes, &sums[i].xxh3));
+    char *text = crew_checkpoint_state_json(st, sums);
+    if (!text) return CREW_OOM();
+    crew_status s = write_text(state_path, text);
+    char complete[32];
+    snprintf(complete, sizeof complete, "%016" PRIx64 "\n", (uint64_t)XXH3_64bits(text, strlen(text)));
+    free(text);
+    if (!s) s = write_text(complete_path, complete);
+    return s;
+}
+
+static int is_checkpoint_name(const char *name, long long *step)
+{
+    char tail;
+    return sscanf(name, "step-%lld%c", step, &tail) == 1 && strlen(name) == 13;
+}
+
+static void remove_checkpoint(const char *dir)
+{
+    static const char *const names[] = {"model.safetensors", "optimizer.safetensors", "state.json", "COMPLETE"};
+    char path[4200];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir); /* leaves a directory holding anything else alone */
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x < y) - (x > y);
+}
+
+/* Keeps the newest `keep` complete checkpoints. */
+static void prune(const char *root, int keep)
+{
+    DIR *d = opendir(root);
+    if (!d) return;
+    long long steps[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        long long step;
+        char marker[4200];
+        snprintf(marker, sizeof marker, "%s/%s/COMPLETE", root, e->d_name);
+        if (is_checkpoint_name(e->d_name, &step) && access(marker, F_OK) == 0) steps[n++] = step;
+    }
+    closedir(d);
+    qsort(steps, (size_t)n, sizeof steps[0], cmp_desc);
+    for (int i = keep; i < n; i++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/step-%08lld", root, steps[i]);
+        remove_checkpoint(dir);
+    }
+}
+
+crew_status crew_checkpoint_write(const char *root, const crew_model *m, const crew_checkpoint_state *st, int keep,
+                                  char *path, size_t path_len)
+{
+    char final[600];
+    snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)st->step);
+    snprintf(path, path_len, "%s", final);
+    struct stat sb;
+    if (stat(final, &sb) == 0) return CREW_OK; /* this step was saved already (a run resumed right here) */
+    crew_atomic_dir ad;
+    CREW_TRY(crew_atomic_dir_begin(final, &ad));
+    crew_status s = write_files(&ad, m, st);
+    if (s) {
+        crew_atomic_dir_abort(&ad);
+        return crew_error_prefix(s, "checkpoint %s: ", final);
+    }
+    s = crew_atomic_dir_commit(&ad);
+    if (s) return crew_error_prefix(s, "checkpoint %s: ", final);
+    prune(root, keep > 0 ? keep : 3);
+    return CREW_OK;
+}
