@@ -20,7 +20,9 @@ REF="$TMP/ref/weights.safetensors"
 kill_and_resume() {
   local dir=$1 first=$2 later=$3 attempt=0 kills=0
   while [ ! -f "$dir/weights.safetensors" ] && [ $attempt -lt 40 ]; do
-    if [ $attempt -eq 0 ]; then
+    # Killed before its first checkpoint, a run starts afresh (--resume needs one to resume from).
+    if ! ls -d "$dir"/checkpoints/step-???????? > /dev/null 2>&1; then
+      rm -rf "$dir"
       "$CREW" train $MODEL "${COMMON[@]}" --devices "$first" --run-dir "$dir" > /dev/null 2>&1 &
     else
       "$CREW" train $MODEL "${COMMON[@]}" --devices "$later" --resume "$dir" > /dev/null 2>&1 &
