@@ -81,6 +81,10 @@ static void build_lut(crew_dataset *d, const crew_manifest *m)
 
 static crew_status missing_split(const crew_dataset *d, const crew_manifest *m, const char *split)
 {
+    if (m->has_tokens && m->n_splits == 0)
+        return crew_errorf(CREW_CODE_BAD_INPUT,
+                           "%s is a token dataset (llm.c shards): it has no '%s' split of samples and labels, and "
+                           "crew does not train on token streams yet", d->dir, split);
     char have[CREW_MANIFEST_MAX_SPLITS * 34] = "";
     for (int i = 0; i < m->n_splits; i++) {
         if (i) strcat(have, ", ");

@@ -8,10 +8,10 @@
 #include "data/image_decode.h"
 
 #include <errno.h>
+#include <stdio.h> /* before jpeglib.h, which uses FILE without including it */
 #include <jpeglib.h>
 #include <png.h>
 #include <setjmp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -80,6 +80,7 @@ crew_status crew_image_decode_png(const void *buf, size_t len, const char *what,
 typedef struct jpeg_guard {
     struct jpeg_error_mgr mgr; /* first, so libjpeg's pointer to it is a pointer to the guard */
     jmp_buf jump;
+    const char *what; /* the file, for the message after a longjmp */
     char message[JMSG_LENGTH_MAX];
 } jpeg_guard;
 
@@ -130,29 +131,31 @@ static crew_status jpeg_setup(j_decompress_ptr d, const char *what)
 crew_status crew_image_decode_jpeg(const void *buf, size_t len, const char *what, crew_image *out)
 {
     if (!out || (!buf && len)) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_image_decode_jpeg: NULL argument");
-    if (!what) what = "JPEG image";
     memset(out, 0, sizeof *out);
     struct jpeg_decompress_struct d;
     struct jpeg_progress_mgr progress = {.progress_monitor = jpeg_progress};
     jpeg_guard g;
     uint8_t *volatile px = NULL; /* volatile: assigned between setjmp and a possible longjmp */
+    memset(&d, 0, sizeof d);     /* so destroying after an early longjmp finds no memory manager */
     d.err = jpeg_std_error(&g.mgr);
     g.mgr.error_exit = jpeg_fail;
     g.mgr.emit_message = jpeg_message;
     g.mgr.output_message = jpeg_quiet;
     g.message[0] = '\0';
+    g.what = what ? what : "JPEG image";
     if (setjmp(g.jump)) {
         jpeg_destroy_decompress(&d);
         free(px);
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: corrupt JPEG: %s", what, g.message);
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: corrupt JPEG: %s", g.what, g.message);
     }
+    what = g.what;
     jpeg_create_decompress(&d);
     d.progress = &progress;
     jpeg_mem_src(&d, buf, (unsigned long)len);
     crew_status s = jpeg_setup(&d, what);
     if (!s) {
-        size_t stride = (size_t)d.output_width * (size_t)d.output_components;
-        px = malloc(stride * d.output_height ? stride * d.output_height : 1);
+        size_t stride = (size_t)d.output_width * (size_t)d.output_components, size = stride * d.output_height;
+        px = malloc(size > 0 ? size : 1);
         if (!px) s = CREW_OOM();
         while (!s && d.output_scanline < d.output_height) {
             JSAMPROW row = px + stride * d.output_scanline;
@@ -232,7 +235,8 @@ crew_status crew_image_convert(crew_image *img, int channels)
         img->channels = 1;
         return CREW_OK;
     }
-    uint8_t *rgb = malloc((size_t)n * 3 ? (size_t)n * 3 : 1);
+    size_t size = (size_t)n * 3;
+    uint8_t *rgb = malloc(size > 0 ? size : 1);
     if (!rgb) return CREW_OOM();
     for (int64_t i = 0; i < n; i++) rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = img->pixels[i];
     free(img->pixels);

@@ -165,13 +165,19 @@ static crew_status check_split_shapes(const crew_manifest *m, const crew_manifes
     return CREW_OK;
 }
 
+/* 1 to len - 1 letters, digits, '_' or '-'. */
+static int valid_split_name(const char *s, size_t len)
+{
+    size_t n = strlen(s);
+    return n > 0 && n < len && strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == n;
+}
+
 static crew_status parse_split(const cJSON *item, const char *what, const crew_manifest *m, crew_manifest_split *sp)
 {
     static const char *const keys[] = {"samples", "x", "y", NULL};
     char path[64];
     size_t n = strlen(item->string);
-    if (n == 0 || n >= sizeof sp->name || strspn(item->string, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                               "0123456789_-") != n)
+    if (!valid_split_name(item->string, sizeof sp->name))
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s: split names must be 1 to %zu letters, digits, '_' or '-'", what,
                            sizeof sp->name - 1);
     memcpy(sp->name, item->string, n + 1);
@@ -259,10 +265,77 @@ static crew_status parse_class_names(const cJSON *root, const char *what, crew_m
     return CREW_OK;
 }
 
+/* tokens.shards[i]: {split, file, tokens, bytes, xxh3}, bytes agreeing with the token count. */
+static crew_status parse_shard(const cJSON *item, int i, const char *what, crew_manifest_shard *sh)
+{
+    static const char *const keys[] = {"split", "file", "tokens", "bytes", "xxh3", NULL};
+    char path[64];
+    snprintf(path, sizeof path, "tokens.shards[%d]", i);
+    if (!cJSON_IsObject(item)) return crew_errorf(CREW_CODE_BAD_INPUT, "%s: %s must be an object", what, path);
+    CREW_TRY(check_keys(item, keys, what, path));
+    CREW_TRY(get_string(item, "split", sh->split, sizeof sh->split, what, path));
+    if (!valid_split_name(sh->split, sizeof sh->split))
+        return bad(what, path, "split", "must be 1 to 31 letters, digits, '_' or '-'");
+    CREW_TRY(get_string(item, "file", sh->file, sizeof sh->file, what, path));
+    if (!plain_file_name(sh->file)) return bad(what, path, "file", "must be a file name inside the dataset directory");
+    CREW_TRY(get_int(item, "tokens", 0, INT32_MAX, what, path, &sh->tokens));
+    CREW_TRY(get_int(item, "bytes", 0, MAX_EXACT_INT, what, path, &sh->bytes));
+    if (sh->bytes != 1024 + 2 * sh->tokens)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: %s.bytes must be 1024 + 2 * tokens = %lld for an llm.c shard", what,
+                           path, (long long)(1024 + 2 * sh->tokens));
+    return parse_hash(item, what, path, &sh->xxh3);
+}
+
+static crew_status parse_shards(const cJSON *tok, const char *what, crew_manifest_tokens *t)
+{
+    const cJSON *arr;
+    CREW_TRY(member(tok, "shards", what, "tokens", &arr));
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
+    if (n < 1 || n > CREW_MANIFEST_MAX_SHARDS)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: tokens.shards must be an array of 1 to %d shards", what,
+                           CREW_MANIFEST_MAX_SHARDS);
+    t->shards = calloc((size_t)n, sizeof *t->shards);
+    if (!t->shards) return CREW_OOM();
+    for (const cJSON *c = arr->child; c; c = c->next) {
+        crew_manifest_shard *sh = &t->shards[t->n_shards];
+        CREW_TRY(parse_shard(c, t->n_shards, what, sh));
+        for (int j = 0; j < t->n_shards; j++)
+            if (!strcmp(t->shards[j].file, sh->file))
+                return crew_errorf(CREW_CODE_BAD_INPUT, "%s: tokens.shards[%d].file '%s' is also shard %d's", what,
+                                   t->n_shards, sh->file, j);
+        t->n_shards++;
+    }
+    return CREW_OK;
+}
+
+static crew_status parse_tokens(const cJSON *root, const char *what, crew_manifest *m)
+{
+    static const char *const keys[] = {"vocab", "seq_len", "shards", NULL};
+    const cJSON *tok;
+    int64_t vocab;
+    CREW_TRY(get_object(root, "tokens", what, "", &tok));
+    CREW_TRY(check_keys(tok, keys, what, "tokens"));
+    CREW_TRY(get_int(tok, "vocab", 1, CREW_MANIFEST_MAX_VOCAB, what, "tokens", &vocab));
+    m->tokens.vocab = (int)vocab;
+    CREW_TRY(get_int(tok, "seq_len", 1, INT32_MAX, what, "tokens", &m->tokens.seq_len));
+    m->has_tokens = 1;
+    return parse_shards(tok, what, &m->tokens);
+}
+
+/* A token dataset may leave out every key of an array dataset (all of them, not some). */
+static int token_only(const cJSON *root)
+{
+    static const char *const array_keys[] = {"classes", "class_names", "sample_shape", "normalization", "splits", NULL};
+    if (!cJSON_GetObjectItemCaseSensitive(root, "tokens")) return 0;
+    for (const char *const *k = array_keys; *k; k++)
+        if (cJSON_GetObjectItemCaseSensitive(root, *k)) return 0;
+    return 1;
+}
+
 static crew_status parse_root(const cJSON *root, const char *what, crew_manifest *m)
 {
     static const char *const keys[] = {"format", "version", "name", "classes", "class_names", "sample_shape",
-                                       "normalization", "splits", NULL};
+                                       "normalization", "splits", "tokens", NULL};
     char format[32];
     int64_t version, classes;
     if (!cJSON_IsObject(root)) return crew_errorf(CREW_CODE_BAD_INPUT, "%s: the top level must be a JSON object", what);
@@ -275,6 +348,8 @@ static crew_status parse_root(const cJSON *root, const char *what, crew_manifest
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s: version %lld is not supported (crew reads version %d)", what,
                            (long long)version, CREW_MANIFEST_VERSION);
     CREW_TRY(get_string(root, "name", m->name, sizeof m->name, what, ""));
+    if (cJSON_GetObjectItemCaseSensitive(root, "tokens")) CREW_TRY(parse_tokens(root, what, m));
+    if (token_only(root)) return CREW_OK;
     CREW_TRY(get_int(root, "classes", 1, CREW_MANIFEST_MAX_CLASSES, what, "", &classes));
     m->classes = (int)classes;
     CREW_TRY(parse_class_names(root, what, m));
@@ -355,6 +430,9 @@ void crew_manifest_free(crew_manifest *m)
         for (int i = 0; i < m->classes; i++) free(m->class_names[i]);
     free(m->class_names);
     m->class_names = NULL;
+    free(m->tokens.shards);
+    m->tokens.shards = NULL;
+    m->tokens.n_shards = 0;
 }
 
 const crew_manifest_split *crew_manifest_find_split(const crew_manifest *m, const char *name)
@@ -399,12 +477,39 @@ static int add_normalization(cJSON *root, const crew_manifest *m)
         && cJSON_AddItemToObject(n, "std", cJSON_CreateDoubleArray(m->std, m->n_channels));
 }
 
+static int add_shard(cJSON *arr, const crew_manifest_shard *sh)
+{
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)sh->xxh3);
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(arr, o)) {
+        cJSON_Delete(o);
+        return 0;
+    }
+    return cJSON_AddStringToObject(o, "split", sh->split) && cJSON_AddStringToObject(o, "file", sh->file)
+        && cJSON_AddNumberToObject(o, "tokens", (double)sh->tokens) && cJSON_AddNumberToObject(o, "bytes", (double)sh->bytes)
+        && cJSON_AddStringToObject(o, "xxh3", hex);
+}
+
+static int add_tokens(cJSON *root, const crew_manifest_tokens *t)
+{
+    cJSON *o = cJSON_AddObjectToObject(root, "tokens");
+    cJSON *arr = o && cJSON_AddNumberToObject(o, "vocab", t->vocab) && cJSON_AddNumberToObject(o, "seq_len", (double)t->seq_len)
+                   ? cJSON_AddArrayToObject(o, "shards") : NULL;
+    int ok = arr != NULL;
+    for (int i = 0; ok && i < t->n_shards; i++) ok = add_shard(arr, &t->shards[i]);
+    return ok;
+}
+
 static cJSON *manifest_json(const crew_manifest *m)
 {
     cJSON *root = cJSON_CreateObject();
     int ok = root && cJSON_AddStringToObject(root, "format", CREW_MANIFEST_FORMAT)
           && cJSON_AddNumberToObject(root, "version", CREW_MANIFEST_VERSION)
-          && cJSON_AddStringToObject(root, "name", m->name) && cJSON_AddNumberToObject(root, "classes", m->classes);
+          && cJSON_AddStringToObject(root, "name", m->name);
+    if (ok && m->has_tokens) ok = add_tokens(root, &m->tokens);
+    if (ok && m->has_tokens && m->n_splits == 0) return root; /* a token dataset only */
+    ok = ok && cJSON_AddNumberToObject(root, "classes", m->classes);
     if (ok && m->class_names)
         ok = cJSON_AddItemToObject(root, "class_names",
                                    cJSON_CreateStringArray((const char *const *)m->class_names, m->classes));

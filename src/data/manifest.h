@@ -36,6 +36,26 @@ typedef struct crew_manifest_split {
     crew_manifest_array x, y;
 } crew_manifest_split;
 
+/* One llm.c token shard of a token dataset (see data/tokens.h). */
+typedef struct crew_manifest_shard {
+    char split[32];  /* "train", "val", ... (the rules of split names) */
+    char file[128];  /* a plain file name, no directories */
+    int64_t tokens;  /* the count in its header */
+    int64_t bytes;   /* size of the whole file: 1024 + 2 · tokens */
+    uint64_t xxh3;   /* XXH3-64 of the whole file */
+} crew_manifest_shard;
+
+#define CREW_MANIFEST_MAX_SHARDS 65536
+#define CREW_MANIFEST_MAX_VOCAB 65536 /* tokens are uint16 */
+
+/* The "tokens" section: a dataset of token sequences stored as llm.c shards. */
+typedef struct crew_manifest_tokens {
+    int vocab;                   /* tokens lie in [0, vocab) */
+    int64_t seq_len;             /* the context length the data was prepared for */
+    int n_shards;
+    crew_manifest_shard *shards; /* [n_shards], malloc'd; crew_manifest_free releases */
+} crew_manifest_tokens;
+
 typedef struct crew_manifest {
     char name[128];
     int classes;
@@ -45,8 +65,11 @@ typedef struct crew_manifest {
     int n_channels;           /* entries in mean/std: 1 (shared by all channels) or the last axis */
     double mean[CREW_MANIFEST_MAX_CHANNELS];
     double std[CREW_MANIFEST_MAX_CHANNELS];
-    int n_splits;
+    int n_splits;             /* 0 only in a token dataset (has_tokens), which then has no
+                                 classes, sample_shape, normalization or splits */
     crew_manifest_split splits[CREW_MANIFEST_MAX_SPLITS];
+    int has_tokens;           /* the manifest has a "tokens" section */
+    crew_manifest_tokens tokens;
 } crew_manifest;
 
 /* Parses manifest text (len bytes, need not be NUL-terminated); `what` names it in errors. */
@@ -55,7 +78,7 @@ crew_status crew_manifest_parse(const char *text, size_t len, const char *what, 
 crew_status crew_manifest_read(const char *dir, crew_manifest *out);
 /* Writes m as JSON to path (the caller handles atomicity of the directory). */
 crew_status crew_manifest_write(const char *path, const crew_manifest *m);
-/* Frees class_names; the struct itself is the caller's. Accepts a zeroed manifest. */
+/* Frees class_names and token shards; the struct itself is the caller's. Accepts a zeroed manifest. */
 void crew_manifest_free(crew_manifest *m);
 /* The split named `name`, or NULL. */
 const crew_manifest_split *crew_manifest_find_split(const crew_manifest *m, const char *name);

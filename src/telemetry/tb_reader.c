@@ -240,8 +240,8 @@ static crew_status check_record(const parse_state *st, const uint8_t *b, size_t 
                          (unsigned long long)CREW_TB_MAX_RECORD);
     size_t body = left - CREW_TB_RECORD_HEADER;
     if (n > body || body - n < CREW_TB_RECORD_FOOTER)
-        return rec_error(st, "truncated: the record needs %llu bytes of data and a 4-byte CRC, only %zu bytes are left",
-                         (unsigned long long)n, body);
+        return rec_error(st, "truncated: the record's data and CRC need %llu bytes after its header, only %zu are left",
+                         (unsigned long long)n + CREW_TB_RECORD_FOOTER, body);
     stored = le32(b + CREW_TB_RECORD_HEADER + n);
     computed = crew_crc32c_mask(crew_crc32c(b + CREW_TB_RECORD_HEADER, (size_t)n));
     if (stored != computed)

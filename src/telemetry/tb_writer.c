@@ -138,11 +138,16 @@ static uint8_t *put_event_head(uint8_t *p, double wall_time, int64_t step)
 
 static size_t event_head_size(int64_t step) { return 1 + 8 + 1 + varint_len((uint64_t)step); }
 
-static crew_status write_file_version(crew_tb_writer *w)
+double crew_tb_wall_time(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static crew_status write_file_version(crew_tb_writer *w)
+{
+    double now = crew_tb_wall_time();
     size_t vlen = strlen(CREW_TB_FILE_VERSION);
     size_t len = event_head_size(0) + len_field_size(vlen);
     CREW_TRY(reserve(w, len));

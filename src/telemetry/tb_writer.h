@@ -54,6 +54,10 @@ crew_status crew_tb_open_file(const char *path, crew_tb_writer **out);
 /* The path of the event file being written. */
 const char *crew_tb_path(const crew_tb_writer *w);
 
+/* Unix time in seconds (CLOCK_REALTIME), what TensorBoard expects as wall_time. Not crew_now(),
+ * which is a monotonic clock with an arbitrary origin. */
+double crew_tb_wall_time(void);
+
 /* One event holding one scalar. Any non-empty tag string works ("replica/3/compute_s"); any
  * float value, NaN and infinities included. wall_time is Unix time in seconds. */
 crew_status crew_tb_scalar(crew_tb_writer *w, const char *tag, int64_t step, double wall_time, float value);

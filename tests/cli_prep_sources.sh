@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# cli_prep_sources.sh — crew prep cifar10, images, csv and text from the command line, on
+# fixtures made here: the datasets they write train end to end with crew train (a tiny conv net
+# on the CIFAR-shaped and image-folder datasets, a dense net on the CSV one), text becomes llm.c
+# shards, and bad input gives exit status 2 with one line naming the file.
+. "$(dirname "$0")/lib_cli.sh"
+
+# ---------------------------------------------------------------- fixtures
+# CIFAR-10-shaped batches: 6 files of 20 records (label byte, then 3072 planar pixel bytes).
+cifar_batch() { # FILE [LABEL_OF_RECORD_7]
+  for r in $(seq 0 19); do
+    if [ "$r" -eq 7 ] && [ -n "${2:-}" ]; then printf "\\x$(printf %02x "$2")"; else printf "\\x0$((r % 10))"; fi
+    head -c 3072 /dev/urandom
+  done > "$1"
+}
+C="$TMP/cifar"; mkdir -p "$C"
+for b in 1 2 3 4 5; do cifar_batch "$C/data_batch_$b.bin"; done
+cifar_batch "$C/test_batch.bin"
+
+# An image folder: cats (PNG, RGB and grey) and dogs (JPEG, RGB and grey), of different sizes.
+png_rgb='iVBORw0KGgoAAAANSUhEUgAAAAoAAAAHCAIAAAC+zks0AAAAAXNSR0IArs4c6QAAAORJREFUCJkB2QAm/wAyV3yhxusQNVp/pMnu
+EzhdgqfM8RY7YIWqz/QZPmMAiK3S9xxBZouw1fofRGmOs9j9IkdskbbbACVKb5S5AN4DKE1yl7zhBitQdZq/5AkuU3idwucMMVZ7
+oMXqDwA0WX6jyO0SN1yBpsvwFTpfhKnO8xg9Yoes0fYbQGUAiq/U+R5DaI2y1/whRmuQtdr/JEluk7jdAidMcZa7AOAFKk90mb7j
+CC1Sd5zB5gswVXqfxOkOM1h9osfsEQA2W4Clyu8UOV6DqM3yFzxhhqvQ9Ro/ZImu0/gdQmdmk2jCBnPjKwAAAABJRU5ErkJggg=='
+png_grey='iVBORw0KGgoAAAANSUhEUgAAAAUAAAAFCAAAAACoBHk5AAAAAXNSR0IArs4c6QAAACdJREFUCJljSFn3w6mH4ZpC1pZ/zHfj4uLu
+Mexi8ZvxiEGn7ABXCADSdQ0JmDLpLwAAAABJRU5ErkJggg=='
+jpg_rgb='/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERXRTc4UG1RV19i
+Z2hnPk1xeXBkeFxlZ2P/2wBDARESEhgVGC8aGi9jQjhCY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2NjY2Nj
+Y2NjY2NjY2P/wAARCAAJAAwDASIAAhEBAxEB/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcICQoL/8QAtRAAAgEDAwIEAwUF
+BAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkKFhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVW
+V1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmqKjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi
+4+Tl5ufo6erx8vP09fb3+Pn6/8QAHwEAAwEBAQEBAQEBAQAAAAAAAAECAwQFBgcICQoL/8QAtREAAgECBAQDBAcFBAQAAQJ3AAEC
+AxEEBSExBhJBUQdhcRMiMoEIFEKRobHBCSMzUvAVYnLRChYkNOEl8RcYGRomJygpKjU2Nzg5OkNERUZHSElKU1RVVldYWVpjZGVm
+Z2hpanN0dXZ3eHl6goOEhYaHiImKkpOUlZaXmJmaoqOkpaanqKmqsrO0tba3uLm6wsPExcbHyMnK0tPU1dbX2Nna4uPk5ebn6Onq
+8vP09fb3+Pn6/9oADAMBAAIRAxEAPwAuX3uAeQxyc85H6+v/AI93z+8fHDbGJWnjiZ3G7LsDx7fOP6855zmobj70/wBG/wDQpq2b
+P7jf8A/9FrXLiqzpUouIK8aas9/0P//Z'
+jpg_grey='/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDABALDA4MChAODQ4SERATGCgaGBYWGDEjJR0oOjM9PDkzODdASFxOQERXRTc4UG1RV19i
+Z2hnPk1xeXBkeFxlZ2P/wAALCAAIAAgBAREA/8QAHwAAAQUBAQEBAQEAAAAAAAAAAAECAwQFBgcICQoL/8QAtRAAAgEDAwIEAwUF
+BAQAAAF9AQIDAAQRBRIhMUEGE1FhByJxFDKBkaEII0KxwRVS0fAkM2JyggkKFhcYGRolJicoKSo0NTY3ODk6Q0RFRkdISUpTVFVW
+V1hZWmNkZWZnaGlqc3R1dnd4eXqDhIWGh4iJipKTlJWWl5iZmqKjpKWmp6ipqrKztLW2t7i5usLDxMXGx8jJytLT1NXW19jZ2uHi
+4+Tl5ufo6erx8vP09fb3+Pn6/9oACAEBAAA/AE3ffhS39THGB9FBKAf7wDx+7e1f/9k='
+I="$TMP/images"; mkdir -p "$I/dogs" "$I/cats"
+for k in 1 2; do
+  echo "$png_rgb" | base64 -d > "$I/cats/rgb$k.png"; echo "$png_grey" | base64 -d > "$I/cats/grey$k.PNG"
+  echo "$jpg_rgb" | base64 -d > "$I/dogs/rgb$k.jpg"; echo "$jpg_grey" | base64 -d > "$I/dogs/grey$k.jpeg"
+done
+echo "skipped: not an image extension" > "$I/dogs/notes.txt"
+
+# A 3-feature CSV, and a conv net for 32x32x3 images and a dense net for 3 features.
+{ echo "x1,x2,label,x3"; for i in $(seq 0 39); do echo "$i,$((i * 2)),$((i % 4)),$((i % 7))"; done; } > "$TMP/t.csv"
+cat > "$TMP/conv.json" <<'JSON'
+{"input_shape": [32, 32, 3], "layers": [
+  {"type": "conv2d", "filters": 4, "kernel_size": 3, "activation": "relu"},
+  {"type": "global_avg_pool2d"},
+  {"type": "dense", "units": 10}]}
+JSON
+cat > "$TMP/dense.json" <<'JSON'
+{"input_shape": [3], "layers": [{"type": "dense", "units": 8, "activation": "relu"}, {"type": "dense", "units": 4}]}
+JSON
+
+train() { # MODEL DATA RUN
+  "$CREW" train "$1" --data "$2" --max-steps 3 --devices cpu:1 --batch-per-device 4 --quiet --run-dir "$3" \
+      > "$TMP/train.out" 2> "$TMP/train.err"
+  local rc=$?
+  [ $rc -eq 0 ] && [ -f "$3/weights.safetensors" ] && ok || fail "crew train $1 on $2 exited $rc: $(head -c 300 "$TMP/train.err")"
+}
+
+# ---------------------------------------------------------------- cifar10
+"$CREW" prep cifar10 --src "$C" --out "$TMP/cifar-out" > "$TMP/out" 2>&1 || fail "prep cifar10: $(cat "$TMP/out")"
+grep -q "100 training and 20 test samples, 10 classes" "$TMP/out" && ok || fail "prep cifar10 said: $(cat "$TMP/out")"
+grep -q '"airplane"' "$TMP/cifar-out/manifest.json" && ok || fail "cifar10 class names"
+train "$TMP/conv.json" "$TMP/cifar-out" "$TMP/run-cifar"
+
+cp -r "$C" "$TMP/cifar-trunc"; head -c 50000 "$C/data_batch_2.bin" > "$TMP/cifar-trunc/data_batch_2.bin"
+expect_exit 2 "data_batch_2.bin: 50000 bytes is not a positive multiple of the 3073-byte record" -- \
+  "$CREW" prep cifar10 --src "$TMP/cifar-trunc" --out "$TMP/cifar-bad"
+[ ! -e "$TMP/cifar-bad" ] && ok || fail "a failed prep left $TMP/cifar-bad behind"
+cp -r "$C" "$TMP/cifar-label"; cifar_batch "$TMP/cifar-label/data_batch_4.bin" 10
+expect_exit 2 "data_batch_4.bin: record 7 has label 10" -- "$CREW" prep cifar10 --src "$TMP/cifar-label" --out "$TMP/cifar-bad"
+cp -r "$C" "$TMP/cifar-missing"; rm "$TMP/cifar-missing/test_batch.bin"
+expect_exit 2 "test_batch.bin" -- "$CREW" prep cifar10 --src "$TMP/cifar-missing" --out "$TMP/cifar-bad"
+expect_exit 2 "cifar10 needs --src" -- "$CREW" prep cifar10 --out "$TMP/cifar-bad"
+expect_exit 2 "already exists" -- "$CREW" prep cifar10 --src "$C" --out "$TMP/cifar-out"
+
+# ---------------------------------------------------------------- images
+"$CREW" prep images --src "$I" --size 32x32 --test-fraction 0.25 --seed 3 --out "$TMP/img-out" > "$TMP/out" 2>&1 \
+  || fail "prep images: $(cat "$TMP/out")"
+grep -q "6 training and 2 test samples, 2 classes" "$TMP/out" && ok || fail "prep images said: $(cat "$TMP/out")"
+tr -d ' \t\n' < "$TMP/img-out/manifest.json" | grep -q '"class_names":\["cats","dogs"\]' && ok || fail "images class names"
+train "$TMP/conv.json" "$TMP/img-out" "$TMP/run-img"
+"$CREW" prep images --src "$I" --size 9 --channels 1 --test-fraction 0.25 --out "$TMP/img-grey" > /dev/null 2>&1 || fail "prep images --channels 1"
+tr -d ' \t\n' < "$TMP/img-grey/manifest.json" | grep -q '"sample_shape":\[9,9,1\]' && ok || fail "images --size 9 --channels 1"
+
+mkdir -p "$TMP/img-bad"; cp -r "$I/cats" "$I/dogs" "$TMP/img-bad/"
+: > "$TMP/img-bad/cats/empty.png"
+expect_exit 2 "cats/empty.png: empty file" -- "$CREW" prep images --src "$TMP/img-bad" --size 8x8 --out "$TMP/img-x"
+rm "$TMP/img-bad/cats/empty.png"; head -c 100 "$I/cats/rgb1.png" > "$TMP/img-bad/cats/cut.png"
+expect_exit 2 "cats/cut.png: corrupt PNG" -- "$CREW" prep images --src "$TMP/img-bad" --size 8x8 --out "$TMP/img-x"
+rm "$TMP/img-bad/cats/cut.png"; head -c 400 "$I/dogs/rgb1.jpg" > "$TMP/img-bad/dogs/cut.jpg"
+expect_exit 2 "dogs/cut.jpg: corrupt JPEG" -- "$CREW" prep images --src "$TMP/img-bad" --size 8x8 --out "$TMP/img-x"
+rm "$TMP/img-bad/dogs/cut.jpg"; mkdir "$TMP/img-bad/birds"
+expect_exit 2 "birds: an empty class folder" -- "$CREW" prep images --src "$TMP/img-bad" --size 8x8 --out "$TMP/img-x"
+[ ! -e "$TMP/img-x" ] && ok || fail "a failed prep left $TMP/img-x behind"
+expect_exit 2 "needs --size" -- "$CREW" prep images --src "$I" --out "$TMP/img-x"
+expect_exit 2 "--size" -- "$CREW" prep images --src "$I" --size 0x8 --out "$TMP/img-x"
+expect_exit 2 "--channels takes 1 or 3" -- "$CREW" prep images --src "$I" --size 8 --channels 2 --out "$TMP/img-x"
+expect_exit 2 "--test-fraction" -- "$CREW" prep images --src "$I" --size 8 --test-fraction 1 --out "$TMP/img-x"
+expect_exit 2 "--label does not apply to images" -- "$CREW" prep images --src "$I" --size 8 --label y --out "$TMP/img-x"
+
+# ---------------------------------------------------------------- csv
+"$CREW" prep csv "$TMP/t.csv" --label label --test-fraction 0.2 --out "$TMP/csv-out" > "$TMP/out" 2>&1 \
+  || fail "prep csv: $(cat "$TMP/out")"
+grep -q "32 training and 8 test samples, 4 classes" "$TMP/out" && ok || fail "prep csv said: $(cat "$TMP/out")"
+train "$TMP/dense.json" "$TMP/csv-out" "$TMP/run-csv"
+printf 'a,b,y\n1,2,0\n3,1\n' > "$TMP/ragged.csv"
+expect_exit 2 "ragged.csv: line 3 has 2 fields but the header has 3" -- "$CREW" prep csv "$TMP/ragged.csv" --label y --out "$TMP/csv-x"
+printf 'a,b,y\n1,2,0\n3,x4,1\n' > "$TMP/word.csv"
+expect_exit 2 "word.csv: line 3, column 2 ('b'): 'x4' is not a number" -- "$CREW" prep csv "$TMP/word.csv" --label y --out "$TMP/csv-x"
+expect_exit 2 "no column named 'z'" -- "$CREW" prep csv "$TMP/t.csv" --label z --out "$TMP/csv-x"
+expect_exit 2 "csv needs --label" -- "$CREW" prep csv "$TMP/t.csv" --out "$TMP/csv-x"
+expect_exit 2 "csv needs a FILE" -- "$CREW" prep csv --label y --out "$TMP/csv-x"
+[ ! -e "$TMP/csv-x" ] && ok || fail "a failed prep left $TMP/csv-x behind"
+
+# ---------------------------------------------------------------- text
+head -c 3000 /dev/urandom > "$TMP/corpus.bin"
+"$CREW" prep text "$TMP/corpus.bin" --seq-len 32 --out "$TMP/text-out" > "$TMP/out" 2>&1 || fail "prep text: $(cat "$TMP/out")"
+# llm.c's header: magic, version, token count as int32; then the bytes widened to uint16.
+[ "$(od -An -t d4 -N 12 "$TMP/text-out/train_000000.bin" | tr -s ' ')" = " 20240520 1 2700" ] && ok || fail "train shard header"
+[ "$(od -An -t d4 -N 12 "$TMP/text-out/val_000000.bin" | tr -s ' ')" = " 20240520 1 300" ] && ok || fail "val shard header"
+[ "$(od -An -t u2 -j 1024 -v "$TMP/text-out/train_000000.bin" | tr -s ' \n' '  ')" = \
+  "$(head -c 2700 "$TMP/corpus.bin" | od -An -t u1 -v | tr -s ' \n' '  ')" ] && ok || fail "train tokens differ from the bytes"
+tr -d ' \t\n' < "$TMP/text-out/manifest.json" | grep -q '"vocab":256,"seq_len":32' && ok || fail "text manifest: $(cat "$TMP/text-out/manifest.json")"
+expect_exit 2 "fewer than seq_len + 1" -- "$CREW" prep text "$TMP/corpus.bin" --seq-len 1000 --out "$TMP/text-x"
+expect_exit 2 "is a token dataset" -- "$CREW" train "$TMP/dense.json" --data "$TMP/text-out"
+: > "$TMP/empty.txt"
+expect_exit 2 "empty.txt: empty file" -- "$CREW" prep text "$TMP/empty.txt" --out "$TMP/text-x"
+
+# ---------------------------------------------------------------- usage
+expect_exit 2 "unknown source 'tiff'" -- "$CREW" prep tiff --out "$TMP/x"
+"$CREW" prep --help > "$TMP/help"
+for s in cifar10 images csv text; do grep -q "crew prep $s" "$TMP/help" && ok || fail "crew prep --help lacks $s"; done
+report

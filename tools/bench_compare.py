@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""Training throughput of crew against PyTorch on this machine, in one command.
+
+    python3 tools/bench_compare.py [--markdown] [--json] [--data DIR] [--build DIR]
+
+For the MLP and the CNN of examples/ it runs (each a median of --repeats timed runs, all from the
+same initial weights):
+
+  crew  --devices 2                          2 replicas x 1 OpenBLAS thread, B/2 per replica
+  crew  --devices 1 --threads-per-device 2   1 replica, 2 OpenBLAS threads
+  crew  --devices 1                          1 replica, 1 thread
+  torch 2 threads, torch 1 thread            tools/bench_torch.py, same weights, optimizer, data
+  crew  --devices 2 at batch 2B              for the data-parallel scaling efficiency
+
+and prints samples/s, the crew/PyTorch ratios at equal thread counts, the scaling efficiency at a
+fixed per-device batch, and whether the targets of docs/PERFORMANCE.md are met. The figures are
+what docs/PERFORMANCE.md explains.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name, model file, global batch, default steps (a few seconds per timed run on 2 cores)
+MODELS = [
+    ("mlp", "examples/fashion_mlp.json", 128, 300),
+    ("cnn", "examples/fashion_cnn.json", 64, 60),
+]
+# Targets (the issue): crew / PyTorch at the same thread count, and data-parallel efficiency.
+TARGETS = {"mlp_ratio": 1.5, "cnn_ratio": 1.0, "cnn_dp_efficiency": 0.90}
+FIGURES = ["crew_1", "crew_dp2", "crew_blas2", "torch_2", "torch_1", "crew_dp2_fixed"]
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--markdown", action="store_true", help="print the results as Markdown tables")
+    p.add_argument("--json", action="store_true", help="print all figures as one JSON line (last line)")
+    p.add_argument("--data", default="data/fashion-mnist", help="prepared dataset [data/fashion-mnist]")
+    p.add_argument("--build", default="build", help="build directory [build]")
+    p.add_argument("--mlp-steps", type=int, default=MODELS[0][3], help=f"timed steps, MLP [{MODELS[0][3]}]")
+    p.add_argument("--cnn-steps", type=int, default=MODELS[1][3], help=f"timed steps, CNN [{MODELS[1][3]}]")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per figure; the median counts [3]")
+    return p.parse_args()
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run(cmd, **kw):
+    log("$ " + " ".join(cmd))
+    return subprocess.run(cmd, cwd=ROOT, check=True, **kw)
+
+
+def ensure_prerequisites(a):
+    crew = os.path.join(ROOT, a.build, "crew")
+    bench = os.path.join(ROOT, a.build, "bench", "bench_train")
+    if not (os.access(crew, os.X_OK) and os.access(bench, os.X_OK)):
+        run(["make", "build", f"BUILD={a.build}"])
+    if not os.path.isfile(os.path.join(ROOT, a.data, "manifest.json")):
+        run([crew, "prep", "fashion-mnist", "--out", a.data])
+    return crew, bench
+
+
+def busy_cpu_s():
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def last_json(cmd):
+    """Runs a benchmark with --json and returns its last line, parsed, with background_cores added:
+    the CPU that other processes used meanwhile (machine busy time minus the benchmark's own, per
+    second of wall time), so that figures disturbed by a shared machine can be recognised."""
+    log("$ " + " ".join(cmd))
+    busy0, kids0, t0 = busy_cpu_s(), os.times(), time.monotonic()
+    out = subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, text=True).stdout
+    busy1, kids1, t1 = busy_cpu_s(), os.times(), time.monotonic()
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    if not lines:
+        raise SystemExit(f"bench_compare: no JSON line from: {' '.join(cmd)}\n{out}")
+    r = json.loads(lines[-1])
+    if busy0 is not None and busy1 is not None:
+        own = (kids1.children_user + kids1.children_system) - (kids0.children_user + kids0.children_system)
+        r["background_cores"] = round(max(0.0, (busy1 - busy0 - own) / (t1 - t0)), 3)
+    log(f"  -> {r['samples_per_s']:.1f} samples/s (min {r['samples_per_s_min']:.1f}, "
+        f"max {r['samples_per_s_max']:.1f}); other processes used {r.get('background_cores', '?')} cores")
+    return r
+
+
+def bench_model(a, bench, name, model, batch, steps, init):
+    common = [model, a.data, "--steps", str(steps), "--repeats", str(a.repeats), "--json"]
+    crew = lambda *extra: last_json([bench] + common + list(extra))  # noqa: E731
+    torch = lambda t: last_json([sys.executable, "tools/bench_torch.py"] + common  # noqa: E731
+                                + ["--batch", str(batch), "--threads", str(t), "--init-weights", init])
+    r = {"model": os.path.splitext(os.path.basename(model))[0], "batch": batch, "steps": steps}
+    # The first run writes the initial weights every other run (and PyTorch) starts from.
+    r["crew_1"] = crew("--batch", str(batch), "--devices", "1", "--save-init", init)
+    r["crew_dp2"] = crew("--batch", str(batch), "--devices", "2", "--init-weights", init)
+    r["crew_blas2"] = crew("--batch", str(batch), "--devices", "1", "--threads-per-device", "2",
+                           "--init-weights", init)
+    r["torch_2"] = torch(2)
+    r["torch_1"] = torch(1)
+    # Fixed per-device batch: 2 replicas x `batch` against 1 replica x `batch` (crew_1).
+    r["crew_dp2_fixed"] = crew("--batch", str(2 * batch), "--devices", "2", "--init-weights", init)
+    sps = lambda k: r[k]["samples_per_s"]  # noqa: E731
+    r["crew_best_2"] = "crew_dp2" if sps("crew_dp2") >= sps("crew_blas2") else "crew_blas2"
+    r["ratio_2_threads"] = sps(r["crew_best_2"]) / sps("torch_2")
+    r["ratio_1_thread"] = sps("crew_1") / sps("torch_1")
+    r["dp_efficiency"] = sps("crew_dp2_fixed") / (2.0 * sps("crew_1"))
+    bg = [r[k].get("background_cores") for k in FIGURES if r[k].get("background_cores") is not None]
+    r["background_cores_max"] = max(bg) if bg else None
+    return r
+
+
+def capture(cmd):
+    try:
+        return subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine_info(crew):
+    cpu = "unknown"
+    for line in capture(["lscpu"]).splitlines():
+        if line.startswith("Model name:"):
+            cpu = line.split(":", 1)[1].strip()
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "crew": capture([crew, "--version"]).replace("crew ", ""),
+        "openblas": capture(["pkg-config", "--modversion", "openblas"]),
+        "python": platform.python_version(),
+    }
+
+
+def judge(results):
+    """Each target against the figures: (label, target, value, met)."""
+    rows = []
+    for key, label in (("mlp", "MLP"), ("cnn", "CNN")):
+        r, t = results[key], TARGETS[f"{key}_ratio"]
+        rows.append((f"{label} crew/PyTorch, 2 threads", t, r["ratio_2_threads"]))
+        rows.append((f"{label} crew/PyTorch, 1 thread", t, r["ratio_1_thread"]))
+    rows.append(("CNN data-parallel efficiency", TARGETS["cnn_dp_efficiency"], results["cnn"]["dp_efficiency"]))
+    return [(label, t, v, v >= t) for label, t, v in rows]
+
+
+def figure_rows(results):
+    head = ["model", "batch", "crew 2 dev x 1 thr", "crew 1 dev x 2 thr", "torch 2 thr",
+            "crew/torch 2 thr", "crew 1 thr", "torch 1 thr", "crew/torch 1 thr", "DP eff.", "other procs"]
+    rows = []
+    for r in results.values():
+        s = lambda k: f"{r[k]['samples_per_s']:.0f}"  # noqa: E731
+        best = lambda k: ("**" + s(k) + "**") if r["crew_best_2"] == k else s(k)  # noqa: E731
+        rows.append([f"{r['model']} ({r['steps']} steps)", str(r["batch"]), best("crew_dp2"), best("crew_blas2"),
+                     s("torch_2"), f"{r['ratio_2_threads']:.2f}x", s("crew_1"), s("torch_1"),
+                     f"{r['ratio_1_thread']:.2f}x", f"{r['dp_efficiency']:.2f}",
+                     "?" if r["background_cores_max"] is None else f"≤ {r['background_cores_max']:.2f} cores"])
+    return head, rows
+
+
+def print_markdown(info, results, targets, command):
+    print(f"Machine: {info['cpu']}, {info['cores']} cores; {info['date']}; crew {info['crew']}, "
+          f"PyTorch {info['torch']}, OpenBLAS {info['openblas']}; load average before/after "
+          f"{info['load_before']} / {info['load_after']}.  ")
+    print(f"Command: `{command}`. Figures are samples/s, median of {info['repeats']} timed runs "
+          f"(bold: crew's better 2-thread layout); DP eff. at a fixed per-device batch; other procs: the "
+          f"most CPU other processes used during any of the row's figures.\n")
+    head, rows = figure_rows(results)
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" if i == 0 else "--:" for i in range(len(head))) + "|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    print("\n| target | wanted | measured | met |\n|---|--:|--:|---|")
+    for label, t, v, met in targets:
+        print(f"| {label} | ≥ {t:.2f} | {v:.2f} | {'yes' if met else '**no**'} |")
+
+
+def print_text(info, results, targets):
+    print(f"machine: {info['cpu']}, {info['cores']} cores   date: {info['date']}")
+    print(f"crew {info['crew']}   torch {info['torch']}   OpenBLAS {info['openblas']}   "
+          f"load avg before/after: {info['load_before']} / {info['load_after']}")
+    head, rows = figure_rows(results)
+    widths = [max(len(h), *(len(r[i].strip('*')) for r in rows)) for i, h in enumerate(head)]
+    print("  ".join(h.rjust(w) for h, w in zip(head, widths)))
+    for row in rows:
+        print("  ".join(c.strip("*").rjust(w) for c, w in zip(row, widths)))
+    for label, t, v, met in targets:
+        print(f"{label:34s} wanted >= {t:.2f}  measured {v:.2f}  {'met' if met else 'NOT met'}")
+
+
+def loadavg():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main():
+    a = parse_args()
+    crew, bench = ensure_prerequisites(a)
+    info = machine_info(crew)
+    info["load_before"] = loadavg()
+    info["repeats"] = a.repeats
+    steps = {"mlp": a.mlp_steps, "cnn": a.cnn_steps}
+    tmp = tempfile.mkdtemp(prefix="bench_compare.")
+    try:
+        results = {name: bench_model(a, bench, name, model, batch, steps[name],
+                                     os.path.join(tmp, f"{name}_init.safetensors"))
+                   for name, model, batch, _ in MODELS}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    info["load_after"] = loadavg()
+    info["torch"] = results["mlp"]["torch_1"]["torch_version"]
+    targets = judge(results)
+    command = "python3 tools/bench_compare.py " + " ".join(sys.argv[1:])
+    if a.markdown:
+        print_markdown(info, results, targets, command.strip())
+    else:
+        print_text(info, results, targets)
+    if a.json:
+        print(json.dumps({"machine": info, "command": command.strip(), "results": results,
+                          "targets": [{"what": l, "wanted": t, "measured": round(v, 4), "met": m}
+                                      for l, t, v, m in targets]}))
+
+
+if __name__ == "__main__":
+    main()
