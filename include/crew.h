@@ -209,6 +209,18 @@ crew_status crew_prep_csv(const char *file, const char *label_column, double tes
 crew_status crew_prep_text(const char *file, int64_t seq_len, double test_fraction,
                            const char *out_dir, crew_progress_fn progress, void *user);
 
+/* Per-sample augmentations, applied by the loader's threads with per-sample random keys. */
+typedef struct crew_augment_options {
+    int crop_padding;          /* random crop: pad by this many pixels, crop back at a random offset; 0 off */
+    int flip;                  /* random horizontal flip */
+    double slow_s;             /* test only: extra seconds per sample, to make a run input-bound */
+} crew_augment_options;
+
+/* Samples per second the loader alone prepares from d with `threads` threads and `prefetch` steps
+ * ahead (gather, normalise, augment; no model): what crew bench-data prints. */
+crew_status crew_bench_loader(const crew_dataset *d, int threads, int prefetch, const crew_augment_options *augment,
+                              int64_t batch, int64_t steps, double *samples_per_s);
+
 /* ---------------------------------------------------------------- training */
 
 typedef struct crew_step_info {
@@ -311,6 +323,11 @@ typedef struct crew_fit_options {
     int64_t straggler_window;   /* steps per straggler verdict [50] */
     double loss_spike_z;        /* z-score of a loss spike over the last 100 steps [4] */
     const crew_fit_faults *faults; /* tests only; NULL */
+    /* The loader (docs/DATA.md): threads preparing batches ahead of the replicas. */
+    int loader_threads;         /* [model file's, else min(4, cores)] */
+    int prefetch;               /* steps prepared ahead [model file's, else 2] */
+    crew_augment_options augment; /* [model file's, else none] */
+    int pad_last_batch;         /* 1: pad the last partial global batch of an epoch; 0: drop it */
     /* Checkpoints (docs/CHECKPOINTS.md): into checkpoint_dir/step-XXXXXXXX/ every so many steps
      * and/or seconds, and when the run is cancelled. */
     const char *checkpoint_dir;     /* NULL: no checkpoints */
@@ -431,6 +448,164 @@ crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const cr
  * Keras layouts (dense kernel [in, out], conv kernel [kh, kw, cin, cout]). */
 crew_status crew_model_save_weights(const crew_model *m, const char *path);
 crew_status crew_model_load_weights(crew_model *m, const char *path);
+
+/* ---------------------------------------------------------------- advice (docs/ADVISOR.md) */
+
+/* Memory planning: what one replica needs, worked out from the model's structure alone (nothing is
+ * allocated), and what to do when it does not fit. Sizes in this section are bytes, not elements:
+ * a plan adds up buffers of different element types and alignments. */
+typedef struct crew_memory_options {
+    int64_t batch_per_device;    /* [model file's, else 32] */
+    int devices;                 /* replicas [1] */
+    int64_t global_batch;        /* [devices × batch_per_device]; a multiple of it: accumulation */
+    int64_t device_memory_bytes; /* each device's own memory; 0: this machine's physical memory,
+                                    which its CPU replicas share */
+    int64_t train_samples;       /* training samples, for the loader's sample order; 0: unknown */
+    int prefetch;                /* loader steps prepared ahead [model file's, else 2] */
+    int optimizer_sharding;      /* 1: plan for optimizer state sharded across the replicas */
+} crew_memory_options;
+
+typedef struct crew_memory_layer {
+    char name[64];
+    const char *type;            /* "dense", "conv2d", ... */
+    char shape[48];              /* its per-sample output shape, "(28, 28, 32)" */
+    int64_t params;              /* trainable values */
+    int64_t weight_bytes;        /* its parameters, state, gradients and optimizer state */
+    int64_t activation_bytes;    /* its output for one micro-batch, kept for the backward pass */
+    int64_t workspace_bytes;     /* im2col columns, pooling arg-max, dropout mask, norm statistics */
+    int stage;                   /* 0-based pipeline stage with a model-parallel verdict, else 0 */
+} crew_memory_layer;
+
+typedef enum crew_memory_verdict {
+    CREW_MEMORY_FITS = 0,         /* data parallelism as asked */
+    CREW_MEMORY_SMALLER_BATCH,    /* a smaller per-device batch plus accumulation, same global batch */
+    CREW_MEMORY_SHARD_OPTIMIZER,  /* optimizer state sharded across advised_devices replicas */
+    CREW_MEMORY_MODEL_PARALLEL,   /* the layers split into advised_devices pipeline stages */
+    CREW_MEMORY_TOO_LARGE,        /* one layer alone exceeds a device */
+} crew_memory_verdict;
+
+typedef struct crew_memory_plan {
+    int devices;
+    int64_t batch_per_device, global_batch;
+    int accumulation;
+    int shared_memory;            /* 1: the replicas share this machine's memory (CPU replicas) */
+    int64_t device_memory_bytes;
+    /* One replica at the asked batch: */
+    int64_t param_bytes;          /* trainable parameters and state (batch-norm statistics) */
+    int64_t gradient_bytes;
+    int64_t optimizer_bytes;
+    int64_t activation_bytes;     /* the input and every layer's output, for one micro-batch */
+    int64_t workspace_bytes;      /* layers' workspace, gradient ping-pong buffers, labels, losses */
+    int64_t accumulation_bytes;   /* micro-batch gradients kept for the ordered sum */
+    int64_t bytes_per_device;     /* the peak of one replica: the sum of the six above */
+    int64_t host_bytes;           /* shared by the replicas: the loader's ring and sample order */
+    int64_t total_bytes;          /* devices × bytes_per_device + host_bytes */
+    int fits;                     /* as asked */
+    crew_memory_verdict verdict;
+    int64_t advised_batch;        /* the verdict's per-device batch */
+    int advised_accumulation;
+    int advised_devices;          /* the verdict's replicas (sharding) or stages (model parallel) */
+    int64_t advised_bytes_per_device;
+    char verdict_text[1024];      /* in words, with the figures and the flags to use */
+    int n_layers;
+    crew_memory_layer *layers;    /* [n_layers]; freed by crew_memory_plan_release */
+} crew_memory_plan;
+
+crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_options *o, crew_memory_plan *plan);
+void crew_memory_plan_release(crew_memory_plan *plan);
+
+/* Scaling: short trials at a few replica counts, a cost model fitted to them, projections and a
+ * recommendation. One count's trials, timed from the on_step breakdown of rank 0; times are
+ * seconds per step, medians over the measured steps of every repeat. */
+typedef struct crew_scale_trial {
+    int devices;
+    int64_t global_batch;
+    int repeats;
+    int64_t steps;               /* measured steps per repeat, warm-up excluded */
+    double samples_per_s;        /* the median repeat */
+    double samples_per_s_lo, samples_per_s_hi; /* the slowest and the fastest repeat */
+    double step_s, data_s, compute_s, comm_exposed_s, comm_hidden_s, optimizer_s;
+    double other_s;              /* the rest of a step: the metrics all-reduce, bookkeeping */
+    double compute_jitter_s;     /* robust spread (1.4826 × MAD) of a step's forward + backward */
+    double speedup, efficiency;  /* against a 1-replica trial (crew_scale_analyse); NaN without one */
+} crew_scale_trial;
+
+typedef struct crew_scale_options {
+    int64_t batch_per_device;    /* [model file's, else 32] */
+    int64_t warmup_steps;        /* run, not measured [3] */
+    int64_t steps;               /* measured per repeat [20] */
+    int repeats;                 /* [3] */
+    int threads_per_device;      /* [1] */
+    void (*on_repeat)(void *user, int devices, int repeat, double samples_per_s); /* progress, or NULL */
+    void *user;
+} crew_scale_options;
+
+crew_status crew_scale_measure(crew_model *m, const crew_dataset *train, const crew_scale_options *o, int devices,
+                               crew_scale_trial *out);
+/* Fills speedup and efficiency of every trial against the 1-replica one (NaN without it). */
+void crew_scale_analyse(crew_scale_trial *trials, int n);
+
+/* An interconnect: an all-reduce of S bytes over N devices takes alpha_s + 2(N−1)/N · S / bytes_per_s. */
+typedef struct crew_link {
+    double alpha_s;
+    double bytes_per_s;
+} crew_link;
+
+/* This machine's shared memory as a link, measured: all-reduces of `bytes` and of one value between
+ * two replicas' communication threads, as training runs them. */
+crew_status crew_scale_measure_shared_memory(int64_t bytes, crew_link *out);
+
+typedef struct crew_scale_model {
+    int64_t batch_per_device;
+    int64_t gradient_bytes;      /* S: what each step all-reduces */
+    double compute_s;            /* one replica's forward + backward + update + bookkeeping per step */
+    double data_s;               /* one replica's wait for data per step */
+    double jitter_s;             /* per-step compute jitter: the slowest of N replicas sets the pace */
+    double hidden_fraction;      /* the share of the all-reduce hidden behind the backward pass */
+    int cores;                   /* CPU cores this machine's replicas share */
+    crew_link link;              /* fitted, or the shared-memory fallback */
+    int link_fitted;             /* 2: α and β fitted to two or more counts; 1: the fallback scaled
+                                    to one measured count; 0: the fallback as it is */
+    char link_note[256];         /* where α and β came from, in words */
+} crew_scale_model;
+
+/* Fits the cost model to trials (at least one). fallback: the link to use, or to calibrate,
+ * when fewer than two replica counts above one were measured. cores: this machine's. */
+crew_status crew_scale_fit(const crew_scale_trial *trials, int n, int64_t gradient_bytes, const crew_link *fallback,
+                           int cores, crew_scale_model *out);
+
+/* One replica count's projection. */
+typedef struct crew_scale_point {
+    int devices;
+    int64_t global_batch;
+    double step_s;
+    double compute_s, data_s, comm_s, sync_s; /* parts of step_s: comm = exposed all-reduce, sync =
+                                                 waiting for the slowest replica */
+    double shared_cores_s;       /* extra time because replicas share too few cores (on this machine) */
+    double samples_per_s, speedup, efficiency;
+} crew_scale_point;
+
+/* link NULL: this machine (the model's link, replicas sharing its cores); else devices with their
+ * own cores connected by *link. */
+void crew_scale_predict(const crew_scale_model *cm, const crew_link *link, int devices, crew_scale_point *out);
+
+typedef struct crew_scale_advice {
+    int recommended_devices;
+    double one_device_s;         /* the epochs on one device */
+    double recommended_s;        /* the epochs on the recommended count */
+    int stall_devices;           /* the first projected count under 75% efficiency, or 0 */
+    char reason[768];            /* the recommendation in words */
+    char stall[768];             /* where scaling stalls, why, and the change that would help; or "" */
+} crew_scale_advice;
+
+/* counts: the projected replica counts, ascending, starting at 1. link as for crew_scale_predict. */
+void crew_scale_advise(const crew_scale_model *cm, const crew_link *link, const int *counts, int n_counts,
+                       int64_t train_samples, int epochs, double worth_it_s, crew_scale_advice *out);
+
+/* After a fit: one line when the run's own telemetry says that scaling was not worth it (several
+ * replicas spending under half of each step computing, or a step dominated by waiting). Returns 1
+ * and fills buf then; 0 (buf "") otherwise. */
+int crew_fit_scaling_hint(const crew_fit_result *r, const crew_fit_plan *p, char *buf, size_t len);
 
 const char *crew_version(void);
 

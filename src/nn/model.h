@@ -16,6 +16,9 @@ typedef struct crew_model_defaults {
     int64_t batch_per_device;   /* 0: not given */
     int has_seed;
     uint64_t seed;
+    int loader_threads;         /* 0: not given */
+    int prefetch;               /* 0: not given */
+    crew_augment_options augment;
 } crew_model_defaults;
 
 struct crew_model {

@@ -400,15 +400,34 @@ static crew_status parse_compile(const cJSON *root, const char *file, crew_model
     return CREW_OK;
 }
 
+static crew_status parse_augment(const cJSON *t, const char *file, crew_augment_options *a)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, "augment");
+    if (!v) return CREW_OK;
+    crew_mf_where w = {file, "training.augment", 0};
+    if (!cJSON_IsObject(v)) return crew_mf_error(&w, "must be an object");
+    static const char *const keys[] = {"crop_padding", "flip"};
+    CREW_TRY(crew_mf_known_keys(&w, v, keys, 2));
+    int64_t pad = 0;
+    CREW_TRY(crew_mf_int(&w, v, "crop_padding", 0, 0, 1024, &pad));
+    a->crop_padding = (int)pad;
+    return crew_mf_bool(&w, v, "flip", &a->flip);
+}
+
 static crew_status parse_training(const cJSON *root, const char *file, crew_model_defaults *d)
 {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "training");
     if (!t) return CREW_OK;
     crew_mf_where w = {file, "training", 0};
     if (!cJSON_IsObject(t)) return crew_mf_error(&w, "must be an object");
-    static const char *const keys[] = {"epochs", "batch_per_device", "seed"};
-    CREW_TRY(crew_mf_known_keys(&w, t, keys, 3));
-    int64_t epochs = 0, seed = -1;
+    static const char *const keys[] = {"epochs", "batch_per_device", "seed", "loader_threads", "prefetch", "augment"};
+    CREW_TRY(crew_mf_known_keys(&w, t, keys, 6));
+    int64_t epochs = 0, seed = -1, threads = 0, prefetch = 0;
+    CREW_TRY(crew_mf_int(&w, t, "loader_threads", 0, 1, 256, &threads));
+    CREW_TRY(crew_mf_int(&w, t, "prefetch", 0, 1, 1024, &prefetch));
+    d->loader_threads = (int)threads;
+    d->prefetch = (int)prefetch;
+    CREW_TRY(parse_augment(t, file, &d->augment));
     CREW_TRY(crew_mf_int(&w, t, "epochs", 0, 1, 1000000, &epochs));
     CREW_TRY(crew_mf_int(&w, t, "batch_per_device", 0, 1, CREW_MF_MAX_SIZE, &d->batch_per_device));
     /* JSON numbers are doubles: integers are exact up to 2^53. */

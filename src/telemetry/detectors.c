@@ -7,6 +7,8 @@
 #include "core/status.h"
 #include "telemetry/monitor_internal.h"
 
+#define CREW_WARMUP_STEPS 5
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -46,8 +48,8 @@ static crew_status close_window(crew_monitor *m, int64_t last_step)
         m->input_bound_reported = 1;
         CREW_TRY(crew_monitor_event(m, CREW_EVENT_INPUT_BOUND, last_step, -1, frac,
                                     "input-bound: replicas waited %.0f%% of each step for data over steps %lld-%lld "
-                                    "(%.4f s of %.4f s); preprocess once with crew prep, or load ahead on more "
-                                    "CPU threads",
+                                    "(%.4f s of %.4f s); use more loader threads (--loader-threads), a deeper "
+                                    "prefetch (--prefetch), or preprocess once with crew prep",
                                     100.0 * frac, (long long)m->win_first, (long long)last_step, m->win_data / steps,
                                     m->win_step / steps));
     }
@@ -93,6 +95,9 @@ crew_status crew_detect_step(crew_monitor *m, const crew_step_record *r)
         optimizer += t->optimizer_s;
     }
     double n = (double)(r->n_replicas > 0 ? r->n_replicas : 1);
+    /* The first steps fill the loader's pipeline and warm the caches: they say nothing about the
+     * steady state, so the input-bound verdict leaves them out. */
+    if (r->step <= CREW_WARMUP_STEPS) slowest_data = 0.0;
     if (m->win_steps++ == 0) m->win_first = r->step;
     m->win_data += slowest_data;
     m->win_step += r->step_s;

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
 
@@ -34,10 +35,9 @@ static crew_status prepare_replica(replica *r, crew_model *m, const crew_fit_pla
 {
     r->m = m;
     CREW_TRY(crew_model_reserve(m, p->batch_per_device));
-    r->perm = malloc((size_t)p->train_samples * sizeof *r->perm);
     r->metrics = calloc((size_t)p->devices * CREW_METRIC_FIELDS, sizeof *r->metrics);
     r->times = calloc((size_t)p->devices, sizeof *r->times);
-    if (!r->perm || !r->metrics || !r->times) return CREW_OOM();
+    if (!r->metrics || !r->times) return CREW_OOM();
     if (!m->compiled || m->opt.n != m->n_params) CREW_TRY(crew_model_compile(m, &m->compile));
     return CREW_OK;
 }
@@ -47,7 +47,6 @@ static void release_replica(replica *r, int owns_model)
     if (!r->m) return;
     crew_comm_worker_stop(&r->worker);
     crew_stepper_release(&r->stepper);
-    free(r->perm);
     free(r->metrics);
     free(r->times);
     if (owns_model) crew_model_free(r->m);
@@ -139,11 +138,23 @@ static crew_status setup(crew_model *m, fit_run *run, const crew_fit_options *op
 static crew_status run_replicas(crew_model *m, fit_run *run)
 {
     const int n = run->plan.devices;
+    const crew_fit_options *o = run->opts;
+    crew_loader_options lo = {.threads = o->loader_threads > 0 ? o->loader_threads : 1,
+                              .prefetch = o->prefetch > 0 ? o->prefetch : 2,
+                              .augment = o->augment,
+                              .pad_last = o->pad_last_batch};
+    CREW_TRY(crew_loader_create(run->train, &lo, run->plan.batch_per_device, n * run->plan.accumulation,
+                                run->plan.seed, &run->loader));
     crew_local_comm *lc;
-    CREW_TRY(crew_local_comm_create(n, &lc));
+    crew_status ls = crew_local_comm_create(n, &lc);
+    if (ls) {
+        crew_loader_free(run->loader);
+        return ls;
+    }
     replica *reps = calloc((size_t)n, sizeof *reps);
     if (!reps) {
         crew_local_comm_free(lc);
+        crew_loader_free(run->loader);
         return CREW_OOM();
     }
     crew_status s = CREW_OK;
@@ -177,6 +188,8 @@ static crew_status run_replicas(crew_model *m, fit_run *run)
     for (int i = 0; i < prepared; i++) release_replica(&reps[i], i > 0);
     free(reps);
     crew_local_comm_free(lc);
+    crew_loader_free(run->loader);
+    run->loader = NULL;
     return s;
 }
 

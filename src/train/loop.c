@@ -13,15 +13,24 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "train/checkpoint.h"
 #include "train/loop.h"
 
 enum { M_LOSS, M_CORRECT, M_STOP, M_TIMES, METRIC_FIELDS = CREW_METRIC_FIELDS };
 _Static_assert(M_TIMES + CREW_STEP_TIMES_FIELDS == CREW_METRIC_FIELDS, "metric row layout");
 
-static void gather_train(void *user, const int64_t *ids, int64_t rows, float *x, int32_t *labels)
+/* The stepper's source of micro-batches: the loader, at this step of the epoch. */
+typedef struct batch_source {
+    crew_loader *loader;
+    int epoch;
+    int64_t epoch_step;
+} batch_source;
+
+static crew_status next_batch(void *user, int index, float *x, int32_t *y, int64_t *ids, double *wait_s)
 {
-    crew_dataset_gather(user, ids, rows, x, labels);
+    batch_source *b = user;
+    return crew_loader_next(b->loader, b->epoch, b->epoch_step, index, x, y, ids, wait_s);
 }
 
 /* A small all-reduce of doubles through the replica's communication thread. */
@@ -154,8 +163,8 @@ static crew_status train_step(replica *r, int epoch, int64_t epoch_step, int64_t
     crew_step_totals tot = {0};
     crew_step_times times = {0};
     float *grad;
-    crew_status s = crew_stepper_gradients(&r->stepper, r->perm + epoch_step * p->global_batch, p->seed, step - 1,
-                                           gather_train, (void *)run->train, &grad, &tot, &times);
+    batch_source src = {run->loader, epoch, epoch_step};
+    crew_status s = crew_stepper_gradients(&r->stepper, p->seed, step - 1, next_batch, &src, &grad, &tot, &times);
     CREW_TRY(phase_error(r, s, step, "forward/backward and gradient all-reduce"));
     double t1 = crew_now();
     CREW_TRY(check_finite(r, grad, step, &out->skipped));
@@ -227,7 +236,7 @@ static crew_status run_epoch(replica *r, int epoch, int64_t *step, int *stopped)
 {
     fit_run *run = r->run;
     const crew_fit_plan *p = &run->plan;
-    crew_epoch_order(p->seed, epoch, p->train_samples, r->perm);
+    CREW_TRY(crew_loader_start_epoch(run->loader, epoch, *step - (int64_t)epoch * p->steps_per_epoch));
     double start = crew_now(), loss = 0.0, correct = 0.0;
     int64_t steps = 0;
     /* A resumed run enters its first epoch where the checkpoint left it. */

@@ -19,6 +19,7 @@ typedef struct fit_run {
     crew_lr_plan lr;
     crew_fit_result *result;
     crew_monitor *monitor;      /* rank 0 only touches it */
+    struct crew_loader *loader; /* shared by the replicas: each takes its own micro-batches */
     crew_fit_faults faults;     /* all off unless a test asked */
     double timeout_s;
     double bucket_mb;
@@ -34,7 +35,6 @@ typedef struct replica {
     crew_model *m;
     crew_comm comm;
     fit_run *run;
-    int64_t *perm;              /* [train samples] this epoch's order */
     crew_comm_worker worker;
     int has_worker;             /* only with more than one replica */
     crew_stepper stepper;

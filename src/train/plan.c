@@ -3,6 +3,7 @@
  * warmup, then the schedule). */
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/status.h"
 #include "data/dataset.h"
@@ -33,6 +34,10 @@ void crew_model_default_fit(const crew_model *m, crew_fit_options *opts)
     opts->sync_batch_norm = -1;
     opts->lr_scaling = -1;
     opts->warmup_steps = -1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    opts->loader_threads = m && m->defaults.loader_threads > 0 ? m->defaults.loader_threads : cores > 4 ? 4 : cores > 1 ? (int)cores : 1;
+    opts->prefetch = m && m->defaults.prefetch > 0 ? m->defaults.prefetch : 2;
+    if (m) opts->augment = m->defaults.augment;
 }
 
 static crew_status check_data(const crew_model *m, const crew_dataset *d)
@@ -75,6 +80,10 @@ static crew_status check_options(const crew_fit_options *o)
                            o->threads_per_device);
     if (o->bucket_mb < 0 || o->collective_timeout_s < 0)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "bucket size and collective timeout must not be negative");
+    if (o->loader_threads < 0 || o->loader_threads > 256 || o->prefetch < 0 || o->prefetch > 1024)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader threads must be in [1, 256] and prefetch in [1, 1024]");
+    if (o->augment.crop_padding < 0 || o->augment.crop_padding > 1024 || !(o->augment.slow_s >= 0))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crop padding must be in [0, 1024]");
     if (o->max_steps < 0 || o->global_batch < 0)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "max steps and global batch must not be negative");
     if (o->lr_scaling > CREW_SCALE_SQRT || o->base_batch < 0 || !(o->warmup_epochs >= 0.0) || !isfinite(o->warmup_epochs))
@@ -161,7 +170,8 @@ crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const 
                            (long long)(p->global_batch / per_round + 1) * per_round);
     p->accumulation = (int)(p->global_batch / per_round);
     p->train_samples = crew_dataset_size(train);
-    p->steps_per_epoch = p->train_samples / p->global_batch;
+    p->steps_per_epoch = o->pad_last_batch ? (p->train_samples + p->global_batch - 1) / p->global_batch
+                                           : p->train_samples / p->global_batch;
     if (p->steps_per_epoch < 1)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
                            "dataset %s holds %lld training samples, fewer than one global batch of %lld",

@@ -46,7 +46,8 @@ crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *
     s->hi = calloc((size_t)s->n_buckets + 1, sizeof *s->hi);
     s->reqs = calloc((size_t)s->n_buckets + 1, sizeof *s->reqs);
     s->parts = calloc(((size_t)s->n_buckets + 1) * (size_t)accumulation, sizeof *s->parts);
-    if (!s->lo || !s->hi || !s->reqs || !s->parts) return CREW_OOM();
+    s->ids = malloc((size_t)batch * sizeof *s->ids);
+    if (!s->lo || !s->hi || !s->reqs || !s->parts || !s->ids) return CREW_OOM();
     for (int b = 0; b < s->n_buckets; b++) { /* bucket 0 ends the buffer: its gradients finish first */
         s->hi[b] = n - (int64_t)b * per;
         s->lo[b] = s->hi[b] - per > 0 ? s->hi[b] - per : 0;
@@ -67,6 +68,7 @@ void crew_stepper_release(crew_stepper *s)
     free(s->hi);
     free(s->reqs);
     free(s->parts);
+    free(s->ids);
     memset(s, 0, sizeof *s);
 }
 
@@ -121,14 +123,14 @@ static crew_status sync_sum(void *user, float *buf, int64_t n)
     return crew_comm_worker_allreduce(s->worker, buf, n, CREW_COMM_F32, CREW_REDUCE_SUM);
 }
 
-static crew_status micro_batch(crew_stepper *s, const int64_t *ids, uint64_t seed, int64_t step, crew_gather_fn gather,
+static crew_status micro_batch(crew_stepper *s, int index, uint64_t seed, int64_t step, crew_batch_fn batches,
                                void *user, crew_step_totals *t, crew_step_times *times)
 {
     crew_model *m = s->m;
-    double t0 = crew_now();
-    gather(user, ids, s->batch, m->act[0], m->labels);
+    double t0 = crew_now(), waited = 0.0;
+    CREW_TRY(batches(user, index, m->act[0], m->labels, s->ids, &waited));
     double t1 = crew_now();
-    crew_pass pass = {.be = &m->be, .rows = s->batch, .training = 1, .seed = seed, .step = step, .sample_ids = ids,
+    crew_pass pass = {.be = &m->be, .rows = s->batch, .training = 1, .seed = seed, .step = step, .sample_ids = s->ids,
                       .total_rows = (double)s->batch};
     if (s->sync_bn) {
         pass.sync_sum = sync_sum;
@@ -178,17 +180,16 @@ static void test_delay(crew_stepper *s, crew_step_times *times)
     times->backward_s += s->delay_s;
 }
 
-crew_status crew_stepper_gradients(crew_stepper *s, const int64_t *global_ids, uint64_t seed, int64_t step,
-                                   crew_gather_fn gather, void *user, float **grad, crew_step_totals *t,
-                                   crew_step_times *times)
+crew_status crew_stepper_gradients(crew_stepper *s, uint64_t seed, int64_t step, crew_batch_fn batches, void *user,
+                                   float **grad, crew_step_totals *t, crew_step_times *times)
 {
     crew_model *m = s->m;
     s->final = s->acc ? s->acc : m->grads;
     s->launched = 0;
     crew_status st = CREW_OK;
     for (s->micro = 0; s->micro < s->accumulation && !st; s->micro++) {
-        int64_t index = (int64_t)s->rank * s->accumulation + s->micro;
-        st = micro_batch(s, global_ids + index * s->batch, seed, step, gather, user, t, times);
+        int index = s->rank * s->accumulation + s->micro;
+        st = micro_batch(s, index, seed, step, batches, user, t, times);
     }
     s->micro = s->accumulation - 1;
     test_delay(s, times);

@@ -48,19 +48,20 @@ typedef struct crew_stepper {
     int64_t done_from;          /* gradients in [done_from, n_params) are final for this micro-batch */
     int micro;
     float *final;               /* the buffer holding the summed gradient */
+    int64_t *ids;               /* [batch] the current micro-batch's samples */
 } crew_stepper;
 
 crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
                               int64_t batch, int accumulation, double bucket_mb, int sync_bn);
 void crew_stepper_release(crew_stepper *s);
 
-/* Gathers the sample rows for one micro-batch into the model's input. */
-typedef void (*crew_gather_fn)(void *user, const int64_t *ids, int64_t rows, float *x, int32_t *labels);
+/* Fills micro-batch `index` of the current step (of the global batch's sequence) into x, y and
+ * ids (the samples' dataset indices); *wait_s: the time it waited for it. */
+typedef crew_status (*crew_batch_fn)(void *user, int index, float *x, int32_t *y, int64_t *ids, double *wait_s);
 
-/* Runs this replica's micro-batches of a step: ids holds the global batch's sample indices;
- * leaves the all-reduced gradient in *grad and adds losses to totals. */
-crew_status crew_stepper_gradients(crew_stepper *s, const int64_t *global_ids, uint64_t seed, int64_t step,
-                                   crew_gather_fn gather, void *user, float **grad, crew_step_totals *totals,
-                                   crew_step_times *times);
+/* Runs this replica's micro-batches of a step (0-based `step`, for dropout); leaves the
+ * all-reduced gradient in *grad and adds losses to totals. */
+crew_status crew_stepper_gradients(crew_stepper *s, uint64_t seed, int64_t step, crew_batch_fn batches, void *user,
+                                   float **grad, crew_step_totals *totals, crew_step_times *times);
 
 #endif

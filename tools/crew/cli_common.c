@@ -107,3 +107,25 @@ int cli_parse_choice(const char *verb, const char *flag, const char *text, const
     cli_usage_error(verb, "%s takes one of %s, got '%s'", flag, list, text);
     return -1;
 }
+
+int cli_parse_augment(const char *verb, const char *text, crew_augment_options *out)
+{
+    crew_augment_options a = {0};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int64_t pad;
+        if (!strcmp(tok, "none")) continue;
+        if (!strcmp(tok, "flip")) {
+            a.flip = 1;
+        } else if (!strncmp(tok, "crop=", 5)) {
+            if (!cli_parse_int(verb, "--augment crop=P", tok + 5, 0, 1024, &pad)) return 0;
+            a.crop_padding = (int)pad;
+        } else {
+            cli_usage_error(verb, "--augment takes crop=P, flip or none (comma-separated), got '%s'", tok);
+            return 0;
+        }
+    }
+    *out = a;
+    return 1;
+}

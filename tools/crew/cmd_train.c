@@ -40,6 +40,12 @@ static const char *usage_text =
     "  --straggler-window N       steps per straggler verdict [50]\n"
     "  --seed S                   seed for initial weights, data order and dropout [1]\n"
     "  --init-weights FILE        start from these weights (safetensors) instead of a random init\n"
+    "  --loader-threads K         threads preparing batches ahead of the replicas [min(4, cores)]\n"
+    "  --prefetch D               steps of batches prepared ahead [2]\n"
+    "  --augment LIST             per-sample augmentations: crop=P (random crop with P pixels of\n"
+    "                             padding), flip (random horizontal flip), none [model file's]\n"
+    "  --pad-last                 pad the last partial global batch of each epoch instead of\n"
+    "                             dropping it\n"
     "  --checkpoint-every N[s|m]  save a checkpoint every N steps, or every N seconds/minutes (the\n"
     "                             flag may be given twice, for both) [10m]; always at the end and\n"
     "                             on SIGINT/SIGTERM\n"
@@ -58,7 +64,9 @@ typedef struct train_args {
     int json, quiet;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int lr_scaling, sync_bn, on_nan;
-    int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints;
+    int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
+    int pad_last, have_augment;
+    crew_augment_options augment;
     double checkpoint_every_s;
     const char *resume;
     double lr, warmup_epochs, bucket_mb, timeout, straggler_threshold;
@@ -144,6 +152,16 @@ static int parse_args(int argc, char **argv, train_args *a)
                 return 2;
         } else if (FLAG("--straggler-window")) {
             if (r > 0 && !cli_parse_int("train", "--straggler-window", v, 1, 1 << 30, &a->straggler_window)) return 2;
+        } else if (FLAG("--loader-threads")) {
+            if (r > 0 && !cli_parse_int("train", "--loader-threads", v, 1, 256, &a->loader_threads)) return 2;
+        } else if (FLAG("--prefetch")) {
+            if (r > 0 && !cli_parse_int("train", "--prefetch", v, 1, 1024, &a->prefetch)) return 2;
+        } else if (FLAG("--augment")) {
+            if (r > 0 && !cli_parse_augment("train", v, &a->augment)) return 2;
+            a->have_augment = 1;
+        } else if (!strcmp(argv[i], "--pad-last")) {
+            a->pad_last = 1;
+            continue;
         } else if (FLAG("--checkpoint-every")) {
             if (r > 0 && !parse_every(v, a)) return 2;
         } else if (FLAG("--keep-checkpoints")) {
@@ -297,6 +315,10 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->checkpoint_every_s = a->checkpoint_every_s;
     o->keep_checkpoints = (int)a->keep_checkpoints;
     o->resume = a->resume != NULL;
+    if (a->loader_threads) o->loader_threads = (int)a->loader_threads;
+    if (a->prefetch) o->prefetch = (int)a->prefetch;
+    if (a->have_augment) o->augment = a->augment;
+    o->pad_last_batch = a->pad_last;
     if (a->resume) { /* planning reads the checkpoint's plan */
         snprintf(st->checkpoints, sizeof st->checkpoints, "%s/checkpoints", a->resume);
         o->checkpoint_dir = st->checkpoints;
@@ -361,6 +383,12 @@ int cli_train(int argc, char **argv)
         if (res.last_checkpoint[0]) fprintf(stderr, "crew train: the last checkpoint is %s\n", res.last_checkpoint);
         goto done;
     }
+    /* The report is written at the end of every run; failing to write it fails nothing else. */
+    char report[700];
+    snprintf(report, sizeof report, "%s/report.html", run_dir);
+    crew_status rs = crew_report_write(run_dir, NULL);
+    if (rs) fprintf(stderr, "crew train: no report: %s\n", crew_status_message(rs));
+    crew_status_free(rs);
     if (cancel_requested && !a.quiet)
         printf("stopped by signal after step %lld; checkpoint %s\nresume with: crew train %s --data %s --resume %s\n",
                (long long)res.steps, res.last_checkpoint[0] ? res.last_checkpoint : "(none)", a.model, a.data, run_dir);
@@ -369,7 +397,8 @@ int cli_train(int argc, char **argv)
                cancel_requested ? "stopped by signal" : "trained", (long long)res.steps, res.wall_s, res.samples_per_s,
                (double)res.test_accuracy, (double)res.test_loss);
         printf("%s\n", res.bottleneck);
-        printf("weights: %s\nrun directory: %s (config.json, metrics.jsonl, tb/)\n", weights, run_dir);
+        printf("weights: %s\nreport: %s\nrun directory: %s (config.json, metrics.jsonl, tb/, checkpoints/)\n", weights,
+               report, run_dir);
     }
     if (a.json) print_result_json(&res, weights, run_dir);
     rc = cancel_requested ? 1 : 0;

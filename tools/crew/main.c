@@ -13,6 +13,7 @@ static const struct {
     {"prep", cli_prep, "convert a dataset into crew's ready-to-use format"},
     {"train", cli_train, "train a model file on a dataset"},
     {"eval", cli_eval, "evaluate saved weights on a dataset's test split"},
+    {"bench-data", cli_bench_data, "measure how fast the loader alone prepares batches"},
     {"verify", cli_verify, "prove that N replicas compute what one replica computes"},
     {"report", cli_report, "write a run directory's metrics as a self-contained HTML report"},
 };

@@ -1,0 +1,228 @@
+/* memory_plan.c — a replica's bytes from the model's structure, buffer by buffer as training
+ * allocates them (see memory_plan.h), and crew_model_plan_memory, which adds them up. */
+#include "advise/memory_plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/status.h"
+#include "nn/window_geometry.h"
+
+#define F32 ((int64_t)sizeof(float))
+
+int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem)
+{
+    if (n <= 0) n = 1; /* the CPU backend allocates at least one element */
+    return (n * elem + 63) / 64 * 64;
+}
+
+void crew_mem_model_init(crew_mem_model *mm, const crew_model *m)
+{
+    memset(mm, 0, sizeof *mm);
+    mm->m = m;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            const crew_param *p = &m->layers[i]->params[j];
+            *(p->trainable ? &mm->n_params : &mm->n_state) += crew_shape_size(&p->shape);
+        }
+    crew_compile_options c;
+    if (m->compiled)
+        c = m->compile;
+    else
+        crew_model_default_compile(m, &c);
+    int adam = c.optimizer.type == CREW_OPT_ADAMW, momentum = c.optimizer.momentum > 0.0f;
+    mm->slots = adam ? 2 : momentum ? 1 : 0;
+    mm->optimizer = adam ? "AdamW" : momentum ? "SGD with momentum" : "SGD";
+    mm->in_size = crew_shape_size(&m->input);
+    mm->widest = mm->in_size;
+    for (int i = 0; i < m->n_layers; i++) {
+        int64_t size = crew_shape_size(&m->layers[i]->out);
+        if (size > mm->widest) mm->widest = size;
+    }
+}
+
+int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards)
+{
+    const crew_layer *l = mm->m->layers[i];
+    int64_t bytes = 0;
+    for (int j = 0; j < l->n_params; j++) {
+        int64_t n = crew_shape_size(&l->params[j].shape);
+        if (!l->params[j].trainable) {
+            bytes += n * F32;
+            continue;
+        }
+        /* value, gradient, and this replica's share of the optimizer's slots */
+        bytes += 2 * n * F32 + mm->slots * ((n + shards - 1) / shards) * F32;
+    }
+    return bytes;
+}
+
+int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows)
+{
+    return crew_mem_alloc_bytes(rows * crew_shape_size(&mm->m->layers[i]->out), F32);
+}
+
+static int64_t conv_columns(const crew_layer *l, int64_t rows)
+{
+    crew_window g = {0};
+    int s_h = l->spec.strides[0] ? l->spec.strides[0] : 1, s_w = l->spec.strides[1] ? l->spec.strides[1] : 1;
+    crew_status s = crew_window_plan(&l->in, l->spec.kernel[0], l->spec.kernel[1], s_h, s_w, l->spec.padding, &g);
+    if (s) { /* cannot happen for a built layer: build ran the same check */
+        crew_status_free(s);
+        return 0;
+    }
+    return rows * g.out_h * g.out_w * g.k_h * g.k_w * g.in_c;
+}
+
+/* Mirrors each layer type's reserve(). */
+int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows)
+{
+    const crew_layer *l = mm->m->layers[i];
+    int64_t in = crew_shape_size(&l->in), channels = l->in.dim[l->in.ndim - 1];
+    int64_t positions = rows * (in / channels);
+    switch (l->spec.type) {
+    case CREW_LAYER_CONV2D: return crew_mem_alloc_bytes(conv_columns(l, rows), F32);
+    case CREW_LAYER_MAX_POOL2D: return crew_mem_alloc_bytes(rows * crew_shape_size(&l->out), F32); /* arg-max */
+    case CREW_LAYER_DROPOUT: return crew_mem_alloc_bytes(rows * in, F32);                           /* mask */
+    case CREW_LAYER_BATCH_NORM: return crew_mem_alloc_bytes(4 * channels, F32);
+    case CREW_LAYER_LAYER_NORM:
+        return 2 * crew_mem_alloc_bytes(positions, F32) + (l->index == 0 ? crew_mem_alloc_bytes(rows * in, F32) : 0);
+    default: return 0;
+    }
+}
+
+void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int accumulation, int shards,
+                      crew_mem_costs *out)
+{
+    const crew_model *m = mm->m;
+    memset(out, 0, sizeof *out);
+    out->param = crew_mem_alloc_bytes(mm->n_params, F32) + crew_mem_alloc_bytes(mm->n_state, F32);
+    out->gradient = crew_mem_alloc_bytes(mm->n_params, F32);
+    if (mm->slots) out->optimizer = mm->slots * crew_mem_alloc_bytes((mm->n_params + shards - 1) / shards, F32);
+    out->activation = crew_mem_alloc_bytes(batch * mm->in_size, F32);
+    for (int i = 0; i < m->n_layers; i++) {
+        out->activation += crew_mem_layer_activation(mm, i, batch);
+        out->workspace += crew_mem_layer_workspace(mm, i, batch);
+    }
+    /* gradient ping-pong buffers, labels, row losses; the stepper's sample ids */
+    out->workspace += 2 * crew_mem_alloc_bytes(batch * mm->widest, F32) + 2 * crew_mem_alloc_bytes(batch, F32);
+    out->workspace += batch * (int64_t)sizeof(int64_t);
+    /* One replica keeps a running sum; several keep every earlier micro-batch apart, so that
+     * the all-reduce can add them in the fixed order (docs/ARCHITECTURE.md, determinism). */
+    if (accumulation > 1)
+        out->accumulation = (devices > 1 ? accumulation - 1 : 1) * crew_mem_alloc_bytes(mm->n_params, F32);
+    out->total = out->param + out->gradient + out->optimizer + out->activation + out->workspace + out->accumulation;
+}
+
+int64_t crew_mem_host(const crew_mem_model *mm, int64_t global_batch, int prefetch, int64_t train_samples)
+{
+    /* The ring: every micro-batch of `prefetch` steps, samples as float32 plus labels and ids. */
+    int64_t ring = (int64_t)prefetch * global_batch * (mm->in_size * F32 + (int64_t)sizeof(int32_t) + (int64_t)sizeof(int64_t));
+    return ring + train_samples * (int64_t)sizeof(int64_t);
+}
+
+void crew_mem_format(int64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) v /= 1024.0, u++;
+    if (u == 0)
+        snprintf(buf, len, "%lld B", (long long)bytes);
+    else
+        snprintf(buf, len, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
+}
+
+static int64_t physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (int64_t)pages * page : 0;
+}
+
+/* The asked plan's numbers; errors name the option that is wrong. */
+static crew_status resolve(const crew_model *m, const crew_memory_options *o, crew_memory_plan *p)
+{
+    crew_fit_options d;
+    crew_model_default_fit(m, &d);
+    p->devices = o->devices > 0 ? o->devices : 1;
+    p->batch_per_device = o->batch_per_device > 0 ? o->batch_per_device : d.batch_per_device;
+    if (p->devices > 1024 || p->batch_per_device > (1 << 20) || o->devices < 0 || o->batch_per_device < 0)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "devices must be in [1, 1024] and the batch per device in "
+                           "[1, 1048576], got %d and %lld", o->devices, (long long)o->batch_per_device);
+    int64_t round = (int64_t)p->devices * p->batch_per_device;
+    p->global_batch = o->global_batch > 0 ? o->global_batch : round;
+    if (o->global_batch < 0 || p->global_batch % round != 0 || p->global_batch / round > (1 << 20))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "global batch %lld is not a multiple of devices (%d) x batch "
+                           "per device (%lld) = %lld", (long long)p->global_batch, p->devices,
+                           (long long)p->batch_per_device, (long long)round);
+    if (o->device_memory_bytes < 0 || o->train_samples < 0 || o->prefetch < 0 || o->prefetch > 1024)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "device memory, training samples and prefetch must not be "
+                           "negative (prefetch at most 1024)");
+    p->accumulation = (int)(p->global_batch / round);
+    p->shared_memory = o->device_memory_bytes == 0;
+    p->device_memory_bytes = o->device_memory_bytes ? o->device_memory_bytes : physical_memory();
+    if (p->device_memory_bytes <= 0)
+        return crew_errorf(CREW_CODE_IO, "could not read this machine's physical memory; give the device memory");
+    return CREW_OK;
+}
+
+static crew_status fill_layers(const crew_mem_model *mm, int shards, crew_memory_plan *p)
+{
+    const crew_model *m = mm->m;
+    p->layers = calloc((size_t)m->n_layers, sizeof *p->layers);
+    if (!p->layers) return CREW_OOM();
+    p->n_layers = m->n_layers;
+    for (int i = 0; i < m->n_layers; i++) {
+        const crew_layer *l = m->layers[i];
+        crew_memory_layer *ml = &p->layers[i];
+        snprintf(ml->name, sizeof ml->name, "%s", l->name);
+        ml->type = crew_layer_type_name(l->spec.type);
+        crew_shape_format(&l->out, ml->shape, sizeof ml->shape);
+        for (int j = 0; j < l->n_params; j++)
+            if (l->params[j].trainable) ml->params += crew_shape_size(&l->params[j].shape);
+        ml->weight_bytes = crew_mem_layer_weights(mm, i, shards);
+        ml->activation_bytes = crew_mem_layer_activation(mm, i, p->batch_per_device);
+        ml->workspace_bytes = crew_mem_layer_workspace(mm, i, p->batch_per_device);
+    }
+    return CREW_OK;
+}
+
+crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_options *o, crew_memory_plan *p)
+{
+    if (!p) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_memory: NULL plan");
+    memset(p, 0, sizeof *p);
+    if (!m || !o) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_memory: NULL argument");
+    if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the model has no layers");
+    CREW_TRY(resolve(m, o, p));
+    crew_mem_model mm;
+    crew_mem_model_init(&mm, m);
+    int shards = o->optimizer_sharding ? p->devices : 1;
+    crew_mem_costs c;
+    crew_mem_replica(&mm, p->batch_per_device, p->devices, p->accumulation, shards, &c);
+    p->param_bytes = c.param;
+    p->gradient_bytes = c.gradient;
+    p->optimizer_bytes = c.optimizer;
+    p->activation_bytes = c.activation;
+    p->workspace_bytes = c.workspace;
+    p->accumulation_bytes = c.accumulation;
+    p->bytes_per_device = c.total;
+    crew_fit_options d;
+    crew_model_default_fit(m, &d);
+    p->host_bytes = crew_mem_host(&mm, p->global_batch, o->prefetch > 0 ? o->prefetch : d.prefetch, o->train_samples);
+    p->total_bytes = (int64_t)p->devices * p->bytes_per_device + p->host_bytes;
+    p->fits = p->shared_memory ? p->total_bytes <= p->device_memory_bytes : p->bytes_per_device <= p->device_memory_bytes;
+    crew_status s = fill_layers(&mm, shards, p);
+    if (!s) s = crew_mem_verdict(&mm, o, p);
+    if (s) crew_memory_plan_release(p);
+    return s;
+}
+
+void crew_memory_plan_release(crew_memory_plan *p)
+{
+    if (!p) return;
+    free(p->layers);
+    p->layers = NULL;
+    p->n_layers = 0;
+}

@@ -1,0 +1,59 @@
+/* memory_plan.h — the arithmetic behind crew_model_plan_memory.
+ *
+ * A replica's memory is the buffers crew allocates for it, counted as they are allocated:
+ * crew_model_layout (parameters, gradients, state), the optimizer's slots, crew_model_reserve
+ * (activations of every layer, two gradient ping-pong buffers of the widest layer, labels, row
+ * losses, each layer's reserve() workspace), the stepper (micro-batch gradients kept for the
+ * ordered sum, sample ids). The loader's ring and the epoch's sample order are shared by the
+ * replicas. Everything here mirrors those allocations; tests/test_memory_plan.c checks the sum
+ * against the measured growth of a training process. */
+#ifndef CREW_ADVISE_MEMORY_PLAN_H
+#define CREW_ADVISE_MEMORY_PLAN_H
+
+#include <stddef.h>
+
+#include "crew.h"
+#include "nn/model.h"
+
+/* One replica's bytes, by kind. */
+typedef struct crew_mem_costs {
+    int64_t param, gradient, optimizer, activation, workspace, accumulation;
+    int64_t total;
+} crew_mem_costs;
+
+/* The model facts memory depends on, gathered once. */
+typedef struct crew_mem_model {
+    const crew_model *m;
+    int64_t n_params, n_state;   /* trainable and non-trainable values */
+    int slots;                   /* optimizer values per parameter: AdamW 2, SGD with momentum 1 */
+    const char *optimizer;       /* "AdamW", "SGD with momentum", "SGD" */
+    int64_t widest;              /* the widest activation (per sample), input included */
+    int64_t in_size;             /* values per input sample */
+} crew_mem_model;
+
+void crew_mem_model_init(crew_mem_model *mm, const crew_model *m);
+
+/* Bytes of a backend buffer of n elements of `elem` bytes: the CPU backend rounds to 64. */
+int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem);
+
+/* Layer i's own bytes for micro-batches of `rows`; shards divides its optimizer state. */
+int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards);
+int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows);
+int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows);
+
+/* One replica with micro-batches of `batch`, accumulating `accumulation` of them per step, one of
+ * `devices` replicas; its optimizer state split `shards` ways. */
+void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int accumulation, int shards,
+                      crew_mem_costs *out);
+/* The loader's buffers, shared by the replicas: `prefetch` global batches of samples and the
+ * sample order of an epoch of train_samples (0: unknown, not counted). */
+int64_t crew_mem_host(const crew_mem_model *mm, int64_t global_batch, int prefetch, int64_t train_samples);
+
+/* The ladder of verdicts (memory_verdict.c): fills plan->verdict, advised_*, verdict_text and
+ * the layers' stages. */
+crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options *o, crew_memory_plan *plan);
+
+/* "6.1 MiB" */
+void crew_mem_format(int64_t bytes, char *buf, size_t len);
+
+#endif

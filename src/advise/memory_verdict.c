@@ -1,0 +1,271 @@
+/* memory_verdict.c — what to do about a plan: the ladder from "fits with data parallelism" to
+ * "needs model parallelism over k stages", each rung tried only when the ones before it fail.
+ *
+ *   1. the asked per-device batch fits;
+ *   2. a smaller per-device batch that divides it, with gradient accumulation keeping the global
+ *      batch (accumulation has its own cost: several replicas keep k − 1 micro-batch gradients);
+ *   3. optimizer-state sharding (ZeRO stage 1): each of N replicas keeps 1/N of the optimizer state;
+ *   4. model parallelism: the layer list cut into k contiguous stages, one per device, the
+ *      largest stage as small as it can be;
+ *   5. nothing fits: one layer alone is larger than a device.
+ * With CPU replicas sharing this machine's memory, rungs 1 and 2 count every replica plus the
+ * loader against it; rungs 3 and 4 need devices with memory of their own, so they are stated as
+ * machines (or devices) with this much memory each. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "advise/memory_plan.h"
+#include "core/status.h"
+
+#define MAX_SHARDS 1024
+#define CREW_MAX_STAGES 1024
+
+typedef struct ladder {
+    const crew_mem_model *mm;
+    crew_memory_plan *p;
+    int64_t mem;         /* one device's memory */
+    int64_t host;        /* the loader's buffers, on the host */
+    int shards;          /* as asked: 1, or the replicas with --optimizer-sharding */
+    int64_t *cost;       /* [layers] a layer's weights, output and workspace at the asked batch */
+    int64_t *width;      /* [layers + 1] per-sample values: width[i] into layer i, width[n] out of the last */
+} ladder;
+
+/* A replica on this machine (shared: every replica and the loader count) or on a device of its own. */
+static int replica_fits(const ladder *l, int64_t batch, int devices, int accumulation, int shards, int own_device,
+                        int64_t *bytes)
+{
+    crew_mem_costs c;
+    crew_mem_replica(l->mm, batch, devices, accumulation, shards, &c);
+    *bytes = c.total;
+    if (l->p->shared_memory && !own_device) return (int64_t)devices * c.total + l->host <= l->mem;
+    return c.total <= l->mem;
+}
+
+static void say(crew_memory_plan *p, const char *fmt, ...) CREW_PRINTF(2, 3);
+static void say(crew_memory_plan *p, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->verdict_text, sizeof p->verdict_text, fmt, ap);
+    va_end(ap);
+}
+
+static void fits_as_asked(const ladder *l, int sharded)
+{
+    crew_memory_plan *p = l->p;
+    char per[32], mem[32], total[32];
+    crew_mem_format(p->bytes_per_device, per, sizeof per);
+    crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
+    crew_mem_format(p->total_bytes, total, sizeof total);
+    p->verdict = CREW_MEMORY_FITS;
+    p->advised_batch = p->batch_per_device;
+    p->advised_accumulation = p->accumulation;
+    p->advised_devices = p->devices;
+    p->advised_bytes_per_device = p->bytes_per_device;
+    if (p->shared_memory)
+        say(p, "fits with data parallelism%s: each replica needs %s at a per-device batch of %lld; %d replica%s and "
+            "the loader need %s of this machine's %s (%.1f%%)", sharded ? " and sharded optimizer state" : "", per,
+            (long long)p->batch_per_device, p->devices, p->devices > 1 ? "s" : "", total, mem,
+            100.0 * (double)p->total_bytes / (double)p->device_memory_bytes);
+    else
+        say(p, "fits with data parallelism%s: each replica needs %s of the device's %s (%.1f%%) at a per-device "
+            "batch of %lld", sharded ? " and sharded optimizer state" : "", per, mem,
+            100.0 * (double)p->bytes_per_device / (double)p->device_memory_bytes, (long long)p->batch_per_device);
+}
+
+/* The divisors of n, largest first, into out (at most cap); returns the count. */
+static int divisors(int64_t n, int64_t *out, int cap)
+{
+    int lo = 0, hi = 0;
+    int64_t small[2048], large[2048];
+    for (int64_t d = 1; d * d <= n && lo < 2048 && hi < 2048; d++)
+        if (n % d == 0) {
+            small[lo++] = d;
+            if (d != n / d) large[hi++] = n / d;
+        }
+    int k = 0;
+    for (int i = 0; i < hi && k < cap; i++) out[k++] = large[i];
+    for (int i = lo - 1; i >= 0 && k < cap; i--) out[k++] = small[i];
+    return k;
+}
+
+/* Rung 2: the largest batch below the asked one that divides a replica's samples per step and fits. */
+static int smaller_batch(const ladder *l)
+{
+    crew_memory_plan *p = l->p;
+    int64_t per_replica = p->global_batch / p->devices, bytes = 0, d[4096];
+    int nd = divisors(per_replica, d, 4096);
+    for (int i = 0; i < nd; i++) {
+        int64_t b = d[i];
+        if (b >= p->batch_per_device) continue;
+        int k = (int)(per_replica / b);
+        if (!replica_fits(l, b, p->devices, k, l->shards, 0, &bytes)) continue;
+        char need[32], mem[32];
+        crew_mem_format(bytes, need, sizeof need);
+        crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
+        p->verdict = CREW_MEMORY_SMALLER_BATCH;
+        p->advised_batch = b;
+        p->advised_accumulation = k;
+        p->advised_devices = p->devices;
+        p->advised_bytes_per_device = bytes;
+        say(p, "fits only with a smaller per-device batch: %lld with gradient accumulation over %d micro-batches "
+            "keeps the global batch of %lld (--batch-per-device %lld --global-batch %lld); each replica then needs %s "
+            "of %s", (long long)b, k, (long long)p->global_batch, (long long)b, (long long)p->global_batch, need, mem);
+        return 1;
+    }
+    return 0;
+}
+
+/* Rung 3: the fewest replicas whose shares of the optimizer state make one fit, at the asked
+ * per-device batch or the largest divisor of it that fits (each on a device of its own). */
+static int sharding(const ladder *l)
+{
+    crew_memory_plan *p = l->p;
+    if (!l->mm->slots) return 0; /* plain SGD keeps no optimizer state */
+    int64_t bytes = 0, d[4096];
+    int nd = divisors(p->batch_per_device, d, 4096);
+    for (int n = 2; n <= MAX_SHARDS; n++)
+        for (int i = 0; i < nd; i++) {
+            int64_t b = d[i];
+            int k = (int)(p->batch_per_device / b) * p->accumulation;
+            if (!replica_fits(l, b, n, k, n, 1, &bytes)) continue;
+            char need[32], mem[32];
+            crew_mem_format(bytes, need, sizeof need);
+            crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
+            p->verdict = CREW_MEMORY_SHARD_OPTIMIZER;
+            p->advised_batch = b;
+            p->advised_accumulation = k;
+            p->advised_devices = n;
+            p->advised_bytes_per_device = bytes;
+            say(p, "fits with optimizer-state sharding across %d replicas: each keeps 1/%d of the %s state and needs "
+                "%s of %s%s, at a per-device batch of %lld%s (global batch %lld)", n, n, l->mm->optimizer, need, mem,
+                p->shared_memory ? " (each on a machine like this one)" : "", (long long)b,
+                k > 1 ? " with accumulation" : "", (long long)((int64_t)n * b * k));
+            return 1;
+        }
+    return 0;
+}
+
+/* Packs layers greedily from the front into stages of at most `limit` bytes: a stage holds its
+ * layers' weights, outputs and workspace, the input it receives and the gradient ping-pong
+ * buffers of its widest activation. Returns the stage count (0 when one layer alone exceeds the
+ * limit); first[s] (when not NULL) is stage s's first layer, bytes[s] its size. */
+static int pack(const ladder *l, int64_t limit, int *first, int64_t *bytes)
+{
+    const int n = l->mm->m->n_layers;
+    const int64_t rows = l->p->batch_per_device;
+    int stages = 0;
+    for (int a = 0; a < n;) {
+        int64_t sum = 0, widest = l->width[a], size = 0;
+        int b = a;
+        for (; b < n; b++) {
+            int64_t w = l->width[b + 1] > widest ? l->width[b + 1] : widest;
+            int64_t next = sum + l->cost[b] + crew_mem_alloc_bytes(rows * l->width[a], 4) + 2 * crew_mem_alloc_bytes(rows * w, 4);
+            if (next > limit) break;
+            sum += l->cost[b];
+            widest = w;
+            size = next;
+        }
+        if (b == a) return 0;
+        if (first) first[stages] = a, bytes[stages] = size;
+        stages++;
+        a = b;
+    }
+    return stages;
+}
+
+static void describe_stages(const ladder *l, int64_t limit, int k)
+{
+    crew_memory_plan *p = l->p;
+    const crew_model *m = l->mm->m;
+    int first[CREW_MAX_STAGES];
+    int64_t bytes[CREW_MAX_STAGES], largest = 0;
+    pack(l, limit, first, bytes);
+    char mem[32];
+    crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
+    size_t used = (size_t)snprintf(p->verdict_text, sizeof p->verdict_text,
+                                   "needs model parallelism over %d stages of %s each%s; a balanced split:", k, mem,
+                                   p->shared_memory ? " (machines like this one)" : "");
+    for (int s = 0; s < k; s++) {
+        int a = first[s], b = s + 1 < k ? first[s + 1] - 1 : m->n_layers - 1;
+        if (bytes[s] > largest) largest = bytes[s];
+        for (int i = a; i <= b; i++) p->layers[i].stage = s;
+        char need[32];
+        crew_mem_format(bytes[s], need, sizeof need);
+        if (used < sizeof p->verdict_text)
+            used += (size_t)snprintf(p->verdict_text + used, sizeof p->verdict_text - used, "%s stage %d: layers %d-%d "
+                                     "(%s .. %s), %s", s ? ";" : "", s, a, b, m->layers[a]->name, m->layers[b]->name, need);
+    }
+    p->advised_bytes_per_device = largest;
+}
+
+/* Rung 4: the fewest stages that fit, then the smallest largest stage with that many. */
+static int model_parallel(const ladder *l)
+{
+    crew_memory_plan *p = l->p;
+    int k = pack(l, l->mem, NULL, NULL);
+    if (k == 0 || k > CREW_MAX_STAGES) return 0;
+    int64_t lo = 1, hi = l->mem; /* the smallest limit that still packs into k stages */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int got = pack(l, mid, NULL, NULL);
+        if (got != 0 && got <= k)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    k = pack(l, lo, NULL, NULL);
+    p->verdict = CREW_MEMORY_MODEL_PARALLEL;
+    p->advised_batch = p->batch_per_device;
+    p->advised_accumulation = p->accumulation;
+    p->advised_devices = k;
+    describe_stages(l, lo, k);
+    return 1;
+}
+
+static void too_large(const ladder *l)
+{
+    crew_memory_plan *p = l->p;
+    const crew_model *m = l->mm->m;
+    int worst = 0;
+    for (int i = 1; i < m->n_layers; i++)
+        if (l->cost[i] > l->cost[worst]) worst = i;
+    char need[32], mem[32];
+    crew_mem_format(l->cost[worst], need, sizeof need);
+    crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
+    p->verdict = CREW_MEMORY_TOO_LARGE;
+    p->advised_batch = p->batch_per_device;
+    p->advised_accumulation = p->accumulation;
+    p->advised_devices = 0;
+    p->advised_bytes_per_device = l->cost[worst];
+    say(p, "does not fit: layer %d (%s) alone needs %s at a per-device batch of %lld, more than a device's %s; it "
+        "needs splitting within the layer (tensor parallelism), a smaller batch with pipelining, or devices with more "
+        "memory", worst, m->layers[worst]->name, need, (long long)p->batch_per_device, mem);
+}
+
+crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options *o, crew_memory_plan *p)
+{
+    const crew_model *m = mm->m;
+    ladder l = {mm, p, p->device_memory_bytes, p->host_bytes, o->optimizer_sharding ? p->devices : 1, NULL, NULL};
+    l.cost = malloc((size_t)m->n_layers * sizeof *l.cost);
+    l.width = malloc(((size_t)m->n_layers + 1) * sizeof *l.width);
+    if (!l.cost || !l.width) {
+        free(l.cost);
+        free(l.width);
+        return CREW_OOM();
+    }
+    for (int i = 0; i < m->n_layers; i++) {
+        l.cost[i] = p->layers[i].weight_bytes + p->layers[i].activation_bytes + p->layers[i].workspace_bytes;
+        l.width[i] = crew_shape_size(&m->layers[i]->in);
+    }
+    l.width[m->n_layers] = crew_shape_size(&m->layers[m->n_layers - 1]->out);
+    if (p->fits)
+        fits_as_asked(&l, o->optimizer_sharding);
+    else if (!smaller_batch(&l) && !sharding(&l) && !model_parallel(&l))
+        too_large(&l);
+    free(l.cost);
+    free(l.width);
+    return CREW_OK;
+}

@@ -1,0 +1,304 @@
+/* loader.c — producer threads, a ring of `prefetch` steps of micro-batches, and the replicas
+ * taking their parts. One mutex guards the ring; the work (gathering, normalising, augmenting a
+ * micro-batch) runs outside it. */
+#include "data/loader.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "core/timer.h"
+#include "data/dataset.h"
+#include "train/train.h"
+
+enum { SLOT_EMPTY, SLOT_FILLING, SLOT_READY, SLOT_TAKEN };
+
+typedef struct slot {
+    float *x;        /* [batch × sample size] */
+    int32_t *y;      /* [batch] */
+    int64_t *ids;    /* [batch] */
+    int state;
+} slot;
+
+typedef struct ring_step {
+    int epoch;
+    int64_t step;    /* the step it holds, or -1 */
+    int taken;       /* micro-batches handed out */
+    slot *slots;     /* [micro] */
+} ring_step;
+
+struct crew_loader {
+    const crew_dataset *d;
+    crew_loader_options o;
+    int64_t batch, global, n, steps_per_epoch, sample_size;
+    int micro;
+    uint64_t seed;
+    /* Production runs on from epoch to epoch, so the pipeline never drains at an epoch's end.
+     * Two epochs' orders are kept: the one being taken and the one being prepared. */
+    int64_t *perm[2];            /* [max(n, steps_per_epoch × global)] order of epoch perm_epoch[b] */
+    int perm_epoch[2];
+    int64_t remaining[2];        /* micro-batches of that epoch not yet taken */
+    int started;
+    int claim_epoch;             /* the next micro-batch to claim */
+    int64_t claim_step;
+    int claim_index;
+    int filling;                 /* producers at work outside the lock */
+    ring_step *ring;             /* [prefetch] */
+    pthread_mutex_t mu;
+    pthread_cond_t changed;      /* a slot became ready, a step was freed, an epoch began */
+    int stop;
+    pthread_t *threads;
+    int n_threads;
+};
+
+int64_t crew_loader_steps_per_epoch(const crew_loader *l) { return l->steps_per_epoch; }
+
+/* The epoch's order, with the last global batch filled up from its start when padding. */
+static void order_epoch(crew_loader *l, int64_t *perm, int epoch)
+{
+    crew_epoch_order(l->seed, epoch, l->n, perm);
+    for (int64_t i = l->n; i < l->steps_per_epoch * l->global; i++) perm[i] = perm[i - l->n];
+}
+
+/* Moves the claim point to the next epoch once the epoch two back is fully taken (its order
+ * buffer is then free). Returns 0 when that must wait. */
+static int advance_epoch(crew_loader *l)
+{
+    int next = l->claim_epoch + 1, b = next % 2;
+    if (l->perm_epoch[b] >= 0 && l->remaining[b] > 0) return 0;
+    order_epoch(l, l->perm[b], next);
+    l->perm_epoch[b] = next;
+    l->remaining[b] = l->steps_per_epoch * l->micro;
+    l->claim_epoch = next;
+    l->claim_step = 0;
+    l->claim_index = 0;
+    return 1;
+}
+
+/* Claims the next micro-batch to fill, or returns NULL when there is none to claim now. */
+static slot *claim(crew_loader *l, int *epoch, int64_t *step, int *index)
+{
+    if (!l->started) return NULL;
+    if (l->claim_step >= l->steps_per_epoch && !advance_epoch(l)) return NULL;
+    int64_t g = (int64_t)l->claim_epoch * l->steps_per_epoch + l->claim_step; /* a step count over epochs */
+    ring_step *rs = &l->ring[g % l->o.prefetch];
+    if (rs->epoch != l->claim_epoch || rs->step != l->claim_step) {
+        if (rs->step >= 0 && rs->taken < l->micro) return NULL; /* still in use */
+        rs->epoch = l->claim_epoch;
+        rs->step = l->claim_step;
+        rs->taken = 0;
+        for (int i = 0; i < l->micro; i++) rs->slots[i].state = SLOT_EMPTY;
+    }
+    *epoch = l->claim_epoch;
+    *step = l->claim_step;
+    *index = l->claim_index;
+    rs->slots[l->claim_index].state = SLOT_FILLING;
+    if (++l->claim_index == l->micro) {
+        l->claim_index = 0;
+        l->claim_step++;
+    }
+    return &rs->slots[*index];
+}
+
+static void fill(crew_loader *l, slot *sl, int epoch, int64_t step, int index, float *scratch)
+{
+    const int64_t *ids = l->perm[epoch % 2] + step * l->global + (int64_t)index * l->batch;
+    memcpy(sl->ids, ids, (size_t)l->batch * sizeof *ids);
+    crew_dataset_gather(l->d, ids, l->batch, sl->x, sl->y);
+    if (crew_augment_active(&l->o.augment))
+        for (int64_t r = 0; r < l->batch; r++)
+            crew_augment_sample(&l->o.augment, &l->d->sample, sl->x + r * l->sample_size, scratch, l->seed, epoch, ids[r]);
+}
+
+static void *producer(void *arg)
+{
+    crew_loader *l = arg;
+    float *scratch = malloc((size_t)l->sample_size * sizeof(float));
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        int epoch, index;
+        int64_t step;
+        slot *sl = scratch ? claim(l, &epoch, &step, &index) : NULL;
+        if (!sl) {
+            pthread_cond_wait(&l->changed, &l->mu);
+            continue;
+        }
+        l->filling++;
+        pthread_mutex_unlock(&l->mu);
+        fill(l, sl, epoch, step, index, scratch);
+        pthread_mutex_lock(&l->mu);
+        l->filling--;
+        sl->state = SLOT_READY;
+        pthread_cond_broadcast(&l->changed);
+    }
+    pthread_mutex_unlock(&l->mu);
+    free(scratch);
+    return NULL;
+}
+
+static crew_status alloc_ring(crew_loader *l)
+{
+    l->ring = calloc((size_t)l->o.prefetch, sizeof *l->ring);
+    if (!l->ring) return CREW_OOM();
+    for (int i = 0; i < l->o.prefetch; i++) {
+        ring_step *rs = &l->ring[i];
+        rs->step = -1;
+        rs->slots = calloc((size_t)l->micro, sizeof *rs->slots);
+        if (!rs->slots) return CREW_OOM();
+        for (int j = 0; j < l->micro; j++) {
+            slot *s = &rs->slots[j];
+            s->x = malloc((size_t)(l->batch * l->sample_size) * sizeof *s->x);
+            s->y = malloc((size_t)l->batch * sizeof *s->y);
+            s->ids = malloc((size_t)l->batch * sizeof *s->ids);
+            if (!s->x || !s->y || !s->ids) return CREW_OOM();
+        }
+    }
+    return CREW_OK;
+}
+
+crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options *o, int64_t batch, int micro,
+                               uint64_t seed, crew_loader **out)
+{
+    *out = NULL;
+    if (o->threads < 1 || o->threads > 256)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader threads must be in [1, 256], got %d", o->threads);
+    if (o->prefetch < 1 || o->prefetch > 1024)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "prefetch depth must be in [1, 1024], got %d", o->prefetch);
+    if (o->augment.crop_padding < 0 || o->augment.crop_padding > 1024)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crop padding must be in [0, 1024], got %d", o->augment.crop_padding);
+    crew_loader *l = calloc(1, sizeof *l);
+    if (!l) return CREW_OOM();
+    l->d = d;
+    l->o = *o;
+    l->batch = batch;
+    l->micro = micro;
+    l->global = batch * micro;
+    l->seed = seed;
+    l->n = crew_dataset_size(d);
+    l->sample_size = crew_shape_size(&d->sample);
+    l->perm_epoch[0] = l->perm_epoch[1] = -1;
+    l->steps_per_epoch = o->pad_last ? (l->n + l->global - 1) / l->global : l->n / l->global;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->changed, NULL);
+    crew_status s = l->steps_per_epoch < 1 ? crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the dataset holds fewer samples "
+                                                         "than one global batch of %lld", (long long)l->global)
+                                           : CREW_OK;
+    if (!s) {
+        int64_t total = l->steps_per_epoch * l->global;
+        for (int b = 0; b < 2; b++) l->perm[b] = malloc((size_t)(total > l->n ? total : l->n) * sizeof *l->perm[b]);
+        if (!l->perm[0] || !l->perm[1]) s = CREW_OOM();
+    }
+    if (!s) s = alloc_ring(l);
+    if (!s && !(l->threads = calloc((size_t)o->threads, sizeof *l->threads))) s = CREW_OOM();
+    for (int i = 0; !s && i < o->threads; i++, l->n_threads++)
+        if (pthread_create(&l->threads[i], NULL, producer, l) != 0)
+            s = crew_errorf(CREW_CODE_INTERNAL, "could not start loader thread %d", i);
+    if (s) {
+        crew_loader_free(l);
+        return s;
+    }
+    *out = l;
+    return CREW_OK;
+}
+
+crew_status crew_loader_start_epoch(crew_loader *l, int epoch, int64_t first)
+{
+    pthread_mutex_lock(&l->mu);
+    if (l->started) { /* every replica calls this at every epoch; production already runs ahead */
+        pthread_mutex_unlock(&l->mu);
+        return CREW_OK;
+    }
+    int b = epoch % 2;
+    order_epoch(l, l->perm[b], epoch);
+    l->perm_epoch[b] = epoch;
+    l->remaining[b] = (l->steps_per_epoch - first) * l->micro;
+    l->claim_epoch = epoch;
+    l->claim_step = first;
+    l->claim_index = 0;
+    l->started = 1;
+    pthread_cond_broadcast(&l->changed);
+    pthread_mutex_unlock(&l->mu);
+    return CREW_OK;
+}
+
+crew_status crew_loader_next(crew_loader *l, int epoch, int64_t step, int index, float *x, int32_t *y, int64_t *ids,
+                             double *wait_s)
+{
+    double t0 = crew_now();
+    pthread_mutex_lock(&l->mu);
+    ring_step *rs = &l->ring[((int64_t)epoch * l->steps_per_epoch + step) % l->o.prefetch];
+    slot *sl = &rs->slots[index];
+    while (!(rs->epoch == epoch && rs->step == step && sl->state == SLOT_READY) && !l->stop)
+        pthread_cond_wait(&l->changed, &l->mu);
+    pthread_mutex_unlock(&l->mu);
+    *wait_s = crew_now() - t0;
+    if (l->stop) return crew_errorf(CREW_CODE_CANCELLED, "the loader was stopped");
+    memcpy(x, sl->x, (size_t)(l->batch * l->sample_size) * sizeof *x);
+    memcpy(y, sl->y, (size_t)l->batch * sizeof *y);
+    memcpy(ids, sl->ids, (size_t)l->batch * sizeof *ids);
+    pthread_mutex_lock(&l->mu);
+    sl->state = SLOT_TAKEN;
+    l->remaining[epoch % 2]--;
+    if (++rs->taken == l->micro) pthread_cond_broadcast(&l->changed); /* the ring step can be refilled */
+    pthread_mutex_unlock(&l->mu);
+    return CREW_OK;
+}
+
+void crew_loader_free(crew_loader *l)
+{
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->changed);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->n_threads; i++) pthread_join(l->threads[i], NULL);
+    for (int i = 0; l->ring && i < l->o.prefetch; i++) {
+        for (int j = 0; l->ring[i].slots && j < l->micro; j++) {
+            free(l->ring[i].slots[j].x);
+            free(l->ring[i].slots[j].y);
+            free(l->ring[i].slots[j].ids);
+        }
+        free(l->ring[i].slots);
+    }
+    free(l->ring);
+    free(l->threads);
+    free(l->perm[0]);
+    free(l->perm[1]);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->changed);
+    free(l);
+}
+
+crew_status crew_bench_loader(const crew_dataset *d, int threads, int prefetch, const crew_augment_options *augment,
+                              int64_t batch, int64_t steps, double *samples_per_s)
+{
+    crew_loader_options lo = {.threads = threads, .prefetch = prefetch, .augment = *augment};
+    return crew_loader_benchmark(d, &lo, batch, steps, samples_per_s);
+}
+
+crew_status crew_loader_benchmark(const crew_dataset *d, const crew_loader_options *o, int64_t batch, int64_t steps,
+                                  double *samples_per_s)
+{
+    crew_loader *l;
+    CREW_TRY(crew_loader_create(d, o, batch, 1, 1, &l));
+    int64_t sample = crew_shape_size(&d->sample);
+    float *x = malloc((size_t)(batch * sample) * sizeof *x);
+    int32_t *y = malloc((size_t)batch * sizeof *y);
+    int64_t *ids = malloc((size_t)batch * sizeof *ids);
+    crew_status s = x && y && ids ? CREW_OK : CREW_OOM();
+    double start = crew_now(), wait;
+    int64_t done = 0;
+    for (int epoch = 0; !s && done < steps; epoch++) {
+        s = crew_loader_start_epoch(l, epoch, 0);
+        for (int64_t k = 0; !s && k < crew_loader_steps_per_epoch(l) && done < steps; k++, done++)
+            s = crew_loader_next(l, epoch, k, 0, x, y, ids, &wait);
+    }
+    double took = crew_now() - start;
+    *samples_per_s = took > 0 ? (double)(done * batch) / took : 0.0;
+    free(x);
+    free(y);
+    free(ids);
+    crew_loader_free(l);
+    return s;
+}

@@ -1,0 +1,128 @@
+/* report.h — internals of crew_report_write (crew report): RUN_DIR/metrics.jsonl is read into a
+ * summary of bounded size (report.c), then drawn as one self-contained HTML page whose charts are
+ * inline SVG (report_svg.c).
+ *
+ * Memory does not grow with the length of the run: step lines are summed into at most
+ * CREW_REPORT_BUCKETS buckets of `bucket_steps` consecutive steps each; when a step falls past
+ * the last bucket, neighbouring buckets are merged in pairs and bucket_steps doubles. A run of up
+ * to CREW_REPORT_BUCKETS steps keeps one step per bucket, so short runs are drawn exactly. */
+#ifndef CREW_TELEMETRY_REPORT_H
+#define CREW_TELEMETRY_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "crew.h"
+
+#define CREW_REPORT_BUCKETS 400        /* points per chart, at most */
+#define CREW_REPORT_MAX_REPLICAS 1024  /* a rank at or above this is bad input */
+#define CREW_REPORT_MAX_EVENTS 1000    /* events kept for the table; the rest are only counted */
+#define CREW_REPORT_MAX_EPOCHS 1000    /* epoch lines kept; the rest are only counted */
+#define CREW_REPORT_MAX_LINE (4 << 20) /* bytes in one line of metrics.jsonl */
+
+/* The parts of a step, in the stacking order of the breakdown chart. */
+enum {
+    CREW_PART_DATA,
+    CREW_PART_FORWARD,
+    CREW_PART_BACKWARD,
+    CREW_PART_COMM,      /* exposed communication */
+    CREW_PART_OPTIMIZER,
+    CREW_PART_COUNT
+};
+
+/* Sums over the step lines that fell into one bucket. Missing (null) values are left out of both
+ * the sum and its count. */
+typedef struct crew_report_bucket {
+    int64_t steps;                     /* step lines in the bucket */
+    double loss_sum, loss_min, loss_max;
+    int64_t loss_n;
+    double lr_sum;
+    int64_t lr_n;
+    double samples, samples_s;         /* global_batch and step_s summed over steps having both */
+    double part_sum[CREW_PART_COUNT];  /* per step, the mean over its replicas, summed */
+    double wall_sum;                   /* step_s of the same steps */
+    int64_t part_n;
+} crew_report_bucket;
+
+typedef struct crew_report_event {
+    int64_t step;    /* -1 when missing */
+    char kind[24];
+    int rank;        /* -1: the whole run */
+    double value;    /* NaN when missing */
+    char *message;   /* owned; "" when missing */
+} crew_report_event;
+
+typedef struct crew_report_epoch {
+    int epoch;        /* 0-based, as in the file */
+    int64_t steps;    /* -1 when missing */
+    int64_t end_step; /* the last step line read before it (0: none) */
+    double train_loss, train_accuracy, test_loss, test_accuracy, wall_s, samples_per_s; /* NaN: missing */
+} crew_report_epoch;
+
+/* Everything the page shows. Numbers are NaN and counts -1 where the file did not say. */
+typedef struct crew_report_data {
+    /* the run line */
+    int has_run;
+    double start_time;
+    char version[32];
+    char model[256], data[256];  /* from the run line, else RUN_DIR/config.json, else "" */
+    int64_t devices, batch_per_device, accumulation, global_batch, steps_per_epoch, total_steps,
+        epochs, warmup_steps;
+    double base_lr, scaled_lr;
+
+    /* step lines */
+    int64_t step_lines, skipped_steps;
+    int64_t first_step, last_step;   /* smallest and largest step number seen */
+    double last_step_time;           /* Unix time of the last step line, NaN if none */
+    int64_t bucket_steps;            /* steps per bucket: 1, 2, 4, ... */
+    int buckets;                     /* buckets in use: bucket i holds steps i*bucket_steps+1 .. */
+    crew_report_bucket bucket[CREW_REPORT_BUCKETS];
+    int64_t recent_step;             /* the step of the latest step line (epoch lines follow it) */
+    int replicas;                    /* replicas seen: the highest rank + 1 */
+    int replica_rows;                /* rows allocated in compute_sum / compute_n */
+    double *compute_sum;             /* [replica_rows][CREW_REPORT_BUCKETS] forward_s + backward_s */
+    int64_t *compute_n;              /* [replica_rows][CREW_REPORT_BUCKETS] */
+
+    crew_report_event *events;       /* [n_events], at most CREW_REPORT_MAX_EVENTS */
+    int n_events;
+    int64_t total_events, event_kinds[8]; /* every event line, and by kind (crew_event_kind) */
+    crew_report_epoch *epochs_seen;  /* [n_epochs], at most CREW_REPORT_MAX_EPOCHS */
+    int n_epochs;
+    int64_t total_epochs;
+
+    /* the summary line */
+    int has_summary;
+    int64_t sum_steps, sum_epochs, sum_skipped;
+    double sum_wall_s, sum_samples_per_s, sum_test_accuracy, sum_test_loss;
+    double sum_fraction[4];          /* data, compute, comm_exposed, optimizer */
+    char bottleneck[512];
+} crew_report_data;
+
+/* Reads path (RUN_DIR/metrics.jsonl) into d. On error d is released. */
+crew_status crew_report_read(const char *path, crew_report_data *d);
+void crew_report_data_free(crew_report_data *d);
+
+/* The centre step of bucket i, for the x axis. */
+double crew_report_bucket_step(const crew_report_data *d, int i);
+
+/* Writes s with &, <, >, " and ' escaped, and bytes below 0x20 as spaces. */
+void crew_report_escape(FILE *f, const char *s);
+
+/* The charts, each one <svg class="chart" id="..."> element: loss, lr, throughput, breakdown,
+ * heatmap. Every coordinate written is finite. */
+void crew_report_svg_loss(FILE *f, const crew_report_data *d);
+void crew_report_svg_lr(FILE *f, const crew_report_data *d);
+void crew_report_svg_throughput(FILE *f, const crew_report_data *d);
+void crew_report_svg_breakdown(FILE *f, const crew_report_data *d);
+void crew_report_svg_heatmap(FILE *f, const crew_report_data *d);
+/* The summary's time fractions as one stacked bar (<svg class="fractions">), when present. */
+void crew_report_svg_fractions(FILE *f, const crew_report_data *d);
+
+/* The colour of an event kind ("straggler", ...), for markers and the events table. */
+const char *crew_report_kind_colour(const char *kind);
+
+/* Colours of the step parts, shared by the charts and the page's legends. */
+extern const char *const crew_report_part_colour[CREW_PART_COUNT];
+extern const char *const crew_report_part_name[CREW_PART_COUNT];
+
+#endif
