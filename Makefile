@@ -1,4 +1,5 @@
 # A thin wrapper over CMake. `make demo` and `make test` install what is missing first.
+MAKEFLAGS += --no-print-directory
 BUILD   ?= build
 JOBS    ?= $(shell nproc)
 DATA    ?= data/fashion-mnist

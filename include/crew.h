@@ -321,7 +321,7 @@ typedef struct crew_fit_options {
     int64_t drift_check_every;  /* hash every replica's parameters each this many steps [100]; <0 off */
     double straggler_threshold; /* slower than the median of the others by this fraction [0.2] */
     int64_t straggler_window;   /* steps per straggler verdict [50] */
-    double loss_spike_z;        /* z-score of a loss spike over the last 100 steps [4] */
+    double loss_spike_z;        /* z-score of a loss spike over the last 100 steps [6] */
     const crew_fit_faults *faults; /* tests only; NULL */
     /* The loader (docs/DATA.md): threads preparing batches ahead of the replicas. */
     int loader_threads;         /* [model file's, else min(4, cores)] */

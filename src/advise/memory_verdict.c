@@ -28,7 +28,8 @@ typedef struct ladder {
     int64_t mem;         /* one device's memory */
     int64_t host;        /* the loader's buffers, on the host */
     int shards;          /* as asked: 1, or the replicas with --optimizer-sharding */
-    int64_t *cost;       /* [layers] a layer's weights, output and workspace at the asked batch */
+    int64_t rows;        /* model parallelism: the micro-batch being tried */
+    int64_t *weights;    /* [layers] a layer's parameters, gradients and optimizer state */
     int64_t *width;      /* [layers + 1] per-sample values: width[i] into layer i, width[n] out of the last */
 } ladder;
 
@@ -126,7 +127,7 @@ static int sharding(const ladder *l)
     if (!l->mm->slots) return 0; /* plain SGD keeps no optimizer state */
     int64_t bytes = 0, d[4096];
     int nd = divisors(p->batch_per_device, d, 4096);
-    for (int n = 2; n <= MAX_SHARDS; n++)
+    for (int n = p->devices > 1 ? p->devices : 2; n <= MAX_SHARDS; n++)
         for (int i = 0; i < nd; i++) {
             int64_t b = d[i];
             int k = (int)(p->batch_per_device / b) * p->accumulation;
@@ -148,28 +149,37 @@ static int sharding(const ladder *l)
     return 0;
 }
 
+/* A layer's bytes in a stage; with several micro-batches per step its gradients are summed in a
+ * buffer of their own (backward overwrites them). */
+static int64_t layer_cost(const ladder *l, int i)
+{
+    int micro = (int)(l->p->batch_per_device / l->rows) * l->p->accumulation;
+    return l->weights[i] + crew_mem_layer_activation(l->mm, i, l->rows) + crew_mem_layer_workspace(l->mm, i, l->rows) +
+           (micro > 1 ? l->p->layers[i].params * 4 : 0);
+}
+
 /* Packs layers greedily from the front into stages of at most `limit` bytes: a stage holds its
- * layers' weights, outputs and workspace, the input it receives and the gradient ping-pong
- * buffers of its widest activation. Returns the stage count (0 when one layer alone exceeds the
- * limit); first[s] (when not NULL) is stage s's first layer, bytes[s] its size. */
+ * layers' weights, outputs and workspace for a micro-batch of l->rows, the input it receives and
+ * the gradient ping-pong buffers of its widest activation. Returns the stage count (0 when one
+ * layer alone exceeds the limit); first[s] (when not NULL) is stage s's first layer, bytes[s] its
+ * size. */
 static int pack(const ladder *l, int64_t limit, int *first, int64_t *bytes)
 {
     const int n = l->mm->m->n_layers;
-    const int64_t rows = l->p->batch_per_device;
     int stages = 0;
     for (int a = 0; a < n;) {
-        int64_t sum = 0, widest = l->width[a], size = 0;
+        int64_t sum = 0, widest = l->width[a], size = 0, in = crew_mem_alloc_bytes(l->rows * l->width[a], 4);
         int b = a;
         for (; b < n; b++) {
-            int64_t w = l->width[b + 1] > widest ? l->width[b + 1] : widest;
-            int64_t next = sum + l->cost[b] + crew_mem_alloc_bytes(rows * l->width[a], 4) + 2 * crew_mem_alloc_bytes(rows * w, 4);
+            int64_t w = l->width[b + 1] > widest ? l->width[b + 1] : widest, cost = layer_cost(l, b);
+            int64_t next = sum + cost + in + 2 * crew_mem_alloc_bytes(l->rows * w, 4);
             if (next > limit) break;
-            sum += l->cost[b];
+            sum += cost;
             widest = w;
             size = next;
         }
         if (b == a) return 0;
-        if (first) first[stages] = a, bytes[stages] = size;
+        if (first && stages < CREW_MAX_STAGES) first[stages] = a, bytes[stages] = size;
         stages++;
         a = b;
     }
@@ -186,8 +196,10 @@ static void describe_stages(const ladder *l, int64_t limit, int k)
     char mem[32];
     crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
     size_t used = (size_t)snprintf(p->verdict_text, sizeof p->verdict_text,
-                                   "needs model parallelism over %d stages of %s each%s; a balanced split:", k, mem,
-                                   p->shared_memory ? " (machines like this one)" : "");
+                                   "needs model parallelism over %d pipeline stages of %s each%s, micro-batches of %lld "
+                                   "(%d per step keep the global batch of %lld); a balanced split:", k, mem,
+                                   p->shared_memory ? " (machines like this one)" : "", (long long)l->rows,
+                                   p->advised_accumulation, (long long)p->global_batch);
     for (int s = 0; s < k; s++) {
         int a = first[s], b = s + 1 < k ? first[s + 1] - 1 : m->n_layers - 1;
         if (bytes[s] > largest) largest = bytes[s];
@@ -201,63 +213,79 @@ static void describe_stages(const ladder *l, int64_t limit, int k)
     p->advised_bytes_per_device = largest;
 }
 
-/* Rung 4: the fewest stages that fit, then the smallest largest stage with that many. */
-static int model_parallel(const ladder *l)
+/* Rung 4: per micro-batch size (the asked batch and its divisors), the fewest stages that fit;
+ * the fewest stages win, then the larger micro-batch; then the smallest largest stage. */
+static int model_parallel(ladder *l)
 {
     crew_memory_plan *p = l->p;
-    int k = pack(l, l->mem, NULL, NULL);
-    if (k == 0 || k > CREW_MAX_STAGES) return 0;
-    int64_t lo = 1, hi = l->mem; /* the smallest limit that still packs into k stages */
+    int64_t d[4096], best_rows = 0;
+    int nd = divisors(p->batch_per_device, d, 4096), best = 0;
+    for (int i = 0; i < nd; i++) {
+        l->rows = d[i];
+        int k = pack(l, l->mem, NULL, NULL);
+        /* one stage would be a replica with a smaller batch: rung 2 already said no */
+        if (k > 1 && k <= CREW_MAX_STAGES && (!best || k < best)) best = k, best_rows = d[i];
+    }
+    if (!best) return 0;
+    l->rows = best_rows;
+    int64_t lo = 1, hi = l->mem; /* the smallest limit that still packs into `best` stages */
     while (lo < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         int got = pack(l, mid, NULL, NULL);
-        if (got != 0 && got <= k)
+        if (got != 0 && got <= best)
             hi = mid;
         else
             lo = mid + 1;
     }
-    k = pack(l, lo, NULL, NULL);
+    int k = pack(l, lo, NULL, NULL);
     p->verdict = CREW_MEMORY_MODEL_PARALLEL;
-    p->advised_batch = p->batch_per_device;
-    p->advised_accumulation = p->accumulation;
+    p->advised_batch = best_rows;
+    p->advised_accumulation = (int)(p->batch_per_device / best_rows) * p->accumulation;
     p->advised_devices = k;
     describe_stages(l, lo, k);
     return 1;
 }
 
-static void too_large(const ladder *l)
+/* Rung 5: even one layer on a device of its own, at a micro-batch of one, is too large. */
+static void too_large(ladder *l)
 {
     crew_memory_plan *p = l->p;
     const crew_model *m = l->mm->m;
+    l->rows = 1;
     int worst = 0;
-    for (int i = 1; i < m->n_layers; i++)
-        if (l->cost[i] > l->cost[worst]) worst = i;
+    int64_t worst_bytes = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        int64_t w = l->width[i + 1] > l->width[i] ? l->width[i + 1] : l->width[i];
+        int64_t bytes = layer_cost(l, i) + crew_mem_alloc_bytes(l->width[i], 4) + 2 * crew_mem_alloc_bytes(w, 4);
+        if (bytes > worst_bytes) worst = i, worst_bytes = bytes;
+    }
     char need[32], mem[32];
-    crew_mem_format(l->cost[worst], need, sizeof need);
+    crew_mem_format(worst_bytes, need, sizeof need);
     crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
     p->verdict = CREW_MEMORY_TOO_LARGE;
-    p->advised_batch = p->batch_per_device;
-    p->advised_accumulation = p->accumulation;
+    p->advised_batch = 1;
+    p->advised_accumulation = (int)p->batch_per_device * p->accumulation;
     p->advised_devices = 0;
-    p->advised_bytes_per_device = l->cost[worst];
-    say(p, "does not fit: layer %d (%s) alone needs %s at a per-device batch of %lld, more than a device's %s; it "
-        "needs splitting within the layer (tensor parallelism), a smaller batch with pipelining, or devices with more "
-        "memory", worst, m->layers[worst]->name, need, (long long)p->batch_per_device, mem);
+    p->advised_bytes_per_device = worst_bytes;
+    say(p, "does not fit: layer %d (%s) alone needs %s even for one sample, more than a device's %s; it needs "
+        "splitting within the layer (tensor parallelism) or devices with more memory", worst, m->layers[worst]->name,
+        need, mem);
 }
 
 crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options *o, crew_memory_plan *p)
 {
     const crew_model *m = mm->m;
-    ladder l = {mm, p, p->device_memory_bytes, p->host_bytes, o->optimizer_sharding ? p->devices : 1, NULL, NULL};
-    l.cost = malloc((size_t)m->n_layers * sizeof *l.cost);
+    ladder l = {mm, p, p->device_memory_bytes, p->host_bytes, o->optimizer_sharding ? p->devices : 1,
+                p->batch_per_device, NULL, NULL};
+    l.weights = malloc((size_t)m->n_layers * sizeof *l.weights);
     l.width = malloc(((size_t)m->n_layers + 1) * sizeof *l.width);
-    if (!l.cost || !l.width) {
-        free(l.cost);
+    if (!l.weights || !l.width) {
+        free(l.weights);
         free(l.width);
         return CREW_OOM();
     }
     for (int i = 0; i < m->n_layers; i++) {
-        l.cost[i] = p->layers[i].weight_bytes + p->layers[i].activation_bytes + p->layers[i].workspace_bytes;
+        l.weights[i] = crew_mem_layer_weights(mm, i, 1);
         l.width[i] = crew_shape_size(&m->layers[i]->in);
     }
     l.width[m->n_layers] = crew_shape_size(&m->layers[m->n_layers - 1]->out);
@@ -265,7 +293,7 @@ crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options
         fits_as_asked(&l, o->optimizer_sharding);
     else if (!smaller_batch(&l) && !sharding(&l) && !model_parallel(&l))
         too_large(&l);
-    free(l.cost);
+    free(l.weights);
     free(l.width);
     return CREW_OK;
 }

@@ -89,7 +89,7 @@ crew_status crew_monitor_open(const crew_monitor_config *cfg, const crew_fit_pla
     if (m->cfg.straggler_threshold <= 0) m->cfg.straggler_threshold = 0.2;
     if (m->cfg.straggler_window <= 0) m->cfg.straggler_window = 50;
     if (m->cfg.input_bound_fraction <= 0) m->cfg.input_bound_fraction = 0.05;
-    if (m->cfg.loss_spike_z <= 0) m->cfg.loss_spike_z = 4.0;
+    if (m->cfg.loss_spike_z <= 0) m->cfg.loss_spike_z = 6.0; /* minibatch losses are skewed: 4σ happens */
     m->win_compute = calloc((size_t)m->n, sizeof *m->win_compute);
     m->total_compute = calloc((size_t)m->n, sizeof *m->total_compute);
     if (!m->win_compute || !m->total_compute) {

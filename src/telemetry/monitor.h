@@ -17,7 +17,7 @@ typedef struct crew_monitor_config {
     double straggler_threshold;     /* fraction above the others' median [0.2] */
     int64_t straggler_window;       /* steps per verdict [50] */
     double input_bound_fraction;    /* data waiting above this fraction of a step [0.05] */
-    double loss_spike_z;            /* [4] */
+    double loss_spike_z;            /* [6] */
     void (*on_event)(void *user, const crew_event_info *e);
     void *user;
 } crew_monitor_config;

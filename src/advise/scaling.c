@@ -1,0 +1,257 @@
+/* scaling.c — the cost model of data-parallel steps (scaling.h), fitted to trials; projections
+ * to other replica counts and links; the recommendation; the hint after a training run. */
+#include "advise/scaling.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/status.h"
+
+#define EFFICIENCY_FLOOR 0.75
+#define HINT_EFFICIENCY 0.5
+
+static double ring_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
+
+static double allreduce_s(const crew_link *l, int n, int64_t bytes)
+{
+    if (n <= 1) return 0.0;
+    return l->alpha_s + ring_factor(n) * (double)bytes / l->bytes_per_s;
+}
+
+/* The trial the per-replica figures come from: one replica if measured, else the fewest. */
+static const crew_scale_trial *base_trial(const crew_scale_trial *t, int n)
+{
+    const crew_scale_trial *b = &t[0];
+    for (int i = 1; i < n; i++)
+        if (t[i].devices < b->devices) b = &t[i];
+    return b;
+}
+
+/* Least squares of y = α + x·(S/β) over the counts above one; needs two distinct x. */
+static int fit_two(const crew_scale_model *cm, const double *x, const double *y, int k, crew_link *out)
+{
+    double mx = 0, my = 0, sxx = 0, sxy = 0;
+    for (int i = 0; i < k; i++) mx += x[i] / k, my += y[i] / k;
+    for (int i = 0; i < k; i++) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+    if (sxx < 1e-9) return 0;
+    double slope = sxy / sxx, alpha = my - slope * mx;
+    if (alpha < 0) { /* through the origin instead: no latency to speak of */
+        double xx = 0, xy = 0;
+        for (int i = 0; i < k; i++) xx += x[i] * x[i], xy += x[i] * y[i];
+        alpha = 0;
+        slope = xy / xx;
+    }
+    out->alpha_s = alpha;
+    out->bytes_per_s = slope > 1e-12 ? (double)cm->gradient_bytes / slope : 1e18;
+    return 1;
+}
+
+/* The all-reduce times measured at the counts above one: exposed + hidden, less the wait for
+ * the slower replica that rank 0's exposed time also holds. */
+static void fit_link(crew_scale_model *cm, const crew_scale_trial *t, int n, const crew_link *fallback)
+{
+    double x[64], y[64];
+    int k = 0, last = -1;
+    for (int i = 0; i < n && k < 64; i++) {
+        if (t[i].devices <= 1) continue;
+        double sync = cm->jitter_s * crew_scale_expected_max(t[i].devices);
+        double busy = t[i].comm_exposed_s + t[i].comm_hidden_s - sync;
+        x[k] = ring_factor(t[i].devices);
+        y[k++] = busy > 1e-6 ? busy : 1e-6;
+        last = i;
+    }
+    cm->link = *fallback;
+    if (k >= 2 && fit_two(cm, x, y, k, &cm->link)) {
+        cm->link_fitted = 2;
+        snprintf(cm->link_note, sizeof cm->link_note, "alpha and beta fitted to the all-reduce times measured at %d "
+                 "replica counts", k);
+        return;
+    }
+    if (k >= 1) { /* one count: the fallback's shape, scaled to what was measured */
+        double want = y[0], had = allreduce_s(fallback, t[last].devices, cm->gradient_bytes);
+        double f = had > 0 ? want / had : 1.0;
+        cm->link.alpha_s = fallback->alpha_s * f;
+        cm->link.bytes_per_s = fallback->bytes_per_s / f;
+        cm->link_fitted = 1;
+        snprintf(cm->link_note, sizeof cm->link_note, "the shared-memory benchmark scaled by %.2f to the all-reduce time "
+                 "measured at %d replicas", f, t[last].devices);
+        return;
+    }
+    cm->link_fitted = 0;
+    snprintf(cm->link_note, sizeof cm->link_note, "no trial above one replica: the shared-memory defaults (measured "
+             "by a two-thread all-reduce of the gradients' size on this machine)");
+}
+
+crew_status crew_scale_fit(const crew_scale_trial *t, int n, int64_t gradient_bytes, const crew_link *fallback,
+                           int cores, crew_scale_model *out)
+{
+    if (!out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_scale_fit: NULL model");
+    memset(out, 0, sizeof *out);
+    if (!t || n < 1 || !fallback || gradient_bytes < 0 || !(fallback->bytes_per_s > 0) || !(fallback->alpha_s >= 0))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_scale_fit needs at least one trial, the gradient bytes "
+                           "and a fallback link with positive bandwidth");
+    const crew_scale_trial *b = base_trial(t, n);
+    out->batch_per_device = b->global_batch / b->devices;
+    out->gradient_bytes = gradient_bytes;
+    out->compute_s = b->compute_s + b->optimizer_s + b->other_s;
+    out->data_s = b->data_s;
+    out->jitter_s = b->compute_jitter_s;
+    out->cores = cores > 0 ? cores : 0;
+    double hidden = 0, busy = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i].devices > 1) hidden += t[i].comm_hidden_s, busy += t[i].comm_hidden_s + t[i].comm_exposed_s;
+    out->hidden_fraction = busy > 0 ? hidden / busy : 0.0;
+    fit_link(out, t, n, fallback);
+    return CREW_OK;
+}
+
+static void predict_raw(const crew_scale_model *cm, const crew_link *link, int shared, int n, crew_scale_point *p)
+{
+    memset(p, 0, sizeof *p);
+    p->devices = n;
+    p->global_batch = (int64_t)n * cm->batch_per_device;
+    p->compute_s = cm->compute_s;
+    p->data_s = cm->data_s;
+    p->sync_s = cm->jitter_s * crew_scale_expected_max(n);
+    p->comm_s = (1.0 - cm->hidden_fraction) * allreduce_s(link, n, cm->gradient_bytes) + (n > 1 ? link->alpha_s : 0.0);
+    if (shared && cm->cores > 0 && n > cm->cores) /* replicas take turns on too few cores */
+        p->shared_cores_s = cm->compute_s * ((double)n / cm->cores - 1.0);
+    p->step_s = p->compute_s + p->data_s + p->sync_s + p->comm_s + p->shared_cores_s;
+    p->samples_per_s = p->step_s > 0 ? (double)p->global_batch / p->step_s : 0.0;
+}
+
+void crew_scale_predict(const crew_scale_model *cm, const crew_link *link, int devices, crew_scale_point *out)
+{
+    const crew_link *l = link ? link : &cm->link;
+    crew_scale_point one;
+    predict_raw(cm, l, link == NULL, 1, &one);
+    predict_raw(cm, l, link == NULL, devices < 1 ? 1 : devices, out);
+    out->speedup = one.samples_per_s > 0 ? out->samples_per_s / one.samples_per_s : NAN;
+    out->efficiency = out->speedup / out->devices;
+}
+
+static void format_duration(double s, char *buf, size_t len)
+{
+    if (!isfinite(s))
+        snprintf(buf, len, "forever");
+    else if (s < 120)
+        snprintf(buf, len, "%.0f s", s);
+    else if (s < 7200)
+        snprintf(buf, len, "%.0f min", s / 60);
+    else if (s < 172800)
+        snprintf(buf, len, "%.1f h", s / 3600);
+    else
+        snprintf(buf, len, "%.1f days", s / 86400);
+}
+
+static double epochs_s(const crew_scale_point *p, int64_t samples, int epochs)
+{
+    int64_t steps = p->global_batch > 0 ? samples / p->global_batch : 0;
+    return steps > 0 ? (double)epochs * (double)steps * p->step_s : INFINITY;
+}
+
+static void say(char *buf, size_t len, const char *fmt, ...) CREW_PRINTF(3, 4);
+static void say(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+/* Why efficiency fell under the floor at this count, and what would help. */
+static void explain_stall(const crew_scale_model *cm, const crew_link *l, const crew_scale_point *p, char *buf, size_t len)
+{
+    double latency = 2 * l->alpha_s, bandwidth = ring_factor(p->devices) * (double)cm->gradient_bytes / l->bytes_per_s;
+    double parts[4] = {p->comm_s, p->sync_s, p->data_s, p->shared_cores_s};
+    int worst = 0;
+    for (int i = 1; i < 4; i++)
+        if (parts[i] > parts[worst]) worst = i;
+    char head[160];
+    snprintf(head, sizeof head, "scaling stalls at %d devices (%.0f%% efficiency): ", p->devices, 100 * p->efficiency);
+    if (worst == 3)
+        say(buf, len, "%sthe replicas outnumber this machine's %d cores and take turns; use at most %d replicas here, "
+            "or devices with cores of their own", head, cm->cores, cm->cores);
+    else if (worst == 2)
+        say(buf, len, "%sdata loading: each replica waits %.1f ms per step for its batch; more loader threads "
+            "(--loader-threads), cheaper augmentation or faster storage would help", head, 1e3 * p->data_s);
+    else if (worst == 1)
+        say(buf, len, "%sstragglers: a step's compute varies by %.1f ms and the slowest of %d replicas sets the pace; "
+            "a quieter machine, pinned threads or a larger per-device batch (steadier steps) would help", head,
+            1e3 * cm->jitter_s, p->devices);
+    else if (latency > bandwidth || cm->compute_s < 4 * p->comm_s)
+        say(buf, len, "%sthe per-device batch of %lld is too small: %.1f ms of compute per step cannot hide %.1f ms of "
+            "communication (%.0f us latency per all-reduce); a larger --batch-per-device, or accumulation "
+            "(--global-batch), pays it once for more samples", head, (long long)cm->batch_per_device,
+            1e3 * cm->compute_s, 1e3 * p->comm_s, 1e6 * l->alpha_s);
+    else
+        say(buf, len, "%scommunication: all-reducing %.1f MB per step takes %.1f ms at %.2f GB/s; a faster link, "
+            "smaller buckets (--bucket-mb) to overlap more of it with the backward pass, or fewer steps per sample "
+            "(a larger batch) would help", head, cm->gradient_bytes / 1e6, 1e3 * p->comm_s, l->bytes_per_s / 1e9);
+}
+
+void crew_scale_advise(const crew_scale_model *cm, const crew_link *link, const int *counts, int n_counts,
+                       int64_t train_samples, int epochs, double worth_it_s, crew_scale_advice *out)
+{
+    memset(out, 0, sizeof *out);
+    const crew_link *l = link ? link : &cm->link;
+    crew_scale_point one, best, p;
+    crew_scale_predict(cm, link, 1, &one);
+    best = one;
+    out->one_device_s = epochs_s(&one, train_samples, epochs);
+    for (int i = 0; i < n_counts; i++) {
+        crew_scale_predict(cm, link, counts[i], &p);
+        if (p.efficiency >= EFFICIENCY_FLOOR && p.devices > best.devices) best = p;
+        if (p.efficiency < EFFICIENCY_FLOOR && !out->stall_devices) {
+            out->stall_devices = p.devices;
+            explain_stall(cm, l, &p, out->stall, sizeof out->stall);
+        }
+    }
+    char t1[32], tn[32], limit[32];
+    format_duration(out->one_device_s, t1, sizeof t1);
+    format_duration(worth_it_s, limit, sizeof limit);
+    if (out->one_device_s <= worth_it_s) {
+        out->recommended_devices = 1;
+        out->recommended_s = out->one_device_s;
+        say(out->reason, sizeof out->reason, "stay on one device: it trains %d epoch%s in about %s, within the %s "
+            "worth-it threshold; more devices would add coordination and failure modes for little time saved",
+            epochs, epochs == 1 ? "" : "s", t1, limit);
+        return;
+    }
+    out->recommended_devices = best.devices;
+    out->recommended_s = epochs_s(&best, train_samples, epochs);
+    format_duration(out->recommended_s, tn, sizeof tn);
+    if (best.devices == 1)
+        say(out->reason, sizeof out->reason, "stay on one device: it needs about %s for %d epoch%s, but no larger count "
+            "keeps a projected efficiency of %.0f%%", t1, epochs, epochs == 1 ? "" : "s", 100 * EFFICIENCY_FLOOR);
+    else
+        say(out->reason, sizeof out->reason, "use %d devices: %d epoch%s take about %s instead of %s on one device "
+            "(speedup %.1fx, projected efficiency %.0f%%); it is the largest count at or above %.0f%%", best.devices,
+            epochs, epochs == 1 ? "" : "s", tn, t1, best.speedup, 100 * best.efficiency, 100 * EFFICIENCY_FLOOR);
+}
+
+int crew_fit_scaling_hint(const crew_fit_result *r, const crew_fit_plan *p, char *buf, size_t len)
+{
+    if (!buf || len == 0) return 0;
+    buf[0] = '\0';
+    if (!r || !p || r->steps <= 0) return 0;
+    /* The share of a step one device would also spend: its own forward, backward and update. The
+     * rest is waiting, which more devices add or do not remove. */
+    double work = r->compute_fraction + r->optimizer_fraction, data = r->data_fraction, comm = r->comm_exposed_fraction;
+    if (p->devices > 1 && work < HINT_EFFICIENCY) {
+        say(buf, len, "hint: the %d replicas computed only %.0f%% of each step (waiting %.0f%% on all-reduce, %.0f%% on "
+            "data), an estimated scaling efficiency of %.0f%%: fewer devices would train about as fast; crew scale "
+            "measures it", p->devices, 100 * work, 100 * comm, 100 * data, 100 * work);
+        return 1;
+    }
+    if (data + comm > work) {
+        say(buf, len, "hint: each step waited longer (%.0f%% on data, %.0f%% on all-reduce) than it computed (%.0f%%): "
+            "%s", 100 * data, 100 * comm, 100 * work,
+            data >= comm ? "more loader threads (--loader-threads) would help more than more devices"
+                         : "a larger per-device batch or fewer devices would spend less of each step waiting");
+        return 1;
+    }
+    return 0;
+}
