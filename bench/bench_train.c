@@ -35,6 +35,7 @@ typedef struct bench_stats {
     double sps[MAX_REPEATS]; /* [repeats] samples/s of each timed fit, in run order */
     double fit_wall_s[MAX_REPEATS]; /* [repeats] whole crew_model_fit call, replica setup included */
     double median, min, max;
+    double step_ms, exposed_fraction, hidden_ms, data_fraction; /* the last timed fit's telemetry */
 } bench_stats;
 
 static void usage(FILE *f)
@@ -151,6 +152,11 @@ static crew_status run_bench(crew_model *m, const crew_dataset *train, const ben
         CREW_TRY(one_fit(m, train, a, init, a->steps, &res));
         st->fit_wall_s[i] = crew_now() - t0;
         st->sps[i] = res.samples_per_s;
+        /* where the steps went, from the fit's own telemetry (the last run's) */
+        st->step_ms = res.samples_per_s > 0 ? 1000.0 * (double)a->batch / res.samples_per_s : 0.0;
+        st->exposed_fraction = res.comm_exposed_fraction;
+        st->hidden_ms = 1000.0 * res.comm_hidden_s;
+        st->data_fraction = res.data_fraction;
         if (!a->json) fprintf(stderr, "  run %d: %.1f samples/s\n", i + 1, res.samples_per_s);
     }
     int r = a->repeats;
@@ -184,6 +190,8 @@ static void report(const bench_args *a, const bench_stats *st)
            a->repeats);
     printf("  %.1f samples/s  %.3f ms/step  (min %.1f, max %.1f, spread %.1f%%)\n", st->median, ms, st->min,
            st->max, spread);
+    printf("  per step: all-reduce exposed %.3f ms (%.1f%%), hidden behind backward %.3f ms; data wait %.1f%%\n",
+           st->exposed_fraction * st->step_ms, 100.0 * st->exposed_fraction, st->hidden_ms, 100.0 * st->data_fraction);
     if (!a->json) return;
     printf("{\"framework\": \"crew\", \"crew_version\": \"%s\", \"model\": \"%s\", \"devices\": %d, "
            "\"threads_per_device\": %d, \"batch\": %lld, \"steps\": %lld, \"repeats\": %d, "
@@ -194,7 +202,9 @@ static void report(const bench_args *a, const bench_stats *st)
     for (int i = 0; i < a->repeats; i++) printf("%s%.3f", i ? ", " : "", st->sps[i]);
     printf("], \"fit_wall_s\": [");
     for (int i = 0; i < a->repeats; i++) printf("%s%.4f", i ? ", " : "", st->fit_wall_s[i]);
-    printf("]}\n");
+    printf("], \"comm_exposed_ms\": %.4f, \"comm_exposed_fraction\": %.4f, \"comm_hidden_ms\": %.4f, "
+           "\"data_fraction\": %.4f}\n",
+           st->exposed_fraction * st->step_ms, st->exposed_fraction, st->hidden_ms, st->data_fraction);
 }
 
 /* The initial weights go to --save-init, or to a private temporary directory. */

@@ -187,6 +187,14 @@ def print_markdown(info, results, targets, command):
     print("|" + "|".join("---" if i == 0 else "--:" for i in range(len(head))) + "|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
+    print("\nCommunication per step of the 2-replica runs at a fixed per-device batch (crew's own telemetry):\n")
+    print("| model | all-reduce exposed (ms) | exposed share of the step | hidden behind backward (ms) | data wait |")
+    print("|---|--:|--:|--:|--:|")
+    for r in results.values():
+        f = r["crew_dp2_fixed"]
+        print(f"| {r['model']} | {f.get('comm_exposed_ms', float('nan')):.3f} | "
+              f"{100 * f.get('comm_exposed_fraction', float('nan')):.1f}% | {f.get('comm_hidden_ms', float('nan')):.3f} | "
+              f"{100 * f.get('data_fraction', float('nan')):.1f}% |")
     print("\n| target | wanted | measured | met |\n|---|--:|--:|---|")
     for label, t, v, met in targets:
         print(f"| {label} | ≥ {t:.2f} | {v:.2f} | {'yes' if met else '**no**'} |")
