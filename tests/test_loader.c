@@ -73,6 +73,13 @@ static void test_independent_of_threads(const crew_dataset *d)
 
 static void test_input_bound(const crew_dataset *d)
 {
+#ifdef CREW_SANITIZED
+    /* Under sanitizers (an unoptimised, instrumented build) the model is so slow that no loader
+     * falls behind it: the timing claims below are for the real build. */
+    printf("input-bound check skipped in the sanitizer build\n");
+    (void)d;
+    return;
+#endif
     /* 5 ms per sample: one thread prepares an 8-sample micro-batch in ~40 ms, ten times as long as
      * the model takes for a step (~4 ms); 32 threads (sleeping, not computing) make one every
      * ~1.3 ms, well ahead. */
