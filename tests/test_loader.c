@@ -24,7 +24,7 @@ static void on_event(void *user, const crew_event_info *e)
     if (e->kind == CREW_EVENT_INPUT_BOUND) ev->input_bound++;
 }
 
-/* heavy: ~4 ms of compute per 8-sample step, so loader hand-off costs are small beside it. */
+/* heavy: ~10 ms of compute per 8-sample step, so loader hand-off costs are small beside it. */
 static crew_model *small_model(int heavy)
 {
     crew_model *m = NULL;
@@ -32,7 +32,7 @@ static crew_model *small_model(int heavy)
     CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_CONV2D, .filters = heavy ? 32 : 4, .kernel = {3, 3},
                                                   .padding = CREW_PAD_SAME, .activation = CREW_ACT_RELU}));
     CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_FLATTEN}));
-    if (heavy) CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 256}));
+    if (heavy) CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 768}));
     CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DROPOUT, .rate = 0.1f}));
     CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = SYN_CLASSES}));
     return m;
@@ -80,8 +80,8 @@ static void test_input_bound(const crew_dataset *d)
     (void)d;
     return;
 #endif
-    /* 5 ms per sample: one thread prepares an 8-sample micro-batch in ~40 ms, ten times as long as
-     * the model takes for a step (~4 ms); 32 threads (sleeping, not computing) make one every
+    /* 5 ms per sample: one thread prepares an 8-sample micro-batch in ~40 ms, four times as long as
+     * the model takes for a step (~10 ms); 32 threads (sleeping, not computing) make one every
      * ~1.3 ms, well ahead. */
     crew_augment_options slow = {.slow_s = 0.005};
     events one = {0}, many = {0};

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 
 #define NPY_MAGIC "\x93NUMPY"
@@ -272,27 +273,13 @@ crew_status crew_npy_open(const char *path, crew_npy *out)
 {
     if (!path || !out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_npy_open: NULL argument");
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        crew_status s = crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
-        close(fd);
-        return s;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a regular file", path);
-    }
-    size_t len = (size_t)st.st_size;
+    void *map;
+    size_t len;
+    CREW_TRY(crew_map_file(path, &map, &len));
     if (len < 10) {
-        close(fd);
+        crew_unmap_file(map, len);
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s: too short to be a .npy file (%zu bytes)", path, len);
     }
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    close(fd); /* the mapping keeps the file alive */
-    if (map == MAP_FAILED) return crew_errorf(CREW_CODE_IO, "%s: mmap: %s", path, strerror(err));
     crew_status s = crew_npy_parse(map, len, path, out);
     if (s) {
         munmap(map, len);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/rng.h"
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "data/atomic_dir.h"
 
@@ -39,20 +40,9 @@ crew_status crew_prep_refuse_existing(const char *out_dir)
 
 crew_status crew_prep_map_file(const char *path, void **map, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    crew_status s = CREW_OK;
-    if (fstat(fd, &st) != 0) s = crew_errorf(CREW_CODE_IO, "%s: stat: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a regular file", path);
-    else if (st.st_size == 0) s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: empty file", path);
-    if (!s) {
-        *len = (size_t)st.st_size;
-        *map = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (*map == MAP_FAILED) s = crew_errorf(CREW_CODE_IO, "%s: mmap: %s", path, strerror(errno));
-    }
-    close(fd);
-    return s;
+    CREW_TRY(crew_map_file(path, map, len));
+    if (*len == 0) return crew_errorf(CREW_CODE_BAD_INPUT, "%s: empty file", path);
+    return CREW_OK;
 }
 
 /* ---------------------------------------------------------------- split */

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 
 #define LLAMA3_MAGIC 20240801 /* llm.c's uint32-token shards (version 7) */
@@ -64,28 +65,14 @@ crew_status crew_tokens_open(const char *path, crew_token_shard *out)
 {
     if (!path || !out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_tokens_open: NULL argument");
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        crew_status s = crew_errorf(CREW_CODE_IO, "%s: stat: %s", path, strerror(errno));
-        close(fd);
-        return s;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a regular file", path);
-    }
-    size_t len = (size_t)st.st_size;
-    if (len < CREW_TOKENS_HEADER_BYTES) { /* also keeps mmap away from an empty file */
-        close(fd);
+    void *map;
+    size_t len;
+    CREW_TRY(crew_map_file(path, &map, &len));
+    if (len < CREW_TOKENS_HEADER_BYTES) {
+        crew_unmap_file(map, len);
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s: %zu bytes is shorter than the %d-byte header of an llm.c token shard",
                            path, len, CREW_TOKENS_HEADER_BYTES);
     }
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    close(fd);
-    if (map == MAP_FAILED) return crew_errorf(CREW_CODE_IO, "%s: mmap: %s", path, strerror(err));
     crew_status s = crew_tokens_parse(map, len, path, out);
     if (s) {
         munmap(map, len);

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "telemetry/crc32c.h"
 #include "telemetry/tb_writer.h"
@@ -280,31 +281,11 @@ crew_status crew_tb_parse(const void *buf, size_t len, const char *what, crew_tb
 static crew_status read_file(const char *path, crew_tb_callback cb, void *user, int64_t *records)
 {
     if (!path) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_tb_read: no path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return crew_errorf(CREW_CODE_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        crew_status s = crew_errorf(CREW_CODE_IO, "%s: stat: %s", path, strerror(errno));
-        close(fd);
-        return s;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a regular file", path);
-    }
-    size_t len = (size_t)sb.st_size;
-    void *map = NULL;
-    if (len) {
-        map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (map == MAP_FAILED) {
-            crew_status s = crew_errorf(CREW_CODE_IO, "%s: mmap: %s", path, strerror(errno));
-            close(fd);
-            return s;
-        }
-    }
-    close(fd);
+    void *map;
+    size_t len;
+    CREW_TRY(crew_map_file(path, &map, &len));
     crew_status s = crew_tb_parse(map, len, path, cb, user, records);
-    if (map) munmap(map, len);
+    crew_unmap_file(map, len);
     return s;
 }
 
