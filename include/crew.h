@@ -527,6 +527,10 @@ typedef struct crew_scale_trial {
     double step_s, data_s, compute_s, comm_exposed_s, comm_hidden_s, optimizer_s;
     double other_s;              /* the rest of a step: the metrics all-reduce, bookkeeping */
     double compute_jitter_s;     /* robust spread (1.4826 × MAD) of a step's forward + backward */
+    double cpu_share;            /* CPU time of replica 0's thread over wall time: the share of a core
+                                    it got (under 1 when other processes compete for the cores) */
+    double helper_cpu_s;         /* CPU time per step of the process's other threads (the loader,
+                                    communication), per replica */
     double speedup, efficiency;  /* against a 1-replica trial (crew_scale_analyse); NaN without one */
 } crew_scale_trial;
 
@@ -555,14 +559,28 @@ typedef struct crew_link {
  * two replicas' communication threads, as training runs them. */
 crew_status crew_scale_measure_shared_memory(int64_t bytes, crew_link *out);
 
+/* How fast `threads` replicas step in lockstep, each relative to one alone (1: no slowdown),
+ * measured for about `seconds` in all with replica-like rounds of about round_s (a step's compute):
+ * a dense layer's GEMM and an AdamW-like pass over stream_values values (the model's parameter
+ * count), each round ending where all threads meet. Shared execution units (SMT, vCPUs), memory
+ * bandwidth, other processes and the waits for the slowest thread all show in it. */
+crew_status crew_scale_probe_parallel(int threads, double seconds, int64_t stream_values, double round_s,
+                                      double *speed);
+
 typedef struct crew_scale_model {
     int64_t batch_per_device;
     int64_t gradient_bytes;      /* S: what each step all-reduces */
     double compute_s;            /* one replica's forward + backward + update + bookkeeping per step */
     double data_s;               /* one replica's wait for data per step */
+    double helper_s;             /* CPU time per step and replica of the loader and communication
+                                    threads: it competes with the replicas once every core is busy */
     double jitter_s;             /* per-step compute jitter: the slowest of N replicas sets the pace */
     double hidden_fraction;      /* the share of the all-reduce hidden behind the backward pass */
     int cores;                   /* CPU cores this machine's replicas share */
+    double parallel_speed;       /* `cores` replicas in lockstep each step at this fraction of the
+                                    speed of one alone (1: no slowdown): fitted to a trial above one
+                                    replica and within the cores, else the probe's */
+    int speed_fitted;            /* 1: parallel_speed comes from a trial */
     crew_link link;              /* fitted, or the shared-memory fallback */
     int link_fitted;             /* 2: α and β fitted to two or more counts; 1: the fallback scaled
                                     to one measured count; 0: the fallback as it is */
@@ -570,9 +588,11 @@ typedef struct crew_scale_model {
 } crew_scale_model;
 
 /* Fits the cost model to trials (at least one). fallback: the link to use, or to calibrate,
- * when fewer than two replica counts above one were measured. cores: this machine's. */
+ * when fewer than two replica counts above one were measured. cores: this machine's;
+ * parallel_speed: crew_scale_probe_parallel(cores, ...), used when no trial ran 2 to `cores`
+ * replicas (0: not measured, taken as 1). */
 crew_status crew_scale_fit(const crew_scale_trial *trials, int n, int64_t gradient_bytes, const crew_link *fallback,
-                           int cores, crew_scale_model *out);
+                           int cores, double parallel_speed, crew_scale_model *out);
 
 /* One replica count's projection. */
 typedef struct crew_scale_point {
@@ -581,7 +601,9 @@ typedef struct crew_scale_point {
     double step_s;
     double compute_s, data_s, comm_s, sync_s; /* parts of step_s: comm = exposed all-reduce, sync =
                                                  waiting for the slowest replica */
-    double shared_cores_s;       /* extra time because replicas share too few cores (on this machine) */
+    double shared_cores_s;       /* extra compute time because replicas side by side compute slower
+                                    than one alone (on this machine: shared units, other processes,
+                                    more replicas than cores) */
     double samples_per_s, speedup, efficiency;
 } crew_scale_point;
 

@@ -67,11 +67,11 @@ static void fits_as_asked(const ladder *l, int sharded)
     p->advised_bytes_per_device = p->bytes_per_device;
     if (p->shared_memory)
         say(p, "fits with data parallelism%s: each replica needs %s at a per-device batch of %lld; %d replica%s and "
-            "the loader need %s of this machine's %s (%.1f%%)", sharded ? " and sharded optimizer state" : "", per,
+            "the loader need %s of this machine's %s (%.2g%%)", sharded ? " and sharded optimizer state" : "", per,
             (long long)p->batch_per_device, p->devices, p->devices > 1 ? "s" : "", total, mem,
             100.0 * (double)p->total_bytes / (double)p->device_memory_bytes);
     else
-        say(p, "fits with data parallelism%s: each replica needs %s of the device's %s (%.1f%%) at a per-device "
+        say(p, "fits with data parallelism%s: each replica needs %s of the device's %s (%.2g%%) at a per-device "
             "batch of %lld", sharded ? " and sharded optimizer state" : "", per, mem,
             100.0 * (double)p->bytes_per_device / (double)p->device_memory_bytes, (long long)p->batch_per_device);
 }

@@ -11,6 +11,7 @@
 
 #define EFFICIENCY_FLOOR 0.75
 #define HINT_EFFICIENCY 0.5
+#define BUCKET_BYTES (25.0 * 1024 * 1024) /* crew_fit_options.bucket_mb's default */
 
 static double ring_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 
@@ -48,16 +49,15 @@ static int fit_two(const crew_scale_model *cm, const double *x, const double *y,
     return 1;
 }
 
-/* The all-reduce times measured at the counts above one: exposed + hidden, less the wait for
- * the slower replica that rank 0's exposed time also holds. */
+/* The all-reduce times measured at the counts above one: exposed + hidden. Rank 0's share of it
+ * also holds its waits for a slower replica, which makes α an effective latency. */
 static void fit_link(crew_scale_model *cm, const crew_scale_trial *t, int n, const crew_link *fallback)
 {
     double x[64], y[64];
     int k = 0, last = -1;
     for (int i = 0; i < n && k < 64; i++) {
         if (t[i].devices <= 1) continue;
-        double sync = cm->jitter_s * crew_scale_expected_max(t[i].devices);
-        double busy = t[i].comm_exposed_s + t[i].comm_hidden_s - sync;
+        double busy = t[i].comm_exposed_s + t[i].comm_hidden_s;
         x[k] = ring_factor(t[i].devices);
         y[k++] = busy > 1e-6 ? busy : 1e-6;
         last = i;
@@ -80,12 +80,38 @@ static void fit_link(crew_scale_model *cm, const crew_scale_trial *t, int n, con
         return;
     }
     cm->link_fitted = 0;
-    snprintf(cm->link_note, sizeof cm->link_note, "no trial above one replica: the shared-memory defaults (measured "
-             "by a two-thread all-reduce of the gradients' size on this machine)");
+    snprintf(cm->link_note, sizeof cm->link_note, "shared-memory defaults, measured by a two-thread all-reduce of the "
+             "gradients' size on this machine; no trial above one replica to fit them to");
+}
+
+/* How fast a replica among n computes relative to one alone on this machine: the probe's speed
+ * with every core busy, interpolated from 1 for fewer replicas; beyond the cores they take turns. */
+static double core_share(const crew_scale_model *cm, int n)
+{
+    if (cm->cores <= 0 || n <= 1) return 1.0;
+    double s = cm->parallel_speed;
+    if (n > cm->cores) return s * cm->cores / n;
+    return cm->cores > 1 ? 1.0 - (1.0 - s) * (n - 1) / (cm->cores - 1) : 1.0;
+}
+
+/* The lockstep speed from the trial with the most replicas within the cores (above one): the base
+ * trial's per-step work over that trial's (its waits for a slower replica included, as in the
+ * probe), carried from N to all the cores along the line core_share() interpolates. */
+static void fit_speed(crew_scale_model *cm, const crew_scale_trial *t, int n, const crew_scale_trial *base)
+{
+    const crew_scale_trial *w = NULL;
+    for (int i = 0; i < n; i++)
+        if (t[i].devices > 1 && t[i].devices <= cm->cores && (!w || t[i].devices > w->devices)) w = &t[i];
+    double work = w ? w->compute_s + w->optimizer_s + w->other_s : 0.0;
+    if (!w || base->devices != 1 || work <= 0) return;
+    double s = cm->compute_s / work;
+    if (w->devices < cm->cores) s = 1.0 - (1.0 - s) * (cm->cores - 1) / (w->devices - 1);
+    cm->parallel_speed = s < 0.05 ? 0.05 : s > 1.0 ? 1.0 : s;
+    cm->speed_fitted = 1;
 }
 
 crew_status crew_scale_fit(const crew_scale_trial *t, int n, int64_t gradient_bytes, const crew_link *fallback,
-                           int cores, crew_scale_model *out)
+                           int cores, double parallel_speed, crew_scale_model *out)
 {
     if (!out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_scale_fit: NULL model");
     memset(out, 0, sizeof *out);
@@ -97,12 +123,17 @@ crew_status crew_scale_fit(const crew_scale_trial *t, int n, int64_t gradient_by
     out->gradient_bytes = gradient_bytes;
     out->compute_s = b->compute_s + b->optimizer_s + b->other_s;
     out->data_s = b->data_s;
+    out->helper_s = b->helper_cpu_s;
     out->jitter_s = b->compute_jitter_s;
     out->cores = cores > 0 ? cores : 0;
+    out->parallel_speed = parallel_speed > 0 && parallel_speed <= 1 ? parallel_speed : 1.0;
+    fit_speed(out, t, n, b);
+    /* Gradients within one bucket (25 MiB by default) are all-reduced only once the backward pass
+     * is over: nothing of it can hide, whatever the step's accounting of the last moments says. */
     double hidden = 0, busy = 0;
     for (int i = 0; i < n; i++)
         if (t[i].devices > 1) hidden += t[i].comm_hidden_s, busy += t[i].comm_hidden_s + t[i].comm_exposed_s;
-    out->hidden_fraction = busy > 0 ? hidden / busy : 0.0;
+    out->hidden_fraction = busy > 0 && gradient_bytes > BUCKET_BYTES ? hidden / busy : 0.0;
     fit_link(out, t, n, fallback);
     return CREW_OK;
 }
@@ -114,10 +145,17 @@ static void predict_raw(const crew_scale_model *cm, const crew_link *link, int s
     p->global_batch = (int64_t)n * cm->batch_per_device;
     p->compute_s = cm->compute_s;
     p->data_s = cm->data_s;
-    p->sync_s = cm->jitter_s * crew_scale_expected_max(n);
+    /* On this machine the probe's lockstep rounds already hold the waits for the slowest replica. */
+    p->sync_s = shared && cm->cores > 0 ? 0.0 : cm->jitter_s * crew_scale_expected_max(n);
     p->comm_s = (1.0 - cm->hidden_fraction) * allreduce_s(link, n, cm->gradient_bytes) + (n > 1 ? link->alpha_s : 0.0);
-    if (shared && cm->cores > 0 && n > cm->cores) /* replicas take turns on too few cores */
-        p->shared_cores_s = cm->compute_s * ((double)n / cm->cores - 1.0);
+    if (shared && cm->cores > 0 && n >= cm->cores) {
+        /* Every core busy: the replicas' and the helpers' CPU work shares cores·speed of capacity. */
+        double capacity = cm->cores * core_share(cm, cm->cores);
+        double helpers = cm->speed_fitted ? 0.0 : cm->helper_s; /* a fitted speed already holds them */
+        p->shared_cores_s = n * (cm->compute_s + helpers) / capacity - cm->compute_s;
+    } else if (shared) { /* idle cores take the helpers; side by side the replicas still slow down */
+        p->shared_cores_s = cm->compute_s * (1.0 / core_share(cm, n) - 1.0);
+    }
     p->step_s = p->compute_s + p->data_s + p->sync_s + p->comm_s + p->shared_cores_s;
     p->samples_per_s = p->step_s > 0 ? (double)p->global_batch / p->step_s : 0.0;
 }
@@ -136,6 +174,8 @@ static void format_duration(double s, char *buf, size_t len)
 {
     if (!isfinite(s))
         snprintf(buf, len, "forever");
+    else if (s < 10)
+        snprintf(buf, len, "%.1f s", s);
     else if (s < 120)
         snprintf(buf, len, "%.0f s", s);
     else if (s < 7200)
@@ -172,8 +212,10 @@ static void explain_stall(const crew_scale_model *cm, const crew_link *l, const 
     char head[160];
     snprintf(head, sizeof head, "scaling stalls at %d devices (%.0f%% efficiency): ", p->devices, 100 * p->efficiency);
     if (worst == 3)
-        say(buf, len, "%sthe replicas outnumber this machine's %d cores and take turns; use at most %d replicas here, "
-            "or devices with cores of their own", head, cm->cores, cm->cores);
+        say(buf, len, "%sside by side the replicas compute at %.0f%% of one alone: this machine has %d cores%s; use at "
+            "most %d replicas here, or devices with cores of their own", head, 100 * core_share(cm, p->devices),
+            cm->cores, cm->parallel_speed < 0.9 ? " that slow each other down (shared units, memory, other processes)"
+                                                : "", cm->cores);
     else if (worst == 2)
         say(buf, len, "%sdata loading: each replica waits %.1f ms per step for its batch; more loader threads "
             "(--loader-threads), cheaper augmentation or faster storage would help", head, 1e3 * p->data_s);

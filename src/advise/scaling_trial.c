@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "advise/scaling.h"
 #include "core/status.h"
@@ -53,11 +54,29 @@ typedef struct trial_log {
     double repeat_samples;        /* samples and seconds of the measured steps of this repeat */
     double repeat_s;
     int64_t global_batch;
+    double last_cpu, last_wall;   /* replica 0's thread CPU clock and the wall clock at the last step */
+    double last_process;          /* the process's CPU clock at the last step */
+    double cpu_s, wall_s;         /* over the measured steps of every repeat */
+    double process_s;
+    int64_t intervals;            /* steps the clocks were read across */
 } trial_log;
+
+static double clock_s(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static void on_step(void *user, const crew_step_info *s)
 {
     trial_log *t = user;
+    /* on_step runs on replica 0's thread: its CPU clock says how much of a core the replica got */
+    double cpu = clock_s(CLOCK_THREAD_CPUTIME_ID), wall = clock_s(CLOCK_MONOTONIC), proc = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+    if (s->step > t->warmup + 1)
+        t->cpu_s += cpu - t->last_cpu, t->wall_s += wall - t->last_wall, t->process_s += proc - t->last_process,
+        t->intervals++;
+    t->last_cpu = cpu, t->last_wall = wall, t->last_process = proc;
     if (s->step <= t->warmup || t->n >= t->cap) return;
     double compute = s->forward_s + s->backward_s;
     double parts = s->data_s + compute + s->comm_exposed_s + s->optimizer_s;
@@ -109,6 +128,11 @@ static void summarise(trial_log *log, const double *rates, int repeats, crew_sca
     out->compute_s = crew_scale_median(log->v[F_COMPUTE], log->n);
     out->compute_jitter_s = crew_scale_robust_sigma(log->v[F_COMPUTE], log->n);
     out->global_batch = log->global_batch;
+    out->cpu_share = log->wall_s > 0 ? log->cpu_s / log->wall_s : 1.0;
+    if (out->cpu_share > 1.0) out->cpu_share = 1.0;
+    /* every replica's thread takes about what replica 0's does; the rest is the helpers' */
+    double helpers = log->process_s - out->devices * log->cpu_s;
+    out->helper_cpu_s = log->intervals > 0 && helpers > 0 ? helpers / (double)log->intervals / out->devices : 0.0;
     out->speedup = out->efficiency = NAN;
 }
 

@@ -14,6 +14,8 @@ int cli_eval(int argc, char **argv);
 int cli_verify(int argc, char **argv);
 int cli_bench_data(int argc, char **argv);
 int cli_report(int argc, char **argv);
+int cli_plan(int argc, char **argv);
+int cli_scale(int argc, char **argv);
 
 /* "crop=4,flip" (or "none") into *out; prints the error and returns 0 when malformed. */
 int cli_parse_augment(const char *verb, const char *text, crew_augment_options *out);

@@ -397,6 +397,8 @@ int cli_train(int argc, char **argv)
                cancel_requested ? "stopped by signal" : "trained", (long long)res.steps, res.wall_s, res.samples_per_s,
                (double)res.test_accuracy, (double)res.test_loss);
         printf("%s\n", res.bottleneck);
+        char hint[512];
+        if (crew_fit_scaling_hint(&res, &plan, hint, sizeof hint)) printf("%s\n", hint);
         printf("weights: %s\nreport: %s\nrun directory: %s (config.json, metrics.jsonl, tb/, checkpoints/)\n", weights,
                report, run_dir);
     }

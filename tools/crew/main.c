@@ -16,6 +16,8 @@ static const struct {
     {"bench-data", cli_bench_data, "measure how fast the loader alone prepares batches"},
     {"verify", cli_verify, "prove that N replicas compute what one replica computes"},
     {"report", cli_report, "write a run directory's metrics as a self-contained HTML report"},
+    {"plan", cli_plan, "work out the memory a model needs per device, and what to do if it does not fit"},
+    {"scale", cli_scale, "measure scaling over replica counts, project it, and say how many devices are worth it"},
 };
 
 static void usage(FILE *f)

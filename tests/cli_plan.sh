@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# cli_plan.sh — crew plan: the verdicts on the example models at several device memories, the
+# JSON line, and bad usage (one line on stderr, exit status 2).
+. "$(dirname "$0")/lib_cli.sh"
+
+plan() { "$CREW" plan "$@" --json > "$TMP/out" 2> "$TMP/err"; }
+
+plan examples/fashion_mlp.json && ok || fail "crew plan of the MLP: $(cat "$TMP/err")"
+[ "$(json_field "$TMP/out" fits)" = true ] && ok || fail "the MLP does not fit this machine: $(tail -1 "$TMP/out")"
+[ "$(json_field "$TMP/out" verdict_kind)" = data_parallel ] && ok || fail "MLP verdict: $(tail -1 "$TMP/out")"
+grep -q '"bytes_per_device":[1-9]' "$TMP/out" && grep -q '"layers":\[{"index":0' "$TMP/out" && ok || fail "MLP JSON: $(tail -1 "$TMP/out")"
+grep -q "^verdict: fits with data parallelism" "$TMP/out" && ok || fail "no verdict line: $(cat "$TMP/out")"
+
+plan examples/fashion_cnn.json --device-memory 20M && ok || fail "crew plan of the CNN in 20M: $(cat "$TMP/err")"
+[ "$(json_field "$TMP/out" verdict_kind)" = smaller_batch ] && grep -q -- "--batch-per-device 8 --global-batch 64" "$TMP/out" \
+    && ok || fail "CNN in 20M: $(tail -2 "$TMP/out")"
+plan examples/fashion_cnn.json --device-memory 8MiB && [ "$(json_field "$TMP/out" verdict_kind)" = model_parallel ] \
+    && grep -q '"stage":1' "$TMP/out" && ok || fail "CNN in 8 MiB: $(tail -2 "$TMP/out")"
+plan examples/fashion_cnn.json --device-memory 4M && [ "$(json_field "$TMP/out" verdict_kind)" = too_large ] \
+    && [ "$(json_field "$TMP/out" fits)" = false ] && ok || fail "CNN in 4M: $(tail -2 "$TMP/out")"
+plan examples/fashion_mlp.json --devices cpu:4 --device-memory 5M && \
+    [ "$(json_field "$TMP/out" verdict_kind)" = optimizer_sharding ] && ok || fail "MLP on 4 x 5M: $(tail -2 "$TMP/out")"
+plan examples/fashion_mlp.json --devices cpu:2 --global-batch 1024 && grep -q '"global_batch":1024,"accumulation":4,' "$TMP/out" \
+    && ok || fail "MLP with accumulation: $(tail -1 "$TMP/out")"
+
+expect_exit 2 "--device-memory" -- "$CREW" plan examples/fashion_mlp.json --device-memory 12X
+expect_exit 2 "--device-memory" -- "$CREW" plan examples/fashion_mlp.json --device-memory -5G
+expect_exit 2 "missing MODEL.json" -- "$CREW" plan
+expect_exit 2 "no-such.json" -- "$CREW" plan "$TMP/no-such.json"
+expect_exit 2 "not a multiple" -- "$CREW" plan examples/fashion_mlp.json --global-batch 100
+expect_exit 2 "unknown option" -- "$CREW" plan examples/fashion_mlp.json --frobnicate
+expect_exit 2 "cpu:N" -- "$CREW" plan examples/fashion_mlp.json --devices gpu:2
+report

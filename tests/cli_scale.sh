@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# cli_scale.sh — crew scale: a short run at 1 and 2 replicas on a small made-up dataset (its
+# JSON line holds the trials, the recommendation and the reason), and bad usage.
+. "$(dirname "$0")/lib_cli.sh"
+
+# 640 random 28x28 images of 10 classes, as IDX files.
+printf '\x00\x00\x08\x03\x00\x00\x02\x80\x00\x00\x00\x1c\x00\x00\x00\x1c' > "$TMP/img"
+head -c $((640 * 784)) /dev/urandom >> "$TMP/img"
+printf '\x00\x00\x08\x01\x00\x00\x02\x80' > "$TMP/lab"
+for i in $(seq 64); do printf '\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09'; done >> "$TMP/lab"
+"$CREW" prep idx "$TMP/img" "$TMP/lab" --out "$TMP/data" > /dev/null 2>&1 || fail "prep idx"
+D="$TMP/data"
+
+"$CREW" scale examples/fashion_mlp.json --data "$D" --devices cpu:1,2 --batch-per-device 16 --steps 4 --warmup 1 \
+    --repeats 2 --epochs 3 --link 25Gbit --latency 20us --worth-it 1s --json > "$TMP/out" 2> "$TMP/err" \
+    && ok || fail "crew scale: $(cat "$TMP/err")"
+last=$(tail -n 1 "$TMP/out")
+echo "$last" | grep -q '"trials":\[{"devices":1,' && echo "$last" | grep -q '{"devices":2,"global_batch":32' \
+    && ok || fail "trials: $last"
+echo "$last" | grep -q '"efficiency":1,' && ok || fail "the 1-replica trial's efficiency is not 1: $last"
+rec=$(echo "$last" | sed -n 's/.*"recommended_devices":\([0-9]*\).*/\1/p')
+[ -n "$rec" ] && [ "$rec" -ge 1 ] && ok || fail "recommended_devices: $last"
+echo "$last" | grep -q '"reason":"[a-z]' && ok || fail "reason: $last"
+echo "$last" | grep -q '"link_projection":\[{"devices":1' && ok || fail "link projection: $last"
+grep -q "^recommendation" "$TMP/out" && ok || fail "no recommendation line: $(cat "$TMP/out")"
+
+expect_exit 2 "--devices" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --devices cpu:2,1
+expect_exit 2 "--devices" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --devices gpu:1
+expect_exit 2 "--link" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --link 25furlongs
+expect_exit 2 "--latency" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --latency soon
+expect_exit 2 "--worth-it" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --worth-it -1h
+expect_exit 2 "missing --data" -- "$CREW" scale examples/fashion_mlp.json
+expect_exit 2 "no-such-dir" -- "$CREW" scale examples/fashion_mlp.json --data "$TMP/no-such-dir"
+expect_exit 2 "fewer than one global batch" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --batch-per-device 512
+report

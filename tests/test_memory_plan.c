@@ -1,0 +1,288 @@
+/* test_memory_plan.c — crew_model_plan_memory: the breakdown, the ladder of verdicts, and the
+ * estimate against the memory a training process really takes.
+ *
+ * The measurement (docs/ADVISOR.md, "checked against reality"): a fresh process (this test
+ * re-executed with --measure) loads the model and opens the dataset, reads its anonymous resident
+ * memory (RssAnon: heap, mmap'd allocations, thread stacks, BLAS buffers), trains 3 steps on one
+ * replica sampling RssAnon at every step, and reports the growth; independently, the peak resident
+ * set (VmHWM) less the file-backed pages at the end (the memory-mapped dataset and the code, which
+ * are page cache, not allocations) less the same baseline. The plan must be within 15% of both. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define SIDE 28
+#define SAMPLES 4096
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SANITIZER 1
+#else
+#define UNDER_SANITIZER 0
+#endif
+
+/* ---------------------------------------------------------------- a 28x28 dataset */
+
+static void put_be32(FILE *f, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    fwrite(b, 1, 4, f);
+}
+
+static int write_idx(const char *images, const char *labels, int n)
+{
+    FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
+    if (!fi || !fl) return -1;
+    put_be32(fi, 0x803), put_be32(fi, (uint32_t)n), put_be32(fi, SIDE), put_be32(fi, SIDE);
+    put_be32(fl, 0x801), put_be32(fl, (uint32_t)n);
+    srand(7);
+    unsigned char img[SIDE * SIDE];
+    for (int i = 0; i < n; i++) {
+        for (int p = 0; p < SIDE * SIDE; p++) img[p] = (unsigned char)(rand() % 256);
+        fwrite(img, 1, sizeof img, fi);
+        fputc(i % 10, fl);
+    }
+    return (fclose(fi) | fclose(fl)) ? -1 : 0;
+}
+
+static int make_dataset(char *dir, char *data, size_t len)
+{
+    if (!mkdtemp(dir)) return -1;
+    char img[300], lab[300], timg[300], tlab[300];
+    snprintf(img, sizeof img, "%s/x.idx", dir);
+    snprintf(lab, sizeof lab, "%s/y.idx", dir);
+    snprintf(timg, sizeof timg, "%s/tx.idx", dir);
+    snprintf(tlab, sizeof tlab, "%s/ty.idx", dir);
+    snprintf(data, len, "%s/data", dir);
+    if (write_idx(img, lab, SAMPLES) || write_idx(timg, tlab, 64)) return -1;
+    crew_status s = crew_prep_idx(img, lab, timg, tlab, data, NULL, NULL);
+    int rc = s ? -1 : 0;
+    crew_status_free(s);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the measuring child */
+
+static long status_kb(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    long v = -1;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, n) && line[n] == ':') {
+            v = atol(line + n + 1);
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+static void sample_anon(void *user, const crew_step_info *info)
+{
+    (void)info;
+    long *peak = user, a = status_kb("RssAnon");
+    if (a > *peak) *peak = a;
+}
+
+/* Prints "ANON_GROWTH_KB HWM_GROWTH_KB" and exits 0, or exits 1. */
+static int measure(const char *model, const char *data, int64_t batch)
+{
+    crew_model *m = NULL;
+    crew_dataset *d = NULL;
+    crew_status s = crew_model_load_file(model, &m);
+    if (!s) s = crew_dataset_open(data, "train", &d);
+    long anon0 = status_kb("RssAnon"), peak = anon0;
+    crew_fit_options o;
+    if (!s) {
+        crew_model_default_fit(m, &o);
+        o.batch_per_device = batch;
+        o.devices = 1;
+        o.epochs = 1;
+        o.max_steps = 3;
+        o.drift_check_every = -1;
+        o.on_step = sample_anon;
+        o.user = &peak;
+        crew_fit_result r;
+        s = crew_model_fit(m, d, &o, &r);
+    }
+    if (s) {
+        fprintf(stderr, "measure: %s\n", crew_status_message(s));
+        return 1;
+    }
+    long hwm = status_kb("VmHWM"), files = status_kb("RssFile") + status_kb("RssShmem");
+    printf("%ld %ld\n", peak - anon0, hwm - files - anon0);
+    crew_dataset_free(d);
+    crew_model_free(m);
+    return 0;
+}
+
+/* Runs this test again as a fresh process (nothing freed earlier can be reused by the run). */
+static int measured_kb(const char *self, const char *model, const char *data, int64_t batch, long *anon, long *hwm)
+{
+    int fd[2];
+    if (pipe(fd) != 0) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        char b[32];
+        snprintf(b, sizeof b, "%lld", (long long)batch);
+        execl(self, self, "--measure", model, data, b, (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    char out[128] = "";
+    ssize_t got = read(fd[0], out, sizeof out - 1);
+    close(fd[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+    out[got] = '\0';
+    return sscanf(out, "%ld %ld", anon, hwm) == 2 ? 0 : -1;
+}
+
+static void check_against_reality(const char *self, const char *src, const char *data)
+{
+    const char *models[] = {"fashion_mlp.json", "fashion_cnn.json"};
+    const int64_t batches[2][2] = {{64, 256}, {32, 128}};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++) {
+            char path[600];
+            snprintf(path, sizeof path, "%s/examples/%s", src, models[i]);
+            crew_model *m = NULL;
+            CHECK_OK(crew_model_load_file(path, &m));
+            if (!m) continue;
+            crew_memory_options o = {.batch_per_device = batches[i][j], .train_samples = SAMPLES};
+            crew_memory_plan p;
+            CHECK_OK(crew_model_plan_memory(m, &o, &p));
+            long anon = 0, hwm = 0;
+            CHECK(measured_kb(self, path, data, batches[i][j], &anon, &hwm) == 0);
+            double planned = (double)p.total_bytes / 1024.0;
+            printf("%-18s batch %4lld: planned %8.0f KiB, measured %8ld KiB (RssAnon), %8ld KiB (VmHWM - files): "
+                   "%+.1f%%, %+.1f%%\n", models[i], (long long)batches[i][j], planned, anon, hwm,
+                   100 * (planned / anon - 1), 100 * (planned / hwm - 1));
+            CHECK_MSG(anon > 0 && planned > 0.85 * anon && planned < 1.15 * anon, "%s batch %lld: planned %.0f KiB vs "
+                      "%ld KiB of anonymous memory", models[i], (long long)batches[i][j], planned, anon);
+            CHECK_MSG(hwm > 0 && planned > 0.85 * hwm && planned < 1.15 * hwm, "%s batch %lld: planned %.0f KiB vs "
+                      "%ld KiB of peak resident memory less files", models[i], (long long)batches[i][j], planned, hwm);
+            crew_memory_plan_release(&p);
+            crew_model_free(m);
+        }
+}
+
+/* ---------------------------------------------------------------- the arithmetic and the ladder */
+
+static int64_t round64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+static void check_breakdown(const char *src)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/examples/fashion_mlp.json", src);
+    crew_model *m = NULL;
+    CHECK_OK(crew_model_load_file(path, &m));
+    if (!m) return;
+    const int64_t P = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10, B = 128;
+    crew_memory_options o = {.batch_per_device = B, .devices = 2, .global_batch = 1024, .device_memory_bytes = 1LL << 30};
+    crew_memory_plan p;
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    CHECK(p.accumulation == 4 && p.global_batch == 1024 && !p.shared_memory);
+    CHECK(p.gradient_bytes == round64(4 * P));
+    CHECK(p.optimizer_bytes == 2 * round64(4 * P)); /* AdamW: two moments */
+    CHECK(p.accumulation_bytes == 3 * round64(4 * P)); /* several replicas keep k - 1 micro-batches */
+    int64_t act = round64(4 * B * 784) * 2 + round64(4 * B * 256) * 4 + round64(4 * B * 10);
+    CHECK_MSG(p.activation_bytes == act, "activations %lld, expected %lld", (long long)p.activation_bytes, (long long)act);
+    CHECK(p.workspace_bytes == 2 * round64(4 * B * 784) + 2 * round64(4 * B) + 8 * B);
+    CHECK(p.bytes_per_device == p.param_bytes + p.gradient_bytes + p.optimizer_bytes + p.activation_bytes +
+                                    p.workspace_bytes + p.accumulation_bytes);
+    CHECK(p.fits && p.verdict == CREW_MEMORY_FITS && strstr(p.verdict_text, "fits with data parallelism"));
+    CHECK(p.n_layers == 6 && !strcmp(p.layers[1].name, "dense") && p.layers[1].params == 784 * 256 + 256);
+    CHECK(p.layers[1].weight_bytes == 4 * 4 * (784 * 256 + 256));
+    crew_memory_plan_release(&p);
+
+    o = (crew_memory_options){.batch_per_device = B, .devices = 1};
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    CHECK(p.accumulation_bytes == 0 && p.shared_memory && p.device_memory_bytes > 0);
+    crew_memory_plan_release(&p);
+    o.global_batch = 200; /* not a multiple of 128 */
+    CHECK_ERR(crew_model_plan_memory(m, &o, &p), "not a multiple");
+    o = (crew_memory_options){.devices = -1};
+    CHECK_ERR(crew_model_plan_memory(m, &o, &p), "devices must be");
+    crew_model_free(m);
+}
+
+/* Every stage is a contiguous, non-empty run of layers, in order, each within the memory. */
+static void check_stages(const crew_memory_plan *p)
+{
+    CHECK(p->layers[0].stage == 0 && p->layers[p->n_layers - 1].stage == p->advised_devices - 1);
+    for (int i = 1; i < p->n_layers; i++) CHECK(p->layers[i].stage - p->layers[i - 1].stage == 0 ||
+                                                p->layers[i].stage - p->layers[i - 1].stage == 1);
+    CHECK(p->advised_bytes_per_device <= p->device_memory_bytes);
+}
+
+static void check_ladder(const char *src)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/examples/fashion_cnn.json", src);
+    crew_model *m = NULL;
+    CHECK_OK(crew_model_load_file(path, &m));
+    if (!m) return;
+    crew_memory_plan p;
+    crew_memory_options o = {.batch_per_device = 64, .device_memory_bytes = 20 << 20};
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    CHECK(!p.fits && p.verdict == CREW_MEMORY_SMALLER_BATCH && p.advised_batch < 64);
+    CHECK(p.advised_batch * p.advised_accumulation == 64 && p.advised_bytes_per_device <= (20 << 20));
+    CHECK(strstr(p.verdict_text, "--global-batch 64") != NULL);
+    crew_memory_plan_release(&p);
+
+    o.device_memory_bytes = 8 << 20; /* the dense layer's weights and AdamW state take 6.1 MiB */
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    CHECK_MSG(p.verdict == CREW_MEMORY_MODEL_PARALLEL && p.advised_devices >= 2, "verdict %d: %s", (int)p.verdict,
+              p.verdict_text);
+    if (p.verdict == CREW_MEMORY_MODEL_PARALLEL) check_stages(&p);
+    CHECK(strstr(p.verdict_text, "stage 1: layers") != NULL);
+    crew_memory_plan_release(&p);
+
+    o.device_memory_bytes = 4 << 20;
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    CHECK(p.verdict == CREW_MEMORY_TOO_LARGE && strstr(p.verdict_text, "layer 7 (dense)"));
+    crew_memory_plan_release(&p);
+    crew_model_free(m);
+
+    snprintf(path, sizeof path, "%s/examples/fashion_mlp.json", src);
+    CHECK_OK(crew_model_load_file(path, &m));
+    if (!m) return;
+    o = (crew_memory_options){.batch_per_device = 128, .devices = 4, .device_memory_bytes = 5 << 20};
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    CHECK_MSG(p.verdict == CREW_MEMORY_SHARD_OPTIMIZER && p.advised_devices >= 4, "verdict %d: %s", (int)p.verdict,
+              p.verdict_text);
+    crew_memory_plan_release(&p);
+    o.optimizer_sharding = 1; /* planned as sharded: it fits as asked */
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    const int64_t P = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10;
+    CHECK(p.fits && p.optimizer_bytes == 2 * round64(4 * ((P + 3) / 4)));
+    crew_memory_plan_release(&p);
+    crew_model_free(m);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && !strcmp(argv[1], "--measure")) return measure(argv[2], argv[3], atoll(argv[4]));
+    const char *src = getenv("CREW_SOURCE_DIR") ? getenv("CREW_SOURCE_DIR") : "..";
+    check_breakdown(src);
+    check_ladder(src);
+    char dir[] = "/tmp/crew-memplan-XXXXXX", data[400];
+    CHECK(make_dataset(dir, data, sizeof data) == 0);
+    if (UNDER_SANITIZER) /* its shadow memory, redzones and quarantine are part of what the process holds */
+        printf("the estimate against measured memory: skipped under a sanitizer\n");
+    else
+        check_against_reality("/proc/self/exe", src, data);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+    return check_report();
+}

@@ -1,0 +1,280 @@
+/* test_scaling.c — the scaling advisor: its statistics, the cost model fitted to made-up trials,
+ * the recommendation and the training hint; then the advisor checking itself on this machine:
+ * from trials at one replica it predicts the throughput of two, which is then measured.
+ *
+ * The check runs in rounds, each a 1-replica trial, the lockstep probe, the prediction and a
+ * 2-replica trial back to back, because the machine is shared: other work comes and goes, and a
+ * prediction is only comparable with a measurement taken under the same load. The median of the
+ * rounds' ratios (prediction over measurement) must be within 20% of 1. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "advise/scaling.h"
+#include "check.h"
+
+#define SIDE 28
+#define SAMPLES 8192
+#define ROUNDS 9
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TRIAL_STEPS 40 /* a sanitizer's build is slower; the check holds the same */
+#else
+#define TRIAL_STEPS 120
+#endif
+
+/* ---------------------------------------------------------------- a 28x28 dataset */
+
+static void put_be32(FILE *f, uint32_t v)
+{
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    fwrite(b, 1, 4, f);
+}
+
+static int write_idx(const char *images, const char *labels, int n)
+{
+    FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
+    if (!fi || !fl) return -1;
+    put_be32(fi, 0x803), put_be32(fi, (uint32_t)n), put_be32(fi, SIDE), put_be32(fi, SIDE);
+    put_be32(fl, 0x801), put_be32(fl, (uint32_t)n);
+    srand(11);
+    unsigned char img[SIDE * SIDE];
+    for (int i = 0; i < n; i++) {
+        for (int p = 0; p < SIDE * SIDE; p++) img[p] = (unsigned char)(rand() % 256);
+        fwrite(img, 1, sizeof img, fi);
+        fputc(i % 10, fl);
+    }
+    return (fclose(fi) | fclose(fl)) ? -1 : 0;
+}
+
+static int make_dataset(char *dir, char *data, size_t len)
+{
+    if (!mkdtemp(dir)) return -1;
+    char img[300], lab[300], timg[300], tlab[300];
+    snprintf(img, sizeof img, "%s/x.idx", dir);
+    snprintf(lab, sizeof lab, "%s/y.idx", dir);
+    snprintf(timg, sizeof timg, "%s/tx.idx", dir);
+    snprintf(tlab, sizeof tlab, "%s/ty.idx", dir);
+    snprintf(data, len, "%s/data", dir);
+    if (write_idx(img, lab, SAMPLES) || write_idx(timg, tlab, 64)) return -1;
+    crew_status s = crew_prep_idx(img, lab, timg, tlab, data, NULL, NULL);
+    int rc = s ? -1 : 0;
+    crew_status_free(s);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+static void check_statistics(void)
+{
+    double v[] = {5, 1, 3, 2, 4};
+    CHECK(crew_scale_median(v, 5) == 3.0);
+    double w[] = {4, 1, 3, 2};
+    CHECK(crew_scale_median(w, 4) == 2.5);
+    double x[] = {10, 10, 10, 10, 1000}; /* one outlier does not move it */
+    CHECK(crew_scale_robust_sigma(x, 5) == 0.0);
+    CHECK(crew_scale_expected_max(1) == 0.0);
+    CHECK(fabs(crew_scale_expected_max(2) - 0.5642) < 1e-4);
+    CHECK(crew_scale_expected_max(3) > crew_scale_expected_max(2) && crew_scale_expected_max(3) < crew_scale_expected_max(4));
+    CHECK(crew_scale_expected_max(4096) > crew_scale_expected_max(1024));
+}
+
+/* ---------------------------------------------------------------- the cost model on made-up trials */
+
+/* A trial whose all-reduce follows a known link exactly, on free cores. */
+static crew_scale_trial made_up(int n, double compute, const crew_link *l, int64_t bytes)
+{
+    crew_scale_trial t = {.devices = n, .global_batch = 64 * n, .repeats = 3, .steps = 20, .compute_s = compute,
+                          .cpu_share = 1.0};
+    if (n > 1) t.comm_exposed_s = l->alpha_s + 2.0 * (n - 1) / n * (double)bytes / l->bytes_per_s;
+    t.step_s = t.compute_s + t.comm_exposed_s;
+    t.samples_per_s = t.samples_per_s_lo = t.samples_per_s_hi = t.global_batch / t.step_s;
+    return t;
+}
+
+static void check_fit(void)
+{
+    const int64_t S = 4000000;
+    const crew_link truth = {50e-6, 2e9}, wrong = {1e-6, 50e9};
+    crew_scale_trial t[3] = {made_up(1, 0.010, &truth, S), made_up(2, 0.010, &truth, S), made_up(4, 0.010, &truth, S)};
+    crew_scale_analyse(t, 3);
+    CHECK(t[0].efficiency == 1.0 && t[1].efficiency < 1.0 && t[2].speedup > t[1].speedup);
+    crew_scale_model cm;
+    CHECK_OK(crew_scale_fit(t, 3, S, &wrong, 0, 0, &cm));
+    CHECK(cm.link_fitted == 2);
+    CHECK_MSG(fabs(cm.link.alpha_s - truth.alpha_s) < 1e-6 && fabs(cm.link.bytes_per_s / truth.bytes_per_s - 1) < 1e-3,
+              "fitted alpha %g, beta %g", cm.link.alpha_s, cm.link.bytes_per_s);
+    crew_scale_point p;
+    crew_scale_predict(&cm, NULL, 8, &p); /* the all-reduce, plus α for the metrics */
+    double comm = truth.alpha_s + 2.0 * 7 / 8 * S / truth.bytes_per_s + truth.alpha_s;
+    CHECK_MSG(fabs(p.step_s - (0.010 + comm)) < 1e-9, "step %g, expected %g", p.step_s, 0.010 + comm);
+    CHECK(fabs(p.efficiency - 0.010 / p.step_s) < 1e-9 && p.global_batch == 8 * 64);
+
+    /* One count above one: the fallback's shape scaled to it, which reproduces that count. */
+    CHECK_OK(crew_scale_fit(t, 2, S, &wrong, 0, 0, &cm));
+    CHECK(cm.link_fitted == 1);
+    crew_scale_predict(&cm, NULL, 2, &p);
+    CHECK(fabs(p.step_s - t[1].step_s - cm.link.alpha_s) < 1e-9);
+    /* Only one replica measured: the fallback as it is. */
+    CHECK_OK(crew_scale_fit(t, 1, S, &truth, 0, 0, &cm));
+    CHECK(cm.link_fitted == 0 && cm.link.alpha_s == truth.alpha_s);
+
+    /* Two cores on which two replicas side by side run at 60% of one alone. */
+    CHECK_OK(crew_scale_fit(t, 1, S, &truth, 2, 0.6, &cm));
+    crew_scale_predict(&cm, NULL, 2, &p);
+    CHECK(fabs(p.compute_s + p.shared_cores_s - 0.010 / 0.6) < 1e-9);
+    crew_scale_predict(&cm, NULL, 4, &p); /* twice the cores' count: they also take turns */
+    CHECK(fabs(p.compute_s + p.shared_cores_s - 0.010 / 0.3) < 1e-9);
+    crew_scale_predict(&cm, &truth, 2, &p); /* devices of their own: no sharing */
+    CHECK(p.shared_cores_s == 0.0);
+    /* A trial on both cores: the speed comes from it, not the probe. */
+    crew_scale_trial slow[2] = {t[0], t[1]};
+    slow[1].compute_s = 0.020; /* twice the one replica's work per step: speed 0.5 */
+    CHECK_OK(crew_scale_fit(slow, 2, S, &truth, 2, 0.9, &cm));
+    CHECK(cm.speed_fitted == 1 && fabs(cm.parallel_speed - 0.5) < 1e-9);
+    crew_scale_predict(&cm, NULL, 2, &p);
+    CHECK(fabs(p.compute_s + p.shared_cores_s - 0.020) < 1e-9);
+    CHECK_ERR(crew_scale_fit(t, 0, S, &truth, 2, 1.0, &cm), "at least one trial");
+}
+
+static void check_advice(void)
+{
+    const int64_t S = 4000000;
+    const crew_link link = {50e-6, 2e9};
+    crew_scale_trial t = made_up(1, 0.010, &link, S);
+    crew_scale_model cm;
+    CHECK_OK(crew_scale_fit(&t, 1, S, &link, 0, 0, &cm));
+    const int counts[] = {1, 2, 4, 8, 16, 32, 64};
+    crew_scale_advice a;
+    /* 60000 samples, batch 64: 937 steps of ~10 ms per epoch; 10 epochs ≈ 94 s on one device */
+    crew_scale_advise(&cm, NULL, counts, 7, 60000, 10, 3600, &a);
+    CHECK(a.recommended_devices == 1 && strstr(a.reason, "stay on one device") && fabs(a.one_device_s - 93.7) < 0.1);
+    crew_scale_advise(&cm, NULL, counts, 7, 60000, 1000, 3600, &a); /* 26 h on one device */
+    crew_scale_point p, q;
+    crew_scale_predict(&cm, NULL, a.recommended_devices, &p);
+    CHECK_MSG(a.recommended_devices > 1 && p.efficiency >= 0.75, "recommended %d: %s", a.recommended_devices, a.reason);
+    if (a.recommended_devices < 64) {
+        crew_scale_predict(&cm, NULL, a.recommended_devices * 2, &q);
+        CHECK(q.efficiency < 0.75 && a.stall_devices == a.recommended_devices * 2 && strstr(a.stall, "scaling stalls"));
+    }
+    /* A slow link makes communication the cause; a tiny batch's compute cannot hide the latency. */
+    crew_link slow = {20e-6, 0.1e9};
+    crew_scale_advise(&cm, &slow, counts, 7, 60000, 1000, 3600, &a);
+    CHECK_MSG(a.stall_devices == 2 && strstr(a.stall, "communication"), "%s", a.stall);
+    crew_scale_trial tiny = made_up(1, 0.0001, &link, 4000);
+    CHECK_OK(crew_scale_fit(&tiny, 1, 4000, &link, 0, 0, &cm));
+    crew_scale_advise(&cm, NULL, counts, 7, 6000000, 1000, 3600, &a);
+    CHECK_MSG(strstr(a.stall, "per-device batch of 64 is too small") != NULL, "%s", a.stall);
+}
+
+static void check_hint(void)
+{
+    crew_fit_result r = {.steps = 100, .compute_fraction = 0.3, .optimizer_fraction = 0.05, .comm_exposed_fraction = 0.6,
+                         .data_fraction = 0.05};
+    crew_fit_plan p = {.devices = 4};
+    char buf[512];
+    CHECK(crew_fit_scaling_hint(&r, &p, buf, sizeof buf) == 1 && strstr(buf, "4 replicas computed only 35%"));
+    r = (crew_fit_result){.steps = 100, .compute_fraction = 0.9, .optimizer_fraction = 0.05, .data_fraction = 0.05};
+    CHECK(crew_fit_scaling_hint(&r, &p, buf, sizeof buf) == 0 && buf[0] == '\0');
+    p.devices = 1; /* one device waiting for data: more devices would not help */
+    r = (crew_fit_result){.steps = 100, .compute_fraction = 0.3, .optimizer_fraction = 0.02, .data_fraction = 0.68};
+    CHECK(crew_fit_scaling_hint(&r, &p, buf, sizeof buf) == 1 && strstr(buf, "loader threads"));
+    r.steps = 0;
+    CHECK(crew_fit_scaling_hint(&r, &p, buf, sizeof buf) == 0);
+}
+
+/* ---------------------------------------------------------------- the advisor on this machine */
+
+static void check_prediction(const char *src, const char *data)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/examples/fashion_mlp.json", src);
+    crew_model *m = NULL;
+    crew_dataset *d = NULL;
+    CHECK_OK(crew_model_load_file(path, &m));
+    CHECK_OK(crew_dataset_open(data, "train", &d));
+    if (!m || !d) return;
+    crew_scale_options o = {.batch_per_device = 128, .warmup_steps = 3, .steps = TRIAL_STEPS, .repeats = 1};
+    int64_t params = crew_model_param_count(m), bytes = params * 4;
+    crew_link shared;
+    CHECK_OK(crew_scale_measure_shared_memory(bytes, &shared));
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    double predicted[ROUNDS], measured[ROUNDS];
+    int n = 0;
+    for (int r = 0; r < ROUNDS; r++) {
+        crew_scale_trial one, two;
+        crew_scale_model cm;
+        crew_scale_point p;
+        double speed = 1.0;
+        CHECK_OK(crew_scale_measure(m, d, &o, 1, &one));
+        CHECK_OK(crew_scale_probe_parallel((int)cores, 1.0, params, one.compute_s + one.optimizer_s, &speed));
+        CHECK_OK(crew_scale_fit(&one, 1, bytes, &shared, (int)cores, speed, &cm));
+        crew_scale_predict(&cm, NULL, 2, &p);
+        CHECK_OK(crew_scale_measure(m, d, &o, 2, &two));
+        if (!(two.samples_per_s > 0) || !(p.samples_per_s > 0)) continue;
+        predicted[n] = p.samples_per_s;
+        measured[n++] = two.samples_per_s;
+        printf("round %d: side by side %.0f%% speed; 1 replica %.0f samples/s; 2 replicas predicted %.0f, measured %.0f "
+               "samples/s (%+.0f%%)\n", r + 1, 100 * speed, one.samples_per_s, p.samples_per_s, two.samples_per_s,
+               100 * (p.samples_per_s / two.samples_per_s - 1));
+        if (getenv("DEBUG_SCALE"))
+            printf("  pred: compute %.2f shared %.2f data %.2f sync %.2f comm %.2f step %.2f | meas: step %.2f data %.2f "
+                   "compute %.2f exposed %.2f opt %.2f other %.2f | one: compute %.2f opt %.2f data %.2f jitter %.2f "
+                   "helper %.2f\n", 1e3 * p.compute_s, 1e3 * p.shared_cores_s, 1e3 * p.data_s, 1e3 * p.sync_s,
+                   1e3 * p.comm_s, 1e3 * p.step_s, 1e3 * two.step_s, 1e3 * two.data_s, 1e3 * two.compute_s,
+                   1e3 * two.comm_exposed_s, 1e3 * two.optimizer_s, 1e3 * two.other_s, 1e3 * one.compute_s,
+                   1e3 * one.optimizer_s, 1e3 * one.data_s, 1e3 * one.compute_jitter_s, 1e3 * one.helper_cpu_s);
+    }
+    /* Each round's prediction is paired with the measurement taken right after it, under much the
+     * same load; the median of the pairs' ratios is robust to the rounds the load changed within. */
+    double ratios[ROUNDS];
+    for (int i = 0; i < n; i++) ratios[i] = predicted[i] / measured[i];
+    double paired = crew_scale_median(ratios, n);
+    CHECK_MSG(n == ROUNDS && fabs(paired - 1.0) <= 0.20, "2 replicas: prediction / measurement %.3f (the median of %d "
+              "rounds)", paired, n);
+    printf("2 replicas: prediction / measurement %.3f (%+.1f%%, the median of %d rounds; medians: predicted %.0f, "
+           "measured %.0f samples/s)\n", paired, 100 * (paired - 1), n, crew_scale_median(predicted, n),
+           crew_scale_median(measured, n));
+    crew_dataset_free(d);
+    crew_model_free(m);
+}
+
+static void check_bad_arguments(const char *src, const char *data)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/examples/fashion_mlp.json", src);
+    crew_model *m = NULL;
+    crew_dataset *d = NULL;
+    CHECK_OK(crew_model_load_file(path, &m));
+    CHECK_OK(crew_dataset_open(data, "train", &d));
+    crew_scale_trial t;
+    crew_scale_options o = {.repeats = 100};
+    CHECK_ERR(crew_scale_measure(m, d, &o, 1, &t), "1 to 64 repeats");
+    o = (crew_scale_options){.batch_per_device = SAMPLES}; /* two replicas need more samples than there are */
+    CHECK_ERR(crew_scale_measure(m, d, &o, 2, &t), "scaling trial on 2 replicas");
+    double a;
+    CHECK_ERR(crew_scale_probe_parallel(0, 0.1, 1000, 0.001, &a), "compute probe");
+    crew_link l;
+    CHECK_ERR(crew_scale_measure_shared_memory(1, &l), "shared-memory benchmark");
+    crew_dataset_free(d);
+    crew_model_free(m);
+}
+
+int main(void)
+{
+    const char *src = getenv("CREW_SOURCE_DIR") ? getenv("CREW_SOURCE_DIR") : "..";
+    check_statistics();
+    check_fit();
+    check_advice();
+    check_hint();
+    char dir[] = "/tmp/crew-scaling-XXXXXX", data[400];
+    CHECK(make_dataset(dir, data, sizeof data) == 0);
+    check_bad_arguments(src, data);
+    check_prediction(src, data);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+    return check_report();
+}

@@ -1,0 +1,218 @@
+/* cmd_plan.c — crew plan MODEL.json [--batch-per-device B] [--device-memory SIZE] [--devices cpu:N] [--json] */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "cli.h"
+
+static const char *usage_text =
+    "usage: crew plan MODEL.json [--batch-per-device B] [--global-batch G] [--devices cpu:N]\n"
+    "                 [--device-memory SIZE] [--optimizer-sharding] [--data DIR] [--json]\n"
+    "\n"
+    "Works out, from the model's structure alone, the memory one replica needs for training:\n"
+    "parameters, gradients, optimizer state, the activations kept for the backward pass (per\n"
+    "layer, for the batch), workspace (im2col columns, gradient buffers, accumulation), and the\n"
+    "loader's buffers shared by the replicas. Then a verdict: fits with data parallelism; fits\n"
+    "only with a smaller per-device batch plus accumulation; fits with optimizer-state sharding\n"
+    "across N replicas; or needs model parallelism over k stages (with a balanced split).\n"
+    "\n"
+    "  --batch-per-device B   samples per replica per micro-batch [model file's, else 32]\n"
+    "  --global-batch G       samples per step, a multiple of N x B [N x B]\n"
+    "  --devices cpu:N        replicas [cpu:1]\n"
+    "  --device-memory SIZE   each device's own memory: 512M, 8G, 24GiB (K/M/G/T and KiB..TiB are\n"
+    "                         powers of 1024, KB/MB/GB/TB powers of 1000) [this machine's physical\n"
+    "                         memory, shared by its CPU replicas]\n"
+    "  --optimizer-sharding   plan for optimizer state sharded across the replicas\n"
+    "  --data DIR             count the loader's sample order for DIR's training split\n"
+    "  --json                 end with one JSON line (docs/ADVISOR.md)\n";
+
+/* "512M", "8G", "24GiB", "1.5GB", "1000000"; returns 0 (after printing) when malformed. */
+static int parse_size(const char *text, int64_t *out)
+{
+    static const struct { const char *suffix; double factor; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"M", 1048576.0}, {"MiB", 1048576.0},
+        {"MB", 1e6}, {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9}, {"T", 1099511627776.0},
+        {"TiB", 1099511627776.0}, {"TB", 1e12}};
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end != text && !errno && isfinite(v) && v > 0)
+        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+            if (!strcasecmp(end, units[i].suffix) && v * units[i].factor >= 1.0 && v * units[i].factor < 9e18) {
+                *out = (int64_t)(v * units[i].factor);
+                return 1;
+            }
+    cli_usage_error("plan", "--device-memory takes a size such as 512M, 8G or 24GiB, got '%s'", text);
+    return 0;
+}
+
+static void fmt_bytes(int64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) v /= 1024.0, u++;
+    if (u == 0)
+        snprintf(buf, len, "%lld B", (long long)bytes);
+    else
+        snprintf(buf, len, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
+}
+
+static const char *verdict_key(crew_memory_verdict v)
+{
+    switch (v) {
+    case CREW_MEMORY_FITS: return "data_parallel";
+    case CREW_MEMORY_SMALLER_BATCH: return "smaller_batch";
+    case CREW_MEMORY_SHARD_OPTIMIZER: return "optimizer_sharding";
+    case CREW_MEMORY_MODEL_PARALLEL: return "model_parallel";
+    case CREW_MEMORY_TOO_LARGE: return "too_large";
+    }
+    return "unknown";
+}
+
+static void print_layers(const crew_memory_plan *p)
+{
+    char w[32], a[32], s[32];
+    int staged = p->verdict == CREW_MEMORY_MODEL_PARALLEL;
+    printf("\n%4s  %-24s %-20s %-16s %10s %11s %12s %11s%s\n", "#", "layer", "type", "output", "params", "weights",
+           "activations", "workspace", staged ? "  stage" : "");
+    for (int i = 0; i < p->n_layers; i++) {
+        const crew_memory_layer *l = &p->layers[i];
+        fmt_bytes(l->weight_bytes, w, sizeof w);
+        fmt_bytes(l->activation_bytes, a, sizeof a);
+        fmt_bytes(l->workspace_bytes, s, sizeof s);
+        printf("%4d  %-24s %-20s %-16s %10lld %11s %12s %11s", i, l->name, l->type, l->shape, (long long)l->params, w,
+               a, s);
+        if (staged) printf("  %5d", l->stage);
+        printf("\n");
+    }
+    printf("(weights: parameters, gradients and optimizer state; activations: the layer's output for the batch)\n");
+}
+
+static void print_line(const char *what, int64_t bytes, const char *note)
+{
+    char b[32];
+    fmt_bytes(bytes, b, sizeof b);
+    printf("  %-22s %12s%s%s\n", what, b, note[0] ? "   " : "", note);
+}
+
+static void print_plan(const char *model, const crew_memory_plan *p)
+{
+    char mem[32], note[160];
+    fmt_bytes(p->device_memory_bytes, mem, sizeof mem);
+    printf("memory plan for %s: %d replica%s, per-device batch %lld, accumulation %d, global batch %lld\n", model,
+           p->devices, p->devices == 1 ? "" : "s", (long long)p->batch_per_device, p->accumulation,
+           (long long)p->global_batch);
+    printf("device memory: %s%s\n", mem,
+           p->shared_memory ? " (this machine's physical memory, shared by its CPU replicas)" : " per device");
+    print_layers(p);
+    printf("\none replica:\n");
+    print_line("parameters and state", p->param_bytes, "");
+    print_line("gradients", p->gradient_bytes, "");
+    print_line("optimizer state", p->optimizer_bytes, "");
+    print_line("activations", p->activation_bytes, "kept for the backward pass: the input and every layer's output");
+    print_line("workspace", p->workspace_bytes, "layers' workspace, gradient ping-pong buffers, labels");
+    snprintf(note, sizeof note, p->accumulation > 1 ? "micro-batch gradients kept for the ordered sum" : "");
+    print_line("accumulation", p->accumulation_bytes, note);
+    print_line("peak per replica", p->bytes_per_device, "");
+    print_line("loader (shared)", p->host_bytes, "prefetched batches and the epoch's sample order");
+    snprintf(note, sizeof note, "%d x replica + loader", p->devices);
+    print_line("total", p->total_bytes, note);
+    printf("\nverdict: %s\n", p->verdict_text);
+}
+
+static void print_json(const char *model, const crew_memory_plan *p)
+{
+    printf("{\"model\":");
+    cli_json_string(stdout, model);
+    printf(",\"devices\":%d,\"batch_per_device\":%lld,\"global_batch\":%lld,\"accumulation\":%d,"
+           "\"device_memory_bytes\":%lld,\"shared_memory\":%s,\"bytes_per_device\":%lld,\"host_bytes\":%lld,"
+           "\"total_bytes\":%lld,\"fits\":%s,\"verdict_kind\":\"%s\",\"verdict\":",
+           p->devices, (long long)p->batch_per_device, (long long)p->global_batch, p->accumulation,
+           (long long)p->device_memory_bytes, p->shared_memory ? "true" : "false", (long long)p->bytes_per_device,
+           (long long)p->host_bytes, (long long)p->total_bytes, p->fits ? "true" : "false", verdict_key(p->verdict));
+    cli_json_string(stdout, p->verdict_text);
+    printf(",\"advised\":{\"batch_per_device\":%lld,\"accumulation\":%d,\"devices\":%d,\"bytes_per_device\":%lld},",
+           (long long)p->advised_batch, p->advised_accumulation, p->advised_devices,
+           (long long)p->advised_bytes_per_device);
+    printf("\"breakdown\":{\"parameters\":%lld,\"gradients\":%lld,\"optimizer\":%lld,\"activations\":%lld,"
+           "\"workspace\":%lld,\"accumulation\":%lld},\"layers\":[",
+           (long long)p->param_bytes, (long long)p->gradient_bytes, (long long)p->optimizer_bytes,
+           (long long)p->activation_bytes, (long long)p->workspace_bytes, (long long)p->accumulation_bytes);
+    for (int i = 0; i < p->n_layers; i++) {
+        const crew_memory_layer *l = &p->layers[i];
+        printf("%s{\"index\":%d,\"name\":", i ? "," : "", i);
+        cli_json_string(stdout, l->name);
+        printf(",\"type\":\"%s\",\"shape\":\"%s\",\"params\":%lld,\"weight_bytes\":%lld,\"activation_bytes\":%lld,"
+               "\"workspace_bytes\":%lld,\"stage\":%d}", l->type, l->shape, (long long)l->params,
+               (long long)l->weight_bytes, (long long)l->activation_bytes, (long long)l->workspace_bytes, l->stage);
+    }
+    printf("]}\n");
+}
+
+typedef struct plan_args {
+    const char *model, *data;
+    int json;
+    crew_memory_options o;
+} plan_args;
+
+/* Returns 0 to go on, -1 after --help, or the exit status. */
+static int parse_args(int argc, char **argv, plan_args *a)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int r = 0;
+        int64_t n;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_text, stdout);
+            return -1;
+        }
+        if (!strcmp(argv[i], "--json")) a->json = 1;
+        else if (!strcmp(argv[i], "--optimizer-sharding")) a->o.optimizer_sharding = 1;
+        else if ((r = cli_flag(argc, argv, &i, "--data", &v))) a->data = v;
+        else if ((r = cli_flag(argc, argv, &i, "--batch-per-device", &v))) {
+            if (r > 0 && !cli_parse_int("plan", "--batch-per-device", v, 1, 1 << 20, &a->o.batch_per_device)) return 2;
+        } else if ((r = cli_flag(argc, argv, &i, "--global-batch", &v))) {
+            if (r > 0 && !cli_parse_int("plan", "--global-batch", v, 1, 1 << 30, &a->o.global_batch)) return 2;
+        } else if ((r = cli_flag(argc, argv, &i, "--devices", &v))) {
+            if (r > 0 && !cli_parse_devices("plan", v, &n)) return 2;
+            a->o.devices = (int)n;
+        } else if ((r = cli_flag(argc, argv, &i, "--device-memory", &v))) {
+            if (r > 0 && !parse_size(v, &a->o.device_memory_bytes)) return 2;
+        } else if (argv[i][0] == '-') return cli_usage_error("plan", "unknown option '%s'", argv[i]);
+        else if (!a->model) a->model = argv[i];
+        else return cli_usage_error("plan", "unexpected argument '%s'", argv[i]);
+        if (r < 0) return cli_usage_error("plan", "%s needs a value", argv[i]);
+    }
+    if (!a->model) return cli_usage_error("plan", "missing MODEL.json");
+    return 0;
+}
+
+int cli_plan(int argc, char **argv)
+{
+    plan_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    crew_model *m = NULL;
+    crew_dataset *train = NULL;
+    crew_memory_plan p;
+    crew_status s = crew_model_load_file(a.model, &m);
+    if (!s && a.data) s = crew_dataset_open(a.data, "train", &train);
+    if (!s && train) a.o.train_samples = crew_dataset_size(train);
+    if (!s) s = crew_model_plan_memory(m, &a.o, &p);
+    if (s) {
+        rc = cli_fail("plan", s);
+    } else {
+        print_plan(a.model, &p);
+        if (a.json) print_json(a.model, &p);
+        crew_memory_plan_release(&p);
+        rc = 0;
+    }
+    crew_dataset_free(train);
+    crew_model_free(m);
+    return rc;
+}

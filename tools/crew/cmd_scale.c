@@ -1,0 +1,445 @@
+/* cmd_scale.c — crew scale MODEL.json --data DIR --devices cpu:1,2[,...] [options] */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char *usage_text =
+    "usage: crew scale MODEL.json --data DIR --devices cpu:1,2[,...] [options]\n"
+    "\n"
+    "Runs short training trials at each replica count (warm-up steps excluded, repeated), fits a\n"
+    "cost model to them (compute per replica, data waiting, all-reduce as alpha + 2(N-1)/N S/beta\n"
+    "with S the gradient bytes), projects throughput to larger counts and to another link, and\n"
+    "says how many devices are worth it: one when one device trains the epochs within --worth-it,\n"
+    "else the largest count whose projected efficiency stays at or above 75%, with the reason\n"
+    "scaling stalls beyond it.\n"
+    "\n"
+    "  --data DIR               dataset directory (its training split sizes the epochs)\n"
+    "  --devices cpu:1,2,...    replica counts to measure [cpu:1,2]\n"
+    "  --batch-per-device B     samples per replica per step [model file's, else 32]\n"
+    "  --steps K                measured steps per repeat [20]\n"
+    "  --warmup K               steps run before measuring [3]\n"
+    "  --repeats R              repeats per count; the median is reported with the spread [3]\n"
+    "  --epochs E               epochs the time estimate is for [model file's, else 1]\n"
+    "  --link RATE              project also to devices joined by this link: 25Gbit, 100Gbit/s,\n"
+    "                           450GB/s (bit or B, decimal prefixes; KiB/MiB/GiB binary)\n"
+    "  --latency T              that link's latency per all-reduce: 5us, 0.2ms [5us]\n"
+    "  --worth-it T             one device is enough when it trains E epochs within T: 90s, 30m,\n"
+    "                           1h, 2d [1h]\n"
+    "  --project 1,2,4,...      counts to project to [1,2,4,8,16,32,64]\n"
+    "  --json                   end with one JSON line (docs/ADVISOR.md)\n";
+
+#define MAX_COUNTS 32
+
+typedef struct scale_args {
+    const char *model, *data;
+    int counts[MAX_COUNTS], n_counts;
+    int project[MAX_COUNTS], n_project;
+    int64_t batch, steps, warmup, repeats, epochs;
+    int have_link, json;
+    crew_link link;
+    double worth_it_s;
+} scale_args;
+
+/* "1,2,4" into out (ascending, distinct, each in [1, 1024]). */
+static int parse_counts(const char *flag, const char *text, int *out, int *n)
+{
+    *n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > 1024 || (*end && *end != ',') || *n == MAX_COUNTS ||
+            (*n && v <= out[*n - 1])) {
+            cli_usage_error("scale", "%s takes ascending counts in [1, 1024] separated by commas (at most %d), got '%s'",
+                            flag, MAX_COUNTS, text);
+            return 0;
+        }
+        out[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (*n == 0) cli_usage_error("scale", "%s needs at least one count", flag);
+    return *n > 0;
+}
+
+/* A number followed by a unit from the table; returns 0 when the text is not one. */
+typedef struct unit { const char *suffix; double factor; } unit;
+static int parse_with_units(const char *text, const unit *units, size_t n_units, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || errno || !isfinite(v) || v <= 0) return 0;
+    for (size_t i = 0; i < n_units; i++)
+        if (!strcmp(end, units[i].suffix)) {
+            *out = v * units[i].factor;
+            return 1;
+        }
+    return 0;
+}
+
+/* Bytes per second: "25Gbit", "25Gb/s", "100Gbit/s", "450GB/s", "1.5GiB/s". */
+static int parse_rate(const char *text, double *out)
+{
+    static const char *const prefixes[] = {"", "K", "M", "G", "T"};
+    unit units[5 * 10];
+    char names[5 * 10][16];
+    size_t n = 0;
+    for (int p = 0; p < 5; p++) {
+        double dec = pow(1e3, p), bin = pow(1024.0, p);
+        const char *forms[10] = {"bit", "bit/s", "b/s", "bps", "B/s", "Bps", "iB/s", "ibit/s", "b", "B"};
+        double factors[10] = {dec / 8, dec / 8, dec / 8, dec / 8, dec, dec, bin, bin / 8, dec / 8, dec};
+        for (int f = 0; f < 10; f++) {
+            if (p == 0 && (f == 6 || f == 7)) continue;
+            snprintf(names[n], sizeof names[n], "%s%s", prefixes[p], forms[f]);
+            units[n] = (unit){names[n], factors[f]};
+            n++;
+        }
+    }
+    return parse_with_units(text, units, n, out);
+}
+
+static int parse_time(const char *text, double *out)
+{
+    static const unit units[] = {{"", 1}, {"s", 1}, {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"m", 60},
+                                 {"min", 60}, {"h", 3600}, {"d", 86400}};
+    return parse_with_units(text, units, sizeof units / sizeof units[0], out);
+}
+
+static int parse_value(int argc, char **argv, int *i, scale_args *a, int *handled)
+{
+    const char *v = NULL;
+    int r;
+    *handled = 1;
+#define FLAG(name) ((r = cli_flag(argc, argv, i, name, &v)) != 0)
+#define INT(name, lo, hi, dst) if (r > 0 && !cli_parse_int("scale", name, v, lo, hi, dst)) return 2
+    if (FLAG("--data")) a->data = v;
+    else if (FLAG("--devices")) {
+        if (r > 0 && (strncmp(v, "cpu:", 4) || !parse_counts("--devices", v + 4, a->counts, &a->n_counts)))
+            return strncmp(v, "cpu:", 4) ? cli_usage_error("scale", "--devices takes cpu:1,2,..., got '%s'", v) : 2;
+    } else if (FLAG("--project")) {
+        if (r > 0 && !parse_counts("--project", v, a->project, &a->n_project)) return 2;
+    } else if (FLAG("--batch-per-device")) { INT("--batch-per-device", 1, 1 << 20, &a->batch); }
+    else if (FLAG("--steps")) { INT("--steps", 1, 100000, &a->steps); }
+    else if (FLAG("--warmup")) { INT("--warmup", 0, 100000, &a->warmup); }
+    else if (FLAG("--repeats")) { INT("--repeats", 1, 64, &a->repeats); }
+    else if (FLAG("--epochs")) { INT("--epochs", 1, 1000000, &a->epochs); }
+    else if (FLAG("--link")) {
+        if (r > 0 && !parse_rate(v, &a->link.bytes_per_s))
+            return cli_usage_error("scale", "--link takes a rate such as 25Gbit, 100Gbit/s or 450GB/s, got '%s'", v);
+        a->have_link = 1;
+    } else if (FLAG("--latency")) {
+        if (r > 0 && (!parse_time(v, &a->link.alpha_s) || a->link.alpha_s > 10))
+            return cli_usage_error("scale", "--latency takes a time such as 5us or 0.2ms, got '%s'", v);
+    } else if (FLAG("--worth-it")) {
+        if (r > 0 && !parse_time(v, &a->worth_it_s))
+            return cli_usage_error("scale", "--worth-it takes a time such as 90s, 30m, 1h or 2d, got '%s'", v);
+    } else *handled = 0;
+#undef FLAG
+#undef INT
+    if (*handled && r < 0) return cli_usage_error("scale", "%s needs a value", argv[*i]);
+    return 0;
+}
+
+/* Returns 0 to go on, -1 after --help, or the exit status. */
+static int parse_args(int argc, char **argv, scale_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->counts[0] = 1, a->counts[1] = 2, a->n_counts = 2;
+    static const int project[] = {1, 2, 4, 8, 16, 32, 64};
+    memcpy(a->project, project, sizeof project);
+    a->n_project = 7;
+    a->link.alpha_s = 5e-6;
+    a->worth_it_s = 3600;
+    for (int i = 1; i < argc; i++) {
+        int handled, rc;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage_text, stdout);
+            return -1;
+        }
+        if (!strcmp(argv[i], "--json")) {
+            a->json = 1;
+            continue;
+        }
+        if ((rc = parse_value(argc, argv, &i, a, &handled))) return rc;
+        if (handled) continue;
+        if (argv[i][0] == '-') return cli_usage_error("scale", "unknown option '%s'", argv[i]);
+        if (a->model) return cli_usage_error("scale", "unexpected argument '%s'", argv[i]);
+        a->model = argv[i];
+    }
+    if (!a->model) return cli_usage_error("scale", "missing MODEL.json");
+    if (!a->data) return cli_usage_error("scale", "missing --data DIR");
+    return 0;
+}
+
+/* ---- output */
+
+static void print_trials(const crew_scale_trial *t, int n)
+{
+    printf("\n%7s %12s %11s %8s %8s %10s %8s %7s %8s %8s %7s %7s %7s\n", "devices", "global batch", "samples/s",
+           "spread", "speedup", "efficiency", "step ms", "data", "compute", "exposed", "hidden", "update", "other");
+    for (int i = 0; i < n; i++) {
+        double spread = 100 * (t[i].samples_per_s_hi - t[i].samples_per_s_lo) / t[i].samples_per_s;
+        printf("%7d %12lld %11.0f %7.1f%% %8.2f %9.0f%% %8.2f %7.2f %8.2f %8.2f %7.2f %7.2f %7.2f\n", t[i].devices,
+               (long long)t[i].global_batch, t[i].samples_per_s, spread, t[i].speedup, 100 * t[i].efficiency,
+               1e3 * t[i].step_s, 1e3 * t[i].data_s, 1e3 * t[i].compute_s, 1e3 * t[i].comm_exposed_s,
+               1e3 * t[i].comm_hidden_s, 1e3 * t[i].optimizer_s, 1e3 * t[i].other_s);
+    }
+    printf("(samples/s: the median of the repeats; spread: slowest to fastest repeat; times: medians per step of\n"
+           " replica 0, in ms; compute = forward + backward; exposed/hidden: all-reduce after/during backward)\n");
+}
+
+static void print_model(const crew_scale_model *cm)
+{
+    printf("\ncost model: step(N) = compute / speed(N) + data + (1 - h)(alpha + 2(N-1)/N S/beta) + alpha [+ sync(N)]\n");
+    printf("  compute %.2f ms per replica per step (forward, backward, update), data wait %.2f ms,\n",
+           1e3 * cm->compute_s, 1e3 * cm->data_s);
+    printf("  S = %.2f MB of gradients, hidden behind the backward pass h = %.0f%%; on devices of their own\n"
+           "  sync(N) = jitter x E[max of N normals] with a compute jitter of %.2f ms\n", cm->gradient_bytes / 1e6,
+           100 * cm->hidden_fraction, 1e3 * cm->jitter_s);
+    printf("  shared memory: alpha = %.1f us, beta = %.2f GB/s (%s)\n", 1e6 * cm->link.alpha_s,
+           cm->link.bytes_per_s / 1e9, cm->link_note);
+    printf("  this machine: %d cores; speed(%d) = %.0f%%: %d replicas in lockstep each step at that fraction of one\n"
+           "  alone (%s; it holds the waits for the slowest); beyond %d they take turns\n", cm->cores, cm->cores,
+           100 * cm->parallel_speed, cm->cores, cm->speed_fitted ? "fitted to the trials" : "lockstep probe",
+           cm->cores);
+}
+
+static double epochs_s(const crew_scale_point *p, int64_t samples, int64_t epochs)
+{
+    int64_t steps = samples / p->global_batch;
+    return steps > 0 ? (double)epochs * (double)steps * p->step_s : INFINITY;
+}
+
+static const char *fmt_duration(double s, char *buf, size_t len)
+{
+    if (!isfinite(s))
+        snprintf(buf, len, "-");
+    else if (s < 10)
+        snprintf(buf, len, "%.1f s", s);
+    else if (s < 120)
+        snprintf(buf, len, "%.0f s", s);
+    else if (s < 7200)
+        snprintf(buf, len, "%.0f min", s / 60);
+    else if (s < 172800)
+        snprintf(buf, len, "%.1f h", s / 3600);
+    else
+        snprintf(buf, len, "%.1f d", s / 86400);
+    return buf;
+}
+
+static void print_projection(const scale_args *a, const crew_scale_model *cm, int64_t samples)
+{
+    printf("\nprojection (per-device batch %lld; %lld epoch%s of %lld samples; evaluation not included):\n",
+           (long long)cm->batch_per_device, (long long)a->epochs, a->epochs == 1 ? "" : "s", (long long)samples);
+    printf("%7s | %-38s", "", "this machine");
+    if (a->have_link) printf(" | devices joined by the --link");
+    printf("\n%7s | %11s %6s %9s %9s", "devices", "samples/s", "eff", "step ms", "time");
+    if (a->have_link) printf(" | %11s %6s %9s %9s", "samples/s", "eff", "step ms", "time");
+    printf("\n");
+    char d[32];
+    for (int i = 0; i < a->n_project; i++) {
+        crew_scale_point p, q;
+        crew_scale_predict(cm, NULL, a->project[i], &p);
+        printf("%7d | %11.0f %5.0f%% %9.2f %9s", p.devices, p.samples_per_s, 100 * p.efficiency, 1e3 * p.step_s,
+               fmt_duration(epochs_s(&p, samples, a->epochs), d, sizeof d));
+        if (a->have_link) {
+            crew_scale_predict(cm, &a->link, a->project[i], &q);
+            printf(" | %11.0f %5.0f%% %9.2f %9s", q.samples_per_s, 100 * q.efficiency, 1e3 * q.step_s,
+                   fmt_duration(epochs_s(&q, samples, a->epochs), d, sizeof d));
+        }
+        printf("\n");
+    }
+    printf("(this machine: %d cores shared by the replicas, beyond them they take turns", cm->cores);
+    if (a->have_link)
+        printf("; --link: %.2f GB/s, %.1f us latency, every device computing like one replica here", a->link.bytes_per_s / 1e9,
+               1e6 * a->link.alpha_s);
+    printf(")\n");
+}
+
+static void json_num(const char *key, double v, int comma)
+{
+    char b[32];
+    printf("\"%s\":%s%s", key, cli_json_number(v, b, sizeof b), comma ? "," : "");
+}
+
+static void print_json_trials(const crew_scale_trial *t, int n)
+{
+    printf("\"trials\":[");
+    for (int i = 0; i < n; i++) {
+        printf("%s{\"devices\":%d,\"global_batch\":%lld,\"repeats\":%d,\"steps\":%lld,", i ? "," : "", t[i].devices,
+               (long long)t[i].global_batch, t[i].repeats, (long long)t[i].steps);
+        json_num("samples_per_s", t[i].samples_per_s, 1);
+        json_num("samples_per_s_lo", t[i].samples_per_s_lo, 1);
+        json_num("samples_per_s_hi", t[i].samples_per_s_hi, 1);
+        json_num("speedup", t[i].speedup, 1);
+        json_num("efficiency", t[i].efficiency, 1);
+        json_num("step_s", t[i].step_s, 1);
+        json_num("data_s", t[i].data_s, 1);
+        json_num("compute_s", t[i].compute_s, 1);
+        json_num("comm_exposed_s", t[i].comm_exposed_s, 1);
+        json_num("comm_hidden_s", t[i].comm_hidden_s, 1);
+        json_num("optimizer_s", t[i].optimizer_s, 1);
+        json_num("other_s", t[i].other_s, 1);
+        json_num("compute_jitter_s", t[i].compute_jitter_s, 0);
+        printf("}");
+    }
+    printf("],");
+}
+
+static void print_json_point(const crew_scale_point *p, double epochs_time)
+{
+    printf("{\"devices\":%d,\"global_batch\":%lld,", p->devices, (long long)p->global_batch);
+    json_num("samples_per_s", p->samples_per_s, 1);
+    json_num("speedup", p->speedup, 1);
+    json_num("efficiency", p->efficiency, 1);
+    json_num("step_s", p->step_s, 1);
+    json_num("comm_s", p->comm_s, 1);
+    json_num("sync_s", p->sync_s, 1);
+    json_num("shared_cores_s", p->shared_cores_s, 1);
+    json_num("epochs_s", epochs_time, 0);
+    printf("}");
+}
+
+static void print_json(const scale_args *a, const crew_scale_trial *t, int n, const crew_scale_model *cm,
+                       int64_t samples, const crew_scale_advice *adv, const crew_scale_advice *here)
+{
+    printf("{\"model\":");
+    cli_json_string(stdout, a->model);
+    printf(",\"data\":");
+    cli_json_string(stdout, a->data);
+    printf(",\"batch_per_device\":%lld,\"train_samples\":%lld,\"epochs\":%lld,\"gradient_bytes\":%lld,",
+           (long long)cm->batch_per_device, (long long)samples, (long long)a->epochs, (long long)cm->gradient_bytes);
+    print_json_trials(t, n);
+    printf("\"cost_model\":{");
+    json_num("compute_s", cm->compute_s, 1);
+    json_num("data_s", cm->data_s, 1);
+    json_num("jitter_s", cm->jitter_s, 1);
+    json_num("hidden_fraction", cm->hidden_fraction, 1);
+    json_num("alpha_s", cm->link.alpha_s, 1);
+    json_num("bytes_per_s", cm->link.bytes_per_s, 1);
+    json_num("parallel_speed", cm->parallel_speed, 1);
+    printf("\"speed_fitted\":%d,\"cores\":%d,\"link_fitted\":%d,\"link_note\":", cm->speed_fitted, cm->cores,
+           cm->link_fitted);
+    cli_json_string(stdout, cm->link_note);
+    printf("},\"projection\":[");
+    for (int i = 0; i < a->n_project; i++) {
+        crew_scale_point p;
+        crew_scale_predict(cm, NULL, a->project[i], &p);
+        printf("%s", i ? "," : "");
+        print_json_point(&p, epochs_s(&p, samples, a->epochs));
+    }
+    printf("],\"link_projection\":[");
+    for (int i = 0; a->have_link && i < a->n_project; i++) {
+        crew_scale_point p;
+        crew_scale_predict(cm, &a->link, a->project[i], &p);
+        printf("%s", i ? "," : "");
+        print_json_point(&p, epochs_s(&p, samples, a->epochs));
+    }
+    printf("],\"recommended_devices\":%d,", adv->recommended_devices);
+    json_num("one_device_s", adv->one_device_s, 1);
+    json_num("recommended_s", adv->recommended_s, 1);
+    printf("\"reason\":");
+    cli_json_string(stdout, adv->reason);
+    printf(",\"stall_devices\":%d,\"stall\":", adv->stall_devices);
+    cli_json_string(stdout, adv->stall);
+    printf(",\"machine_stall_devices\":%d,\"machine_stall\":", here->stall_devices);
+    cli_json_string(stdout, here->stall);
+    printf("}\n");
+}
+
+/* ---- the run */
+
+#define TRY(expr)                  \
+    do {                           \
+        crew_status try_s_ = (expr); \
+        if (try_s_) return try_s_; \
+    } while (0)
+
+static void on_repeat(void *user, int devices, int repeat, double samples_per_s)
+{
+    (void)user;
+    fprintf(stderr, "  %d replica%s, repeat %d: %.0f samples/s\n", devices, devices == 1 ? "" : "s", repeat + 1,
+            samples_per_s);
+}
+
+static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *train, crew_scale_trial *t,
+                           crew_scale_model *cm)
+{
+    crew_scale_options o = {.batch_per_device = a->batch, .warmup_steps = a->warmup, .steps = a->steps,
+                            .repeats = (int)a->repeats, .threads_per_device = 1, .on_repeat = on_repeat};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    for (int i = 0; i < a->n_counts; i++) TRY(crew_scale_measure(m, train, &o, a->counts[i], &t[i]));
+    /* Without a trial on 2 to `cores` replicas, the lockstep probe says how the cores share; its
+     * rounds last as long as a replica's step of compute. */
+    int within = 0;
+    for (int i = 0; i < a->n_counts; i++) within |= a->counts[i] > 1 && a->counts[i] <= cores;
+    double speed = 1.0, round_s = t[0].compute_s + t[0].optimizer_s;
+    if (cores > 1 && !within)
+        TRY(crew_scale_probe_parallel((int)cores, 1.0, crew_model_param_count(m) + 1, round_s > 1e-4 ? round_s : 1e-4,
+                                      &speed));
+    crew_scale_analyse(t, a->n_counts);
+    int64_t grad_bytes = crew_model_param_count(m) * (int64_t)sizeof(float);
+    int above_one = 0;
+    for (int i = 0; i < a->n_counts; i++) above_one += a->counts[i] > 1;
+    crew_link shared = {5e-6, 5e9}; /* replaced by the benchmark whenever the trials cannot fit the link */
+    if (above_one < 2) TRY(crew_scale_measure_shared_memory(grad_bytes > 4 ? grad_bytes : 4, &shared));
+    return crew_scale_fit(t, a->n_counts, grad_bytes, &shared, (int)cores, speed, cm);
+}
+
+int cli_scale(int argc, char **argv)
+{
+    scale_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc < 0 ? 0 : rc;
+    crew_model *m = NULL;
+    crew_dataset *train = NULL;
+    crew_scale_trial t[MAX_COUNTS];
+    crew_scale_model cm;
+    crew_status s = crew_model_load_file(a.model, &m);
+    if (!s) s = crew_dataset_open(a.data, "train", &train);
+    if (!s && !a.epochs) {
+        crew_fit_options d;
+        crew_model_default_fit(m, &d);
+        a.epochs = d.epochs;
+    }
+    for (int i = 0; i < a.n_counts && !s; i++) { /* every count's plan holds before any trial runs */
+        crew_fit_options f;
+        crew_fit_plan plan;
+        crew_model_default_fit(m, &f);
+        f.devices = a.counts[i];
+        if (a.batch) f.batch_per_device = a.batch;
+        s = crew_model_plan_fit(m, train, &f, &plan);
+    }
+    if (!s) {
+        fprintf(stderr, "crew scale: trials of %s at %d replica count%s\n", a.model, a.n_counts, a.n_counts == 1 ? "" : "s");
+        s = measure(&a, m, train, t, &cm);
+    }
+    if (s) {
+        rc = cli_fail("scale", s);
+    } else {
+        int64_t samples = crew_dataset_size(train);
+        crew_scale_advice adv, here;
+        crew_scale_advise(&cm, a.have_link ? &a.link : NULL, a.project, a.n_project, samples, (int)a.epochs,
+                          a.worth_it_s, &adv);
+        crew_scale_advise(&cm, NULL, a.project, a.n_project, samples, (int)a.epochs, a.worth_it_s, &here);
+        printf("scaling of %s on %s: per-device batch %lld\n", a.model, a.data, (long long)cm.batch_per_device);
+        print_trials(t, a.n_counts);
+        print_model(&cm);
+        print_projection(&a, &cm, samples);
+        printf("\nrecommendation%s: %s\n", a.have_link ? " (devices joined by the --link)" : "", adv.reason);
+        if (adv.stall[0]) printf("%s\n", adv.stall);
+        if (a.have_link && here.stall[0]) printf("on this machine, %s\n", here.stall);
+        if (a.json) print_json(&a, t, a.n_counts, &cm, samples, &adv, &here);
+        rc = 0;
+    }
+    crew_dataset_free(train);
+    crew_model_free(m);
+    return rc;
+}
