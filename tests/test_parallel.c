@@ -71,6 +71,7 @@ static crew_model *train(const crew_dataset *d, int devices, int64_t batch, int6
     o.epochs = 10;
     o.seed = 5;
     o.sync_batch_norm = sync_bn;
+    o.drift_check_every = 4; /* replicas must agree throughout, also with local batch norm */
     crew_fit_result r;
     CHECK_OK(crew_model_fit(m, d, &o, &r));
     CHECK(r.steps == 12);

@@ -97,6 +97,9 @@ static crew_status check_drift(replica *r, int64_t step)
     if (!h) return CREW_OOM();
     for (int i = 0; i < t; i++) {
         const crew_param *p = names[i].param;
+        /* Batch-norm moving statistics are the same everywhere only when the batch statistics are
+         * synchronised; otherwise each replica's follow its own micro-batches, by design. */
+        if (!p->trainable && !r->run->sync_bn) continue; /* both halves stay 0 on every replica */
         XXH64_hash_t x = XXH3_64bits(p->value, (size_t)crew_shape_size(&p->shape) * sizeof(float));
         h[((size_t)r->rank * t + i) * 2] = (double)(uint32_t)(x >> 32); /* halves are exact in a double */
         h[((size_t)r->rank * t + i) * 2 + 1] = (double)(uint32_t)x;
