@@ -36,7 +36,7 @@ MODELS = [
 ]
 # Targets (the issue): crew / PyTorch at the same thread count, and data-parallel efficiency.
 TARGETS = {"mlp_ratio": 1.5, "cnn_ratio": 1.0, "cnn_dp_efficiency": 0.90}
-FIGURES = ["crew_1", "crew_dp2", "crew_blas2", "torch_2", "torch_1", "crew_dp2_fixed"]
+FIGURES = ["crew_1", "crew_dp2", "crew_blas2", "torch_2", "torch_1", "crew_dp2_fixed", "crew_1_one_core"]
 
 
 def parse_args():
@@ -114,13 +114,18 @@ def bench_model(a, bench, name, model, batch, steps, init):
                            "--init-weights", init)
     r["torch_2"] = torch(2)
     r["torch_1"] = torch(1)
-    # Fixed per-device batch: 2 replicas x `batch` against 1 replica x `batch` (crew_1).
+    # Fixed per-device batch: 2 replicas x `batch` on both cores against 1 replica x `batch` on ONE
+    # core (taskset), so that the baseline's loader threads share its core instead of borrowing
+    # the second one: throughput on 2 cores / (2 x throughput on 1 core).
     r["crew_dp2_fixed"] = crew("--batch", str(2 * batch), "--devices", "2", "--init-weights", init)
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    r["crew_1_one_core"] = last_json(pin + [bench] + common + ["--batch", str(batch), "--devices", "1",
+                                                                "--init-weights", init])
     sps = lambda k: r[k]["samples_per_s"]  # noqa: E731
     r["crew_best_2"] = "crew_dp2" if sps("crew_dp2") >= sps("crew_blas2") else "crew_blas2"
     r["ratio_2_threads"] = sps(r["crew_best_2"]) / sps("torch_2")
     r["ratio_1_thread"] = sps("crew_1") / sps("torch_1")
-    r["dp_efficiency"] = sps("crew_dp2_fixed") / (2.0 * sps("crew_1"))
+    r["dp_efficiency"] = sps("crew_dp2_fixed") / (2.0 * sps("crew_1_one_core"))
     bg = [r[k].get("background_cores") for k in FIGURES if r[k].get("background_cores") is not None]
     r["background_cores_max"] = max(bg) if bg else None
     return r
