@@ -11,13 +11,13 @@
 
 enum { SYN_SIDE = 12, SYN_CLASSES = 4 };
 
-static void syn_put_be32(FILE *f, uint32_t v)
+static inline void syn_put_be32(FILE *f, uint32_t v)
 {
     unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
     fwrite(b, 1, 4, f);
 }
 
-static void syn_write_idx_pair(const char *images, const char *labels, int n, unsigned seed)
+static inline void syn_write_idx_pair(const char *images, const char *labels, int n, unsigned seed)
 {
     FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
     if (!fi || !fl) abort();
@@ -42,9 +42,48 @@ static void syn_write_idx_pair(const char *images, const char *labels, int n, un
     fclose(fl);
 }
 
+/* Random side × side images, labels i mod classes: a dataset of the right shape for models whose
+ * accuracy does not matter (memory and speed measurements). */
+static inline void syn_write_random_idx(const char *images, const char *labels, int n, int side, int classes)
+{
+    FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
+    if (!fi || !fl) abort();
+    syn_put_be32(fi, 0x803);
+    syn_put_be32(fi, (uint32_t)n);
+    syn_put_be32(fi, (uint32_t)side);
+    syn_put_be32(fi, (uint32_t)side);
+    syn_put_be32(fl, 0x801);
+    syn_put_be32(fl, (uint32_t)n);
+    srand(7);
+    for (int i = 0; i < n; i++) {
+        for (int p = 0; p < side * side; p++) fputc(rand() % 256, fi);
+        fputc(i % classes, fl);
+    }
+    fclose(fi);
+    fclose(fl);
+}
+
+/* Like syn_make_dataset, with random side × side images of 10 classes (28: Fashion-MNIST's shape). */
+static inline int syn_make_random_dataset(char *dir, int train, int side, char *out, size_t out_len)
+{
+    if (!mkdtemp(dir)) return -1;
+    char img[300], lab[300], timg[300], tlab[300];
+    snprintf(img, sizeof img, "%s/img.idx", dir);
+    snprintf(lab, sizeof lab, "%s/lab.idx", dir);
+    snprintf(timg, sizeof timg, "%s/timg.idx", dir);
+    snprintf(tlab, sizeof tlab, "%s/tlab.idx", dir);
+    snprintf(out, out_len, "%s/data", dir);
+    syn_write_random_idx(img, lab, train, side, 10);
+    syn_write_random_idx(timg, tlab, 64, side, 10);
+    crew_status s = crew_prep_idx(img, lab, timg, tlab, out, NULL, NULL);
+    int rc = s ? -1 : 0;
+    crew_status_free(s);
+    return rc;
+}
+
 /* Makes dir (a mkdtemp template, modified) holding data/ with `train` and 64 test samples;
  * returns the path of data/ in out. */
-static int syn_make_dataset(char *dir, int train, char *out, size_t out_len)
+static inline int syn_make_dataset(char *dir, int train, char *out, size_t out_len)
 {
     if (!mkdtemp(dir)) return -1;
     char img[300], lab[300], timg[300], tlab[300];
@@ -62,7 +101,7 @@ static int syn_make_dataset(char *dir, int train, char *out, size_t out_len)
     return rc;
 }
 
-static void syn_remove(const char *dir)
+static inline void syn_remove(const char *dir)
 {
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -14,6 +14,7 @@
 
 #include "advise/scaling.h"
 #include "check.h"
+#include "synthetic.h"
 
 #define SIDE 28
 #define SAMPLES 8192
@@ -26,42 +27,9 @@
 
 /* ---------------------------------------------------------------- a 28x28 dataset */
 
-static void put_be32(FILE *f, uint32_t v)
-{
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
-    fwrite(b, 1, 4, f);
-}
-
-static int write_idx(const char *images, const char *labels, int n)
-{
-    FILE *fi = fopen(images, "wb"), *fl = fopen(labels, "wb");
-    if (!fi || !fl) return -1;
-    put_be32(fi, 0x803), put_be32(fi, (uint32_t)n), put_be32(fi, SIDE), put_be32(fi, SIDE);
-    put_be32(fl, 0x801), put_be32(fl, (uint32_t)n);
-    srand(11);
-    unsigned char img[SIDE * SIDE];
-    for (int i = 0; i < n; i++) {
-        for (int p = 0; p < SIDE * SIDE; p++) img[p] = (unsigned char)(rand() % 256);
-        fwrite(img, 1, sizeof img, fi);
-        fputc(i % 10, fl);
-    }
-    return (fclose(fi) | fclose(fl)) ? -1 : 0;
-}
-
 static int make_dataset(char *dir, char *data, size_t len)
 {
-    if (!mkdtemp(dir)) return -1;
-    char img[300], lab[300], timg[300], tlab[300];
-    snprintf(img, sizeof img, "%s/x.idx", dir);
-    snprintf(lab, sizeof lab, "%s/y.idx", dir);
-    snprintf(timg, sizeof timg, "%s/tx.idx", dir);
-    snprintf(tlab, sizeof tlab, "%s/ty.idx", dir);
-    snprintf(data, len, "%s/data", dir);
-    if (write_idx(img, lab, SAMPLES) || write_idx(timg, tlab, 64)) return -1;
-    crew_status s = crew_prep_idx(img, lab, timg, tlab, data, NULL, NULL);
-    int rc = s ? -1 : 0;
-    crew_status_free(s);
-    return rc;
+    return syn_make_random_dataset(dir, SAMPLES, SIDE, data, len);
 }
 
 /* ---------------------------------------------------------------- statistics */
