@@ -5,13 +5,13 @@
 #include "data/manifest.h"
 
 #include <cjson/cJSON.h>
-#include <xxhash.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file_hash.h"
 #include "core/status.h"
 
 #define MAX_EXACT_INT ((int64_t)1 << 53) /* JSON numbers are doubles: integers are exact up to here */
@@ -553,29 +553,5 @@ crew_status crew_manifest_write(const char *path, const crew_manifest *m)
 crew_status crew_manifest_hash_file(const char *path, crew_manifest_array *a)
 {
     if (!path || !a) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_manifest_hash_file: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
-    XXH3_state_t *st = XXH3_createState();
-    enum { CHUNK = 1 << 20 };
-    unsigned char *buf = malloc(CHUNK);
-    if (!st || !buf || XXH3_64bits_reset(st) != XXH_OK) {
-        XXH3_freeState(st);
-        free(buf);
-        fclose(f);
-        return CREW_OOM();
-    }
-    int64_t total = 0;
-    size_t n;
-    while ((n = fread(buf, 1, CHUNK, f)) > 0) {
-        XXH3_64bits_update(st, buf, n);
-        total += (int64_t)n;
-    }
-    int failed = ferror(f);
-    fclose(f);
-    free(buf);
-    a->xxh3 = XXH3_64bits_digest(st);
-    a->bytes = total;
-    XXH3_freeState(st);
-    if (failed) return crew_errorf(CREW_CODE_IO, "%s: read failed", path);
-    return CREW_OK;
+    return crew_file_hash(path, &a->bytes, &a->xxh3);
 }
