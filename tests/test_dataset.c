@@ -16,6 +16,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "fs_helpers.h"
 #include "core/status.h"
 #include "data/atomic_dir.h"
 #include "data/dataset.h"
@@ -28,24 +29,6 @@ static char tmp_dir[64];
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) { return remove(path); }
 
 static void tmp_path(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", tmp_dir, name); }
-
-static int exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-/* No "*.tmp-*" directory anywhere in tmp_dir: failed or finished writes clean up after themselves. */
-static int temp_dirs_left(void)
-{
-    DIR *d = opendir(tmp_dir);
-    int found = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strstr(e->d_name, ".tmp-")) found++;
-    if (d) closedir(d);
-    return found;
-}
 
 /* A gzipped IDX file: dims big-endian, then the bytes. */
 static void write_idx_gz(const char *path, int ndim, const uint32_t *dims, const uint8_t *data, size_t n)
@@ -131,7 +114,7 @@ static void test_prep_and_gather(int channels)
     progress_log log = {0, 1, 0, 0};
     CHECK_OK(crew_prep_idx(img, lab, NULL, NULL, out, on_progress, &log));
     CHECK(log.calls >= 5 && log.ok && log.last_done == log.total); /* the last call says done */
-    CHECK(temp_dirs_left() == 0);
+    CHECK(temp_dirs_in(tmp_dir) == 0);
 
     crew_manifest m;
     CHECK_OK(crew_manifest_read(out, &m));
@@ -186,7 +169,7 @@ static void test_prep_with_test_files(void)
     write_idx_gz(timg, 3, (uint32_t[]){2, W, H}, pixels, 2 * H * W);
     tmp_path(out, sizeof out, "withtest2");
     CHECK_ERR(crew_prep_idx(img, lab, timg, tlab, out, NULL, NULL), "a-timgs.gz: images are 3x4x1 but the training images are 4x3x1");
-    CHECK(!exists(out) && temp_dirs_left() == 0);
+    CHECK(!path_exists(out) && temp_dirs_in(tmp_dir) == 0);
 }
 
 /* ---------------------------------------------------------------- broken datasets */
@@ -413,13 +396,13 @@ static void test_atomic_dir(void)
 
     tmp_path(out, sizeof out, "atomic");
     CHECK_OK(crew_atomic_dir_begin(out, &ad));
-    CHECK(exists(ad.tmp) && strstr(ad.tmp, "atomic.tmp-") && !exists(out));
+    CHECK(path_exists(ad.tmp) && strstr(ad.tmp, "atomic.tmp-") && !path_exists(out));
     CHECK_OK(crew_atomic_dir_file(&ad, "a.txt", file, sizeof file));
     FILE *f = fopen(file, "w");
     fputs("hello", f);
     fclose(f);
     crew_atomic_dir_abort(&ad);
-    CHECK(temp_dirs_left() == 0 && !exists(out));
+    CHECK(temp_dirs_in(tmp_dir) == 0 && !path_exists(out));
 
     /* OUT appearing while the temporary directory is written: commit refuses and cleans up. */
     CHECK_OK(crew_atomic_dir_begin(out, &ad));
@@ -429,7 +412,7 @@ static void test_atomic_dir(void)
     fclose(f);
     mkdir(out, 0755);
     CHECK_ERR(crew_atomic_dir_commit(&ad), "atomic already exists");
-    CHECK(temp_dirs_left() == 0);
+    CHECK(temp_dirs_in(tmp_dir) == 0);
     rmdir(out);
 
     CHECK_OK(crew_atomic_dir_begin(out, &ad));
@@ -439,9 +422,9 @@ static void test_atomic_dir(void)
     fclose(f);
     CHECK_OK(crew_atomic_dir_commit(&ad));
     snprintf(file, sizeof file, "%s/a.txt", out);
-    CHECK(exists(file) && temp_dirs_left() == 0);
+    CHECK(path_exists(file) && temp_dirs_in(tmp_dir) == 0);
     crew_atomic_dir_abort(&ad); /* a no-op after commit */
-    CHECK(exists(file));
+    CHECK(path_exists(file));
 }
 
 static void test_prep_refusals(void)
@@ -453,7 +436,7 @@ static void test_prep_refusals(void)
     make_fixture(img, lab, 1);
     CHECK_ERR(crew_prep_idx(img, lab, NULL, NULL, good, NULL, NULL), "good already exists");
     snprintf(manifest, sizeof manifest, "%s/manifest.json", good);
-    CHECK(exists(manifest));
+    CHECK(path_exists(manifest));
 
     /* Fashion-MNIST's prep holds labels to its 10 classes. */
     char src[128], out[128], path[256];
@@ -480,7 +463,7 @@ static void test_prep_refusals(void)
     CHECK_OK(crew_manifest_read(out, &m));
     CHECK(!strcmp(m.name, "fashion-mnist") && m.classes == 10 && m.class_names && !strcmp(m.class_names[9], "Ankle boot"));
     crew_manifest_free(&m);
-    CHECK(temp_dirs_left() == 0);
+    CHECK(temp_dirs_in(tmp_dir) == 0);
 }
 
 /* A write failing halfway (a file-size limit makes write() fail with EFBIG): prep reports it and
@@ -506,14 +489,14 @@ static void test_prep_write_failure(void)
     signal(SIGXFSZ, old_handler);
     CHECK(crew_status_code(s) == CREW_CODE_IO && strstr(crew_status_message(s), "train_x.npy: write"));
     crew_status_free(s);
-    CHECK(!exists(out) && temp_dirs_left() == 0);
+    CHECK(!path_exists(out) && temp_dirs_in(tmp_dir) == 0);
 }
 
 /* ---------------------------------------------------------------- the real Fashion-MNIST */
 
 static void test_fashion_mnist(void)
 {
-    if (!exists(FASHION_DIR "/train-images-idx3-ubyte.gz")) {
+    if (!path_exists(FASHION_DIR "/train-images-idx3-ubyte.gz")) {
         printf("note: %s is absent; skipping the Fashion-MNIST test\n", FASHION_DIR);
         return;
     }
@@ -564,7 +547,7 @@ int main(void)
     test_prep_refusals();
     test_prep_write_failure();
     test_fashion_mnist();
-    CHECK(temp_dirs_left() == 0);
+    CHECK(temp_dirs_in(tmp_dir) == 0);
     nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return check_report();
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fs_helpers.h"
 #include "data/dataset.h"
 #include "data/image_decode.h"
 #include "data/manifest.h"
@@ -34,23 +35,6 @@ static char *tmp(char *buf, const char *name)
 {
     snprintf(buf, 512, "%s/%s", tmp_dir, name);
     return buf;
-}
-
-static int exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-static int temp_dirs_left(void)
-{
-    DIR *d = opendir(tmp_dir);
-    int found = 0;
-    struct dirent *e;
-    while (d && (e = readdir(d)))
-        if (strstr(e->d_name, ".tmp-")) found++;
-    if (d) closedir(d);
-    return found;
 }
 
 static void write_file(const char *path, const void *data, size_t len)
@@ -88,8 +72,8 @@ static void check_progress(const progress_log *p)
 /* A failed prep leaves neither OUT nor OUT.tmp-*. */
 static void check_nothing_left(const char *out)
 {
-    CHECK_MSG(!exists(out), "%s exists after a failed prep", out);
-    CHECK(temp_dirs_left() == 0);
+    CHECK_MSG(!path_exists(out), "%s exists after a failed prep", out);
+    CHECK(temp_dirs_in(tmp_dir) == 0);
 }
 
 /* ================================================================ CIFAR-10 */
@@ -669,7 +653,7 @@ static void test_text(void)
     /* No val split when the fraction is 0. */
     CHECK_OK(crew_prep_text(path, 1024, 0, tmp(out, "text-all"), NULL, NULL));
     snprintf(shard, sizeof shard, "%s/val_000000.bin", out);
-    CHECK(!exists(shard));
+    CHECK(!path_exists(shard));
     CHECK_ERR(crew_prep_text(path, 1000, 0.1, tmp(out, "text-short"), NULL, NULL),
               "leave the val split 500 tokens, fewer than seq_len + 1 = 1001");
     check_nothing_left(out);
