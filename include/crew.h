@@ -631,6 +631,14 @@ int crew_fit_scaling_hint(const crew_fit_result *r, const crew_fit_plan *p, char
 
 const char *crew_version(void);
 
+/* CPU cores this process may run on: its affinity mask (taskset, a container's cpuset), which can
+ * be fewer than the machine has. At least 1. "--devices cpu" and the default loader threads use it. */
+int crew_cpu_cores(void);
+
+/* The BLAS library in use, for version lines and bug reports ("OpenBLAS 0.3.21 DYNAMIC_ARCH ...,
+ * kernels for Haswell"). */
+void crew_blas_describe(char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,12 @@ plan examples/fashion_mlp.json --devices cpu:4 --device-memory 5M && \
     [ "$(json_field "$TMP/out" verdict_kind)" = optimizer_sharding ] && ok || fail "MLP on 4 x 5M: $(tail -2 "$TMP/out")"
 plan examples/fashion_mlp.json --devices cpu:2 --global-batch 1024 && grep -q '"global_batch":1024,"accumulation":4,' "$TMP/out" \
     && ok || fail "MLP with accumulation: $(tail -1 "$TMP/out")"
+# "--devices cpu" counts the cores this process may use (its affinity), not the machine's.
+if command -v taskset > /dev/null; then
+    taskset -c 0 "$CREW" plan examples/fashion_mlp.json --devices cpu --json > "$TMP/out" 2> "$TMP/err" \
+        && grep -q "^memory plan for examples/fashion_mlp.json: 1 replica," "$TMP/out" \
+        && ok || fail "--devices cpu under taskset -c 0: $(head -1 "$TMP/out") $(cat "$TMP/err")"
+fi
 
 expect_exit 2 "--device-memory" -- "$CREW" plan examples/fashion_mlp.json --device-memory 12X
 expect_exit 2 "--device-memory" -- "$CREW" plan examples/fashion_mlp.json --device-memory -5G

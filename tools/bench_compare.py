@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training throughput of crew against PyTorch on this machine, in one command.
 
-    python3 tools/bench_compare.py [--markdown] [--json] [--data DIR] [--build DIR]
+    python3 tools/bench_compare.py [--markdown] [--json] [--data DIR] [--build DIR] [--scaling 4,8]
 
 For the MLP and the CNN of examples/ it runs (each a median of --repeats timed runs, all from the
 same initial weights):
@@ -15,6 +15,11 @@ same initial weights):
 and prints samples/s, the crew/PyTorch ratios at equal thread counts, the scaling efficiency at a
 fixed per-device batch, and whether the targets of docs/PERFORMANCE.md are met. The figures are
 what docs/PERFORMANCE.md explains.
+
+Every figure runs under taskset on two cores that are not hyperthreads of one physical core (the
+first two such cores this process may use), and the one-core baseline on the first of them, so a
+machine with more cores measures what a 2-core machine would. --scaling N,... adds the
+data-parallel efficiency of N replicas on N such cores, where the machine has them.
 """
 import argparse
 import datetime
@@ -48,7 +53,51 @@ def parse_args():
     p.add_argument("--mlp-steps", type=int, default=MODELS[0][3], help=f"timed steps, MLP [{MODELS[0][3]}]")
     p.add_argument("--cnn-steps", type=int, default=MODELS[1][3], help=f"timed steps, CNN [{MODELS[1][3]}]")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per figure; the median counts [3]")
-    return p.parse_args()
+    p.add_argument("--scaling", default="", help="also N replicas on N cores, for each N of a comma list (e.g. 4,8)")
+    a = p.parse_args()
+    try:
+        a.scaling = [int(n) for n in a.scaling.split(",") if n.strip()]
+    except ValueError:
+        p.error(f"--scaling takes a comma list of replica counts, got '{a.scaling}'")
+    if any(n < 2 for n in a.scaling):
+        p.error("--scaling counts must be at least 2")
+    return a
+
+
+def siblings(cpu):
+    """The logical CPUs that share cpu's physical core (cpu itself included)."""
+    try:
+        with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+            text = f.read().strip()
+    except OSError:
+        return {cpu}
+    out = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def pick_cores(n):
+    """n logical CPUs this process may use, on distinct physical cores where there are enough, else
+    filled up with hyperthread siblings; None when the process may use fewer than n CPUs."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < n:
+        return None
+    chosen, taken = [], set()
+    for cpu in allowed:
+        if len(chosen) < n and cpu not in taken:
+            chosen.append(cpu)
+            taken |= siblings(cpu)
+    chosen += [cpu for cpu in allowed if cpu not in chosen][: n - len(chosen)]
+    return sorted(chosen)
+
+
+def pinned(cores):
+    """The command prefix that runs a program on these cores (none without taskset)."""
+    if not shutil.which("taskset"):
+        return []
+    return ["taskset", "-c", ",".join(str(c) for c in cores)]
 
 
 def log(msg):
@@ -103,8 +152,9 @@ def last_json(cmd):
 
 def bench_model(a, bench, name, model, batch, steps, init):
     common = [model, a.data, "--steps", str(steps), "--repeats", str(a.repeats), "--json"]
-    crew = lambda *extra: last_json([bench] + common + list(extra))  # noqa: E731
-    torch = lambda t: last_json([sys.executable, "tools/bench_torch.py"] + common  # noqa: E731
+    two, one = pinned(a.cores), pinned(a.cores[:1])
+    crew = lambda *extra: last_json(two + [bench] + common + list(extra))  # noqa: E731
+    torch = lambda t: last_json(two + [sys.executable, "tools/bench_torch.py"] + common  # noqa: E731
                                 + ["--batch", str(batch), "--threads", str(t), "--init-weights", init])
     r = {"model": os.path.splitext(os.path.basename(model))[0], "batch": batch, "steps": steps}
     # The first run writes the initial weights every other run (and PyTorch) starts from.
@@ -118,9 +168,19 @@ def bench_model(a, bench, name, model, batch, steps, init):
     # core (taskset), so that the baseline's loader threads share its core instead of borrowing
     # the second one: throughput on 2 cores / (2 x throughput on 1 core).
     r["crew_dp2_fixed"] = crew("--batch", str(2 * batch), "--devices", "2", "--init-weights", init)
-    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    r["crew_1_one_core"] = last_json(pin + [bench] + common + ["--batch", str(batch), "--devices", "1",
+    r["crew_1_one_core"] = last_json(one + [bench] + common + ["--batch", str(batch), "--devices", "1",
                                                                 "--init-weights", init])
+    r["scaling"] = []
+    for n in a.scaling:
+        cores = pick_cores(n)
+        if cores is None:
+            log(f"  (skipping {n} replicas: this process may use only {len(os.sched_getaffinity(0))} cores)")
+            continue
+        f = last_json(pinned(cores) + [bench] + common + ["--batch", str(n * batch), "--devices", str(n),
+                                                          "--init-weights", init])
+        f.update(replicas=n, cores=cores,
+                 efficiency=f["samples_per_s"] / (n * r["crew_1_one_core"]["samples_per_s"]))
+        r["scaling"].append(f)
     sps = lambda k: r[k]["samples_per_s"]  # noqa: E731
     r["crew_best_2"] = "crew_dp2" if sps("crew_dp2") >= sps("crew_blas2") else "crew_blas2"
     r["ratio_2_threads"] = sps(r["crew_best_2"]) / sps("torch_2")
@@ -139,6 +199,15 @@ def capture(cmd):
         return "unknown"
 
 
+def blas_version(version_text):
+    """'0.3.21 (kernels for Zen)' from crew --version's BLAS line."""
+    for line in version_text.splitlines():
+        if line.startswith("BLAS: OpenBLAS "):
+            words, _, core = line[len("BLAS: OpenBLAS "):].partition(", kernels for ")
+            return f"{words.split()[0]} (kernels for {core})" if words else "unknown"
+    return "unknown"
+
+
 def machine_info(crew):
     cpu = "unknown"
     for line in capture(["lscpu"]).splitlines():
@@ -149,10 +218,16 @@ def machine_info(crew):
         "cores": os.cpu_count(),
         "kernel": platform.release(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "crew": capture([crew, "--version"]).replace("crew ", ""),
-        "openblas": capture(["pkg-config", "--modversion", "openblas"]),
+        "crew": capture([crew, "--version"]).splitlines()[0].replace("crew ", ""),
+        "openblas": blas_version(capture([crew, "--version"])),
         "python": platform.python_version(),
     }
+
+
+def describe_cores(cores):
+    shared = any(c in siblings(cores[0]) for c in cores[1:])
+    return (f"CPUs {','.join(str(c) for c in cores)}"
+            + (" (hyperthreads of one core)" if shared else ""))
 
 
 def judge(results):
@@ -185,7 +260,8 @@ def print_markdown(info, results, targets, command):
           f"PyTorch {info['torch']}, OpenBLAS {info['openblas']}; load average before/after "
           f"{info['load_before']} / {info['load_after']}.  ")
     print(f"Command: `{command}`. Figures are samples/s, median of {info['repeats']} timed runs "
-          f"(bold: crew's better 2-thread layout); DP eff. at a fixed per-device batch; other procs: the "
+          f"(bold: crew's better 2-thread layout), every run on {info['cores_used']}, the one-core "
+          f"baseline on the first; DP eff. at a fixed per-device batch; other procs: the "
           f"most CPU other processes used during any of the row's figures.\n")
     head, rows = figure_rows(results)
     print("| " + " | ".join(head) + " |")
@@ -200,6 +276,17 @@ def print_markdown(info, results, targets, command):
         print(f"| {r['model']} | {f.get('comm_exposed_ms', float('nan')):.3f} | "
               f"{100 * f.get('comm_exposed_fraction', float('nan')):.1f}% | {f.get('comm_hidden_ms', float('nan')):.3f} | "
               f"{100 * f.get('data_fraction', float('nan')):.1f}% |")
+    if any(r["scaling"] for r in results.values()):
+        print("\nData-parallel scaling at a fixed per-device batch, N replicas on N cores against one replica "
+              "on one core:\n")
+        print("| model | replicas | cores | samples/s | efficiency | all-reduce exposed | data wait |")
+        print("|---|--:|---|--:|--:|--:|--:|")
+        for r in results.values():
+            for f in r["scaling"]:
+                print(f"| {r['model']} | {f['replicas']} | {','.join(str(c) for c in f['cores'])} | "
+                      f"{f['samples_per_s']:.0f} | {f['efficiency']:.2f} | "
+                      f"{100 * f.get('comm_exposed_fraction', float('nan')):.1f}% | "
+                      f"{100 * f.get('data_fraction', float('nan')):.1f}% |")
     print("\n| target | wanted | measured | met |\n|---|--:|--:|---|")
     for label, t, v, met in targets:
         print(f"| {label} | ≥ {t:.2f} | {v:.2f} | {'yes' if met else '**no**'} |")
@@ -208,12 +295,16 @@ def print_markdown(info, results, targets, command):
 def print_text(info, results, targets):
     print(f"machine: {info['cpu']}, {info['cores']} cores   date: {info['date']}")
     print(f"crew {info['crew']}   torch {info['torch']}   OpenBLAS {info['openblas']}   "
-          f"load avg before/after: {info['load_before']} / {info['load_after']}")
+          f"load avg before/after: {info['load_before']} / {info['load_after']}   runs on {info['cores_used']}")
     head, rows = figure_rows(results)
     widths = [max(len(h), *(len(r[i].strip('*')) for r in rows)) for i, h in enumerate(head)]
     print("  ".join(h.rjust(w) for h, w in zip(head, widths)))
     for row in rows:
         print("  ".join(c.strip("*").rjust(w) for c, w in zip(row, widths)))
+    for r in results.values():
+        for f in r["scaling"]:
+            print(f"{r['model']} data-parallel efficiency, {f['replicas']} replicas on {f['replicas']} cores: "
+                  f"{f['efficiency']:.2f} ({f['samples_per_s']:.0f} samples/s)")
     for label, t, v, met in targets:
         print(f"{label:34s} wanted >= {t:.2f}  measured {v:.2f}  {'met' if met else 'NOT met'}")
 
@@ -224,8 +315,12 @@ def loadavg():
 
 def main():
     a = parse_args()
+    a.cores = pick_cores(2)
+    if a.cores is None:
+        raise SystemExit("bench_compare: this process may use only one core; the comparisons need two")
     crew, bench = ensure_prerequisites(a)
     info = machine_info(crew)
+    info["cores_used"] = describe_cores(a.cores)
     info["load_before"] = loadavg()
     info["repeats"] = a.repeats
     steps = {"mlp": a.mlp_steps, "cnn": a.cnn_steps}

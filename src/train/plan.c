@@ -3,7 +3,6 @@
  * warmup, then the schedule). */
 #include <math.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/status.h"
 #include "data/dataset.h"
@@ -34,8 +33,8 @@ void crew_model_default_fit(const crew_model *m, crew_fit_options *opts)
     opts->sync_batch_norm = -1;
     opts->lr_scaling = -1;
     opts->warmup_steps = -1;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    opts->loader_threads = m && m->defaults.loader_threads > 0 ? m->defaults.loader_threads : cores > 4 ? 4 : cores > 1 ? (int)cores : 1;
+    int cores = crew_cpu_cores();
+    opts->loader_threads = m && m->defaults.loader_threads > 0 ? m->defaults.loader_threads : cores > 4 ? 4 : cores;
     opts->prefetch = m && m->defaults.prefetch > 0 ? m->defaults.prefetch : 2;
     if (m) opts->augment = m->defaults.augment;
 }

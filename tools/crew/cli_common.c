@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -85,8 +84,7 @@ int cli_flag(int argc, char **argv, int *i, const char *flag, const char **value
 int cli_parse_devices(const char *verb, const char *text, int64_t *n)
 {
     if (!strcmp(text, "cpu")) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        *n = cores > 0 ? cores : 1;
+        *n = crew_cpu_cores();
         return 1;
     }
     if (strncmp(text, "cpu:", 4) != 0) {

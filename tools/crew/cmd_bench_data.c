@@ -1,7 +1,6 @@
 /* cmd_bench_data.c — crew bench-data DIR: how fast the loader alone prepares batches. */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -45,12 +44,12 @@ int cli_bench_data(int argc, char **argv)
     crew_dataset *d = NULL;
     crew_status s = crew_dataset_open(dir, "train", &d);
     if (s) return cli_fail("bench-data", s);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int cores = crew_cpu_cores();
     int64_t ks[16], nk = 0;
     if (threads)
         ks[nk++] = threads;
     else
-        for (int64_t k = 1; k <= 2 * (cores > 0 ? cores : 1) && nk < 16; k *= 2) ks[nk++] = k;
+        for (int64_t k = 1; k <= 2 * cores && nk < 16; k *= 2) ks[nk++] = k;
     double rates[16];
     printf("%8s %14s\n", "threads", "samples/s");
     for (int64_t i = 0; i < nk && !s; i++) {

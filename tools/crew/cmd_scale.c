@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 
@@ -373,8 +372,7 @@ static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *tra
 {
     crew_scale_options o = {.batch_per_device = a->batch, .warmup_steps = a->warmup, .steps = a->steps,
                             .repeats = (int)a->repeats, .threads_per_device = 1, .on_repeat = on_repeat};
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    if (cores < 1) cores = 1;
+    int cores = crew_cpu_cores();
     for (int i = 0; i < a->n_counts; i++) TRY(crew_scale_measure(m, train, &o, a->counts[i], &t[i]));
     /* Without a trial on 2 to `cores` replicas, the lockstep probe says how the cores share; its
      * rounds last as long as a replica's step of compute. */

@@ -40,7 +40,9 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("crew %s\n", crew_version());
+        char blas[256];
+        crew_blas_describe(blas, sizeof blas);
+        printf("crew %s\nBLAS: %s\n", crew_version(), blas);
         return 0;
     }
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)

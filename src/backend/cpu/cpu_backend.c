@@ -1,6 +1,7 @@
 /* cpu_backend.c — the CPU backend's table: memory, GEMM through OpenBLAS, simple vector ops.
  * Everything but GEMM is plain C loops that the compiler vectorises. */
 #include <cblas.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,13 @@ crew_status crew_cpu_backend_create(int blas_threads, crew_backend *out)
     out->ops = &cpu_ops;
     out->ctx = NULL;
     return CREW_OK;
+}
+
+void crew_blas_describe(char *buf, size_t len)
+{
+    /* Which OpenBLAS build, and which of its kernels it picked for this CPU (DYNAMIC_ARCH builds
+     * choose at load time): what a speed figure or a bug report needs to be read. */
+    if (len) snprintf(buf, len, "%s, kernels for %s", openblas_get_config(), openblas_get_corename());
 }
 
 void crew_backend_destroy(crew_backend *be)
