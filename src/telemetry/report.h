@@ -1,6 +1,6 @@
-/* report.h — internals of crew_report_write (crew report): RUN_DIR/metrics.jsonl is read into a
- * summary of bounded size (report.c), then drawn as one self-contained HTML page whose charts are
- * inline SVG (report_svg.c).
+/* report.h — internals of crew_report_write (crew report), shared by its three files:
+ * RUN_DIR/metrics.jsonl is read into a summary of bounded size (report_read.c), then drawn as one
+ * self-contained HTML page (report.c) whose charts are inline SVG (report_svg.c).
  *
  * Memory does not grow with the length of the run: step lines are summed into at most
  * CREW_REPORT_BUCKETS buckets of `bucket_steps` consecutive steps each; when a step falls past
@@ -101,6 +101,10 @@ typedef struct crew_report_data {
 /* Reads path (RUN_DIR/metrics.jsonl) into d. On error d is released. */
 crew_status crew_report_read(const char *path, crew_report_data *d);
 void crew_report_data_free(crew_report_data *d);
+/* Fills d->model and d->data from RUN_DIR/config.json where the run line left them empty. Never
+ * fails: the paths are a nicety, and a missing or unreadable file leaves them empty. A reader, so
+ * it lives in report_read.c; crew_report_write calls it after crew_report_read. */
+void crew_report_read_config(const char *run_dir, crew_report_data *d);
 
 /* The centre step of bucket i, for the x axis. */
 double crew_report_bucket_step(const crew_report_data *d, int i);
