@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/status.h"
-#include "nn/window_geometry.h"
+#include "nn/layer.h"
 
 #define F32 ((int64_t)sizeof(float))
 
@@ -64,33 +64,15 @@ int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows)
     return crew_mem_alloc_bytes(rows * crew_shape_size(&mm->m->layers[i]->out), F32);
 }
 
-static int64_t conv_columns(const crew_layer *l, int64_t rows)
-{
-    crew_window g = {0};
-    int s_h = l->spec.strides[0] ? l->spec.strides[0] : 1, s_w = l->spec.strides[1] ? l->spec.strides[1] : 1;
-    crew_status s = crew_window_plan(&l->in, l->spec.kernel[0], l->spec.kernel[1], s_h, s_w, l->spec.padding, &g);
-    if (s) { /* cannot happen for a built layer: build ran the same check */
-        crew_status_free(s);
-        return 0;
-    }
-    return rows * g.out_h * g.out_w * g.k_h * g.k_w * g.in_c;
-}
-
-/* Mirrors each layer type's reserve(). */
+/* Each buffer the layer's workspace op asks for, as crew_layer_reserve allocates it: one backend
+ * allocation per buffer, each rounded up on its own. */
 int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows)
 {
-    const crew_layer *l = mm->m->layers[i];
-    int64_t in = crew_shape_size(&l->in), channels = l->in.dim[l->in.ndim - 1];
-    int64_t positions = rows * (in / channels);
-    switch (l->spec.type) {
-    case CREW_LAYER_CONV2D: return crew_mem_alloc_bytes(conv_columns(l, rows), F32);
-    case CREW_LAYER_MAX_POOL2D: return crew_mem_alloc_bytes(rows * crew_shape_size(&l->out), F32); /* arg-max */
-    case CREW_LAYER_DROPOUT: return crew_mem_alloc_bytes(rows * in, F32);                           /* mask */
-    case CREW_LAYER_BATCH_NORM: return crew_mem_alloc_bytes(4 * channels, F32);
-    case CREW_LAYER_LAYER_NORM:
-        return 2 * crew_mem_alloc_bytes(positions, F32) + (l->index == 0 ? crew_mem_alloc_bytes(rows * in, F32) : 0);
-    default: return 0;
-    }
+    int64_t n[CREW_LAYER_MAX_WORK], bytes = 0;
+    crew_layer_workspace(mm->m->layers[i], rows, n);
+    for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
+        if (n[k] > 0) bytes += crew_mem_alloc_bytes(n[k], F32);
+    return bytes;
 }
 
 void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int accumulation, int shards,

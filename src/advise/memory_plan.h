@@ -3,10 +3,11 @@
  * A replica's memory is the buffers crew allocates for it, counted as they are allocated:
  * crew_model_layout (parameters, gradients, state), the optimizer's slots, crew_model_reserve
  * (activations of every layer, two gradient ping-pong buffers of the widest layer, labels, row
- * losses, each layer's reserve() workspace), the stepper (micro-batch gradients kept for the
- * ordered sum, sample ids). The loader's ring and the epoch's sample order are shared by the
- * replicas. Everything here mirrors those allocations; tests/test_memory_plan.c checks the sum
- * against the measured growth of a training process. */
+ * losses, each layer's workspace), the stepper (micro-batch gradients kept for the ordered sum,
+ * sample ids). The loader's ring and the epoch's sample order are shared by the replicas.
+ * Everything here mirrors those allocations, except the layers' workspace, which is not mirrored
+ * but asked of each layer's workspace op, the very sizes crew_layer_reserve allocates;
+ * tests/test_memory_plan.c checks the sum against the measured growth of a training process. */
 #ifndef CREW_ADVISE_MEMORY_PLAN_H
 #define CREW_ADVISE_MEMORY_PLAN_H
 
@@ -36,7 +37,8 @@ void crew_mem_model_init(crew_mem_model *mm, const crew_model *m);
 /* Bytes of a backend buffer of n elements of `elem` bytes: the CPU backend rounds to 64. */
 int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem);
 
-/* Layer i's own bytes for micro-batches of `rows`; shards divides its optimizer state. */
+/* Layer i's own bytes for micro-batches of `rows`; shards divides its optimizer state. The
+ * workspace is the layer's workspace op's buffers (nn/layer.h), each rounded as allocated. */
 int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards);
 int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows);
 int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows);

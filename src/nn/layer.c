@@ -58,21 +58,36 @@ void crew_layer_declare(crew_layer *l, const char *name, crew_shape shape, int t
     p->fan_out = fan_out;
 }
 
+void crew_layer_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
+{
+    for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) n[i] = 0;
+    if (l->ops->workspace) l->ops->workspace(l, rows, n);
+}
+
 void crew_layer_free_work(crew_layer *l, const crew_backend *be)
 {
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) {
         if (l->work[i]) be->ops->free(be->ctx, l->work[i]);
         l->work[i] = NULL;
     }
     l->reserved_rows = 0;
 }
 
-crew_status crew_layer_alloc_work(crew_layer *l, const crew_backend *be, int i, int64_t n)
+/* One buffer per slot, each its own allocation: the memory planner counts them the same way
+ * (the backend rounds every allocation up, so one buffer of the sum would be a different size). */
+crew_status crew_layer_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
 {
-    if (l->work[i]) be->ops->free(be->ctx, l->work[i]);
-    l->work[i] = be->ops->alloc(be->ctx, n);
-    if (!l->work[i])
-        return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory reserving %lld values of workspace",
-                           (long long)n);
+    int64_t n[CREW_LAYER_MAX_WORK];
+    crew_layer_workspace(l, max_rows, n);
+    for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) {
+        if (l->work[i]) be->ops->free(be->ctx, l->work[i]);
+        l->work[i] = NULL;
+        if (n[i] <= 0) continue;
+        l->work[i] = be->ops->alloc(be->ctx, n[i]);
+        if (!l->work[i])
+            return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory reserving %lld values of workspace",
+                               (long long)n[i]);
+    }
+    l->reserved_rows = max_rows;
     return CREW_OK;
 }

@@ -1,6 +1,6 @@
 /* layer.h — the layer interface.
  *
- * A layer is a table of functions (build, reserve, forward, backward, release) plus its own
+ * A layer is a table of functions (build, workspace, forward, backward, release) plus its own
  * configuration and workspace. Its parameters are slices of the model's one contiguous parameter
  * buffer (trainable) or state buffer (running statistics), and its gradients slices of the
  * gradient buffer; the model sets the pointers after laying the buffers out.
@@ -19,6 +19,7 @@
 #include "crew.h"
 
 #define CREW_LAYER_MAX_PARAMS 4
+#define CREW_LAYER_MAX_WORK 4
 
 typedef enum crew_init {
     CREW_INIT_ZEROS = 0,
@@ -59,12 +60,17 @@ typedef struct crew_layer_ops {
     /* Checks the configuration against the input shape, sets l->out and declares l->params.
      * Errors name the key that is wrong; the caller prefixes the layer. */
     crew_status (*build)(crew_layer *l);
-    /* Allocates workspace on the backend for micro-batches of up to max_rows samples. */
-    crew_status (*reserve)(crew_layer *l, const crew_backend *be, int64_t max_rows);
+    /* The scratch memory forward and backward need for micro-batches of `rows` samples: n[i] is
+     * the element count of work[i] (4-byte elements: floats, or max pooling's int32 arg-maxes),
+     * 0 where the layer uses no buffer i; n arrives zeroed. NULL: the layer needs none.
+     * This is the one statement of a layer's workspace: crew_layer_reserve allocates exactly
+     * these buffers and the memory planner (src/advise/memory_plan.c) counts exactly these, so
+     * the two cannot drift. It reads only what build set, so it cannot fail. */
+    void (*workspace)(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK]);
     crew_status (*forward)(crew_layer *l, const crew_pass *p, const float *x, float *y);
     crew_status (*backward)(crew_layer *l, const crew_pass *p, const float *x, const float *y,
                             const float *dy, float *dx);
-    /* Frees what reserve allocated (it may be called again after). */
+    /* Frees what crew_layer_reserve allocated (it may be called again after). */
     void (*release)(crew_layer *l, const crew_backend *be);
 } crew_layer_ops;
 
@@ -76,7 +82,8 @@ struct crew_layer {
     crew_shape in, out;          /* per-sample shapes */
     crew_param params[CREW_LAYER_MAX_PARAMS];
     int n_params;
-    float *work[4];              /* backend workspace, owned by the layer, sized by reserve */
+    float *work[CREW_LAYER_MAX_WORK]; /* backend workspace, owned by the layer, sized by the
+                                          workspace op for reserved_rows (crew_layer_reserve) */
     int64_t reserved_rows;
 };
 
@@ -88,9 +95,13 @@ const char *crew_layer_type_name(crew_layer_type type);
 /* Declares a parameter during build. */
 void crew_layer_declare(crew_layer *l, const char *name, crew_shape shape, int trainable, crew_init init,
                         int64_t fan_in, int64_t fan_out);
+/* The layer's workspace for micro-batches of `rows` samples: n[i] elements for work[i], 0 for a
+ * buffer it does not use (the workspace op, or all zeros when the type has none). */
+void crew_layer_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK]);
+/* Allocates the workspace for micro-batches of up to max_rows samples on the backend, replacing
+ * what an earlier call allocated. */
+crew_status crew_layer_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows);
 /* Frees all of a layer's work buffers (a release that needs nothing else). */
 void crew_layer_free_work(crew_layer *l, const crew_backend *be);
-/* Allocates l->work[i] with n elements, freeing what was there. */
-crew_status crew_layer_alloc_work(crew_layer *l, const crew_backend *be, int i, int64_t n);
 
 #endif

@@ -26,13 +26,13 @@ static crew_status conv_build(crew_layer *l)
     return CREW_OK;
 }
 
-static crew_status conv_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
+/* The im2col columns [rows·OH·OW, KH·KW·C]: one row per output position, as long as a column
+ * of the kernel. Read from the shapes build set (out [OH, OW, F], kernel [KH, KW, C, F]) rather
+ * than from conv_geometry, which returns a status: for a built layer the numbers are the same. */
+static void conv_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
 {
-    crew_window g = {0};
-    CREW_TRY(conv_geometry(l, max_rows, &g));
-    CREW_TRY(crew_layer_alloc_work(l, be, 0, g.batch * g.out_h * g.out_w * g.k_h * g.k_w * g.in_c));
-    l->reserved_rows = max_rows;
-    return CREW_OK;
+    const crew_shape *k = &l->params[0].shape;
+    n[0] = rows * l->out.dim[0] * l->out.dim[1] * k->dim[0] * k->dim[1] * k->dim[2];
 }
 
 static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
@@ -66,5 +66,5 @@ static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float 
     return CREW_OK;
 }
 
-const crew_layer_ops crew_conv2d_ops = {conv_build, conv_reserve, conv_forward, conv_backward,
+const crew_layer_ops crew_conv2d_ops = {conv_build, conv_workspace, conv_forward, conv_backward,
                                         crew_layer_free_work};

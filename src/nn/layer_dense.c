@@ -16,13 +16,6 @@ static crew_status dense_build(crew_layer *l)
     return CREW_OK;
 }
 
-static crew_status dense_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
-{
-    (void)be;
-    l->reserved_rows = max_rows;
-    return CREW_OK;
-}
-
 /* Rows of the GEMM: every position along the leading axes is one row. */
 static int64_t gemm_rows(const crew_layer *l, int64_t rows)
 {
@@ -50,5 +43,5 @@ static crew_status dense_backward(crew_layer *l, const crew_pass *p, const float
     return CREW_OK;
 }
 
-const crew_layer_ops crew_dense_ops = {dense_build, dense_reserve, dense_forward, dense_backward,
-                                       crew_layer_free_work};
+/* No workspace: the GEMMs read x and dy in place. */
+const crew_layer_ops crew_dense_ops = {dense_build, NULL, dense_forward, dense_backward, crew_layer_free_work};

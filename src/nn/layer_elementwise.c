@@ -3,13 +3,6 @@
 #include "core/status.h"
 #include "nn/layer.h"
 
-static crew_status no_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
-{
-    (void)be;
-    l->reserved_rows = max_rows;
-    return CREW_OK;
-}
-
 static int64_t values(const crew_layer *l, const crew_pass *p) { return p->rows * crew_shape_size(&l->in); }
 
 /* ---- flatten: [H, W, C] → [H·W·C]; NHWC order, as Keras. */
@@ -78,11 +71,10 @@ static crew_status dropout_build(crew_layer *l)
     return CREW_OK;
 }
 
-static crew_status dropout_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
+/* The mask [rows, in], kept from forward for backward. */
+static void dropout_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
 {
-    CREW_TRY(crew_layer_alloc_work(l, be, 0, max_rows * crew_shape_size(&l->in)));
-    l->reserved_rows = max_rows;
-    return CREW_OK;
+    n[0] = rows * crew_shape_size(&l->in);
 }
 
 static crew_status dropout_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
@@ -103,9 +95,8 @@ static crew_status dropout_backward(crew_layer *l, const crew_pass *p, const flo
     return CREW_OK;
 }
 
-const crew_layer_ops crew_flatten_ops = {flatten_build, no_reserve, copy_forward, copy_backward,
-                                         crew_layer_free_work};
-const crew_layer_ops crew_activation_ops = {activation_build, no_reserve, activation_forward,
-                                            activation_backward, crew_layer_free_work};
-const crew_layer_ops crew_dropout_ops = {dropout_build, dropout_reserve, dropout_forward, dropout_backward,
+const crew_layer_ops crew_flatten_ops = {flatten_build, NULL, copy_forward, copy_backward, crew_layer_free_work};
+const crew_layer_ops crew_activation_ops = {activation_build, NULL, activation_forward, activation_backward,
+                                            crew_layer_free_work};
+const crew_layer_ops crew_dropout_ops = {dropout_build, dropout_workspace, dropout_forward, dropout_backward,
                                          crew_layer_free_work};

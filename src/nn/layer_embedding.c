@@ -21,13 +21,6 @@ static crew_status embedding_build(crew_layer *l)
     return CREW_OK;
 }
 
-static crew_status embedding_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
-{
-    (void)be;
-    l->reserved_rows = max_rows;
-    return CREW_OK;
-}
-
 static crew_status embedding_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
 {
     int64_t ids = p->rows * crew_shape_size(&l->in);
@@ -50,5 +43,5 @@ static crew_status embedding_backward(crew_layer *l, const crew_pass *p, const f
     return CREW_OK;
 }
 
-const crew_layer_ops crew_embedding_ops = {embedding_build, embedding_reserve, embedding_forward,
-                                           embedding_backward, crew_layer_free_work};
+const crew_layer_ops crew_embedding_ops = {embedding_build, NULL, embedding_forward, embedding_backward,
+                                           crew_layer_free_work};

@@ -31,11 +31,11 @@ static crew_status bn_build(crew_layer *l)
     return CREW_OK;
 }
 
-static crew_status bn_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
+/* Per-channel, so the same for every batch size. */
+static void bn_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
 {
-    CREW_TRY(crew_layer_alloc_work(l, be, 0, 4 * channels(l)));
-    l->reserved_rows = max_rows;
-    return CREW_OK;
+    (void)rows;
+    n[0] = 4 * channels(l); /* mean | var | sum_dy | sum_dy_xmu */
 }
 
 static crew_status sync(const crew_pass *p, float *buf, int64_t n)
@@ -108,13 +108,13 @@ static crew_status ln_build(crew_layer *l)
     return CREW_OK;
 }
 
-static crew_status ln_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
+/* The spare dx buffer (work[2]) is for a backward call without dx, which the model makes for
+ * layer 0: nothing upstream needs its input gradient. */
+static void ln_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
 {
-    CREW_TRY(crew_layer_alloc_work(l, be, 0, positions(l, max_rows)));
-    CREW_TRY(crew_layer_alloc_work(l, be, 1, positions(l, max_rows)));
-    if (l->index == 0) CREW_TRY(crew_layer_alloc_work(l, be, 2, max_rows * crew_shape_size(&l->in)));
-    l->reserved_rows = max_rows;
-    return CREW_OK;
+    n[0] = positions(l, rows); /* mean */
+    n[1] = positions(l, rows); /* rstd */
+    if (l->index == 0) n[2] = rows * crew_shape_size(&l->in);
 }
 
 static crew_status ln_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
@@ -139,5 +139,5 @@ static crew_status ln_backward(crew_layer *l, const crew_pass *p, const float *x
     return CREW_OK;
 }
 
-const crew_layer_ops crew_batch_norm_ops = {bn_build, bn_reserve, bn_forward, bn_backward, crew_layer_free_work};
-const crew_layer_ops crew_layer_norm_ops = {ln_build, ln_reserve, ln_forward, ln_backward, crew_layer_free_work};
+const crew_layer_ops crew_batch_norm_ops = {bn_build, bn_workspace, bn_forward, bn_backward, crew_layer_free_work};
+const crew_layer_ops crew_layer_norm_ops = {ln_build, ln_workspace, ln_forward, ln_backward, crew_layer_free_work};

@@ -20,11 +20,10 @@ static crew_status pool_build(crew_layer *l)
     return CREW_OK;
 }
 
-static crew_status maxpool_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
+/* One int32 arg-max per output value, in a float-sized buffer. */
+static void maxpool_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
 {
-    CREW_TRY(crew_layer_alloc_work(l, be, 0, max_rows * crew_shape_size(&l->out)));
-    l->reserved_rows = max_rows;
-    return CREW_OK;
+    n[0] = rows * crew_shape_size(&l->out);
 }
 
 static crew_status maxpool_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
@@ -44,13 +43,6 @@ static crew_status maxpool_backward(crew_layer *l, const crew_pass *p, const flo
     crew_window g = {0};
     CREW_TRY(pool_geometry(l, p->rows, &g));
     p->be->ops->maxpool_backward(p->be->ctx, dy, (const int32_t *)l->work[0], dx, &g);
-    return CREW_OK;
-}
-
-static crew_status no_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
-{
-    (void)be;
-    l->reserved_rows = max_rows;
     return CREW_OK;
 }
 
@@ -113,9 +105,9 @@ static crew_status gap_backward(crew_layer *l, const crew_pass *p, const float *
     return CREW_OK;
 }
 
-const crew_layer_ops crew_max_pool2d_ops = {pool_build, maxpool_reserve, maxpool_forward, maxpool_backward,
+const crew_layer_ops crew_max_pool2d_ops = {pool_build, maxpool_workspace, maxpool_forward, maxpool_backward,
                                             crew_layer_free_work};
-const crew_layer_ops crew_avg_pool2d_ops = {pool_build, no_reserve, avgpool_forward, avgpool_backward,
+const crew_layer_ops crew_avg_pool2d_ops = {pool_build, NULL, avgpool_forward, avgpool_backward,
                                             crew_layer_free_work};
-const crew_layer_ops crew_global_avg_pool2d_ops = {gap_build, no_reserve, gap_forward, gap_backward,
+const crew_layer_ops crew_global_avg_pool2d_ops = {gap_build, NULL, gap_forward, gap_backward,
                                                    crew_layer_free_work};

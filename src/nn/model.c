@@ -301,7 +301,7 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
     if (!m->labels || !m->row_loss) return CREW_OOM();
     for (int i = 0; i < m->n_layers; i++) {
         crew_layer *l = m->layers[i];
-        crew_status s = l->ops->reserve(l, be, max_rows);
+        crew_status s = crew_layer_reserve(l, be, max_rows);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
     }
     m->max_rows = max_rows;

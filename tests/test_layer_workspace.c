@@ -1,0 +1,234 @@
+/* test_layer_workspace.c — the layers' workspace op: the one statement of each layer's scratch
+ * memory, which crew_layer_reserve allocates and the memory planner counts.
+ *
+ * - what each layer type asks for, buffer by buffer, against the sizes written out by hand
+ *   (im2col columns, arg-maxes, masks, normalisation statistics), so a change to a layer's
+ *   workspace is a deliberate change to this file too;
+ * - what crew_layer_reserve really allocates, seen through a backend that counts its allocations
+ *   (rounded as the CPU backend rounds them), against crew_mem_layer_workspace: the planner's
+ *   figure and the allocation agree to the byte, for several batch sizes, and a second reserve
+ *   replaces the buffers rather than adding to them;
+ * - a training pass over every layer type with workspace reserved this way (the sizes suffice). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "advise/memory_plan.h"
+#include "check.h"
+#include "nn/model.h"
+
+/* ---------------------------------------------------------------- a backend that counts */
+
+#define MAX_LIVE 256
+
+typedef struct counting {
+    crew_backend cpu;
+    crew_backend_ops ops;
+    void *ptr[MAX_LIVE];
+    int64_t bytes[MAX_LIVE];
+    int64_t live;           /* bytes held, each allocation rounded as the CPU backend rounds it */
+    int overflow;
+} counting;
+
+static counting counter; /* the backend's alloc and free get only their ctx, which is this */
+
+static float *counting_alloc(void *ctx, int64_t n)
+{
+    counting *c = ctx;
+    float *p = c->cpu.ops->alloc(c->cpu.ctx, n);
+    if (!p) return NULL;
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (!c->ptr[i]) {
+            c->ptr[i] = p;
+            c->bytes[i] = crew_mem_alloc_bytes(n, (int64_t)sizeof(float));
+            c->live += c->bytes[i];
+            return p;
+        }
+    c->overflow = 1;
+    return p;
+}
+
+static void counting_free(void *ctx, void *p)
+{
+    counting *c = ctx;
+    if (!p) return;
+    for (int i = 0; i < MAX_LIVE; i++)
+        if (c->ptr[i] == p) {
+            c->live -= c->bytes[i];
+            c->ptr[i] = NULL;
+            break;
+        }
+    c->cpu.ops->free(c->cpu.ctx, p);
+}
+
+static crew_backend counting_backend(void)
+{
+    memset(&counter, 0, sizeof counter);
+    crew_status s = crew_cpu_backend_create(1, &counter.cpu);
+    CHECK_OK(s);
+    counter.ops = *counter.cpu.ops;
+    counter.ops.alloc = counting_alloc;
+    counter.ops.free = counting_free;
+    return (crew_backend){.ops = &counter.ops, .ctx = &counter};
+}
+
+/* ---------------------------------------------------------------- the models */
+
+/* Every layer type with a workspace, some twice in different places: layer norm first (it keeps
+ * a spare input-gradient buffer there) and later; conv with strides, 'valid' and 'same', with
+ * and without bias; pooling 'same'. Input [15, 13, 3]. */
+static crew_model *image_model(void)
+{
+    crew_model *m = NULL;
+    crew_layer_spec layers[] = {
+        {.type = CREW_LAYER_LAYER_NORM},                                                   /* 0 */
+        {.type = CREW_LAYER_CONV2D, .filters = 7, .kernel = {3, 5}, .strides = {2, 1},
+         .activation = CREW_ACT_RELU},                                                     /* 1, 2: (7, 9, 7) */
+        {.type = CREW_LAYER_BATCH_NORM},                                                   /* 3 */
+        {.type = CREW_LAYER_MAX_POOL2D, .padding = CREW_PAD_SAME},                         /* 4: (4, 5, 7) */
+        {.type = CREW_LAYER_CONV2D, .filters = 5, .kernel = {3, 3}, .padding = CREW_PAD_SAME,
+         .no_bias = 1},                                                                    /* 5: (4, 5, 5) */
+        {.type = CREW_LAYER_AVG_POOL2D, .padding = CREW_PAD_SAME},                         /* 6: (2, 3, 5) */
+        {.type = CREW_LAYER_LAYER_NORM},                                                   /* 7 */
+        {.type = CREW_LAYER_DROPOUT, .rate = 0.25f},                                       /* 8 */
+        {.type = CREW_LAYER_GLOBAL_AVG_POOL2D},                                            /* 9: (5,) */
+        {.type = CREW_LAYER_DENSE, .units = 11, .activation = CREW_ACT_TANH},             /* 10, 11 */
+        {.type = CREW_LAYER_DROPOUT, .rate = 0.1f},                                        /* 12 */
+        {.type = CREW_LAYER_FLATTEN},                                                      /* 13 */
+        {.type = CREW_LAYER_DENSE, .units = 4},                                            /* 14 */
+    };
+    crew_status s = crew_model_create((int64_t[]){15, 13, 3}, 3, &m);
+    for (size_t i = 0; !s && i < sizeof layers / sizeof *layers; i++) s = crew_model_add(m, &layers[i]);
+    CHECK_OK(s);
+    return m;
+}
+
+/* Token ids [9] → embedding [9, 6] → layer norm per token → dense. */
+static crew_model *token_model(void)
+{
+    crew_model *m = NULL;
+    crew_status s = crew_model_create((int64_t[]){9}, 1, &m);
+    if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_EMBEDDING, .vocab = 50, .dim = 6});
+    if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_LAYER_NORM});
+    if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_FLATTEN});
+    if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 4});
+    CHECK_OK(s);
+    return m;
+}
+
+/* ---------------------------------------------------------------- the checks */
+
+static void expect(const crew_model *m, int layer, int64_t rows, int64_t n0, int64_t n1, int64_t n2)
+{
+    int64_t n[CREW_LAYER_MAX_WORK];
+    crew_layer_workspace(m->layers[layer], rows, n);
+    CHECK_MSG(n[0] == n0 && n[1] == n1 && n[2] == n2 && n[3] == 0,
+              "layer %d (%s), %lld rows: workspace {%lld, %lld, %lld, %lld}, expected {%lld, %lld, %lld, 0}", layer,
+              m->layers[layer]->name, (long long)rows, (long long)n[0], (long long)n[1], (long long)n[2],
+              (long long)n[3], (long long)n0, (long long)n1, (long long)n2);
+}
+
+/* The sizes by hand, from the shapes in image_model's comments. */
+static void check_image_sizes(const crew_model *m)
+{
+    for (int64_t rows = 1; rows <= 64; rows *= 4) {
+        expect(m, 0, rows, rows * 15 * 13, rows * 15 * 13, rows * 15 * 13 * 3); /* mean, rstd; spare dx */
+        expect(m, 1, rows, rows * 7 * 9 * (3 * 5 * 3), 0, 0);                   /* im2col columns */
+        expect(m, 2, rows, 0, 0, 0);
+        expect(m, 3, rows, 4 * 7, 0, 0);                                        /* per channel, any batch */
+        expect(m, 4, rows, rows * 4 * 5 * 7, 0, 0);                             /* arg-maxes */
+        expect(m, 5, rows, rows * 4 * 5 * (3 * 3 * 7), 0, 0);
+        expect(m, 6, rows, 0, 0, 0);
+        expect(m, 7, rows, rows * 2 * 3, rows * 2 * 3, 0);                      /* no spare dx past layer 0 */
+        expect(m, 8, rows, rows * 2 * 3 * 5, 0, 0);                             /* mask */
+        for (int i = 9; i <= 11; i++) expect(m, i, rows, 0, 0, 0);
+        expect(m, 12, rows, rows * 11, 0, 0);
+        for (int i = 13; i <= 14; i++) expect(m, i, rows, 0, 0, 0);
+    }
+}
+
+static void check_token_sizes(const crew_model *m)
+{
+    for (int64_t rows = 1; rows <= 64; rows *= 4) {
+        expect(m, 0, rows, 0, 0, 0);
+        expect(m, 1, rows, rows * 9, rows * 9, 0); /* one position per token */
+        expect(m, 2, rows, 0, 0, 0);
+        expect(m, 3, rows, 0, 0, 0);
+    }
+}
+
+/* What crew_layer_reserve allocates is, to the byte, what the planner counts. */
+static void check_reserve_matches_plan(crew_model *m, const char *what)
+{
+    crew_backend be = counting_backend();
+    crew_mem_model mm;
+    crew_mem_model_init(&mm, m);
+    const int64_t rows[] = {1, 3, 37, 128, 5}; /* up and down: each reserve replaces the last */
+    for (int i = 0; i < m->n_layers; i++) {
+        crew_layer *l = m->layers[i];
+        int64_t base = counter.live;
+        for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
+            CHECK_OK(crew_layer_reserve(l, &be, rows[r]));
+            int64_t planned = crew_mem_layer_workspace(&mm, i, rows[r]);
+            CHECK_MSG(counter.live - base == planned, "%s: layer %d (%s), %lld rows: reserve allocated %lld bytes, "
+                      "the plan counts %lld", what, i, l->name, (long long)rows[r], (long long)(counter.live - base),
+                      (long long)planned);
+            CHECK(l->reserved_rows == rows[r]);
+            int64_t n[CREW_LAYER_MAX_WORK];
+            crew_layer_workspace(l, rows[r], n);
+            for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
+                CHECK_MSG((l->work[k] != NULL) == (n[k] > 0), "%s: layer %d, work[%d]: allocated %d, asked %lld",
+                          what, i, k, l->work[k] != NULL, (long long)n[k]);
+        }
+        l->ops->release(l, &be);
+        CHECK_MSG(counter.live == base, "%s: layer %d (%s): release left %lld bytes", what, i, l->name,
+                  (long long)(counter.live - base));
+    }
+    CHECK(!counter.overflow);
+}
+
+/* A training step through every layer on workspace sized by the op, all buffers counted. */
+static void check_training_pass(crew_model *m, int64_t rows, int token_ids)
+{
+    m->be = counting_backend();
+    m->has_backend = 1;
+    crew_status s = crew_model_init_params(m, 7);
+    if (!s) s = crew_model_reserve(m, rows);
+    CHECK_OK(s);
+    if (s) return;
+    int64_t in = rows * crew_shape_size(&m->input), classes = crew_model_classes(m);
+    for (int64_t i = 0; i < in; i++)
+        m->act[0][i] = token_ids ? (float)(i % 50) : (float)((i * 37) % 101) / 50.0f - 1.0f;
+    int64_t ids[128];
+    for (int64_t r = 0; r < rows; r++) {
+        m->labels[r] = (int32_t)(r % classes);
+        ids[r] = r;
+    }
+    crew_pass p = {.be = &m->be, .rows = rows, .training = 1, .seed = 3, .step = 1, .sample_ids = ids,
+                   .total_rows = (double)rows};
+    double loss = 0.0;
+    int64_t correct = 0;
+    s = crew_model_forward(m, &p);
+    if (!s) s = crew_model_loss(m, &p, 1.0f / (float)rows, &loss, &correct);
+    if (!s) s = crew_model_backward(m, &p, NULL, NULL);
+    CHECK_OK(s);
+    CHECK_MSG(loss > 0.0 && loss < 1e3 * (double)rows, "loss %g", loss);
+    crew_model_free(m);
+    CHECK_MSG(counter.live == 0, "the model left %lld bytes allocated", (long long)counter.live);
+}
+
+int main(void)
+{
+    crew_model *m = image_model();
+    if (m) {
+        check_image_sizes(m);
+        check_reserve_matches_plan(m, "image model");
+        check_training_pass(m, 37, 0);
+    }
+    m = token_model();
+    if (m) {
+        check_token_sizes(m);
+        check_reserve_matches_plan(m, "token model");
+        check_training_pass(m, 37, 1);
+    }
+    return check_report();
+}
