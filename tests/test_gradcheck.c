@@ -342,6 +342,12 @@ static const gc_case cases[] = {
      .layers = {{.type = CREW_LAYER_BATCH_NORM, .epsilon = 1e-2f}, FLAT, DENSE(3)}},
     {CASE("layer norm", 2, 3), .shape = {3, 4}, .layers = {DENSE(5), {.type = CREW_LAYER_LAYER_NORM}, FLAT, DENSE(3)}},
     {CASE("layer norm first", 2, 3), .shape = {3, 4}, .layers = {{.type = CREW_LAYER_LAYER_NORM}, FLAT, DENSE(3)}},
+    /* ...and behind parameter-free layers: backward passes it no dx there either (it writes its
+     * spare buffer); dropout active, its mask fixed by seed, step and sample ids */
+    {CASE("layer norm after dropout", 2, 3), .shape = {3, 4}, .training = 1,
+     .layers = {{.type = CREW_LAYER_DROPOUT, .rate = 0.25f}, {.type = CREW_LAYER_LAYER_NORM}, FLAT, DENSE(3)}},
+    {CASE("layer norm after tanh", 2, 3), .shape = {3, 4}, .input_scale = 2.0f,
+     .layers = {ACT(CREW_ACT_TANH), FLAT, {.type = CREW_LAYER_LAYER_NORM}, DENSE(3)}},
     /* embedding: 15 ids from a vocabulary of 7, so ids repeat and their gradients add up */
     {CASE("embedding", 1, 3), .shape = {5}, .input = INPUT_IDS, .vocab = 7,
      .layers = {{.type = CREW_LAYER_EMBEDDING, .vocab = 7, .dim = 3}, FLAT, DENSE(4)}},

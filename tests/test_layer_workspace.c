@@ -8,13 +8,17 @@
  *   (rounded as the CPU backend rounds them), against crew_mem_layer_workspace: the planner's
  *   figure and the allocation agree to the byte, for several batch sizes, and a second reserve
  *   replaces the buffers rather than adding to them;
- * - a training pass over every layer type with workspace reserved this way (the sizes suffice). */
+ * - a training pass over every layer type with workspace reserved this way (the sizes suffice);
+ * - layer norm behind parameter-free layers (dropout, flatten): the model's backward passes it no
+ *   dx there just as at layer 0, so it needs its spare input-gradient buffer there too; the
+ *   sizes, a training pass and a few steps of crew_model_fit (two replicas: clones) show it has. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "advise/memory_plan.h"
 #include "check.h"
 #include "nn/model.h"
+#include "synthetic.h"
 
 /* ---------------------------------------------------------------- a backend that counts */
 
@@ -74,7 +78,7 @@ static crew_backend counting_backend(void)
 /* ---------------------------------------------------------------- the models */
 
 /* Every layer type with a workspace, some twice in different places: layer norm first (it keeps
- * a spare input-gradient buffer there) and later; conv with strides, 'valid' and 'same', with
+ * a spare input-gradient buffer there) and behind trainable layers (no spare); conv with strides, 'valid' and 'same', with
  * and without bias; pooling 'same'. Input [15, 13, 3]. */
 static crew_model *image_model(void)
 {
@@ -115,6 +119,26 @@ static crew_model *token_model(void)
     return m;
 }
 
+/* Parameter-free layers first: dropout → layer norm → flatten → dense → layer norm → dense, input
+ * [SYN_SIDE, SYN_SIDE, 1] (the synthetic dataset's images). Nothing before the first layer norm
+ * has parameters, so backward calls it without dx; the second sits behind a dense layer. */
+static crew_model *free_first_model(void)
+{
+    crew_model *m = NULL;
+    crew_layer_spec layers[] = {
+        {.type = CREW_LAYER_DROPOUT, .rate = 0.1f},      /* 0 */
+        {.type = CREW_LAYER_LAYER_NORM},                 /* 1: per pixel, one channel */
+        {.type = CREW_LAYER_FLATTEN},                    /* 2: (144,) */
+        {.type = CREW_LAYER_DENSE, .units = 6},          /* 3 */
+        {.type = CREW_LAYER_LAYER_NORM},                 /* 4 */
+        {.type = CREW_LAYER_DENSE, .units = SYN_CLASSES}, /* 5 */
+    };
+    crew_status s = crew_model_create((int64_t[]){SYN_SIDE, SYN_SIDE, 1}, 3, &m);
+    for (size_t i = 0; !s && i < sizeof layers / sizeof *layers; i++) s = crew_model_add(m, &layers[i]);
+    CHECK_OK(s);
+    return m;
+}
+
 /* ---------------------------------------------------------------- the checks */
 
 static void expect(const crew_model *m, int layer, int64_t rows, int64_t n0, int64_t n1, int64_t n2)
@@ -138,7 +162,7 @@ static void check_image_sizes(const crew_model *m)
         expect(m, 4, rows, rows * 4 * 5 * 7, 0, 0);                             /* arg-maxes */
         expect(m, 5, rows, rows * 4 * 5 * (3 * 3 * 7), 0, 0);
         expect(m, 6, rows, 0, 0, 0);
-        expect(m, 7, rows, rows * 2 * 3, rows * 2 * 3, 0);                      /* no spare dx past layer 0 */
+        expect(m, 7, rows, rows * 2 * 3, rows * 2 * 3, 0);                      /* backward passes dx here */
         expect(m, 8, rows, rows * 2 * 3 * 5, 0, 0);                             /* mask */
         for (int i = 9; i <= 11; i++) expect(m, i, rows, 0, 0, 0);
         expect(m, 12, rows, rows * 11, 0, 0);
@@ -153,6 +177,25 @@ static void check_token_sizes(const crew_model *m)
         expect(m, 1, rows, rows * 9, rows * 9, 0); /* one position per token */
         expect(m, 2, rows, 0, 0, 0);
         expect(m, 3, rows, 0, 0, 0);
+    }
+}
+
+/* The spare dx buffer follows needs_input_grad, which is 0 up to the first layer with trainable
+ * parameters, wherever that layer is (here index 1, not 0). */
+static void check_free_first_sizes(const crew_model *m)
+{
+    const int needs[] = {0, 0, 1, 1, 1, 1};
+    for (int i = 0; i < m->n_layers; i++)
+        CHECK_MSG(m->layers[i]->needs_input_grad == needs[i], "layer %d (%s): needs_input_grad %d, expected %d", i,
+                  m->layers[i]->name, m->layers[i]->needs_input_grad, needs[i]);
+    int64_t px = SYN_SIDE * SYN_SIDE;
+    for (int64_t rows = 1; rows <= 64; rows *= 4) {
+        expect(m, 0, rows, rows * px, 0, 0);                   /* mask */
+        expect(m, 1, rows, rows * px, rows * px, rows * px);   /* mean, rstd; spare dx: no dx comes */
+        expect(m, 2, rows, 0, 0, 0);
+        expect(m, 3, rows, 0, 0, 0);
+        expect(m, 4, rows, rows, rows, 0);                     /* behind dense: backward passes dx */
+        expect(m, 5, rows, 0, 0, 0);
     }
 }
 
@@ -216,6 +259,41 @@ static void check_training_pass(crew_model *m, int64_t rows, int token_ids)
     CHECK_MSG(counter.live == 0, "the model left %lld bytes allocated", (long long)counter.live);
 }
 
+/* A few optimizer steps of the real training loop on two replicas (clones of m, whose layers
+ * are appended anew): before needs_input_grad, the layer norm at index 1 had no spare buffer and
+ * step 1 failed with "layer 1 (...): no buffer for the input gradient". */
+static void check_fit_steps(void)
+{
+    char dir[] = "/tmp/crew_ln_fitXXXXXX", data[400];
+    if (syn_make_dataset(dir, 96, data, sizeof data) != 0) {
+        CHECK_MSG(0, "could not write the synthetic dataset");
+        return;
+    }
+    crew_model *m = free_first_model();
+    crew_dataset *d = NULL;
+    crew_status s = m ? crew_dataset_open(data, "train", &d) : CREW_OK;
+    crew_fit_result r = {0};
+    if (m && !s) {
+        crew_fit_options o;
+        crew_model_default_fit(m, &o);
+        o.devices = 2;
+        o.batch_per_device = 8;
+        o.epochs = 1;
+        o.max_steps = 4;
+        o.loader_threads = 1;
+        s = crew_model_fit(m, d, &o, &r);
+    }
+    CHECK_MSG(s == CREW_OK, "fit: %s", crew_status_message(s));
+    if (!s) {
+        CHECK_MSG(r.steps == 4, "fit ran %lld steps, expected 4", (long long)r.steps);
+        CHECK_MSG(r.train_loss > 0.0f && r.train_loss < 10.0f, "train loss %g", (double)r.train_loss);
+    }
+    crew_status_free(s);
+    crew_dataset_free(d);
+    crew_model_free(m);
+    syn_remove(dir);
+}
+
 int main(void)
 {
     crew_model *m = image_model();
@@ -230,5 +308,12 @@ int main(void)
         check_reserve_matches_plan(m, "token model");
         check_training_pass(m, 37, 1);
     }
+    m = free_first_model();
+    if (m) {
+        check_free_first_sizes(m);
+        check_reserve_matches_plan(m, "parameter-free layers first");
+        check_training_pass(m, 37, 0);
+    }
+    check_fit_steps();
     return check_report();
 }

@@ -8,8 +8,8 @@
  * Conventions for a pass over a micro-batch of `rows` samples:
  * - x is [rows, in], y is [rows, out] (in, out: the layer's per-sample sizes);
  * - backward overwrites its parameter gradients (the trainer accumulates micro-batches itself,
- *   so that the order of every floating-point sum is fixed) and writes dx unless dx is NULL
- *   (the first layer: nothing upstream needs it).
+ *   so that the order of every floating-point sum is fixed) and writes dx unless dx is NULL,
+ *   which the model passes exactly when l->needs_input_grad is 0 (see that field).
  */
 #ifndef CREW_NN_LAYER_H
 #define CREW_NN_LAYER_H
@@ -79,6 +79,13 @@ struct crew_layer {
     crew_layer_spec spec;        /* spec.name points at name below */
     char name[64];
     int index;                   /* position in the model, for messages */
+    /* 1: some earlier layer has trainable parameters, so backward gets a dx to write. 0: nothing
+     * upstream needs this layer's input gradient (the input is data) and the model's backward
+     * passes dx == NULL — or, below the first layer with trainable parameters, does not run the
+     * layer at all. Set once when the model appends the layer; backward and the workspace op
+     * both read it, so a layer that needs a spare buffer for dx gets one exactly when it is
+     * called without dx. 0 (calloc's value) for a layer outside a model: the safe side. */
+    int needs_input_grad;
     crew_shape in, out;          /* per-sample shapes */
     crew_param params[CREW_LAYER_MAX_PARAMS];
     int n_params;

@@ -108,13 +108,15 @@ static crew_status ln_build(crew_layer *l)
     return CREW_OK;
 }
 
-/* The spare dx buffer (work[2]) is for a backward call without dx, which the model makes for
- * layer 0: nothing upstream needs its input gradient. */
+/* The spare dx buffer (work[2]) is for a backward call without dx, which the model makes when
+ * nothing upstream needs the input gradient (needs_input_grad 0: no earlier layer has trainable
+ * parameters, wherever this layer sits): the kernel computes dx together with the parameter
+ * gradients and has to write it somewhere. */
 static void ln_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
 {
     n[0] = positions(l, rows); /* mean */
     n[1] = positions(l, rows); /* rstd */
-    if (l->index == 0) n[2] = rows * crew_shape_size(&l->in);
+    if (!l->needs_input_grad) n[2] = rows * crew_shape_size(&l->in);
 }
 
 static crew_status ln_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)

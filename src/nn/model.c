@@ -54,6 +54,18 @@ static void auto_name(const crew_model *m, crew_layer_type type, char *buf, size
     for (int k = 1; name_taken(m, buf); k++) snprintf(buf, len, "%s_%d", stem, k);
 }
 
+/* Trainable parameters are declared first (gamma before moving_mean), so params[0] tells. */
+static int has_trainable(const crew_layer *l) { return l->n_params && l->params[0].trainable; }
+
+/* Whether backward must hand the next layer appended to m a dx: only when a layer before it has
+ * trainable parameters; below the first such layer nothing needs a gradient, the input is data.
+ * This is the one place that decides it (crew_layer.needs_input_grad). */
+static int input_grad_needed(const crew_model *m)
+{
+    const crew_layer *prev = m->n_layers ? m->layers[m->n_layers - 1] : NULL;
+    return prev && (prev->needs_input_grad || has_trainable(prev));
+}
+
 static crew_status append_layer(crew_model *m, const crew_layer_spec *spec, const char *name)
 {
     const crew_layer_ops *ops = crew_layer_ops_for(spec->type);
@@ -73,6 +85,7 @@ static crew_status append_layer(crew_model *m, const crew_layer_spec *spec, cons
     l->ops = ops;
     l->spec = *spec;
     l->index = index;
+    l->needs_input_grad = input_grad_needed(m);
     l->in = last_shape(m);
     snprintf(l->name, sizeof l->name, "%s", name);
     l->spec.name = l->name;
@@ -338,19 +351,20 @@ crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, doub
 
 crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_ready_fn ready, void *user)
 {
-    /* Below the first layer with parameters nothing needs a gradient: the input is data. So the
-     * pass stops there and that layer skips its input gradient (for an MLP behind a flatten,
-     * a quarter of the backward GEMM work). */
-    int first = 0;
-    while (first < m->n_compute - 1 && !(m->layers[first]->n_params && m->layers[first]->params[0].trainable)) first++;
+    /* Below the first layer with trainable parameters nothing needs a gradient: the input is
+     * data. So that layer skips its input gradient and the pass stops there (for an MLP behind
+     * a flatten, a quarter of the backward GEMM work); without any, it stops at the last
+     * computed layer. needs_input_grad says which layers get a dx: the layers' workspace ops
+     * read the same field, so a layer that needs a spare dx buffer has one exactly here. */
     int cur = 0; /* dbuf[cur] holds d loss / d output of the layer being processed */
-    for (int i = m->n_compute - 1; i >= first; i--) {
+    for (int i = m->n_compute - 1; i >= 0; i--) {
         crew_layer *l = m->layers[i];
-        float *dx = i > first ? m->dbuf[1 - cur] : NULL;
+        float *dx = l->needs_input_grad ? m->dbuf[1 - cur] : NULL;
         crew_status s = l->ops->backward(l, p, m->act[i], m->act[i + 1], m->dbuf[cur], dx);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
         cur = 1 - cur;
-        if (ready && l->n_params && l->params[0].trainable) ready(user, l->params[0].offset);
+        if (ready && has_trainable(l)) ready(user, l->params[0].offset);
+        if (!dx) break;
     }
     return CREW_OK;
 }
