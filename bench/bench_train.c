@@ -236,6 +236,8 @@ int main(int argc, char **argv)
     crew_model *m = NULL;
     crew_dataset *train = NULL;
     static bench_stats st;
+    char advice[512];
+    if (crew_blas_check(advice, sizeof advice)) fprintf(stderr, "bench_train: warning: %s\n", advice);
     crew_status s = crew_model_load_file(a.model, &m);
     if (!s) s = crew_dataset_open(a.data, "train", &train);
     if (!s) s = make_init_file(m, &a, init);

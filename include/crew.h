@@ -605,24 +605,35 @@ typedef struct crew_scale_point {
                                     than one alone (on this machine: shared units, other processes,
                                     more replicas than cores) */
     double samples_per_s, speedup, efficiency;
+    double epochs_s;             /* seconds to train the asked epochs of the training set: epochs ×
+                                    ⌊train_samples / global_batch⌋ × step_s (the last partial global
+                                    batch dropped, as training does; evaluation not included);
+                                    INFINITY when not one global batch fits */
 } crew_scale_point;
 
 /* link NULL: this machine (the model's link, replicas sharing its cores); else devices with their
- * own cores connected by *link. */
-void crew_scale_predict(const crew_scale_model *cm, const crew_link *link, int devices, crew_scale_point *out);
+ * own cores connected by *link. train_samples and epochs size the run for epochs_s. */
+void crew_scale_predict(const crew_scale_model *cm, const crew_link *link, int devices, int64_t train_samples,
+                        int epochs, crew_scale_point *out);
 
 typedef struct crew_scale_advice {
     int recommended_devices;
-    double one_device_s;         /* the epochs on one device */
-    double recommended_s;        /* the epochs on the recommended count */
+    double one_device_s;         /* seconds for the epochs on one device (that point's epochs_s) */
+    double recommended_s;        /* seconds for the epochs on the recommended count */
     int stall_devices;           /* the first projected count under 75% efficiency, or 0 */
     char reason[768];            /* the recommendation in words */
     char stall[768];             /* where scaling stalls, why, and the change that would help; or "" */
 } crew_scale_advice;
 
-/* counts: the projected replica counts, ascending, starting at 1. link as for crew_scale_predict. */
+/* counts: the projected replica counts, ascending, starting at 1. link as for crew_scale_predict.
+ * A count whose global batch exceeds train_samples is never recommended (it would not step). */
 void crew_scale_advise(const crew_scale_model *cm, const crew_link *link, const int *counts, int n_counts,
                        int64_t train_samples, int epochs, double worth_it_s, crew_scale_advice *out);
+
+/* A duration in the unit that reads best: "4.2 s", "90 s", "16 min", "2.3 h", "4.1 d"; "-" when not
+ * finite (no time to give, as epochs_s when not one global batch fits). The advice's sentences and
+ * crew scale's tables use it, so a time reads the same in both. Returns buf, for printf. */
+const char *crew_format_duration(double seconds, char *buf, size_t len);
 
 /* After a fit: one line when the run's own telemetry says that scaling was not worth it (several
  * replicas spending under half of each step computing, or a step dominated by waiting). Returns 1
@@ -638,6 +649,11 @@ int crew_cpu_cores(void);
 /* The BLAS library in use, for version lines and bug reports ("OpenBLAS 0.3.21 DYNAMIC_ARCH ...,
  * kernels for Haswell"). */
 void crew_blas_describe(char *buf, size_t len);
+
+/* 1 when the BLAS runs kernels older than this CPU supports (an OpenBLAS that does not know a new
+ * CPU model falls back to SSE3 kernels, several times slower), with one line of advice in buf
+ * naming the setting that fixes it; 0 and "" otherwise. */
+int crew_blas_check(char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,16 @@ a2=$(json_field "$TMP/two.out" test_accuracy); a1=$(json_field "$TMP/one.out" te
 grep -q "global batch 64" "$TMP/two.out" && ok || fail "the plan is not printed"
 [ -f "$TMP/two/config.json" ] && grep -q '"global_batch":' "$TMP/two/config.json" && ok || fail "config.json"
 
+head -n 1 "$TMP/two/metrics.jsonl" | grep -q '"blas":"OpenBLAS [^"]*kernels for ' && ok || fail "the run line names no BLAS kernels"
+
+# An OpenBLAS that falls back to kernels older than the CPU is reported, with the setting that fixes
+# it (forced here with OPENBLAS_CORETYPE=Prescott, on a CPU with AVX2 and FMA).
+if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  OPENBLAS_CORETYPE=Prescott run --devices cpu:1 --max-steps 2 --run-dir "$TMP/old" > /dev/null 2> "$TMP/old.err" \
+    && grep -q "warning: OpenBLAS runs its Prescott kernels.*set OPENBLAS_CORETYPE=" "$TMP/old.err" \
+    && ok || fail "no warning about OpenBLAS's Prescott kernels: $(cat "$TMP/old.err")"
+fi
+
 for key in test_accuracy test_loss train_loss epochs steps samples_per_s wall_s weights; do
   [ -n "$(json_field "$TMP/two.out" $key)" ] && ok || fail "--json lacks $key: $(tail -n 1 "$TMP/two.out")"
 done

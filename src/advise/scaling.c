@@ -160,7 +160,16 @@ static void predict_raw(const crew_scale_model *cm, const crew_link *link, int s
     p->samples_per_s = p->step_s > 0 ? (double)p->global_batch / p->step_s : 0.0;
 }
 
-void crew_scale_predict(const crew_scale_model *cm, const crew_link *link, int devices, crew_scale_point *out)
+/* E epochs at this count, as training runs them: the last partial global batch is dropped, so a
+ * count whose global batch exceeds the training set never steps (INFINITY: no time to give). */
+static double epochs_s(const crew_scale_point *p, int64_t samples, int epochs)
+{
+    int64_t steps = p->global_batch > 0 ? samples / p->global_batch : 0;
+    return steps > 0 ? (double)epochs * (double)steps * p->step_s : INFINITY;
+}
+
+void crew_scale_predict(const crew_scale_model *cm, const crew_link *link, int devices, int64_t train_samples,
+                        int epochs, crew_scale_point *out)
 {
     const crew_link *l = link ? link : &cm->link;
     crew_scale_point one;
@@ -168,28 +177,26 @@ void crew_scale_predict(const crew_scale_model *cm, const crew_link *link, int d
     predict_raw(cm, l, link == NULL, devices < 1 ? 1 : devices, out);
     out->speedup = one.samples_per_s > 0 ? out->samples_per_s / one.samples_per_s : NAN;
     out->efficiency = out->speedup / out->devices;
+    out->epochs_s = epochs_s(out, train_samples, epochs);
 }
 
-static void format_duration(double s, char *buf, size_t len)
+/* Each unit holds until two of the next one: "90 s", "100 min", "36.0 h" keep two or three digits. */
+const char *crew_format_duration(double seconds, char *buf, size_t len)
 {
-    if (!isfinite(s))
-        snprintf(buf, len, "forever");
-    else if (s < 10)
-        snprintf(buf, len, "%.1f s", s);
-    else if (s < 120)
-        snprintf(buf, len, "%.0f s", s);
-    else if (s < 7200)
-        snprintf(buf, len, "%.0f min", s / 60);
-    else if (s < 172800)
-        snprintf(buf, len, "%.1f h", s / 3600);
+    if (!buf || len == 0) return "";
+    if (!isfinite(seconds))
+        snprintf(buf, len, "-");
+    else if (seconds < 10)
+        snprintf(buf, len, "%.1f s", seconds);
+    else if (seconds < 120)
+        snprintf(buf, len, "%.0f s", seconds);
+    else if (seconds < 7200)
+        snprintf(buf, len, "%.0f min", seconds / 60);
+    else if (seconds < 172800)
+        snprintf(buf, len, "%.1f h", seconds / 3600);
     else
-        snprintf(buf, len, "%.1f days", s / 86400);
-}
-
-static double epochs_s(const crew_scale_point *p, int64_t samples, int epochs)
-{
-    int64_t steps = p->global_batch > 0 ? samples / p->global_batch : 0;
-    return steps > 0 ? (double)epochs * (double)steps * p->step_s : INFINITY;
+        snprintf(buf, len, "%.1f d", seconds / 86400);
+    return buf;
 }
 
 static void say(char *buf, size_t len, const char *fmt, ...) CREW_PRINTF(3, 4);
@@ -240,20 +247,21 @@ void crew_scale_advise(const crew_scale_model *cm, const crew_link *link, const 
     memset(out, 0, sizeof *out);
     const crew_link *l = link ? link : &cm->link;
     crew_scale_point one, best, p;
-    crew_scale_predict(cm, link, 1, &one);
+    crew_scale_predict(cm, link, 1, train_samples, epochs, &one);
     best = one;
-    out->one_device_s = epochs_s(&one, train_samples, epochs);
+    out->one_device_s = one.epochs_s;
     for (int i = 0; i < n_counts; i++) {
-        crew_scale_predict(cm, link, counts[i], &p);
-        if (p.efficiency >= EFFICIENCY_FLOOR && p.devices > best.devices) best = p;
+        crew_scale_predict(cm, link, counts[i], train_samples, epochs, &p);
+        /* A count whose global batch exceeds the training set never steps: nothing to recommend. */
+        if (p.efficiency >= EFFICIENCY_FLOOR && p.devices > best.devices && isfinite(p.epochs_s)) best = p;
         if (p.efficiency < EFFICIENCY_FLOOR && !out->stall_devices) {
             out->stall_devices = p.devices;
             explain_stall(cm, l, &p, out->stall, sizeof out->stall);
         }
     }
     char t1[32], tn[32], limit[32];
-    format_duration(out->one_device_s, t1, sizeof t1);
-    format_duration(worth_it_s, limit, sizeof limit);
+    crew_format_duration(out->one_device_s, t1, sizeof t1);
+    crew_format_duration(worth_it_s, limit, sizeof limit);
     if (out->one_device_s <= worth_it_s) {
         out->recommended_devices = 1;
         out->recommended_s = out->one_device_s;
@@ -263,8 +271,8 @@ void crew_scale_advise(const crew_scale_model *cm, const crew_link *link, const 
         return;
     }
     out->recommended_devices = best.devices;
-    out->recommended_s = epochs_s(&best, train_samples, epochs);
-    format_duration(out->recommended_s, tn, sizeof tn);
+    out->recommended_s = best.epochs_s;
+    crew_format_duration(out->recommended_s, tn, sizeof tn);
     if (best.devices == 1)
         say(out->reason, sizeof out->reason, "stay on one device: it needs about %s for %d epoch%s, but no larger count "
             "keeps a projected efficiency of %.0f%%", t1, epochs, epochs == 1 ? "" : "s", 100 * EFFICIENCY_FLOOR);

@@ -69,6 +69,10 @@ static void write_run_line(crew_monitor *m)
     FILE *f = m->jsonl;
     fprintf(f, "{\"type\":\"run\",\"time\":%.3f,\"crew_version\":", crew_unix_now());
     crew_json_write_string(f, crew_version());
+    char blas[256]; /* which kernels computed this run: speed figures are read against them */
+    crew_blas_describe(blas, sizeof blas);
+    fprintf(f, ",\"blas\":");
+    crew_json_write_string(f, blas);
     fprintf(f, ",\"devices\":%d,\"batch_per_device\":%lld,\"accumulation\":%d,\"global_batch\":%lld,"
                "\"steps_per_epoch\":%lld,\"total_steps\":%lld,\"epochs\":%d,",
             p->devices, (long long)p->batch_per_device, p->accumulation, (long long)p->global_batch,

@@ -26,6 +26,9 @@ int cli_parse_devices(const char *verb, const char *text, int64_t *n);
 /* Prints "crew VERB: message" on one line to stderr, frees s, and returns the exit status for
  * its code: 2 for bad usage or bad input, 1 for a run that failed. */
 int cli_fail(const char *verb, crew_status s);
+/* A warning on stderr when the BLAS runs kernels older than this CPU (crew_blas_check): printed by
+ * the verbs that compute, once, before they start. */
+void cli_warn_slow_blas(const char *verb);
 int cli_usage_error(const char *verb, const char *fmt, ...);
 
 /* Flag values, range-checked; on error they print one line and return 0. */

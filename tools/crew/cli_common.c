@@ -22,6 +22,12 @@ int cli_fail(const char *verb, crew_status s)
     }
 }
 
+void cli_warn_slow_blas(const char *verb)
+{
+    char advice[512];
+    if (crew_blas_check(advice, sizeof advice)) fprintf(stderr, "crew %s: warning: %s\n", verb, advice);
+}
+
 int cli_usage_error(const char *verb, const char *fmt, ...)
 {
     va_list ap;

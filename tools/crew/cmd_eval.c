@@ -40,6 +40,7 @@ int cli_eval(int argc, char **argv)
     crew_model *m = NULL;
     crew_dataset *d = NULL;
     crew_eval_result r;
+    cli_warn_slow_blas("eval");
     crew_status s = crew_model_load_file(model, &m);
     if (!s) s = crew_model_load_weights(m, weights);
     if (!s) s = crew_dataset_open(data, split, &d);

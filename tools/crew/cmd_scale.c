@@ -209,29 +209,6 @@ static void print_model(const crew_scale_model *cm)
            cm->cores);
 }
 
-static double epochs_s(const crew_scale_point *p, int64_t samples, int64_t epochs)
-{
-    int64_t steps = samples / p->global_batch;
-    return steps > 0 ? (double)epochs * (double)steps * p->step_s : INFINITY;
-}
-
-static const char *fmt_duration(double s, char *buf, size_t len)
-{
-    if (!isfinite(s))
-        snprintf(buf, len, "-");
-    else if (s < 10)
-        snprintf(buf, len, "%.1f s", s);
-    else if (s < 120)
-        snprintf(buf, len, "%.0f s", s);
-    else if (s < 7200)
-        snprintf(buf, len, "%.0f min", s / 60);
-    else if (s < 172800)
-        snprintf(buf, len, "%.1f h", s / 3600);
-    else
-        snprintf(buf, len, "%.1f d", s / 86400);
-    return buf;
-}
-
 static void print_projection(const scale_args *a, const crew_scale_model *cm, int64_t samples)
 {
     printf("\nprojection (per-device batch %lld; %lld epoch%s of %lld samples; evaluation not included):\n",
@@ -244,13 +221,13 @@ static void print_projection(const scale_args *a, const crew_scale_model *cm, in
     char d[32];
     for (int i = 0; i < a->n_project; i++) {
         crew_scale_point p, q;
-        crew_scale_predict(cm, NULL, a->project[i], &p);
+        crew_scale_predict(cm, NULL, a->project[i], samples, (int)a->epochs, &p);
         printf("%7d | %11.0f %5.0f%% %9.2f %9s", p.devices, p.samples_per_s, 100 * p.efficiency, 1e3 * p.step_s,
-               fmt_duration(epochs_s(&p, samples, a->epochs), d, sizeof d));
+               crew_format_duration(p.epochs_s, d, sizeof d));
         if (a->have_link) {
-            crew_scale_predict(cm, &a->link, a->project[i], &q);
+            crew_scale_predict(cm, &a->link, a->project[i], samples, (int)a->epochs, &q);
             printf(" | %11.0f %5.0f%% %9.2f %9s", q.samples_per_s, 100 * q.efficiency, 1e3 * q.step_s,
-                   fmt_duration(epochs_s(&q, samples, a->epochs), d, sizeof d));
+                   crew_format_duration(q.epochs_s, d, sizeof d));
         }
         printf("\n");
     }
@@ -291,7 +268,7 @@ static void print_json_trials(const crew_scale_trial *t, int n)
     printf("],");
 }
 
-static void print_json_point(const crew_scale_point *p, double epochs_time)
+static void print_json_point(const crew_scale_point *p)
 {
     printf("{\"devices\":%d,\"global_batch\":%lld,", p->devices, (long long)p->global_batch);
     json_num("samples_per_s", p->samples_per_s, 1);
@@ -301,7 +278,7 @@ static void print_json_point(const crew_scale_point *p, double epochs_time)
     json_num("comm_s", p->comm_s, 1);
     json_num("sync_s", p->sync_s, 1);
     json_num("shared_cores_s", p->shared_cores_s, 1);
-    json_num("epochs_s", epochs_time, 0);
+    json_num("epochs_s", p->epochs_s, 0);
     printf("}");
 }
 
@@ -329,16 +306,16 @@ static void print_json(const scale_args *a, const crew_scale_trial *t, int n, co
     printf("},\"projection\":[");
     for (int i = 0; i < a->n_project; i++) {
         crew_scale_point p;
-        crew_scale_predict(cm, NULL, a->project[i], &p);
+        crew_scale_predict(cm, NULL, a->project[i], samples, (int)a->epochs, &p);
         printf("%s", i ? "," : "");
-        print_json_point(&p, epochs_s(&p, samples, a->epochs));
+        print_json_point(&p);
     }
     printf("],\"link_projection\":[");
     for (int i = 0; a->have_link && i < a->n_project; i++) {
         crew_scale_point p;
-        crew_scale_predict(cm, &a->link, a->project[i], &p);
+        crew_scale_predict(cm, &a->link, a->project[i], samples, (int)a->epochs, &p);
         printf("%s", i ? "," : "");
-        print_json_point(&p, epochs_s(&p, samples, a->epochs));
+        print_json_point(&p);
     }
     printf("],\"recommended_devices\":%d,", adv->recommended_devices);
     json_num("one_device_s", adv->one_device_s, 1);
@@ -400,6 +377,7 @@ int cli_scale(int argc, char **argv)
     crew_dataset *train = NULL;
     crew_scale_trial t[MAX_COUNTS];
     crew_scale_model cm;
+    cli_warn_slow_blas("scale");
     crew_status s = crew_model_load_file(a.model, &m);
     if (!s) s = crew_dataset_open(a.data, "train", &train);
     if (!s && !a.epochs) {

@@ -286,6 +286,7 @@ typedef struct train_state {
 
 static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_options *o)
 {
+    cli_warn_slow_blas("train");
     crew_status s = crew_model_load_file(a->model, &st->m);
     if (!s) s = crew_dataset_open(a->data, "train", &st->train);
     if (!s) s = crew_dataset_open(a->data, "test", &st->test);

@@ -58,6 +58,7 @@ int cli_verify(int argc, char **argv)
                              .seed = (uint64_t)seed, .tolerance = tol};
     crew_verify_result r = {0};
     r.losses = calloc((size_t)steps * 3, sizeof(float));
+    cli_warn_slow_blas("verify");
     crew_status s = r.losses ? crew_model_load_file(model, &m) : NULL;
     if (!r.losses) {
         fprintf(stderr, "crew verify: out of memory\n");

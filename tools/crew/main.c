@@ -43,6 +43,7 @@ int main(int argc, char **argv)
         char blas[256];
         crew_blas_describe(blas, sizeof blas);
         printf("crew %s\nBLAS: %s\n", crew_version(), blas);
+        cli_warn_slow_blas("--version");
         return 0;
     }
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
