@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training throughput of crew against PyTorch on this machine, in one command.
 
-    python3 tools/bench_compare.py [--markdown] [--json] [--data DIR] [--build DIR] [--scaling 4,8]
+    python3 tools/bench_compare.py [--markdown] [--json] [--data DIR] [--build DIR] [--rounds 5] [--scaling 4,8]
 
 For the MLP and the CNN of examples/ it runs (each a median of --repeats timed runs, all from the
 same initial weights):
@@ -10,7 +10,8 @@ same initial weights):
   crew  --devices 1 --threads-per-device 2   1 replica, 2 OpenBLAS threads
   crew  --devices 1                          1 replica, 1 thread
   torch 2 threads, torch 1 thread            tools/bench_torch.py, same weights, optimizer, data
-  crew  --devices 2 at batch 2B              for the data-parallel scaling efficiency
+  crew  --devices 2 at batch 2B              for the data-parallel scaling efficiency, in --rounds
+                                             rounds paired with crew --devices 1 on one core
 
 and prints samples/s, the crew/PyTorch ratios at equal thread counts, the scaling efficiency at a
 fixed per-device batch, and whether the targets of docs/PERFORMANCE.md are met. The figures are
@@ -53,12 +54,20 @@ def parse_args():
     p.add_argument("--mlp-steps", type=int, default=MODELS[0][3], help=f"timed steps, MLP [{MODELS[0][3]}]")
     p.add_argument("--cnn-steps", type=int, default=MODELS[1][3], help=f"timed steps, CNN [{MODELS[1][3]}]")
     p.add_argument("--repeats", type=int, default=3, help="timed runs per figure; the median counts [3]")
+    p.add_argument("--models", default="mlp,cnn", help="which models, a comma list of mlp and cnn [mlp,cnn]")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="paired rounds (one replica, then N) behind each data-parallel efficiency [5]")
     p.add_argument("--scaling", default="", help="also N replicas on N cores, for each N of a comma list (e.g. 4,8)")
     a = p.parse_args()
     try:
         a.scaling = [int(n) for n in a.scaling.split(",") if n.strip()]
     except ValueError:
         p.error(f"--scaling takes a comma list of replica counts, got '{a.scaling}'")
+    a.models = [m.strip() for m in a.models.split(",") if m.strip()]
+    if not a.models or any(m not in [name for name, *_ in MODELS] for m in a.models):
+        p.error(f"--models takes a comma list of {', '.join(name for name, *_ in MODELS)}")
+    if a.rounds < 1 or a.repeats < 1:
+        p.error("--rounds and --repeats must be at least 1")
     if any(n < 2 for n in a.scaling):
         p.error("--scaling counts must be at least 2")
     return a
@@ -150,8 +159,28 @@ def last_json(cmd):
     return r
 
 
+def paired_efficiency(a, baseline_cmd, replicas_cmd, n):
+    """Data-parallel efficiency as the median over --rounds of paired runs: each round times one
+    replica on one core, then n replicas on n cores, right after each other. On a machine whose
+    speed drifts (other tenants, clock boost) both halves of a ratio see much the same machine,
+    so the median ratio is steadier than a ratio of two medians taken minutes apart."""
+    base, reps, ratios = [], [], []
+    for _ in range(a.rounds):
+        base.append(last_json(baseline_cmd))
+        reps.append(last_json(replicas_cmd))
+        ratios.append(reps[-1]["samples_per_s"] / (n * base[-1]["samples_per_s"]))
+    median_run = lambda runs: sorted(runs, key=lambda f: f["samples_per_s"])[len(runs) // 2]  # noqa: E731
+    eff = sorted(ratios)[len(ratios) // 2] if len(ratios) % 2 else \
+        sum(sorted(ratios)[len(ratios) // 2 - 1: len(ratios) // 2 + 1]) / 2
+    log(f"  efficiency of {n} replicas, paired rounds: " + ", ".join(f"{x:.2f}" for x in ratios)
+        + f" -> median {eff:.2f}")
+    return {"efficiency": eff, "rounds": [round(x, 4) for x in ratios],
+            "replicas_run": median_run(reps), "baseline_run": median_run(base)}
+
+
 def bench_model(a, bench, name, model, batch, steps, init):
     common = [model, a.data, "--steps", str(steps), "--repeats", str(a.repeats), "--json"]
+    common_one = [model, a.data, "--steps", str(steps), "--repeats", "1", "--json"]
     two, one = pinned(a.cores), pinned(a.cores[:1])
     crew = lambda *extra: last_json(two + [bench] + common + list(extra))  # noqa: E731
     torch = lambda t: last_json(two + [sys.executable, "tools/bench_torch.py"] + common  # noqa: E731
@@ -164,28 +193,30 @@ def bench_model(a, bench, name, model, batch, steps, init):
                            "--init-weights", init)
     r["torch_2"] = torch(2)
     r["torch_1"] = torch(1)
-    # Fixed per-device batch: 2 replicas x `batch` on both cores against 1 replica x `batch` on ONE
-    # core (taskset), so that the baseline's loader threads share its core instead of borrowing
-    # the second one: throughput on 2 cores / (2 x throughput on 1 core).
-    r["crew_dp2_fixed"] = crew("--batch", str(2 * batch), "--devices", "2", "--init-weights", init)
-    r["crew_1_one_core"] = last_json(one + [bench] + common + ["--batch", str(batch), "--devices", "1",
-                                                                "--init-weights", init])
+    # Fixed per-device batch: N replicas x `batch` on N cores against 1 replica x `batch` on ONE core
+    # (so the baseline's loader threads share its core instead of borrowing another).
+    base_args = common_one + ["--batch", str(batch), "--devices", "1", "--init-weights", init]
+    dp2 = paired_efficiency(a, one + [bench] + base_args,
+                            two + [bench] + common_one + ["--batch", str(2 * batch), "--devices", "2",
+                                                          "--init-weights", init], 2)
+    r["crew_dp2_fixed"], r["crew_1_one_core"] = dp2["replicas_run"], dp2["baseline_run"]
+    r["dp_efficiency"], r["dp_efficiency_rounds"] = dp2["efficiency"], dp2["rounds"]
     r["scaling"] = []
     for n in a.scaling:
         cores = pick_cores(n)
         if cores is None:
             log(f"  (skipping {n} replicas: this process may use only {len(os.sched_getaffinity(0))} cores)")
             continue
-        f = last_json(pinned(cores) + [bench] + common + ["--batch", str(n * batch), "--devices", str(n),
-                                                          "--init-weights", init])
-        f.update(replicas=n, cores=cores,
-                 efficiency=f["samples_per_s"] / (n * r["crew_1_one_core"]["samples_per_s"]))
+        e = paired_efficiency(a, one + [bench] + base_args,
+                              pinned(cores) + [bench] + common_one + ["--batch", str(n * batch), "--devices", str(n),
+                                                                      "--init-weights", init], n)
+        f = dict(e["replicas_run"], replicas=n, cores=cores, efficiency=e["efficiency"],
+                 efficiency_rounds=e["rounds"])
         r["scaling"].append(f)
     sps = lambda k: r[k]["samples_per_s"]  # noqa: E731
     r["crew_best_2"] = "crew_dp2" if sps("crew_dp2") >= sps("crew_blas2") else "crew_blas2"
     r["ratio_2_threads"] = sps(r["crew_best_2"]) / sps("torch_2")
     r["ratio_1_thread"] = sps("crew_1") / sps("torch_1")
-    r["dp_efficiency"] = sps("crew_dp2_fixed") / (2.0 * sps("crew_1_one_core"))
     bg = [r[k].get("background_cores") for k in FIGURES if r[k].get("background_cores") is not None]
     r["background_cores_max"] = max(bg) if bg else None
     return r
@@ -234,10 +265,13 @@ def judge(results):
     """Each target against the figures: (label, target, value, met)."""
     rows = []
     for key, label in (("mlp", "MLP"), ("cnn", "CNN")):
+        if key not in results:
+            continue
         r, t = results[key], TARGETS[f"{key}_ratio"]
         rows.append((f"{label} crew/PyTorch, 2 threads", t, r["ratio_2_threads"]))
         rows.append((f"{label} crew/PyTorch, 1 thread", t, r["ratio_1_thread"]))
-    rows.append(("CNN data-parallel efficiency", TARGETS["cnn_dp_efficiency"], results["cnn"]["dp_efficiency"]))
+    if "cnn" in results:
+        rows.append(("CNN data-parallel efficiency", TARGETS["cnn_dp_efficiency"], results["cnn"]["dp_efficiency"]))
     return [(label, t, v, v >= t) for label, t, v in rows]
 
 
@@ -261,7 +295,8 @@ def print_markdown(info, results, targets, command):
           f"{info['load_before']} / {info['load_after']}.  ")
     print(f"Command: `{command}`. Figures are samples/s, median of {info['repeats']} timed runs "
           f"(bold: crew's better 2-thread layout), every run on {info['cores_used']}, the one-core "
-          f"baseline on the first; DP eff. at a fixed per-device batch; other procs: the "
+          f"baseline on the first; DP eff. at a fixed per-device batch, the median of {info['rounds']} paired "
+          f"rounds (one replica on one core, then two on two); other procs: the "
           f"most CPU other processes used during any of the row's figures.\n")
     head, rows = figure_rows(results)
     print("| " + " | ".join(head) + " |")
@@ -289,7 +324,7 @@ def print_markdown(info, results, targets, command):
                       f"{100 * f.get('data_fraction', float('nan')):.1f}% |")
     print("\n| target | wanted | measured | met |\n|---|--:|--:|---|")
     for label, t, v, met in targets:
-        print(f"| {label} | ≥ {t:.2f} | {v:.2f} | {'yes' if met else '**no**'} |")
+        print(f"| {label} | ≥ {t:.2f} | {v:.3f} | {'yes' if met else '**no**'} |")
 
 
 def print_text(info, results, targets):
@@ -306,7 +341,7 @@ def print_text(info, results, targets):
             print(f"{r['model']} data-parallel efficiency, {f['replicas']} replicas on {f['replicas']} cores: "
                   f"{f['efficiency']:.2f} ({f['samples_per_s']:.0f} samples/s)")
     for label, t, v, met in targets:
-        print(f"{label:34s} wanted >= {t:.2f}  measured {v:.2f}  {'met' if met else 'NOT met'}")
+        print(f"{label:34s} wanted >= {t:.2f}  measured {v:.3f}  {'met' if met else 'NOT met'}")
 
 
 def loadavg():
@@ -323,16 +358,17 @@ def main():
     info["cores_used"] = describe_cores(a.cores)
     info["load_before"] = loadavg()
     info["repeats"] = a.repeats
+    info["rounds"] = a.rounds
     steps = {"mlp": a.mlp_steps, "cnn": a.cnn_steps}
     tmp = tempfile.mkdtemp(prefix="bench_compare.")
     try:
         results = {name: bench_model(a, bench, name, model, batch, steps[name],
                                      os.path.join(tmp, f"{name}_init.safetensors"))
-                   for name, model, batch, _ in MODELS}
+                   for name, model, batch, _ in MODELS if name in a.models}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     info["load_after"] = loadavg()
-    info["torch"] = results["mlp"]["torch_1"]["torch_version"]
+    info["torch"] = next(iter(results.values()))["torch_1"]["torch_version"]
     targets = judge(results)
     command = "python3 tools/bench_compare.py " + " ".join(sys.argv[1:])
     if a.markdown:
