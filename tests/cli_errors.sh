@@ -54,6 +54,17 @@ expect_exit 2 "--devices" -- "$CREW" train examples/fashion_mlp.json --data "$D"
 expect_exit 2 "--devices cpu:N" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:0
 expect_exit 2 "unknown option" -- "$CREW" train examples/fashion_mlp.json --data "$D" --frobnicate
 expect_exit 2 "needs a value" -- "$CREW" train examples/fashion_mlp.json --data
+# Each kind of entry in crew train's flag table, in both the "--flag value" and "--flag=value" forms
+expect_exit 2 "--max-steps must be in [1, 4611686018427387903], got 0" -- "$CREW" train examples/fashion_mlp.json --data "$D" --max-steps=0
+expect_exit 2 "--seed needs an integer, got ''" -- "$CREW" train examples/fashion_mlp.json --data "$D" --seed=
+expect_exit 2 "--bucket-mb must be in [1e-06, 1e+06], got 0" -- "$CREW" train examples/fashion_mlp.json --data "$D" --bucket-mb 0
+expect_exit 2 "--lr-scaling takes one of none, linear, sqrt, got 'cubic'" -- "$CREW" train examples/fashion_mlp.json --data "$D" --lr-scaling cubic
+expect_exit 2 "--on-nan needs a value" -- "$CREW" train examples/fashion_mlp.json --data "$D" --on-nan
+expect_exit 2 "unknown option '--json=1'" -- "$CREW" train examples/fashion_mlp.json --data "$D" --json=1
+expect_exit 2 "--augment crop=P needs an integer, got 'x'" -- "$CREW" train examples/fashion_mlp.json --data "$D" --augment=crop=x
+expect_exit 2 "--checkpoint-every must be in [0.001, 1e+09], got 0" -- "$CREW" train examples/fashion_mlp.json --data "$D" --checkpoint-every 0s
+expect_exit 2 "unexpected argument 'extra'" -- "$CREW" train examples/fashion_mlp.json extra --data "$D"
+expect_exit 2 "missing --data DIR" -- "$CREW" train examples/fashion_mlp.json --devices gpu:1
 expect_exit 2 "unknown verb" -- "$CREW" fly
 expect_exit 2 "not a multiple" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:2 --batch-per-device 4 --global-batch 10
 expect_exit 2 "fewer than one global batch" -- "$CREW" train examples/fashion_mlp.json --data "$D" --batch-per-device 64

@@ -42,6 +42,47 @@ int cli_parse_float(const char *verb, const char *flag, const char *text, double
  * advancing *i) and returns 1; returns -1 when the value is missing, 0 when argv[*i] is another flag. */
 int cli_flag(int argc, char **argv, int *i, const char *flag, const char **value);
 
+/* A verb's flags as one table: each entry names a flag, how its value is read and checked, and
+ * where it goes, as an offset into the verb's own argument struct, so that adding a flag is one
+ * line and every flag reports its errors the same way. */
+typedef enum cli_flag_kind {
+    CLI_SWITCH, /* no value; sets an int to 1. Only the exact name: "--json=1" is not it */
+    CLI_STRING, /* const char *, stored as given */
+    CLI_INT,    /* int64_t in [lo, hi] */
+    CLI_FLOAT,  /* double in [flo, fhi] */
+    CLI_CHOICE, /* int: the index of the value in choices */
+    CLI_CUSTOM, /* parse(verb, value, args) reads and stores it */
+} cli_flag_kind;
+
+typedef struct cli_flag_spec {
+    const char *name;
+    cli_flag_kind kind;
+    size_t field; /* offsetof the destination in the argument struct (unused by CLI_CUSTOM) */
+    int64_t lo, hi;
+    double flo, fhi;
+    const char *const *choices; /* NULL-terminated */
+    int (*parse)(const char *verb, const char *value, void *args); /* 0 after printing the error */
+} cli_flag_spec;
+
+/* Table entries for a flag stored in member m of the argument struct S. The table holds only an
+ * offset, so nothing would notice a kind that does not match the member's type: CLI_FIELD makes
+ * that a compile error (_Generic has no case for any other type). */
+#define CLI_FIELD(S, m, T) (offsetof(S, m) + 0 * sizeof(char[_Generic(((S *)0)->m, T: 1)]))
+#define CLI_SWITCH_FLAG(S, flag_, m) {.name = flag_, .kind = CLI_SWITCH, .field = CLI_FIELD(S, m, int)}
+#define CLI_STRING_FLAG(S, flag_, m) {.name = flag_, .kind = CLI_STRING, .field = CLI_FIELD(S, m, const char *)}
+#define CLI_INT_FLAG(S, flag_, m, lo_, hi_) \
+    {.name = flag_, .kind = CLI_INT, .field = CLI_FIELD(S, m, int64_t), .lo = lo_, .hi = hi_}
+#define CLI_FLOAT_FLAG(S, flag_, m, lo_, hi_) \
+    {.name = flag_, .kind = CLI_FLOAT, .field = CLI_FIELD(S, m, double), .flo = lo_, .fhi = hi_}
+#define CLI_CHOICE_FLAG(S, flag_, m, choices_) \
+    {.name = flag_, .kind = CLI_CHOICE, .field = CLI_FIELD(S, m, int), .choices = choices_}
+#define CLI_CUSTOM_FLAG(flag_, parse_) {.name = flag_, .kind = CLI_CUSTOM, .parse = parse_}
+
+/* If argv[*i] is one of the n flags, reads its value (advancing *i past it) into args and returns
+ * 1; returns 0 when argv[*i] is none of them, and -1 after printing the error for a missing or bad
+ * value (exit status 2). */
+int cli_parse_flag(const char *verb, const cli_flag_spec *flags, size_t n, int argc, char **argv, int *i, void *args);
+
 /* Monotonic seconds. */
 double cli_now(void);
 

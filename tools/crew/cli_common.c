@@ -87,6 +87,40 @@ int cli_flag(int argc, char **argv, int *i, const char *flag, const char **value
     return 1;
 }
 
+/* The value of one table flag into its field of args; 0 after printing the error. */
+static int store_flag(const char *verb, const cli_flag_spec *f, const char *v, void *args)
+{
+    char *field = (char *)args + f->field;
+    int choice;
+    switch (f->kind) {
+    case CLI_SWITCH: *(int *)field = 1; return 1;
+    case CLI_STRING: *(const char **)field = v; return 1;
+    case CLI_INT: return cli_parse_int(verb, f->name, v, f->lo, f->hi, (int64_t *)field);
+    case CLI_FLOAT: return cli_parse_float(verb, f->name, v, f->flo, f->fhi, (double *)field);
+    case CLI_CHOICE:
+        if ((choice = cli_parse_choice(verb, f->name, v, f->choices)) < 0) return 0;
+        *(int *)field = choice;
+        return 1;
+    case CLI_CUSTOM: return f->parse(verb, v, args);
+    }
+    return 0;
+}
+
+int cli_parse_flag(const char *verb, const cli_flag_spec *flags, size_t n, int argc, char **argv, int *i, void *args)
+{
+    for (size_t k = 0; k < n; k++) {
+        const char *v = NULL;
+        int r = flags[k].kind == CLI_SWITCH ? !strcmp(argv[*i], flags[k].name)
+                                            : cli_flag(argc, argv, i, flags[k].name, &v);
+        if (r < 0) {
+            cli_usage_error(verb, "%s needs a value", argv[*i]);
+            return -1;
+        }
+        if (r) return store_flag(verb, &flags[k], v, args) ? 1 : -1;
+    }
+    return 0;
+}
+
 int cli_parse_devices(const char *verb, const char *text, int64_t *n)
 {
     if (!strcmp(text, "cpu")) {

@@ -62,6 +62,7 @@ static const char *usage_text =
 typedef struct train_args {
     const char *model, *data, *run_dir, *init_weights, *devices_text;
     int json, quiet;
+    /* epochs and batch 0, seed -1: not given, the model file's */
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int lr_scaling, sync_bn, on_nan;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
@@ -70,116 +71,94 @@ typedef struct train_args {
     double checkpoint_every_s;
     const char *resume;
     double lr, warmup_epochs, bucket_mb, timeout, straggler_threshold;
-    int have_epochs, have_batch, have_seed;
 } train_args;
 
-/* "500" (steps), "90s", "10m". */
-static int parse_every(const char *v, train_args *a)
+/* --checkpoint-every: "500" (steps), "90s", "10m"; given twice it can set both. */
+static int parse_every(const char *verb, const char *v, void *args)
 {
+    train_args *a = args;
     size_t n = strlen(v);
     char unit = n ? v[n - 1] : 0;
-    if (unit != 's' && unit != 'm') return cli_parse_int("train", "--checkpoint-every", v, 1, INT64_MAX / 2, &a->checkpoint_every);
+    if (unit != 's' && unit != 'm') return cli_parse_int(verb, "--checkpoint-every", v, 1, INT64_MAX / 2, &a->checkpoint_every);
     char num[64];
     snprintf(num, sizeof num, "%.*s", (int)(n - 1), v);
     double x;
-    if (!cli_parse_float("train", "--checkpoint-every", num, 0.001, 1e9, &x)) return 0;
+    if (!cli_parse_float(verb, "--checkpoint-every", num, 0.001, 1e9, &x)) return 0;
     a->checkpoint_every_s = unit == 'm' ? 60.0 * x : x;
     return 1;
 }
 
-/* Returns 0 to go on, or the exit status. */
+/* --augment: the all-zero options mean "none", so a marker tells "none" given from not given
+ * (which keeps the model file's). */
+static int parse_augment(const char *verb, const char *v, void *args)
+{
+    train_args *a = args;
+    a->have_augment = 1;
+    return cli_parse_augment(verb, v, &a->augment);
+}
+
+static const char *const lr_rules[] = {"none", "linear", "sqrt", NULL}; /* crew_lr_scaling's order */
+static const char *const off_on[] = {"off", "on", NULL};
+static const char *const nan_policies[] = {"stop", "skip", NULL}; /* crew_nan_policy's order */
+
+/* Every flag but --help. --devices is only stored here: it is checked after MODEL.json and --data,
+ * so a command missing those says so first. */
+static const cli_flag_spec train_flags[] = {
+    CLI_SWITCH_FLAG(train_args, "--json", json),
+    CLI_SWITCH_FLAG(train_args, "--quiet", quiet),
+    CLI_SWITCH_FLAG(train_args, "--pad-last", pad_last),
+    CLI_STRING_FLAG(train_args, "--data", data),
+    CLI_STRING_FLAG(train_args, "--run-dir", run_dir),
+    CLI_STRING_FLAG(train_args, "--init-weights", init_weights),
+    CLI_STRING_FLAG(train_args, "--devices", devices_text),
+    CLI_STRING_FLAG(train_args, "--resume", resume),
+    CLI_INT_FLAG(train_args, "--epochs", epochs, 1, 1000000),
+    CLI_INT_FLAG(train_args, "--max-steps", max_steps, 1, INT64_MAX / 2),
+    CLI_INT_FLAG(train_args, "--batch-per-device", batch, 1, 1 << 20),
+    CLI_INT_FLAG(train_args, "--global-batch", global_batch, 1, 1 << 30),
+    CLI_INT_FLAG(train_args, "--threads-per-device", threads, 1, 1024),
+    CLI_INT_FLAG(train_args, "--seed", seed, 0, INT64_MAX),
+    CLI_FLOAT_FLAG(train_args, "--lr", lr, 1e-12, 1e3),
+    CLI_INT_FLAG(train_args, "--base-batch", base_batch, 1, 1 << 30),
+    CLI_CHOICE_FLAG(train_args, "--lr-scaling", lr_scaling, lr_rules),
+    CLI_INT_FLAG(train_args, "--warmup-steps", warmup_steps, 0, INT64_MAX / 2),
+    CLI_FLOAT_FLAG(train_args, "--warmup-epochs", warmup_epochs, 0.0, 1e6),
+    CLI_FLOAT_FLAG(train_args, "--bucket-mb", bucket_mb, 1e-6, 1e6),
+    CLI_CHOICE_FLAG(train_args, "--sync-bn", sync_bn, off_on),
+    CLI_CHOICE_FLAG(train_args, "--on-nan", on_nan, nan_policies),
+    CLI_INT_FLAG(train_args, "--drift-check-every", drift_every, 0, INT64_MAX / 2),
+    CLI_FLOAT_FLAG(train_args, "--straggler-threshold", straggler_threshold, 0.001, 100.0),
+    CLI_INT_FLAG(train_args, "--straggler-window", straggler_window, 1, 1 << 30),
+    CLI_INT_FLAG(train_args, "--loader-threads", loader_threads, 1, 256),
+    CLI_INT_FLAG(train_args, "--prefetch", prefetch, 1, 1024),
+    CLI_CUSTOM_FLAG("--augment", parse_augment),
+    CLI_CUSTOM_FLAG("--checkpoint-every", parse_every),
+    CLI_INT_FLAG(train_args, "--keep-checkpoints", keep_checkpoints, 1, 1000000),
+    CLI_FLOAT_FLAG(train_args, "--collective-timeout", timeout, 0.001, 1e7),
+};
+
+/* Returns 0 to go on, -1 after --help, or the exit status. */
 static int parse_args(int argc, char **argv, train_args *a)
 {
     memset(a, 0, sizeof *a);
     a->devices_text = "cpu";
     a->threads = 1;
+    a->seed = -1;
     a->lr_scaling = -1;
     a->sync_bn = -1;
     a->warmup_steps = -1;
     a->drift_every = -2; /* not given */
     for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(usage_text, stdout);
             return -1;
         }
-#define FLAG(name) ((r = cli_flag(argc, argv, &i, name, &v)) != 0)
-        if (!strcmp(argv[i], "--json")) a->json = 1;
-        else if (!strcmp(argv[i], "--quiet")) a->quiet = 1;
-        else if (FLAG("--data")) a->data = v;
-        else if (FLAG("--run-dir")) a->run_dir = v;
-        else if (FLAG("--init-weights")) a->init_weights = v;
-        else if (FLAG("--devices")) a->devices_text = v;
-        else if (FLAG("--epochs")) {
-            if (r > 0 && !cli_parse_int("train", "--epochs", v, 1, 1000000, &a->epochs)) return 2;
-            a->have_epochs = 1;
-        } else if (FLAG("--max-steps")) {
-            if (r > 0 && !cli_parse_int("train", "--max-steps", v, 1, INT64_MAX / 2, &a->max_steps)) return 2;
-        } else if (FLAG("--batch-per-device")) {
-            if (r > 0 && !cli_parse_int("train", "--batch-per-device", v, 1, 1 << 20, &a->batch)) return 2;
-            a->have_batch = 1;
-        } else if (FLAG("--global-batch")) {
-            if (r > 0 && !cli_parse_int("train", "--global-batch", v, 1, 1 << 30, &a->global_batch)) return 2;
-        } else if (FLAG("--threads-per-device")) {
-            if (r > 0 && !cli_parse_int("train", "--threads-per-device", v, 1, 1024, &a->threads)) return 2;
-        } else if (FLAG("--seed")) {
-            if (r > 0 && !cli_parse_int("train", "--seed", v, 0, INT64_MAX, &a->seed)) return 2;
-            a->have_seed = 1;
-        } else if (FLAG("--lr")) {
-            if (r > 0 && !cli_parse_float("train", "--lr", v, 1e-12, 1e3, &a->lr)) return 2;
-        } else if (FLAG("--base-batch")) {
-            if (r > 0 && !cli_parse_int("train", "--base-batch", v, 1, 1 << 30, &a->base_batch)) return 2;
-        } else if (FLAG("--lr-scaling")) {
-            if (r > 0 && (a->lr_scaling = cli_parse_choice("train", "--lr-scaling", v, (const char *[]){"none", "linear", "sqrt", NULL})) < 0)
-                return 2;
-        } else if (FLAG("--warmup-steps")) {
-            if (r > 0 && !cli_parse_int("train", "--warmup-steps", v, 0, INT64_MAX / 2, &a->warmup_steps)) return 2;
-        } else if (FLAG("--warmup-epochs")) {
-            if (r > 0 && !cli_parse_float("train", "--warmup-epochs", v, 0.0, 1e6, &a->warmup_epochs)) return 2;
-        } else if (FLAG("--bucket-mb")) {
-            if (r > 0 && !cli_parse_float("train", "--bucket-mb", v, 1e-6, 1e6, &a->bucket_mb)) return 2;
-        } else if (FLAG("--sync-bn")) {
-            if (r > 0 && (a->sync_bn = cli_parse_choice("train", "--sync-bn", v, (const char *[]){"off", "on", NULL})) < 0)
-                return 2;
-        } else if (FLAG("--on-nan")) {
-            if (r > 0 && (a->on_nan = cli_parse_choice("train", "--on-nan", v, (const char *[]){"stop", "skip", NULL})) < 0)
-                return 2;
-        } else if (FLAG("--drift-check-every")) {
-            if (r > 0 && !cli_parse_int("train", "--drift-check-every", v, 0, INT64_MAX / 2, &a->drift_every)) return 2;
-        } else if (FLAG("--straggler-threshold")) {
-            if (r > 0 && !cli_parse_float("train", "--straggler-threshold", v, 0.001, 100.0, &a->straggler_threshold))
-                return 2;
-        } else if (FLAG("--straggler-window")) {
-            if (r > 0 && !cli_parse_int("train", "--straggler-window", v, 1, 1 << 30, &a->straggler_window)) return 2;
-        } else if (FLAG("--loader-threads")) {
-            if (r > 0 && !cli_parse_int("train", "--loader-threads", v, 1, 256, &a->loader_threads)) return 2;
-        } else if (FLAG("--prefetch")) {
-            if (r > 0 && !cli_parse_int("train", "--prefetch", v, 1, 1024, &a->prefetch)) return 2;
-        } else if (FLAG("--augment")) {
-            if (r > 0 && !cli_parse_augment("train", v, &a->augment)) return 2;
-            a->have_augment = 1;
-        } else if (!strcmp(argv[i], "--pad-last")) {
-            a->pad_last = 1;
-            continue;
-        } else if (FLAG("--checkpoint-every")) {
-            if (r > 0 && !parse_every(v, a)) return 2;
-        } else if (FLAG("--keep-checkpoints")) {
-            if (r > 0 && !cli_parse_int("train", "--keep-checkpoints", v, 1, 1000000, &a->keep_checkpoints)) return 2;
-        } else if (FLAG("--resume")) {
-            a->resume = v;
-        } else if (FLAG("--collective-timeout")) {
-            if (r > 0 && !cli_parse_float("train", "--collective-timeout", v, 0.001, 1e7, &a->timeout)) return 2;
-        } else if (argv[i][0] == '-') {
-            return cli_usage_error("train", "unknown option '%s'", argv[i]);
-        } else if (!a->model) {
-            a->model = argv[i];
-            continue;
-        } else {
-            return cli_usage_error("train", "unexpected argument '%s'", argv[i]);
-        }
-#undef FLAG
-        if (r < 0) return cli_usage_error("train", "%s needs a value", argv[i]);
+        int r = cli_parse_flag("train", train_flags, sizeof train_flags / sizeof train_flags[0], argc, argv, &i, a);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (argv[i][0] == '-') return cli_usage_error("train", "unknown option '%s'", argv[i]);
+        if (a->model) return cli_usage_error("train", "unexpected argument '%s'", argv[i]);
+        a->model = argv[i];
     }
     if (!a->model) return cli_usage_error("train", "missing MODEL.json");
     if (a->resume && a->run_dir && strcmp(a->resume, a->run_dir) != 0)
@@ -293,9 +272,9 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     if (!s && a->init_weights) s = crew_model_load_weights(st->m, a->init_weights);
     if (s) return s;
     crew_model_default_fit(st->m, o);
-    if (a->have_epochs) o->epochs = (int)a->epochs;
-    if (a->have_batch) o->batch_per_device = a->batch;
-    if (a->have_seed) o->seed = (uint64_t)a->seed;
+    if (a->epochs) o->epochs = (int)a->epochs;
+    if (a->batch) o->batch_per_device = a->batch;
+    if (a->seed >= 0) o->seed = (uint64_t)a->seed;
     o->max_steps = a->max_steps;
     o->global_batch = a->global_batch;
     o->devices = (int)a->devices;
