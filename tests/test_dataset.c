@@ -260,7 +260,12 @@ static void test_bad_manifests(void)
 
     clone_good("bad6", dir, sizeof dir);
     edit_manifest(dir, "normalization.mean", cJSON_CreateDoubleArray((double[]){0.1, 0.2}, 2));
-    expect_open_error(dir, "train", "normalization.mean and .std must both hold 1 entry or one per channel (1)");
+    expect_open_error(dir, "train",
+                      "manifest.json: normalization.mean holds 2 entries; it must hold 1 (shared by all channels) or "
+                      "one per channel (1)");
+    clone_good("bad6b", dir, sizeof dir);
+    edit_manifest(dir, "normalization.std", cJSON_CreateDoubleArray((double[]){0}, 1));
+    expect_open_error(dir, "train", "manifest.json: normalization.std[0] must be a finite positive number");
 
     clone_good("bad7", dir, sizeof dir);
     edit_manifest(dir, "splits.test.y.file", cJSON_CreateString("../../etc/passwd"));
@@ -347,29 +352,42 @@ static void test_bad_arrays(void)
     crew_dataset_free(d);
 }
 
-/* float32 samples with int32 labels, written by hand: the non-uint8 gather path. */
-static void test_float_dataset(void)
+/* Writes x [3, ...m->sample_shape] of x_dtype and y [3] (int32) into dir as x.npy and y.npy, and
+ * m (name, classes, sample_shape and normalization filled in), with them as its one split, as
+ * manifest.json. */
+static void write_three_samples(const char *dir, crew_manifest *m, crew_dtype x_dtype, const void *xs,
+                                const int32_t *ys)
 {
-    char dir[128], path[256];
-    tmp_path(dir, sizeof dir, "floats");
-    mkdir(dir, 0755);
-    float xs[3 * 2 * 2] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-    int32_t ys[3] = {1, 0, 1};
-    crew_manifest m = {.classes = 2, .sample_shape = {2, {2, 2}}, .scale = 0.5, .n_channels = 2,
-                       .mean = {1, 2}, .std = {2, 4}, .n_splits = 1};
-    snprintf(m.name, sizeof m.name, "floats");
-    crew_manifest_split *sp = &m.splits[0];
+    char path[256];
+    m->n_splits = 1;
+    crew_manifest_split *sp = &m->splits[0];
     *sp = (crew_manifest_split){.name = "train", .samples = 3,
-                                .x = {.file = "x.npy", .dtype = CREW_DTYPE_F32, .ndim = 3, .shape = {3, 2, 2}},
+                                .x = {.file = "x.npy", .dtype = x_dtype, .ndim = 1 + m->sample_shape.ndim},
                                 .y = {.file = "y.npy", .dtype = CREW_DTYPE_I32, .ndim = 1, .shape = {3}}};
-    rewrite_npy(dir, "x.npy", CREW_DTYPE_F32, 3, sp->x.shape, xs);
+    sp->x.shape[0] = 3;
+    for (int i = 0; i < m->sample_shape.ndim; i++) sp->x.shape[1 + i] = m->sample_shape.dim[i];
+    rewrite_npy(dir, "x.npy", x_dtype, sp->x.ndim, sp->x.shape, xs);
     rewrite_npy(dir, "y.npy", CREW_DTYPE_I32, 1, sp->y.shape, ys);
     snprintf(path, sizeof path, "%s/x.npy", dir);
     CHECK_OK(crew_manifest_hash_file(path, &sp->x));
     snprintf(path, sizeof path, "%s/y.npy", dir);
     CHECK_OK(crew_manifest_hash_file(path, &sp->y));
     snprintf(path, sizeof path, "%s/manifest.json", dir);
-    CHECK_OK(crew_manifest_write(path, &m));
+    CHECK_OK(crew_manifest_write(path, m));
+}
+
+/* float32 samples with int32 labels, written by hand: the non-uint8 gather path. */
+static void test_float_dataset(void)
+{
+    char dir[128];
+    tmp_path(dir, sizeof dir, "floats");
+    mkdir(dir, 0755);
+    float xs[3 * 2 * 2] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    int32_t ys[3] = {1, 0, 1};
+    crew_manifest m = {.classes = 2, .sample_shape = {2, {2, 2}}, .scale = 0.5, .n_channels = 2,
+                       .mean = {1, 2}, .std = {2, 4}};
+    snprintf(m.name, sizeof m.name, "floats");
+    write_three_samples(dir, &m, CREW_DTYPE_F32, xs, ys);
     crew_dataset *d = NULL;
     CHECK_OK(crew_dataset_open(dir, "train", &d));
     if (!d) return;
@@ -383,6 +401,51 @@ static void test_float_dataset(void)
         CHECK_MSG(fabs(x[k] - want) < 1e-6, "x[%d] = %g, want %g", k, x[k], want);
     }
     crew_dataset_free(d);
+}
+
+/* uint8 samples with c channels of their own statistics: through tables up to
+ * CREW_DATASET_LUT_CHANNELS channels, through the float32 multiply-add beyond; either way
+ * (v · scale − mean[c]) / std[c]. */
+static void test_u8_channels(int c)
+{
+    char dir[128], name[32];
+    snprintf(name, sizeof name, "u8-%d", c);
+    tmp_path(dir, sizeof dir, name);
+    mkdir(dir, 0755);
+    int64_t size = 2 * (int64_t)c;
+    uint8_t *xs = malloc((size_t)(3 * size));
+    float *x = malloc(sizeof *x * (size_t)size);
+    crew_dataset *d = NULL;
+    crew_manifest m;
+    memset(&m, 0, sizeof m);
+    CHECK(xs && x);
+    if (xs && x) {
+        for (int64_t k = 0; k < 3 * size; k++) xs[k] = (uint8_t)(k * 7 + k / 3);
+        const int32_t ys[3] = {0, 1, 0};
+        double *mean, *std;
+        m = (crew_manifest){.classes = 2, .sample_shape = {2, {2, c}}, .scale = 1.0 / 255};
+        snprintf(m.name, sizeof m.name, "u8");
+        CHECK_OK(crew_manifest_set_channels(&m, c, &mean, &std));
+        for (int j = 0; j < m.n_channels; j++) mean[j] = 0.25 + j % 5 * 0.1, std[j] = 0.5 + j % 3 * 0.25;
+        write_three_samples(dir, &m, CREW_DTYPE_U8, xs, ys);
+        CHECK_OK(crew_dataset_open(dir, "train", &d));
+    }
+    if (d && m.n_channels == c) {
+        const double *mean = crew_manifest_mean(&m), *std = crew_manifest_std(&m);
+        CHECK_MSG((d->lut != NULL) == (c <= CREW_DATASET_LUT_CHANNELS), "%d channels: table %p", c, (void *)d->lut);
+        int32_t y;
+        crew_dataset_gather(d, (int64_t[]){1}, 1, x, &y);
+        int bad = y != 1;
+        for (int64_t k = 0; k < size; k++) {
+            double want = (xs[size + k] / 255.0 - mean[k % c]) / std[k % c];
+            bad += fabs(x[k] - want) > 1e-6 * (1 + fabs(want));
+        }
+        CHECK_MSG(bad == 0, "%d channels: %d gathered values differ from (v / 255 - mean) / std", c, bad);
+    }
+    crew_dataset_free(d);
+    crew_manifest_free(&m);
+    free(xs);
+    free(x);
 }
 
 /* ---------------------------------------------------------------- atomic writes */
@@ -543,6 +606,9 @@ int main(void)
     test_bad_manifests();
     test_bad_arrays();
     test_float_dataset();
+    test_u8_channels(3);
+    test_u8_channels(20);
+    test_u8_channels(CREW_DATASET_LUT_CHANNELS + 1);
     test_atomic_dir();
     test_prep_refusals();
     test_prep_write_failure();

@@ -530,34 +530,62 @@ static void test_csv(void)
     crew_manifest_free(&m);
 }
 
-/* More features than the manifest holds statistics for: stored standardised, mean [0], std [1]. */
-static void test_csv_wide(void)
+/* f features, whatever f (up to 16 the manifest holds their statistics inline, beyond it
+ * allocates them): the stored values are the CSV's raw numbers, the manifest records one mean and
+ * std per feature over the training split, and gathering gives (x - mean) / std. */
+static void test_csv_features(int f)
 {
-    char path[512], out[512];
-    FILE *f = fopen(tmp(path, "wide.csv"), "wb");
-    for (int j = 0; j < 20; j++) fprintf(f, "f%d,", j);
-    fprintf(f, "y\n");
+    char path[512], out[512], name[64];
+    snprintf(name, sizeof name, "features%d.csv", f);
+    FILE *f_csv = fopen(tmp(path, name), "wb");
+    for (int j = 0; j < f; j++) fprintf(f_csv, "f%d,", j);
+    fprintf(f_csv, "y\n");
     for (int i = 0; i < 40; i++) {
-        for (int j = 0; j < 20; j++) fprintf(f, "%d,", i * (j + 1) + j);
-        fprintf(f, "%d\n", i % 2);
+        for (int j = 0; j < f; j++) fprintf(f_csv, "%g,", j == 5 ? 7.0 : (i * (j + 1) + j) * 0.5 - 3); /* 5: constant */
+        fprintf(f_csv, "%d\n", i % 2);
     }
-    fclose(f);
-    CHECK_OK(crew_prep_csv(path, "y", 0.25, 0, tmp(out, "csv-wide"), NULL, NULL));
+    fclose(f_csv);
+    snprintf(name, sizeof name, "csv-features%d", f);
+    CHECK_OK(crew_prep_csv(path, "y", 0.25, 0, tmp(out, name), NULL, NULL));
     crew_manifest m;
     CHECK_OK(crew_manifest_read(out, &m));
-    CHECK(m.n_channels == 1 && m.mean[0] == 0 && m.std[0] == 1 && m.sample_shape.dim[0] == 20);
-    crew_manifest_free(&m);
+    CHECK_MSG(m.n_channels == f && m.scale == 1 && m.sample_shape.dim[0] == f, "%d features: %d entries", f,
+              m.n_channels);
+    CHECK((m.wide_mean != NULL) == (f > CREW_MANIFEST_MAX_CHANNELS));
     crew_dataset *d = NULL;
     CHECK_OK(crew_dataset_open(out, "train", &d));
-    if (d) {
+    if (d && m.n_channels == f) {
+        const double *mean = crew_manifest_mean(&m), *std = crew_manifest_std(&m);
         const float *x = d->x.data;
-        for (int j = 0; j < 20; j += 7) {
-            double sum = 0, sq = 0;
-            for (int64_t i = 0; i < d->n; i++) sum += x[i * 20 + j], sq += (double)x[i * 20 + j] * x[i * 20 + j];
-            CHECK(fabs(sum / d->n) < 1e-5 && fabs(sq / d->n - 1) < 1e-4);
+        int raw = 1, stats = 1, gathered = 1;
+        for (int64_t i = 0; i < d->n; i++) { /* the row a train sample came from: its first feature says */
+            int row = (int)((x[i * f] + 3) / 0.5);
+            for (int j = 0; j < f; j++) raw &= x[i * f + j] == (float)(j == 5 ? 7.0 : (row * (j + 1) + j) * 0.5 - 3);
         }
-        crew_dataset_free(d);
+        for (int j = 0; j < f; j++) {
+            double sum = 0, sq = 0;
+            for (int64_t i = 0; i < d->n; i++) sum += x[i * f + j];
+            for (int64_t i = 0; i < d->n; i++) sq += pow(x[i * f + j] - sum / d->n, 2);
+            double sd = sqrt(sq / d->n);
+            stats &= fabs(mean[j] - sum / d->n) < 1e-9 && fabs(std[j] - (sd > 0 ? sd : 1)) < 1e-9;
+        }
+        CHECK_MSG(raw, "%d features: the stored values are not the CSV's", f);
+        CHECK_MSG(stats, "%d features: mean/std are not the training split's", f);
+        CHECK(std[5] == 1 && mean[5] == 7);
+        float *g = malloc(sizeof *g * (size_t)f * 3);
+        int32_t gy[3];
+        int64_t idx[3] = {0, 7, d->n - 1};
+        crew_dataset_gather(d, idx, 3, g, gy);
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < f; j++) {
+                double want = (x[idx[i] * f + j] - mean[j]) / std[j];
+                gathered &= fabs(g[i * f + j] - want) < 1e-5 * (1 + fabs(want));
+            }
+        CHECK_MSG(gathered, "%d features: gathered values are not (x - mean) / std", f);
+        free(g);
     }
+    crew_dataset_free(d);
+    crew_manifest_free(&m);
 }
 
 static void expect_csv_error(const char *name, const char *text, const char *label, const char *needle)
@@ -588,6 +616,12 @@ static void test_csv_errors(void)
     expect_csv_error("header.csv", "a,y\n", "y", "no data rows");
     expect_csv_error("quote.csv", "a,y\n\"1,0\n", "y", "line 2: a quoted field is never closed");
     expect_csv_error("after.csv", "a,y\n\"1\"x,0\n", "y", "line 2: text after a closing quote");
+    /* One feature more than a manifest records statistics for. */
+    char *wide = malloc(2 * (CREW_MANIFEST_MAX_STATS + 1) + 8), *at = wide;
+    for (int j = 0; wide && j <= CREW_MANIFEST_MAX_STATS; j++) at += sprintf(at, "a,");
+    if (wide) sprintf(at, "y\n1,0\n");
+    if (wide) expect_csv_error("wide.csv", wide, "y", "line 1: more than 1048576 feature columns");
+    free(wide);
     char out[512];
     CHECK_ERR(crew_prep_csv("/nonexistent/t.csv", "y", 0.5, 0, tmp(out, "o"), NULL, NULL), "/nonexistent/t.csv");
     CHECK_ERR(crew_prep_csv("/nonexistent/t.csv", "y", 0, 0, out, NULL, NULL), "test fraction");
@@ -713,7 +747,9 @@ int main(void)
     test_images();
     test_image_errors();
     test_csv();
-    test_csv_wide();
+    test_csv_features(16); /* the statistics held inline */
+    test_csv_features(17); /* allocated */
+    test_csv_features(40);
     test_csv_errors();
     test_text();
     test_tokens_manifest();

@@ -14,8 +14,6 @@
 #include "core/status.h"
 #include "data/manifest.h"
 
-_Static_assert(CREW_MANIFEST_MAX_CHANNELS <= CREW_MAX_CHANNELS, "normalisation channels must fit the dataset");
-
 static crew_status array_path(const crew_dataset *d, const char *file, char *buf, size_t len)
 {
     if ((size_t)snprintf(buf, len, "%s/%s", d->dir, file) >= len)
@@ -73,10 +71,29 @@ static crew_status check_labels(const crew_dataset *d)
     return CREW_OK;
 }
 
-static void build_lut(crew_dataset *d, const crew_manifest *m)
+/* The manifest's per-channel statistics (as many as it holds: the reader bounded them) and what
+ * gathering computes from them, once. Needs d->x open: only uint8 samples get a table. */
+static crew_status set_normalization(crew_dataset *d, const crew_manifest *m)
 {
-    for (int c = 0; c < m->n_channels; c++)
-        for (int v = 0; v < 256; v++) d->lut[c][v] = (float)(((double)v * m->scale - m->mean[c]) / m->std[c]);
+    const double *mean = crew_manifest_mean(m), *std = crew_manifest_std(m);
+    size_t c_n = (size_t)m->n_channels;
+    int lut = d->x.dtype == CREW_DTYPE_U8 && c_n <= CREW_DATASET_LUT_CHANNELS;
+    /* at least one element: malloc(0) may return NULL (the reader requires an entry anyway) */
+    if (!(d->norm = malloc(sizeof *d->norm * (c_n ? c_n : 1) * (lut ? 4 + 256 : 4)))) return CREW_OOM();
+    d->n_channels = m->n_channels;
+    d->mean = d->norm;
+    d->std = d->mean + c_n;
+    d->mul = d->std + c_n;
+    d->add = d->mul + c_n;
+    d->lut = lut ? d->add + c_n : NULL;
+    for (size_t c = 0; c < c_n; c++) {
+        d->mean[c] = (float)mean[c];
+        d->std[c] = (float)std[c];
+        d->mul[c] = d->scale / d->std[c];
+        d->add[c] = -d->mean[c] / d->std[c];
+        for (int v = 0; lut && v < 256; v++) d->lut[c * 256 + v] = (float)(((double)v * m->scale - mean[c]) / std[c]);
+    }
+    return CREW_OK;
 }
 
 static crew_status missing_split(const crew_dataset *d, const crew_manifest *m, const char *split)
@@ -105,11 +122,6 @@ static void copy_header(crew_dataset *d, const crew_manifest *m, const crew_mani
     d->sample = m->sample_shape;
     d->classes = m->classes;
     d->scale = (float)m->scale;
-    d->n_channels = m->n_channels;
-    for (int c = 0; c < m->n_channels; c++) {
-        d->mean[c] = (float)m->mean[c];
-        d->std[c] = (float)m->std[c];
-    }
 }
 
 static crew_status open_from_manifest(crew_dataset *d, const crew_manifest *m, const char *split)
@@ -126,8 +138,7 @@ static crew_status open_from_manifest(crew_dataset *d, const crew_manifest *m, c
     CREW_TRY(open_array(d, &sp->x, &d->x));
     CREW_TRY(open_array(d, &sp->y, &d->y));
     CREW_TRY(check_labels(d));
-    build_lut(d, m);
-    return CREW_OK;
+    return set_normalization(d, m);
 }
 
 crew_status crew_dataset_open(const char *dir, const char *split, crew_dataset **out)
@@ -164,6 +175,7 @@ void crew_dataset_free(crew_dataset *d)
     if (!d) return;
     crew_npy_close(&d->x);
     crew_npy_close(&d->y);
+    free(d->norm);
     free(d);
 }
 
@@ -198,41 +210,40 @@ crew_status crew_dataset_verify(const crew_dataset *d)
 /* ---------------------------------------------------------------- gathering */
 
 /* One uint8 sample of `size` values through the per-channel tables. */
-static void gather_u8(const crew_dataset *d, const uint8_t *src, int64_t size, float *dst)
+static void gather_lut(const crew_dataset *d, const uint8_t *src, int64_t size, float *dst)
 {
     if (d->n_channels == 1) {
-        const float *lut = d->lut[0];
+        const float *lut = d->lut;
         for (int64_t k = 0; k < size; k++) dst[k] = lut[src[k]];
         return;
     }
     int64_t c_n = d->n_channels; /* equals the last axis: the manifest checks it */
     for (int64_t p = 0; p < size; p += c_n)
-        for (int64_t c = 0; c < c_n; c++) dst[p + c] = d->lut[c][src[p + c]];
+        for (int64_t c = 0; c < c_n; c++) dst[p + c] = d->lut[c * 256 + src[p + c]];
 }
 
-static void gather_f32(const crew_dataset *d, const char *src, int64_t size, float *dst)
+/* One sample of float32 values (or of uint8 ones with too many channels for tables). */
+static void gather_affine(const crew_dataset *d, const char *src, int64_t size, float *dst)
 {
-    float a[CREW_MAX_CHANNELS], b[CREW_MAX_CHANNELS];
-    for (int c = 0; c < d->n_channels; c++) {
-        a[c] = d->scale / d->std[c];
-        b[c] = -d->mean[c] / d->std[c];
-    }
     int64_t c_n = d->n_channels;
+    int u8 = d->x.dtype == CREW_DTYPE_U8;
+    const float *mul = d->mul, *add = d->add;
     for (int64_t k = 0; k < size; k++) {
         float v;
-        memcpy(&v, src + 4 * k, 4);
+        if (u8) v = (uint8_t)src[k];
+        else memcpy(&v, src + 4 * k, 4); /* memcpy: the mapping need not be 4-aligned */
         int64_t c = c_n == 1 ? 0 : k % c_n;
-        dst[k] = v * a[c] + b[c];
+        dst[k] = v * mul[c] + add[c];
     }
 }
 
 void crew_dataset_gather(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y)
 {
-    int64_t size = crew_shape_size(&d->sample);
+    int64_t size = crew_shape_size(&d->sample), bytes = (int64_t)crew_dtype_size(d->x.dtype);
     for (int64_t i = 0; i < n; i++) {
         int64_t j = idx[i];
-        if (x && d->x.dtype == CREW_DTYPE_U8) gather_u8(d, (const uint8_t *)d->x.data + j * size, size, x + i * size);
-        else if (x) gather_f32(d, (const char *)d->x.data + 4 * j * size, size, x + i * size);
+        if (x && d->lut) gather_lut(d, (const uint8_t *)d->x.data + j * size, size, x + i * size);
+        else if (x) gather_affine(d, (const char *)d->x.data + bytes * j * size, size, x + i * size);
         if (y) y[i] = (int32_t)label_at(&d->y, j);
     }
 }

@@ -16,7 +16,9 @@
 #include "crew.h"
 #include "data/npy.h"
 
-#define CREW_MAX_CHANNELS 16
+/* uint8 samples with at most this many channels are normalised through a table of 256 floats a
+ * channel (1 MiB at most); beyond it, through the float32 samples' multiply-add. */
+#define CREW_DATASET_LUT_CHANNELS 1024
 
 struct crew_dataset {
     char dir[512];
@@ -28,14 +30,16 @@ struct crew_dataset {
     int classes;
     float scale;                    /* applied to raw values first (1/255 for uint8 images) */
     int n_channels;                 /* entries in mean/std: 1 (shared) or the last axis */
-    float mean[CREW_MAX_CHANNELS];
-    float std[CREW_MAX_CHANNELS];
+    float *norm;                    /* one allocation holding mean, std, mul, add and lut */
+    float *mean, *std;              /* [n_channels], the manifest's */
+    float *mul, *add;               /* [n_channels]: float32 samples become raw · mul[c] + add[c] */
     char name[128];                 /* the manifest's dataset name, e.g. "fashion-mnist" */
     char x_file[128], y_file[128];  /* file names inside dir, for messages and verify */
     uint64_t x_xxh3, y_xxh3;        /* the manifest's content hashes, checked by verify */
-    /* uint8 samples: lut[c][v] = (v · scale − mean[c]) / std[c], built once at open so that
-     * gathering a batch is one table lookup per value. [n_channels][256] */
-    float lut[CREW_MAX_CHANNELS][256];
+    /* uint8 samples with at most CREW_DATASET_LUT_CHANNELS channels, else NULL:
+     * lut[c · 256 + v] = (v · scale − mean[c]) / std[c], built once at open so that gathering a
+     * batch is one table lookup per value. [n_channels][256] */
+    float *lut;
 };
 
 /* Hashes both .npy files whole (XXH3-64) and compares with the manifest: catches corruption

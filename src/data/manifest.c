@@ -207,44 +207,61 @@ static crew_status parse_splits(const cJSON *root, const char *what, crew_manife
     return CREW_OK;
 }
 
-/* mean and std: equal-length arrays of 1 or C finite numbers (C = last axis), std > 0. */
-static crew_status parse_stats(const cJSON *norm, const char *key, const char *what, int min_positive, double *out,
-                               int *n)
+/* normalization.mean or .std (key) in *arr, and its length in *n: 1 entry (shared by all
+ * channels) or one per channel (c, the last axis of sample_shape). Checked before anything is
+ * allocated, so a hostile manifest cannot ask for more than CREW_MANIFEST_MAX_STATS entries. */
+static crew_status stats_length(const cJSON *norm, const char *key, int64_t c, const char *what, const cJSON **arr,
+                                int *n)
 {
-    const cJSON *arr;
-    CREW_TRY(member(norm, key, what, "normalization", &arr));
-    int len = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
-    const char *must = min_positive ? "must be an array of 1 to 16 positive numbers" : "must be an array of 1 to 16 numbers";
-    if (len < 1 || len > CREW_MANIFEST_MAX_CHANNELS) return bad(what, "normalization", key, must);
+    CREW_TRY(member(norm, key, what, "normalization", arr));
+    if (!cJSON_IsArray(*arr)) return bad(what, "normalization", key, "must be an array of numbers");
+    int len = cJSON_GetArraySize(*arr);
+    if (len > CREW_MANIFEST_MAX_STATS)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: normalization.%s holds %d entries, more than the %d crew reads",
+                           what, key, len, CREW_MANIFEST_MAX_STATS);
+    if (len != 1 && len != c)
+        return crew_errorf(CREW_CODE_BAD_INPUT,
+                           "%s: normalization.%s holds %d entries; it must hold 1 (shared by all channels) or one per "
+                           "channel (%lld)", what, key, len, (long long)c);
+    *n = len;
+    return CREW_OK;
+}
+
+/* The numbers of normalization.<key> into out: each finite, and > 0 where positive is set (std). */
+static crew_status stats_values(const cJSON *arr, const char *key, int positive, const char *what, double *out)
+{
     int i = 0;
     for (const cJSON *c = arr->child; c; c = c->next, i++) {
-        if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble) || (min_positive && !(c->valuedouble > 0)))
-            return bad(what, "normalization", key, must);
-        out[i] = c->valuedouble;
+        double v = c->valuedouble;
+        if (!cJSON_IsNumber(c) || !isfinite(v) || (positive && !(v > 0)))
+            return crew_errorf(CREW_CODE_BAD_INPUT, "%s: normalization.%s[%d] must be a %s number", what, key, i,
+                               positive ? "finite positive" : "finite");
+        out[i] = v;
     }
-    *n = len;
     return CREW_OK;
 }
 
 static crew_status parse_normalization(const cJSON *root, const char *what, crew_manifest *m)
 {
     static const char *const keys[] = {"scale", "mean", "std", NULL};
-    const cJSON *norm, *scale;
+    const cJSON *norm, *scale, *mean_arr, *std_arr;
     CREW_TRY(get_object(root, "normalization", what, "", &norm));
     CREW_TRY(check_keys(norm, keys, what, "normalization"));
     CREW_TRY(member(norm, "scale", what, "normalization", &scale));
     if (!cJSON_IsNumber(scale) || !isfinite(scale->valuedouble) || !(scale->valuedouble > 0))
         return bad(what, "normalization", "scale", "must be a positive number");
     m->scale = scale->valuedouble;
-    int n_std;
-    CREW_TRY(parse_stats(norm, "mean", what, 0, m->mean, &m->n_channels));
-    CREW_TRY(parse_stats(norm, "std", what, 1, m->std, &n_std));
     int64_t c = m->sample_shape.dim[m->sample_shape.ndim - 1];
-    if (n_std != m->n_channels || (m->n_channels > 1 && m->n_channels != c))
-        return crew_errorf(CREW_CODE_BAD_INPUT,
-                           "%s: normalization.mean and .std must both hold 1 entry or one per channel (%lld)", what,
-                           (long long)c);
-    return CREW_OK;
+    int n_mean, n_std;
+    CREW_TRY(stats_length(norm, "mean", c, what, &mean_arr, &n_mean));
+    CREW_TRY(stats_length(norm, "std", c, what, &std_arr, &n_std));
+    if (n_std != n_mean)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: normalization.mean and .std must hold as many entries (%d and %d)",
+                           what, n_mean, n_std);
+    double *mean, *std;
+    CREW_TRY(crew_manifest_set_channels(m, n_mean, &mean, &std));
+    CREW_TRY(stats_values(mean_arr, "mean", 0, what, mean));
+    return stats_values(std_arr, "std", 1, what, std);
 }
 
 static crew_status parse_class_names(const cJSON *root, const char *what, crew_manifest *m)
@@ -423,9 +440,42 @@ crew_status crew_manifest_read(const char *dir, crew_manifest *out)
     return s;
 }
 
+static void free_wide(crew_manifest *m)
+{
+    free(m->wide_mean);
+    free(m->wide_std);
+    m->wide_mean = m->wide_std = NULL;
+}
+
+crew_status crew_manifest_set_channels(crew_manifest *m, int n, double **mean, double **std)
+{
+    if (!m || !mean || !std || n < 1 || n > CREW_MANIFEST_MAX_STATS)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_manifest_set_channels: %d entries (must be 1 to %d)", n,
+                           CREW_MANIFEST_MAX_STATS);
+    free_wide(m);
+    m->n_channels = 0; /* until the entries exist: the accessors never reach past what is there */
+    if (n > CREW_MANIFEST_MAX_CHANNELS) {
+        m->wide_mean = malloc(sizeof *m->wide_mean * (size_t)n);
+        m->wide_std = malloc(sizeof *m->wide_std * (size_t)n);
+        if (!m->wide_mean || !m->wide_std) {
+            free_wide(m);
+            return CREW_OOM();
+        }
+    }
+    m->n_channels = n;
+    *mean = m->wide_mean ? m->wide_mean : m->mean;
+    *std = m->wide_std ? m->wide_std : m->std;
+    return CREW_OK;
+}
+
+const double *crew_manifest_mean(const crew_manifest *m) { return m->wide_mean ? m->wide_mean : m->mean; }
+
+const double *crew_manifest_std(const crew_manifest *m) { return m->wide_std ? m->wide_std : m->std; }
+
 void crew_manifest_free(crew_manifest *m)
 {
     if (!m) return;
+    free_wide(m);
     if (m->class_names)
         for (int i = 0; i < m->classes; i++) free(m->class_names[i]);
     free(m->class_names);
@@ -473,8 +523,8 @@ static int add_normalization(cJSON *root, const crew_manifest *m)
 {
     cJSON *n = cJSON_AddObjectToObject(root, "normalization");
     return n && cJSON_AddNumberToObject(n, "scale", m->scale)
-        && cJSON_AddItemToObject(n, "mean", cJSON_CreateDoubleArray(m->mean, m->n_channels))
-        && cJSON_AddItemToObject(n, "std", cJSON_CreateDoubleArray(m->std, m->n_channels));
+        && cJSON_AddItemToObject(n, "mean", cJSON_CreateDoubleArray(crew_manifest_mean(m), m->n_channels))
+        && cJSON_AddItemToObject(n, "std", cJSON_CreateDoubleArray(crew_manifest_std(m), m->n_channels));
 }
 
 static int add_shard(cJSON *arr, const crew_manifest_shard *sh)

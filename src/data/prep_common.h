@@ -43,7 +43,8 @@ void crew_prep_partition(uint8_t *x, int64_t sample_bytes, uint8_t *y, int y_byt
 
 /* Per-channel mean and std of scale·v over the uint8 values x [count] (channel = index mod
  * channels, channels ≤ CREW_MANIFEST_MAX_CHANNELS), exact from histograms, into m's
- * normalization (scale included). A constant channel gets std 1. */
+ * normalization (scale included), held in its inline arrays: nothing for the caller to free.
+ * A constant channel gets std 1. */
 void crew_prep_stats_u8(const uint8_t *x, int64_t count, int channels, double scale, crew_manifest *m);
 
 /* One split's arrays in memory, to be written as <name>_x.npy and <name>_y.npy. */

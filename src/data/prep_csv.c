@@ -107,6 +107,9 @@ static crew_status read_header(csv_reader *r, const char *label, csv_table *t)
         if (truncated)
             return crew_errorf(CREW_CODE_BAD_INPUT, "%s: line %lld: a column name longer than %d characters", r->path,
                                (long long)line, FIELD_MAX - 1);
+        if (t->cols > CREW_MANIFEST_MAX_STATS) /* one more column makes more features than that */
+            return crew_errorf(CREW_CODE_BAD_INPUT, "%s: line %lld: more than %d feature columns (the most whose mean "
+                               "and std a manifest records)", r->path, (long long)line, CREW_MANIFEST_MAX_STATS);
         if (t->cols == cap) {
             cap = cap ? 2 * cap : 16;
             char **grown = cap <= INT32_MAX / 2 ? realloc(t->names, sizeof *grown * (size_t)cap) : NULL;
@@ -201,9 +204,14 @@ static crew_status read_rows(csv_reader *r, csv_table *t, crew_prep_progress *pr
     return CREW_OK;
 }
 
-/* Per-feature mean and std of the train rows x [n][f], into m (std 1 for a constant feature). */
-static void feature_stats(const float *x, int64_t n, int f, double *mean, double *std)
+/* The manifest's normalization: scale 1 and the mean and std of each feature over the train rows
+ * x [n][f] (std 1 for a constant feature). The stored values stay raw, whatever f, and gathering
+ * standardises them, as for every other source. */
+static crew_status feature_stats(const float *x, int64_t n, int f, crew_manifest *m)
 {
+    double *mean, *std;
+    CREW_TRY(crew_manifest_set_channels(m, f, &mean, &std));
+    m->scale = 1.0;
     for (int j = 0; j < f; j++) {
         double sum = 0, sq = 0;
         for (int64_t i = 0; i < n; i++) sum += x[i * f + j];
@@ -213,33 +221,6 @@ static void feature_stats(const float *x, int64_t n, int f, double *mean, double
         mean[j] = mu;
         std[j] = sd > 1e-12 ? sd : 1.0;
     }
-}
-
-/* The manifest's normalization: one entry per feature when they fit, else the features are
- * standardised here (train statistics applied to both splits) and the manifest says 0 / 1. */
-static crew_status normalize(float *x, int64_t n_train, float *xt, int64_t n_test, int f, crew_manifest *m)
-{
-    double *mean = malloc(sizeof *mean * (size_t)f), *std = malloc(sizeof *std * (size_t)f);
-    if (!mean || !std) {
-        free(mean);
-        free(std);
-        return CREW_OOM();
-    }
-    feature_stats(x, n_train, f, mean, std);
-    m->scale = 1.0;
-    if (f <= CREW_MANIFEST_MAX_CHANNELS) {
-        m->n_channels = f;
-        memcpy(m->mean, mean, sizeof *mean * (size_t)f);
-        memcpy(m->std, std, sizeof *std * (size_t)f);
-    } else {
-        for (int64_t i = 0; i < n_train * f; i++) x[i] = (float)((x[i] - mean[i % f]) / std[i % f]);
-        for (int64_t i = 0; i < n_test * f; i++) xt[i] = (float)((xt[i] - mean[i % f]) / std[i % f]);
-        m->n_channels = 1;
-        m->mean[0] = 0;
-        m->std[0] = 1;
-    }
-    free(mean);
-    free(std);
     return CREW_OK;
 }
 
@@ -260,7 +241,7 @@ static crew_status finish(const char *path, csv_table *t, double fraction, uint6
     if (!s) {
         crew_prep_partition((uint8_t *)t->x, sample, (uint8_t *)t->y, 4, is_test, t->n, xt, yt);
         crew_prep_tick(pr, "normalization statistics");
-        s = normalize(t->x, t->n - n_test, (float *)(void *)xt, n_test, f, &m);
+        s = feature_stats(t->x, t->n - n_test, f, &m);
     }
     if (!s) {
         snprintf(m.name, sizeof m.name, "csv");
@@ -269,6 +250,7 @@ static crew_status finish(const char *path, csv_table *t, double fraction, uint6
         crew_prep_split_data d[2] = {{"train", t->n - n_test, t->x, t->y}, {"test", n_test, xt, yt}};
         s = crew_prep_write(out_dir, &m, CREW_DTYPE_F32, CREW_DTYPE_I32, d, 2, pr);
     }
+    crew_manifest_free(&m);
     free(is_test);
     free(xt);
     free(yt);
