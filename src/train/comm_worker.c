@@ -6,6 +6,12 @@
 #include "core/status.h"
 #include "core/timer.h"
 
+crew_status crew_comm_request_run(const crew_comm *comm, const crew_comm_request *r, double timeout_s)
+{
+    if (r->k > 1) return comm->ops->allreduce_ordered(comm->ctx, comm->rank, r->parts, r->k, r->buf, r->n, timeout_s);
+    return crew_allreduce(comm, r->buf, r->n, r->type, r->op, timeout_s);
+}
+
 static void *worker_main(void *arg)
 {
     crew_comm_worker *w = arg;
@@ -18,9 +24,7 @@ static void *worker_main(void *arg)
         if (!w->head) w->tail = NULL;
         pthread_mutex_unlock(&w->mu);
         r->started = crew_now();
-        crew_status s = r->k > 1 ? w->comm.ops->allreduce_ordered(w->comm.ctx, w->comm.rank, r->parts, r->k, r->buf, r->n,
-                                                                 w->timeout_s)
-                                 : crew_allreduce(&w->comm, r->buf, r->n, r->type, r->op, w->timeout_s);
+        crew_status s = crew_comm_request_run(&w->comm, r, w->timeout_s);
         double finished = crew_now();
         pthread_mutex_lock(&w->mu);
         r->status = s;

@@ -1,11 +1,12 @@
 /* comm_worker.h — a replica's communication thread.
  *
  * Gradient buckets are all-reduced while the backward pass goes on, so the collectives run on
- * a thread of their own, one per replica. Every collective of a replica during training goes
+ * a thread of their own, one per replica. The collectives that can overlap the replica's work go
  * through its worker's queue, in submission order (bucket all-reduces, synchronised batch-norm
- * sums, step metrics): every replica submits the same sequence, so the collectives match up
- * across replicas without further coordination, and one communicator is never used by two
- * threads of the same rank at once. */
+ * sums during forward and backward): every replica submits the same sequence, so the collectives
+ * match up across replicas without further coordination. The replica makes the blocking ones
+ * between steps (metrics, evaluation, drift check) itself, only when its queue is empty, so one
+ * communicator is never used by two threads of the same rank at once. */
 #ifndef CREW_TRAIN_COMM_WORKER_H
 #define CREW_TRAIN_COMM_WORKER_H
 
@@ -39,6 +40,9 @@ typedef struct crew_comm_worker {
 } crew_comm_worker;
 
 crew_status crew_comm_worker_start(crew_comm_worker *w, crew_comm comm, double timeout_s);
+/* Runs the collective a request describes on the calling thread (what the worker does with each
+ * queued request; a replica may do it itself when its queue is empty). */
+crew_status crew_comm_request_run(const crew_comm *comm, const crew_comm_request *r, double timeout_s);
 /* Queues an all-reduce of req->buf (n elements); returns at once. req must live until waited. */
 void crew_comm_worker_submit(crew_comm_worker *w, crew_comm_request *req);
 /* Waits for req; returns its status (the caller owns it). */

@@ -72,27 +72,50 @@ void crew_stepper_release(crew_stepper *s)
     memset(s, 0, sizeof *s);
 }
 
+/* Bucket b's all-reduce: its range of the final gradient, or with k > 1 every micro-batch's
+ * gradient in order (the last is the model's own buffer), summed into that range. */
+static void fill_request(crew_stepper *s, int b, crew_comm_request *r)
+{
+    const int k = s->accumulation;
+    memset(r, 0, sizeof *r);
+    r->buf = s->final + s->lo[b];
+    r->n = s->hi[b] - s->lo[b];
+    r->type = CREW_COMM_F32;
+    r->op = CREW_REDUCE_SUM;
+    if (k > 1) {
+        float **parts = s->parts + (size_t)b * k;
+        for (int j = 0; j < k - 1; j++) parts[j] = s->saved[j] + s->lo[b];
+        parts[k - 1] = s->m->grads + s->lo[b];
+        r->parts = parts;
+        r->k = k;
+    }
+}
+
+/* With a single bucket (every model under --bucket-mb) the all-reduce can only start once the
+ * backward pass is over, so the communication thread would overlap nothing: the replica runs it
+ * itself after backward (reduce_single), saving the two thread hand-offs per step. */
+static int single_bucket(const crew_stepper *s) { return s->n_buckets == 1; }
+
 static void launch_ready_buckets(crew_stepper *s, int64_t done_from)
 {
-    if (!s->worker) return;
-    const int k = s->accumulation;
+    if (!s->worker || single_bucket(s)) return;
     while (s->launched < s->n_buckets && s->lo[s->launched] >= done_from) {
         int b = s->launched++;
-        crew_comm_request *r = &s->reqs[b];
-        memset(r, 0, sizeof *r);
-        r->buf = s->final + s->lo[b];
-        r->n = s->hi[b] - s->lo[b];
-        r->type = CREW_COMM_F32;
-        r->op = CREW_REDUCE_SUM;
-        if (k > 1) { /* every micro-batch's gradient, in order; the last is the model's own buffer */
-            float **parts = s->parts + (size_t)b * k;
-            for (int j = 0; j < k - 1; j++) parts[j] = s->saved[j] + s->lo[b];
-            parts[k - 1] = s->m->grads + s->lo[b];
-            r->parts = parts;
-            r->k = k;
-        }
-        crew_comm_worker_submit(s->worker, r);
+        fill_request(s, b, &s->reqs[b]);
+        crew_comm_worker_submit(s->worker, &s->reqs[b]);
     }
+}
+
+/* The single bucket, on the replica's own thread: its queue is empty (batch-norm sums are waited
+ * for where they are made), so the communicator is not in use by the worker. All of it is
+ * exposed: nothing ran beside it. */
+static crew_status reduce_single(crew_stepper *s, crew_step_times *times)
+{
+    double t0 = crew_now();
+    fill_request(s, 0, &s->reqs[0]);
+    crew_status st = crew_comm_request_run(&s->worker->comm, &s->reqs[0], s->worker->timeout_s);
+    times->comm_exposed_s += crew_now() - t0;
+    return st;
 }
 
 /* Gradients in [lo, done_from) are final for the current micro-batch: set them aside or add them
@@ -193,7 +216,9 @@ crew_status crew_stepper_gradients(crew_stepper *s, uint64_t seed, int64_t step,
     }
     s->micro = s->accumulation - 1;
     test_delay(s, times);
-    if (s->worker) {
+    if (s->worker && single_bucket(s)) {
+        if (!st) st = reduce_single(s, times);
+    } else if (s->worker) {
         if (!st) launch_ready_buckets(s, 0); /* any left (no-op when the pass completed them all) */
         crew_status w = wait_buckets(s, times, crew_now());
         if (!st)
