@@ -8,6 +8,9 @@
  *   (rounded as the CPU backend rounds them), against crew_mem_layer_workspace: the planner's
  *   figure and the allocation agree to the byte, for several batch sizes, and a second reserve
  *   replaces the buffers rather than adding to them;
+ * - what crew_model_reserve allocates for a whole model (activations, gradient ping-pong buffers,
+ *   labels, row losses, workspace) against the planner's figure, to the byte (crew_model_buffers
+ *   is the one statement of the model's own buffers);
  * - a training pass over every layer type with workspace reserved this way (the sizes suffice);
  * - layer norm behind parameter-free layers (dropout, flatten): the model's backward passes it no
  *   dx there just as at layer 0, so it needs its spare input-gradient buffer there too; the
@@ -229,6 +232,32 @@ static void check_reserve_matches_plan(crew_model *m, const char *what)
     CHECK(!counter.overflow);
 }
 
+/* What crew_model_reserve allocates (the model's buffers and every layer's workspace) is, to the
+ * byte, the planner's activations and workspace less the stepper's sample ids, which step.c
+ * allocates. m is a fresh model, freed here. */
+static void check_model_reserve_matches_plan(crew_model *m, const char *what)
+{
+    m->be = counting_backend();
+    m->has_backend = 1;
+    crew_status s = crew_model_layout(m);
+    CHECK_OK(s);
+    crew_mem_model mm;
+    crew_mem_model_init(&mm, m);
+    int64_t base = counter.live;
+    const int64_t rows[] = {1, 3, 37, 128}; /* reserve only grows; each replaces the last */
+    for (size_t r = 0; !s && r < sizeof rows / sizeof *rows; r++) {
+        CHECK_OK(crew_model_reserve(m, rows[r]));
+        crew_mem_costs c;
+        crew_mem_replica(&mm, rows[r], 1, 1, 1, &c);
+        int64_t planned = c.activation + c.workspace - rows[r] * (int64_t)sizeof(int64_t);
+        CHECK_MSG(counter.live - base == planned, "%s, %lld rows: crew_model_reserve allocated %lld bytes, the plan "
+                  "counts %lld", what, (long long)rows[r], (long long)(counter.live - base), (long long)planned);
+    }
+    CHECK(!counter.overflow);
+    crew_model_free(m);
+    CHECK_MSG(counter.live == 0, "%s: the model left %lld bytes allocated", what, (long long)counter.live);
+}
+
 /* A training step through every layer on workspace sized by the op, all buffers counted. */
 static void check_training_pass(crew_model *m, int64_t rows, int token_ids)
 {
@@ -300,18 +329,24 @@ int main(void)
     if (m) {
         check_image_sizes(m);
         check_reserve_matches_plan(m, "image model");
+        crew_model *fresh = image_model();
+        if (fresh) check_model_reserve_matches_plan(fresh, "image model");
         check_training_pass(m, 37, 0);
     }
     m = token_model();
     if (m) {
         check_token_sizes(m);
         check_reserve_matches_plan(m, "token model");
+        crew_model *fresh = token_model();
+        if (fresh) check_model_reserve_matches_plan(fresh, "token model");
         check_training_pass(m, 37, 1);
     }
     m = free_first_model();
     if (m) {
         check_free_first_sizes(m);
         check_reserve_matches_plan(m, "parameter-free layers first");
+        crew_model *fresh = free_first_model();
+        if (fresh) check_model_reserve_matches_plan(fresh, "parameter-free layers first");
         check_training_pass(m, 37, 0);
     }
     check_fit_steps();

@@ -36,11 +36,6 @@ void crew_mem_model_init(crew_mem_model *mm, const crew_model *m)
     mm->slots = adam ? 2 : momentum ? 1 : 0;
     mm->optimizer = adam ? "AdamW" : momentum ? "SGD with momentum" : "SGD";
     mm->in_size = crew_shape_size(&m->input);
-    mm->widest = mm->in_size;
-    for (int i = 0; i < m->n_layers; i++) {
-        int64_t size = crew_shape_size(&m->layers[i]->out);
-        if (size > mm->widest) mm->widest = size;
-    }
 }
 
 int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards)
@@ -61,7 +56,7 @@ int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards)
 
 int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows)
 {
-    return crew_mem_alloc_bytes(rows * crew_shape_size(&mm->m->layers[i]->out), F32);
+    return crew_mem_alloc_bytes(crew_model_layer_act_size(mm->m, i, rows), F32);
 }
 
 /* Each buffer the layer's workspace op asks for, as crew_layer_reserve allocates it: one backend
@@ -83,13 +78,19 @@ void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int 
     out->param = crew_mem_alloc_bytes(mm->n_params, F32) + crew_mem_alloc_bytes(mm->n_state, F32);
     out->gradient = crew_mem_alloc_bytes(mm->n_params, F32);
     if (mm->slots) out->optimizer = mm->slots * crew_mem_alloc_bytes((mm->n_params + shards - 1) / shards, F32);
-    out->activation = crew_mem_alloc_bytes(batch * mm->in_size, F32);
+    /* crew_model_reserve's buffers, each its own allocation: the input's activation here, the
+     * layers' outputs with the layers; the ping-pong buffers, labels and row losses count as
+     * workspace. */
+    crew_model_buffer_sizes n;
+    crew_model_buffers(m, batch, &n);
+    out->activation = crew_mem_alloc_bytes(n.act_input, F32);
     for (int i = 0; i < m->n_layers; i++) {
         out->activation += crew_mem_layer_activation(mm, i, batch);
         out->workspace += crew_mem_layer_workspace(mm, i, batch);
     }
-    /* gradient ping-pong buffers, labels, row losses; the stepper's sample ids */
-    out->workspace += 2 * crew_mem_alloc_bytes(batch * mm->widest, F32) + 2 * crew_mem_alloc_bytes(batch, F32);
+    out->workspace += crew_mem_alloc_bytes(n.dbuf[0], F32) + crew_mem_alloc_bytes(n.dbuf[1], F32) +
+                      crew_mem_alloc_bytes(n.labels, F32) + crew_mem_alloc_bytes(n.row_loss, F32);
+    /* the stepper's sample ids */
     out->workspace += batch * (int64_t)sizeof(int64_t);
     /* One replica keeps a running sum; several keep every earlier micro-batch apart, so that
      * the all-reduce can add them in the fixed order (docs/ARCHITECTURE.md, determinism). */

@@ -5,9 +5,11 @@
  * (activations of every layer, two gradient ping-pong buffers of the widest layer, labels, row
  * losses, each layer's workspace), the stepper (micro-batch gradients kept for the ordered sum,
  * sample ids). The loader's ring and the epoch's sample order are shared by the replicas.
- * Everything here mirrors those allocations, except the layers' workspace, which is not mirrored
- * but asked of each layer's workspace op, the very sizes crew_layer_reserve allocates;
- * tests/test_memory_plan.c checks the sum against the measured growth of a training process. */
+ * What crew_model_reserve allocates is not mirrored but asked of the model and its layers:
+ * crew_model_buffers and crew_model_layer_act_size (nn/model.h) and each layer's workspace op,
+ * the very sizes crew_model_reserve and crew_layer_reserve allocate. The rest mirrors the
+ * allocations; tests/test_memory_plan.c checks the sum against the measured growth of a
+ * training process. */
 #ifndef CREW_ADVISE_MEMORY_PLAN_H
 #define CREW_ADVISE_MEMORY_PLAN_H
 
@@ -28,7 +30,6 @@ typedef struct crew_mem_model {
     int64_t n_params, n_state;   /* trainable and non-trainable values */
     int slots;                   /* optimizer values per parameter: AdamW 2, SGD with momentum 1 */
     const char *optimizer;       /* "AdamW", "SGD with momentum", "SGD" */
-    int64_t widest;              /* the widest activation (per sample), input included */
     int64_t in_size;             /* values per input sample */
 } crew_mem_model;
 
@@ -38,7 +39,8 @@ void crew_mem_model_init(crew_mem_model *mm, const crew_model *m);
 int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem);
 
 /* Layer i's own bytes for micro-batches of `rows`; shards divides its optimizer state. The
- * workspace is the layer's workspace op's buffers (nn/layer.h), each rounded as allocated. */
+ * activation is its act[] buffer (crew_model_layer_act_size), the workspace its workspace op's
+ * buffers (nn/layer.h), each rounded as allocated. */
 int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards);
 int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows);
 int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows);

@@ -284,6 +284,26 @@ crew_status crew_model_init_params(crew_model *m, uint64_t seed)
     return CREW_OK;
 }
 
+int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows)
+{
+    return rows * crew_shape_size(&m->layers[i]->out);
+}
+
+void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out)
+{
+    /* Backward's ping-pong buffers hold d loss / d act[i] for any i, so both are as wide as the
+     * widest activation, the trailing softmax's and the input's included. */
+    int64_t widest = crew_shape_size(&m->input);
+    for (int i = 0; i < m->n_layers; i++) {
+        int64_t size = crew_shape_size(&m->layers[i]->out);
+        if (size > widest) widest = size;
+    }
+    out->act_input = rows * crew_shape_size(&m->input);
+    out->dbuf[0] = out->dbuf[1] = rows * widest;
+    out->labels = rows;
+    out->row_loss = rows;
+}
+
 crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
 {
     CREW_TRY(crew_model_layout(m));
@@ -294,23 +314,22 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
         m->act = calloc((size_t)m->n_layers + 1, sizeof *m->act);
         if (!m->act) return CREW_OOM();
     }
-    int64_t widest = crew_shape_size(&m->input);
+    crew_model_buffer_sizes n;
+    crew_model_buffers(m, max_rows, &n);
     for (int i = 0; i <= m->n_layers; i++) {
-        int64_t size = i == 0 ? crew_shape_size(&m->input) : crew_shape_size(&m->layers[i - 1]->out);
-        if (size > widest) widest = size;
         o->free(be->ctx, m->act[i]);
-        m->act[i] = o->alloc(be->ctx, max_rows * size);
+        m->act[i] = o->alloc(be->ctx, i == 0 ? n.act_input : crew_model_layer_act_size(m, i - 1, max_rows));
         if (!m->act[i]) return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for activations of layer %d", i);
     }
     for (int k = 0; k < 2; k++) {
         o->free(be->ctx, m->dbuf[k]);
-        m->dbuf[k] = o->alloc(be->ctx, max_rows * widest);
+        m->dbuf[k] = o->alloc(be->ctx, n.dbuf[k]);
         if (!m->dbuf[k]) return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for gradients");
     }
     o->free(be->ctx, m->labels);
     o->free(be->ctx, m->row_loss);
-    m->labels = (int32_t *)o->alloc(be->ctx, max_rows);
-    m->row_loss = o->alloc(be->ctx, max_rows);
+    m->labels = (int32_t *)o->alloc(be->ctx, n.labels);
+    m->row_loss = o->alloc(be->ctx, n.row_loss);
     if (!m->labels || !m->row_loss) return CREW_OOM();
     for (int i = 0; i < m->n_layers; i++) {
         crew_layer *l = m->layers[i];

@@ -57,6 +57,20 @@ struct crew_model {
 crew_status crew_model_layout(crew_model *m);
 /* Initialises every parameter from seed (Glorot-uniform kernels, zero biases, ...). */
 crew_status crew_model_init_params(crew_model *m, uint64_t seed);
+/* The model's own buffers for micro-batches of `rows` samples, in elements: the one statement
+ * of them, which crew_model_reserve allocates and the memory planner (src/advise/memory_plan.c)
+ * counts, each buffer its own backend allocation. The layers' workspace is the layers' own
+ * (crew_layer_workspace). */
+typedef struct crew_model_buffer_sizes {
+    int64_t act_input;          /* act[0]: [rows, input size] */
+    int64_t dbuf[2];            /* dbuf[k]: [rows, widest of the input and every layer's output] */
+    int64_t labels;             /* [rows] int32, allocated as as many 4-byte elements */
+    int64_t row_loss;           /* [rows] */
+} crew_model_buffer_sizes;
+void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out);
+/* act[i + 1], layer i's output for `rows` samples, in elements: [rows, size of layer i's output].
+ * Kept for the backward pass, so every layer has one, a trailing softmax too. */
+int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows);
 /* Sizes activations for micro-batches of up to max_rows samples (no-op when already enough). */
 crew_status crew_model_reserve(crew_model *m, int64_t max_rows);
 
