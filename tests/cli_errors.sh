@@ -69,8 +69,22 @@ expect_exit 2 "unknown verb" -- "$CREW" fly
 expect_exit 2 "not a multiple" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:2 --batch-per-device 4 --global-batch 10
 expect_exit 2 "fewer than one global batch" -- "$CREW" train examples/fashion_mlp.json --data "$D" --batch-per-device 64
 
+# The other verbs' flag tables: a custom entry of each, and the checks that come after parsing
+M=examples/fashion_mlp.json
+expect_exit 2 "--batch must be in [1, 1048576], got 0" -- "$CREW" eval $M --weights "$W" --data "$D" --batch=0
+expect_exit 2 "--augment takes crop=P, flip or none (comma-separated), got 'spin'" -- "$CREW" bench-data "$D" --augment spin
+expect_exit 2 "--tolerance must be in [1e-12, 1], got 2" -- "$CREW" verify $M --data "$D" --tolerance 2
+expect_exit 2 "missing --data DIR" -- "$CREW" verify $M --devices gpu
+expect_exit 2 "--devices takes cpu or cpu:N, got 'gpu'" -- "$CREW" plan $M --devices=gpu
+expect_exit 2 "--device-memory takes a size such as 512M, 8G or 24GiB, got '5X'" -- "$CREW" plan $M --device-memory 5X
+expect_exit 2 "--devices takes cpu:1,2,..., got 'gpu'" -- "$CREW" scale $M --data "$D" --devices gpu
+expect_exit 2 "--project takes ascending counts" -- "$CREW" scale $M --data "$D" --project 4,2
+expect_exit 2 "--latency takes a time such as 5us or 0.2ms, got '11s'" -- "$CREW" scale $M --data "$D" --latency=11s
+expect_exit 2 "--worth-it needs a value" -- "$CREW" scale $M --data "$D" --worth-it
+expect_exit 2 "--out needs a file name" -- "$CREW" report "$TMP/run" --out=
+
 # Help works for every verb
-for verb in prep train eval verify; do
+for verb in prep train eval verify bench-data report plan scale; do
   "$CREW" $verb --help | grep -q "usage: crew $verb" && ok || fail "crew $verb --help"
 done
 "$CREW" --help | grep -q "verbs:" && ok || fail "crew --help"

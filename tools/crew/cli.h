@@ -83,6 +83,14 @@ typedef struct cli_flag_spec {
  * value (exit status 2). */
 int cli_parse_flag(const char *verb, const cli_flag_spec *flags, size_t n, int argc, char **argv, int *i, void *args);
 
+/* A verb's whole command line: --help/-h prints usage to stdout and returns -1; each flag of the
+ * table is read into args; one positional argument (MODEL.json, DIR, ...) goes to *positional.
+ * Returns 0 when all was read, -1 after --help, 2 after printing a usage error (an unknown
+ * option, a second positional argument, a bad or missing value). */
+int cli_parse_args(const char *verb, const char *usage, const cli_flag_spec *flags, size_t n, int argc, char **argv,
+                   void *args, const char **positional);
+#define CLI_COUNT(table) (sizeof(table) / sizeof((table)[0]))
+
 /* Monotonic seconds. */
 double cli_now(void);
 

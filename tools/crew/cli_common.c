@@ -167,3 +167,21 @@ int cli_parse_augment(const char *verb, const char *text, crew_augment_options *
     *out = a;
     return 1;
 }
+
+int cli_parse_args(const char *verb, const char *usage, const cli_flag_spec *flags, size_t n, int argc, char **argv,
+                   void *args, const char **positional)
+{
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return -1;
+        }
+        int r = cli_parse_flag(verb, flags, n, argc, argv, &i, args);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        if (argv[i][0] == '-') return cli_usage_error(verb, "unknown option '%s'", argv[i]);
+        if (*positional) return cli_usage_error(verb, "unexpected argument '%s'", argv[i]);
+        *positional = argv[i];
+    }
+    return 0;
+}

@@ -13,53 +13,51 @@ static const char *usage_text =
     "keep ahead makes the replicas wait. With --json the last line is\n"
     "{\"batch\":B,\"results\":[{\"threads\":K,\"samples_per_s\":X},...]}.\n";
 
+typedef struct bench_args {
+    const char *dir;
+    int json;
+    int64_t threads, batch, steps; /* threads 0: 1, 2, 4, ... */
+    crew_augment_options aug;
+} bench_args;
+
+static int parse_augment(const char *verb, const char *v, void *args)
+{
+    return cli_parse_augment(verb, v, &((bench_args *)args)->aug);
+}
+
+static const cli_flag_spec bench_flags[] = {
+    CLI_SWITCH_FLAG(bench_args, "--json", json),
+    CLI_INT_FLAG(bench_args, "--threads", threads, 1, 256),
+    CLI_INT_FLAG(bench_args, "--batch", batch, 1, 1 << 20),
+    CLI_INT_FLAG(bench_args, "--steps", steps, 1, 1 << 30),
+    CLI_CUSTOM_FLAG("--augment", parse_augment),
+};
+
 int cli_bench_data(int argc, char **argv)
 {
-    const char *dir = NULL;
-    int json = 0;
-    int64_t threads = 0, batch = 128, steps = 200;
-    crew_augment_options aug = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r = 0;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if ((r = cli_flag(argc, argv, &i, "--threads", &v))) {
-            if (r > 0 && !cli_parse_int("bench-data", "--threads", v, 1, 256, &threads)) return 2;
-        } else if ((r = cli_flag(argc, argv, &i, "--batch", &v))) {
-            if (r > 0 && !cli_parse_int("bench-data", "--batch", v, 1, 1 << 20, &batch)) return 2;
-        } else if ((r = cli_flag(argc, argv, &i, "--steps", &v))) {
-            if (r > 0 && !cli_parse_int("bench-data", "--steps", v, 1, 1 << 30, &steps)) return 2;
-        } else if ((r = cli_flag(argc, argv, &i, "--augment", &v))) {
-            if (r > 0 && !cli_parse_augment("bench-data", v, &aug)) return 2;
-        } else if (argv[i][0] == '-') return cli_usage_error("bench-data", "unknown option '%s'", argv[i]);
-        else if (!dir) dir = argv[i];
-        else return cli_usage_error("bench-data", "unexpected argument '%s'", argv[i]);
-        if (r < 0) return cli_usage_error("bench-data", "%s needs a value", argv[i]);
-    }
-    if (!dir) return cli_usage_error("bench-data", "missing DIR");
+    bench_args a = {.batch = 128, .steps = 200};
+    int parsed = cli_parse_args("bench-data", usage_text, bench_flags, CLI_COUNT(bench_flags), argc, argv, &a, &a.dir);
+    if (parsed) return parsed < 0 ? 0 : parsed;
+    if (!a.dir) return cli_usage_error("bench-data", "missing DIR");
     crew_dataset *d = NULL;
-    crew_status s = crew_dataset_open(dir, "train", &d);
+    crew_status s = crew_dataset_open(a.dir, "train", &d);
     if (s) return cli_fail("bench-data", s);
     int cores = crew_cpu_cores();
     int64_t ks[16], nk = 0;
-    if (threads)
-        ks[nk++] = threads;
+    if (a.threads)
+        ks[nk++] = a.threads;
     else
         for (int64_t k = 1; k <= 2 * cores && nk < 16; k *= 2) ks[nk++] = k;
     double rates[16];
     printf("%8s %14s\n", "threads", "samples/s");
     for (int64_t i = 0; i < nk && !s; i++) {
-        s = crew_bench_loader(d, (int)ks[i], 2 * (int)ks[i], &aug, batch, steps, &rates[i]);
+        s = crew_bench_loader(d, (int)ks[i], 2 * (int)ks[i], &a.aug, a.batch, a.steps, &rates[i]);
         if (!s) printf("%8lld %14.0f\n", (long long)ks[i], rates[i]);
     }
     crew_dataset_free(d);
     if (s) return cli_fail("bench-data", s);
-    if (json) {
-        printf("{\"batch\":%lld,\"results\":[", (long long)batch);
+    if (a.json) {
+        printf("{\"batch\":%lld,\"results\":[", (long long)a.batch);
         for (int64_t i = 0; i < nk; i++)
             printf("%s{\"threads\":%lld,\"samples_per_s\":%.1f}", i ? "," : "", (long long)ks[i], rates[i]);
         printf("]}\n");

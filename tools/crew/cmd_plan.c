@@ -30,7 +30,7 @@ static const char *usage_text =
     "  --json                 end with one JSON line (docs/ADVISOR.md)\n";
 
 /* "512M", "8G", "24GiB", "1.5GB", "1000000"; returns 0 (after printing) when malformed. */
-static int parse_size(const char *text, int64_t *out)
+static int parse_size(const char *verb, const char *text, int64_t *out)
 {
     static const struct { const char *suffix; double factor; } units[] = {
         {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"M", 1048576.0}, {"MiB", 1048576.0},
@@ -45,7 +45,7 @@ static int parse_size(const char *text, int64_t *out)
                 *out = (int64_t)(v * units[i].factor);
                 return 1;
             }
-    cli_usage_error("plan", "--device-memory takes a size such as 512M, 8G or 24GiB, got '%s'", text);
+    cli_usage_error(verb, "--device-memory takes a size such as 512M, 8G or 24GiB, got '%s'", text);
     return 0;
 }
 
@@ -159,35 +159,35 @@ typedef struct plan_args {
     crew_memory_options o;
 } plan_args;
 
+static int parse_devices(const char *verb, const char *v, void *args)
+{
+    int64_t n;
+    if (!cli_parse_devices(verb, v, &n)) return 0;
+    ((plan_args *)args)->o.devices = (int)n;
+    return 1;
+}
+
+static int parse_device_memory(const char *verb, const char *v, void *args)
+{
+    return parse_size(verb, v, &((plan_args *)args)->o.device_memory_bytes);
+}
+
+static const cli_flag_spec plan_flags[] = {
+    CLI_SWITCH_FLAG(plan_args, "--json", json),
+    CLI_SWITCH_FLAG(plan_args, "--optimizer-sharding", o.optimizer_sharding),
+    CLI_STRING_FLAG(plan_args, "--data", data),
+    CLI_INT_FLAG(plan_args, "--batch-per-device", o.batch_per_device, 1, 1 << 20),
+    CLI_INT_FLAG(plan_args, "--global-batch", o.global_batch, 1, 1 << 30),
+    CLI_CUSTOM_FLAG("--devices", parse_devices),
+    CLI_CUSTOM_FLAG("--device-memory", parse_device_memory),
+};
+
 /* Returns 0 to go on, -1 after --help, or the exit status. */
 static int parse_args(int argc, char **argv, plan_args *a)
 {
     memset(a, 0, sizeof *a);
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r = 0;
-        int64_t n;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return -1;
-        }
-        if (!strcmp(argv[i], "--json")) a->json = 1;
-        else if (!strcmp(argv[i], "--optimizer-sharding")) a->o.optimizer_sharding = 1;
-        else if ((r = cli_flag(argc, argv, &i, "--data", &v))) a->data = v;
-        else if ((r = cli_flag(argc, argv, &i, "--batch-per-device", &v))) {
-            if (r > 0 && !cli_parse_int("plan", "--batch-per-device", v, 1, 1 << 20, &a->o.batch_per_device)) return 2;
-        } else if ((r = cli_flag(argc, argv, &i, "--global-batch", &v))) {
-            if (r > 0 && !cli_parse_int("plan", "--global-batch", v, 1, 1 << 30, &a->o.global_batch)) return 2;
-        } else if ((r = cli_flag(argc, argv, &i, "--devices", &v))) {
-            if (r > 0 && !cli_parse_devices("plan", v, &n)) return 2;
-            a->o.devices = (int)n;
-        } else if ((r = cli_flag(argc, argv, &i, "--device-memory", &v))) {
-            if (r > 0 && !parse_size(v, &a->o.device_memory_bytes)) return 2;
-        } else if (argv[i][0] == '-') return cli_usage_error("plan", "unknown option '%s'", argv[i]);
-        else if (!a->model) a->model = argv[i];
-        else return cli_usage_error("plan", "unexpected argument '%s'", argv[i]);
-        if (r < 0) return cli_usage_error("plan", "%s needs a value", argv[i]);
-    }
+    int parsed = cli_parse_args("plan", usage_text, plan_flags, CLI_COUNT(plan_flags), argc, argv, a, &a->model);
+    if (parsed) return parsed;
     if (!a->model) return cli_usage_error("plan", "missing MODEL.json");
     return 0;
 }

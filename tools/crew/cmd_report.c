@@ -13,22 +13,21 @@ static const char *usage_text =
     "no network and no script. By default it goes to RUN_DIR/report.html (crew train writes it\n"
     "at the end of every run); see docs/REPORT.md.\n";
 
+typedef struct report_args {
+    const char *out;
+} report_args;
+
+static const cli_flag_spec report_flags[] = {
+    CLI_STRING_FLAG(report_args, "--out", out),
+};
+
 int cli_report(int argc, char **argv)
 {
-    const char *run_dir = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r = 0;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return 0;
-        }
-        if ((r = cli_flag(argc, argv, &i, "--out", &v))) out = v;
-        else if (argv[i][0] == '-') return cli_usage_error("report", "unknown option '%s'", argv[i]);
-        else if (!run_dir) run_dir = argv[i];
-        else return cli_usage_error("report", "unexpected argument '%s'", argv[i]);
-        if (r < 0) return cli_usage_error("report", "%s needs a value", argv[i]);
-    }
+    const char *run_dir = NULL;
+    report_args a = {0};
+    int parsed = cli_parse_args("report", usage_text, report_flags, CLI_COUNT(report_flags), argc, argv, &a, &run_dir);
+    if (parsed) return parsed < 0 ? 0 : parsed;
+    const char *out = a.out;
     if (!run_dir) return cli_usage_error("report", "missing RUN_DIR");
     if (out && !*out) return cli_usage_error("report", "--out needs a file name");
     crew_status s = crew_report_write(run_dir, out);

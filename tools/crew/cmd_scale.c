@@ -110,40 +110,61 @@ static int parse_time(const char *text, double *out)
     return parse_with_units(text, units, sizeof units / sizeof units[0], out);
 }
 
-static int parse_value(int argc, char **argv, int *i, scale_args *a, int *handled)
+static int parse_devices(const char *verb, const char *v, void *args)
 {
-    const char *v = NULL;
-    int r;
-    *handled = 1;
-#define FLAG(name) ((r = cli_flag(argc, argv, i, name, &v)) != 0)
-#define INT(name, lo, hi, dst) if (r > 0 && !cli_parse_int("scale", name, v, lo, hi, dst)) return 2
-    if (FLAG("--data")) a->data = v;
-    else if (FLAG("--devices")) {
-        if (r > 0 && (strncmp(v, "cpu:", 4) || !parse_counts("--devices", v + 4, a->counts, &a->n_counts)))
-            return strncmp(v, "cpu:", 4) ? cli_usage_error("scale", "--devices takes cpu:1,2,..., got '%s'", v) : 2;
-    } else if (FLAG("--project")) {
-        if (r > 0 && !parse_counts("--project", v, a->project, &a->n_project)) return 2;
-    } else if (FLAG("--batch-per-device")) { INT("--batch-per-device", 1, 1 << 20, &a->batch); }
-    else if (FLAG("--steps")) { INT("--steps", 1, 100000, &a->steps); }
-    else if (FLAG("--warmup")) { INT("--warmup", 0, 100000, &a->warmup); }
-    else if (FLAG("--repeats")) { INT("--repeats", 1, 64, &a->repeats); }
-    else if (FLAG("--epochs")) { INT("--epochs", 1, 1000000, &a->epochs); }
-    else if (FLAG("--link")) {
-        if (r > 0 && !parse_rate(v, &a->link.bytes_per_s))
-            return cli_usage_error("scale", "--link takes a rate such as 25Gbit, 100Gbit/s or 450GB/s, got '%s'", v);
-        a->have_link = 1;
-    } else if (FLAG("--latency")) {
-        if (r > 0 && (!parse_time(v, &a->link.alpha_s) || a->link.alpha_s > 10))
-            return cli_usage_error("scale", "--latency takes a time such as 5us or 0.2ms, got '%s'", v);
-    } else if (FLAG("--worth-it")) {
-        if (r > 0 && !parse_time(v, &a->worth_it_s))
-            return cli_usage_error("scale", "--worth-it takes a time such as 90s, 30m, 1h or 2d, got '%s'", v);
-    } else *handled = 0;
-#undef FLAG
-#undef INT
-    if (*handled && r < 0) return cli_usage_error("scale", "%s needs a value", argv[*i]);
+    scale_args *a = args;
+    if (!strncmp(v, "cpu:", 4)) return parse_counts("--devices", v + 4, a->counts, &a->n_counts);
+    cli_usage_error(verb, "--devices takes cpu:1,2,..., got '%s'", v);
     return 0;
 }
+
+static int parse_project(const char *verb, const char *v, void *args)
+{
+    (void)verb;
+    scale_args *a = args;
+    return parse_counts("--project", v, a->project, &a->n_project);
+}
+
+static int parse_link(const char *verb, const char *v, void *args)
+{
+    scale_args *a = args;
+    if (!parse_rate(v, &a->link.bytes_per_s)) {
+        cli_usage_error(verb, "--link takes a rate such as 25Gbit, 100Gbit/s or 450GB/s, got '%s'", v);
+        return 0;
+    }
+    a->have_link = 1;
+    return 1;
+}
+
+static int parse_latency(const char *verb, const char *v, void *args)
+{
+    scale_args *a = args;
+    if (parse_time(v, &a->link.alpha_s) && a->link.alpha_s <= 10) return 1;
+    cli_usage_error(verb, "--latency takes a time such as 5us or 0.2ms, got '%s'", v);
+    return 0;
+}
+
+static int parse_worth_it(const char *verb, const char *v, void *args)
+{
+    if (parse_time(v, &((scale_args *)args)->worth_it_s)) return 1;
+    cli_usage_error(verb, "--worth-it takes a time such as 90s, 30m, 1h or 2d, got '%s'", v);
+    return 0;
+}
+
+static const cli_flag_spec scale_flags[] = {
+    CLI_SWITCH_FLAG(scale_args, "--json", json),
+    CLI_STRING_FLAG(scale_args, "--data", data),
+    CLI_CUSTOM_FLAG("--devices", parse_devices),
+    CLI_CUSTOM_FLAG("--project", parse_project),
+    CLI_INT_FLAG(scale_args, "--batch-per-device", batch, 1, 1 << 20),
+    CLI_INT_FLAG(scale_args, "--steps", steps, 1, 100000),
+    CLI_INT_FLAG(scale_args, "--warmup", warmup, 0, 100000),
+    CLI_INT_FLAG(scale_args, "--repeats", repeats, 1, 64),
+    CLI_INT_FLAG(scale_args, "--epochs", epochs, 1, 1000000),
+    CLI_CUSTOM_FLAG("--link", parse_link),
+    CLI_CUSTOM_FLAG("--latency", parse_latency),
+    CLI_CUSTOM_FLAG("--worth-it", parse_worth_it),
+};
 
 /* Returns 0 to go on, -1 after --help, or the exit status. */
 static int parse_args(int argc, char **argv, scale_args *a)
@@ -155,22 +176,8 @@ static int parse_args(int argc, char **argv, scale_args *a)
     a->n_project = 7;
     a->link.alpha_s = 5e-6;
     a->worth_it_s = 3600;
-    for (int i = 1; i < argc; i++) {
-        int handled, rc;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return -1;
-        }
-        if (!strcmp(argv[i], "--json")) {
-            a->json = 1;
-            continue;
-        }
-        if ((rc = parse_value(argc, argv, &i, a, &handled))) return rc;
-        if (handled) continue;
-        if (argv[i][0] == '-') return cli_usage_error("scale", "unknown option '%s'", argv[i]);
-        if (a->model) return cli_usage_error("scale", "unexpected argument '%s'", argv[i]);
-        a->model = argv[i];
-    }
+    int parsed = cli_parse_args("scale", usage_text, scale_flags, CLI_COUNT(scale_flags), argc, argv, a, &a->model);
+    if (parsed) return parsed;
     if (!a->model) return cli_usage_error("scale", "missing MODEL.json");
     if (!a->data) return cli_usage_error("scale", "missing --data DIR");
     return 0;

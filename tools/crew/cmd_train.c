@@ -148,18 +148,8 @@ static int parse_args(int argc, char **argv, train_args *a)
     a->sync_bn = -1;
     a->warmup_steps = -1;
     a->drift_every = -2; /* not given */
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return -1;
-        }
-        int r = cli_parse_flag("train", train_flags, sizeof train_flags / sizeof train_flags[0], argc, argv, &i, a);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (argv[i][0] == '-') return cli_usage_error("train", "unknown option '%s'", argv[i]);
-        if (a->model) return cli_usage_error("train", "unexpected argument '%s'", argv[i]);
-        a->model = argv[i];
-    }
+    int parsed = cli_parse_args("train", usage_text, train_flags, CLI_COUNT(train_flags), argc, argv, a, &a->model);
+    if (parsed) return parsed;
     if (!a->model) return cli_usage_error("train", "missing MODEL.json");
     if (a->resume && a->run_dir && strcmp(a->resume, a->run_dir) != 0)
         return cli_usage_error("train", "--resume RUN_DIR continues in RUN_DIR; --run-dir cannot name another");

@@ -17,60 +17,53 @@ static const char *usage_text =
     "{\"devices\":N,\"steps\":K,\"bitwise_equal\":..,\"max_rel_diff_accum\":..,\"max_rel_diff_full_batch\":..,\n"
     " \"tolerance\":..,\"pass\":..}.\n";
 
+typedef struct verify_args {
+    const char *model, *data, *devices; /* devices: checked after MODEL.json and --data */
+    int json;
+    int64_t steps, batch, global, seed;
+    double tol;
+} verify_args;
+
+static const cli_flag_spec verify_flags[] = {
+    CLI_SWITCH_FLAG(verify_args, "--json", json),
+    CLI_STRING_FLAG(verify_args, "--data", data),
+    CLI_STRING_FLAG(verify_args, "--devices", devices),
+    CLI_INT_FLAG(verify_args, "--steps", steps, 1, 100000),
+    CLI_INT_FLAG(verify_args, "--batch-per-device", batch, 1, 1 << 20),
+    CLI_INT_FLAG(verify_args, "--global-batch", global, 1, 1 << 30),
+    CLI_INT_FLAG(verify_args, "--seed", seed, 0, INT64_MAX),
+    CLI_FLOAT_FLAG(verify_args, "--tolerance", tol, 1e-12, 1.0),
+};
+
 int cli_verify(int argc, char **argv)
 {
-    const char *model = NULL, *data = NULL, *devices = NULL;
-    int json = 0;
-    int64_t steps = 20, batch = 0, global = 0, seed = 0, n = 2;
-    double tol = 0.0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int r = 0;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(usage_text, stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if ((r = cli_flag(argc, argv, &i, "--data", &v))) data = v;
-        else if ((r = cli_flag(argc, argv, &i, "--devices", &v))) devices = v;
-        else if ((r = cli_flag(argc, argv, &i, "--steps", &v))) {
-            if (r > 0 && !cli_parse_int("verify", "--steps", v, 1, 100000, &steps)) return 2;
-        } else if ((r = cli_flag(argc, argv, &i, "--batch-per-device", &v))) {
-            if (r > 0 && !cli_parse_int("verify", "--batch-per-device", v, 1, 1 << 20, &batch)) return 2;
-        } else if ((r = cli_flag(argc, argv, &i, "--global-batch", &v))) {
-            if (r > 0 && !cli_parse_int("verify", "--global-batch", v, 1, 1 << 30, &global)) return 2;
-        } else if ((r = cli_flag(argc, argv, &i, "--seed", &v))) {
-            if (r > 0 && !cli_parse_int("verify", "--seed", v, 0, INT64_MAX, &seed)) return 2;
-        } else if ((r = cli_flag(argc, argv, &i, "--tolerance", &v))) {
-            if (r > 0 && !cli_parse_float("verify", "--tolerance", v, 1e-12, 1.0, &tol)) return 2;
-        } else if (argv[i][0] == '-') return cli_usage_error("verify", "unknown option '%s'", argv[i]);
-        else if (!model) model = argv[i];
-        else return cli_usage_error("verify", "unexpected argument '%s'", argv[i]);
-        if (r < 0) return cli_usage_error("verify", "%s needs a value", argv[i]);
-    }
-    if (!model) return cli_usage_error("verify", "missing MODEL.json");
-    if (!data) return cli_usage_error("verify", "missing --data DIR");
-    if (devices && !cli_parse_devices("verify", devices, &n)) return 2;
+    verify_args a = {.steps = 20};
+    int64_t n = 2;
+    int parsed = cli_parse_args("verify", usage_text, verify_flags, CLI_COUNT(verify_flags), argc, argv, &a, &a.model);
+    if (parsed) return parsed < 0 ? 0 : parsed;
+    if (!a.model) return cli_usage_error("verify", "missing MODEL.json");
+    if (!a.data) return cli_usage_error("verify", "missing --data DIR");
+    if (a.devices && !cli_parse_devices("verify", a.devices, &n)) return 2;
 
     crew_model *m = NULL;
     crew_dataset *train = NULL;
-    crew_verify_options o = {.devices = (int)n, .steps = steps, .batch_per_device = batch, .global_batch = global,
-                             .seed = (uint64_t)seed, .tolerance = tol};
+    crew_verify_options o = {.devices = (int)n, .steps = a.steps, .batch_per_device = a.batch, .global_batch = a.global,
+                             .seed = (uint64_t)a.seed, .tolerance = a.tol};
     crew_verify_result r = {0};
-    r.losses = calloc((size_t)steps * 3, sizeof(float));
+    r.losses = calloc((size_t)a.steps * 3, sizeof(float));
     cli_warn_slow_blas("verify");
-    crew_status s = r.losses ? crew_model_load_file(model, &m) : NULL;
+    crew_status s = r.losses ? crew_model_load_file(a.model, &m) : NULL;
     if (!r.losses) {
         fprintf(stderr, "crew verify: out of memory\n");
         return 1;
     }
-    if (!s) s = crew_dataset_open(data, "train", &train);
+    if (!s) s = crew_dataset_open(a.data, "train", &train);
     if (!s) s = crew_model_verify(m, train, &o, &r);
     int rc;
     if (s) {
         rc = cli_fail("verify", s);
     } else {
-        printf("verify %s on cpu:%d: %lld steps, global batch %lld\n", model, r.devices, (long long)r.steps,
+        printf("verify %s on cpu:%d: %lld steps, global batch %lld\n", a.model, r.devices, (long long)r.steps,
                (long long)r.global_batch);
         printf("%6s %16s %24s %22s\n", "step", "N replicas", "1 replica accumulating", "1 replica full batch");
         for (int64_t k = 0; k < r.steps; k++)
@@ -81,12 +74,12 @@ int cli_verify(int argc, char **argv)
         printf("N replicas vs 1 replica on the full batch: max relative difference %.3g (tolerance %.3g): %s\n",
                r.max_rel_diff_full_batch, r.tolerance, r.max_rel_diff_full_batch <= r.tolerance ? "ok" : "TOO LARGE");
         printf("%s\n", r.pass ? "PASS" : "FAIL");
-        if (json) {
-            char a[32], b[32], t[32];
+        if (a.json) {
+            char acc[32], b[32], t[32];
             printf("{\"devices\":%d,\"steps\":%lld,\"bitwise_equal\":%s,\"max_rel_diff_accum\":%s,"
                    "\"max_rel_diff_full_batch\":%s,\"tolerance\":%s,\"pass\":%s}\n",
                    r.devices, (long long)r.steps, r.bitwise_equal ? "true" : "false",
-                   cli_json_number(r.max_rel_diff_accum, a, sizeof a), cli_json_number(r.max_rel_diff_full_batch, b, sizeof b),
+                   cli_json_number(r.max_rel_diff_accum, acc, sizeof acc), cli_json_number(r.max_rel_diff_full_batch, b, sizeof b),
                    cli_json_number(r.tolerance, t, sizeof t), r.pass ? "true" : "false");
         }
         rc = r.pass ? 0 : 1;
