@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -634,6 +635,14 @@ void crew_scale_advise(const crew_scale_model *cm, const crew_link *link, const 
  * finite (no time to give, as epochs_s when not one global batch fits). The advice's sentences and
  * crew scale's tables use it, so a time reads the same in both. Returns buf, for printf. */
 const char *crew_format_duration(double seconds, char *buf, size_t len);
+
+/* A size in bytes in binary units: "512 B", "4.61 MiB", "23.5 GiB" (three significant digits).
+ * crew plan's table and the memory verdicts use it, so a size reads the same in both. Returns buf. */
+const char *crew_format_bytes(int64_t bytes, char *buf, size_t len);
+
+/* Writes s as a JSON string (quoted, with '"', '\\' and control characters escaped) to f; NULL
+ * writes "". The library's metrics files and the CLI's --json lines both use it. */
+void crew_json_write_string(FILE *f, const char *s);
 
 /* After a fit: one line when the run's own telemetry says that scaling was not worth it (several
  * replicas spending under half of each step computing, or a step dominated by waiting). Returns 1

@@ -243,14 +243,22 @@ static int prediction_round(crew_model *m, crew_dataset *d, const crew_scale_opt
     return 1;
 }
 
-static void check_prediction(const char *src, const char *data)
+/* The example MLP and the test's dataset, both checked. */
+static void open_mlp(const char *src, const char *data, crew_model **m, crew_dataset **d)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/examples/fashion_mlp.json", src);
-    crew_model *m = NULL;
-    crew_dataset *d = NULL;
-    CHECK_OK(crew_model_load_file(path, &m));
-    CHECK_OK(crew_dataset_open(data, "train", &d));
+    *m = NULL;
+    *d = NULL;
+    CHECK_OK(crew_model_load_file(path, m));
+    CHECK_OK(crew_dataset_open(data, "train", d));
+}
+
+static void check_prediction(const char *src, const char *data)
+{
+    crew_model *m;
+    crew_dataset *d;
+    open_mlp(src, data, &m, &d);
     if (!m || !d) return;
     crew_scale_options o = {.batch_per_device = 128, .warmup_steps = 3, .steps = TRIAL_STEPS, .repeats = 1};
     int64_t params = crew_model_param_count(m), bytes = params * 4;
@@ -282,12 +290,9 @@ static void check_prediction(const char *src, const char *data)
 
 static void check_bad_arguments(const char *src, const char *data)
 {
-    char path[600];
-    snprintf(path, sizeof path, "%s/examples/fashion_mlp.json", src);
-    crew_model *m = NULL;
-    crew_dataset *d = NULL;
-    CHECK_OK(crew_model_load_file(path, &m));
-    CHECK_OK(crew_dataset_open(data, "train", &d));
+    crew_model *m;
+    crew_dataset *d;
+    open_mlp(src, data, &m, &d);
     crew_scale_trial t;
     crew_scale_options o = {.repeats = 100};
     CHECK_ERR(crew_scale_measure(m, d, &o, 1, &t), "1 to 64 repeats");

@@ -106,7 +106,7 @@ int64_t crew_mem_host(const crew_mem_model *mm, int64_t global_batch, int prefet
     return ring + train_samples * (int64_t)sizeof(int64_t);
 }
 
-void crew_mem_format(int64_t bytes, char *buf, size_t len)
+const char *crew_format_bytes(int64_t bytes, char *buf, size_t len)
 {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     double v = (double)bytes;
@@ -116,6 +116,7 @@ void crew_mem_format(int64_t bytes, char *buf, size_t len)
         snprintf(buf, len, "%lld B", (long long)bytes);
     else
         snprintf(buf, len, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
+    return buf;
 }
 
 static int64_t physical_memory(void)

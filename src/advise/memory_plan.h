@@ -57,7 +57,4 @@ int64_t crew_mem_host(const crew_mem_model *mm, int64_t global_batch, int prefet
  * the layers' stages. */
 crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options *o, crew_memory_plan *plan);
 
-/* "6.1 MiB" */
-void crew_mem_format(int64_t bytes, char *buf, size_t len);
-
 #endif

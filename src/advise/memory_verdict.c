@@ -57,9 +57,9 @@ static void fits_as_asked(const ladder *l, int sharded)
 {
     crew_memory_plan *p = l->p;
     char per[32], mem[32], total[32];
-    crew_mem_format(p->bytes_per_device, per, sizeof per);
-    crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
-    crew_mem_format(p->total_bytes, total, sizeof total);
+    crew_format_bytes(p->bytes_per_device, per, sizeof per);
+    crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
+    crew_format_bytes(p->total_bytes, total, sizeof total);
     p->verdict = CREW_MEMORY_FITS;
     p->advised_batch = p->batch_per_device;
     p->advised_accumulation = p->accumulation;
@@ -104,8 +104,8 @@ static int smaller_batch(const ladder *l)
         int k = (int)(per_replica / b);
         if (!replica_fits(l, b, p->devices, k, l->shards, 0, &bytes)) continue;
         char need[32], mem[32];
-        crew_mem_format(bytes, need, sizeof need);
-        crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
+        crew_format_bytes(bytes, need, sizeof need);
+        crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
         p->verdict = CREW_MEMORY_SMALLER_BATCH;
         p->advised_batch = b;
         p->advised_accumulation = k;
@@ -133,8 +133,8 @@ static int sharding(const ladder *l)
             int k = (int)(p->batch_per_device / b) * p->accumulation;
             if (!replica_fits(l, b, n, k, n, 1, &bytes)) continue;
             char need[32], mem[32];
-            crew_mem_format(bytes, need, sizeof need);
-            crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
+            crew_format_bytes(bytes, need, sizeof need);
+            crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
             p->verdict = CREW_MEMORY_SHARD_OPTIMIZER;
             p->advised_batch = b;
             p->advised_accumulation = k;
@@ -194,7 +194,7 @@ static void describe_stages(const ladder *l, int64_t limit, int k)
     int64_t bytes[CREW_MAX_STAGES], largest = 0;
     pack(l, limit, first, bytes);
     char mem[32];
-    crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
+    crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
     size_t used = (size_t)snprintf(p->verdict_text, sizeof p->verdict_text,
                                    "needs model parallelism over %d pipeline stages of %s each%s, micro-batches of %lld "
                                    "(%d per step keep the global batch of %lld); a balanced split:", k, mem,
@@ -205,7 +205,7 @@ static void describe_stages(const ladder *l, int64_t limit, int k)
         if (bytes[s] > largest) largest = bytes[s];
         for (int i = a; i <= b; i++) p->layers[i].stage = s;
         char need[32];
-        crew_mem_format(bytes[s], need, sizeof need);
+        crew_format_bytes(bytes[s], need, sizeof need);
         if (used < sizeof p->verdict_text)
             used += (size_t)snprintf(p->verdict_text + used, sizeof p->verdict_text - used, "%s stage %d: layers %d-%d "
                                      "(%s .. %s), %s", s ? ";" : "", s, a, b, m->layers[a]->name, m->layers[b]->name, need);
@@ -260,8 +260,8 @@ static void too_large(ladder *l)
         if (bytes > worst_bytes) worst = i, worst_bytes = bytes;
     }
     char need[32], mem[32];
-    crew_mem_format(worst_bytes, need, sizeof need);
-    crew_mem_format(p->device_memory_bytes, mem, sizeof mem);
+    crew_format_bytes(worst_bytes, need, sizeof need);
+    crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
     p->verdict = CREW_MEMORY_TOO_LARGE;
     p->advised_batch = 1;
     p->advised_accumulation = (int)p->batch_per_device * p->accumulation;

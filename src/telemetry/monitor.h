@@ -37,7 +37,5 @@ void crew_monitor_close(crew_monitor *m);
 
 const char *crew_event_kind_name(crew_event_kind kind);
 
-/* Writes s as a JSON string (quoted and escaped) to f. */
-void crew_json_write_string(FILE *f, const char *s);
 
 #endif

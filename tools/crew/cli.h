@@ -107,7 +107,6 @@ void cli_progress_end(cli_progress *p);
 
 /* JSON output helpers: a number ("null" when not finite) and a quoted, escaped string. */
 const char *cli_json_number(double v, char *buf, size_t len);
-void cli_json_string(FILE *f, const char *s);
 
 /* Human-readable model summary and plan, to stdout. */
 void cli_print_plan(const crew_fit_plan *plan, const char *devices);

@@ -49,18 +49,6 @@ static int parse_size(const char *verb, const char *text, int64_t *out)
     return 0;
 }
 
-static void fmt_bytes(int64_t bytes, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 5) v /= 1024.0, u++;
-    if (u == 0)
-        snprintf(buf, len, "%lld B", (long long)bytes);
-    else
-        snprintf(buf, len, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
-}
-
 static const char *verdict_key(crew_memory_verdict v)
 {
     switch (v) {
@@ -81,9 +69,9 @@ static void print_layers(const crew_memory_plan *p)
            "activations", "workspace", staged ? "  stage" : "");
     for (int i = 0; i < p->n_layers; i++) {
         const crew_memory_layer *l = &p->layers[i];
-        fmt_bytes(l->weight_bytes, w, sizeof w);
-        fmt_bytes(l->activation_bytes, a, sizeof a);
-        fmt_bytes(l->workspace_bytes, s, sizeof s);
+        crew_format_bytes(l->weight_bytes, w, sizeof w);
+        crew_format_bytes(l->activation_bytes, a, sizeof a);
+        crew_format_bytes(l->workspace_bytes, s, sizeof s);
         printf("%4d  %-24s %-20s %-16s %10lld %11s %12s %11s", i, l->name, l->type, l->shape, (long long)l->params, w,
                a, s);
         if (staged) printf("  %5d", l->stage);
@@ -95,14 +83,14 @@ static void print_layers(const crew_memory_plan *p)
 static void print_line(const char *what, int64_t bytes, const char *note)
 {
     char b[32];
-    fmt_bytes(bytes, b, sizeof b);
+    crew_format_bytes(bytes, b, sizeof b);
     printf("  %-22s %12s%s%s\n", what, b, note[0] ? "   " : "", note);
 }
 
 static void print_plan(const char *model, const crew_memory_plan *p)
 {
     char mem[32], note[160];
-    fmt_bytes(p->device_memory_bytes, mem, sizeof mem);
+    crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
     printf("memory plan for %s: %d replica%s, per-device batch %lld, accumulation %d, global batch %lld\n", model,
            p->devices, p->devices == 1 ? "" : "s", (long long)p->batch_per_device, p->accumulation,
            (long long)p->global_batch);
@@ -127,14 +115,14 @@ static void print_plan(const char *model, const crew_memory_plan *p)
 static void print_json(const char *model, const crew_memory_plan *p)
 {
     printf("{\"model\":");
-    cli_json_string(stdout, model);
+    crew_json_write_string(stdout, model);
     printf(",\"devices\":%d,\"batch_per_device\":%lld,\"global_batch\":%lld,\"accumulation\":%d,"
            "\"device_memory_bytes\":%lld,\"shared_memory\":%s,\"bytes_per_device\":%lld,\"host_bytes\":%lld,"
            "\"total_bytes\":%lld,\"fits\":%s,\"verdict_kind\":\"%s\",\"verdict\":",
            p->devices, (long long)p->batch_per_device, (long long)p->global_batch, p->accumulation,
            (long long)p->device_memory_bytes, p->shared_memory ? "true" : "false", (long long)p->bytes_per_device,
            (long long)p->host_bytes, (long long)p->total_bytes, p->fits ? "true" : "false", verdict_key(p->verdict));
-    cli_json_string(stdout, p->verdict_text);
+    crew_json_write_string(stdout, p->verdict_text);
     printf(",\"advised\":{\"batch_per_device\":%lld,\"accumulation\":%d,\"devices\":%d,\"bytes_per_device\":%lld},",
            (long long)p->advised_batch, p->advised_accumulation, p->advised_devices,
            (long long)p->advised_bytes_per_device);
@@ -145,7 +133,7 @@ static void print_json(const char *model, const crew_memory_plan *p)
     for (int i = 0; i < p->n_layers; i++) {
         const crew_memory_layer *l = &p->layers[i];
         printf("%s{\"index\":%d,\"name\":", i ? "," : "", i);
-        cli_json_string(stdout, l->name);
+        crew_json_write_string(stdout, l->name);
         printf(",\"type\":\"%s\",\"shape\":\"%s\",\"params\":%lld,\"weight_bytes\":%lld,\"activation_bytes\":%lld,"
                "\"workspace_bytes\":%lld,\"stage\":%d}", l->type, l->shape, (long long)l->params,
                (long long)l->weight_bytes, (long long)l->activation_bytes, (long long)l->workspace_bytes, l->stage);

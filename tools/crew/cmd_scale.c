@@ -293,9 +293,9 @@ static void print_json(const scale_args *a, const crew_scale_trial *t, int n, co
                        int64_t samples, const crew_scale_advice *adv, const crew_scale_advice *here)
 {
     printf("{\"model\":");
-    cli_json_string(stdout, a->model);
+    crew_json_write_string(stdout, a->model);
     printf(",\"data\":");
-    cli_json_string(stdout, a->data);
+    crew_json_write_string(stdout, a->data);
     printf(",\"batch_per_device\":%lld,\"train_samples\":%lld,\"epochs\":%lld,\"gradient_bytes\":%lld,",
            (long long)cm->batch_per_device, (long long)samples, (long long)a->epochs, (long long)cm->gradient_bytes);
     print_json_trials(t, n);
@@ -309,7 +309,7 @@ static void print_json(const scale_args *a, const crew_scale_trial *t, int n, co
     json_num("parallel_speed", cm->parallel_speed, 1);
     printf("\"speed_fitted\":%d,\"cores\":%d,\"link_fitted\":%d,\"link_note\":", cm->speed_fitted, cm->cores,
            cm->link_fitted);
-    cli_json_string(stdout, cm->link_note);
+    crew_json_write_string(stdout, cm->link_note);
     printf("},\"projection\":[");
     for (int i = 0; i < a->n_project; i++) {
         crew_scale_point p;
@@ -328,11 +328,11 @@ static void print_json(const scale_args *a, const crew_scale_trial *t, int n, co
     json_num("one_device_s", adv->one_device_s, 1);
     json_num("recommended_s", adv->recommended_s, 1);
     printf("\"reason\":");
-    cli_json_string(stdout, adv->reason);
+    crew_json_write_string(stdout, adv->reason);
     printf(",\"stall_devices\":%d,\"stall\":", adv->stall_devices);
-    cli_json_string(stdout, adv->stall);
+    crew_json_write_string(stdout, adv->stall);
     printf(",\"machine_stall_devices\":%d,\"machine_stall\":", here->stall_devices);
-    cli_json_string(stdout, here->stall);
+    crew_json_write_string(stdout, here->stall);
     printf("}\n");
 }
 

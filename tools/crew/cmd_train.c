@@ -239,11 +239,11 @@ static void print_result_json(const crew_fit_result *r, const char *weights, con
            cli_json_number(r->test_accuracy, acc, sizeof acc), cli_json_number(r->test_loss, loss, sizeof loss),
            cli_json_number(r->train_loss, tloss, sizeof tloss), cli_json_number(r->train_accuracy, tacc, sizeof tacc),
            r->epochs, (long long)r->steps, r->samples_per_s, r->wall_s);
-    cli_json_string(stdout, weights);
+    crew_json_write_string(stdout, weights);
     printf(",\"run_dir\":");
-    cli_json_string(stdout, run_dir);
+    crew_json_write_string(stdout, run_dir);
     printf(",\"events\":%d,\"skipped_updates\":%lld,\"bottleneck\":", r->events, (long long)r->skipped_updates);
-    cli_json_string(stdout, r->bottleneck);
+    crew_json_write_string(stdout, r->bottleneck);
     printf("}\n");
 }
 
