@@ -63,42 +63,52 @@ static inline void syn_write_random_idx(const char *images, const char *labels, 
     fclose(fl);
 }
 
+/* The IDX files a synthetic dataset is written to, in a fresh directory. */
+typedef struct syn_idx_paths {
+    char img[300], lab[300], timg[300], tlab[300];
+} syn_idx_paths;
+
+/* Makes dir (a mkdtemp template, modified) and names the IDX files in it; out = dir/data. */
+static inline int syn_begin(char *dir, syn_idx_paths *p, char *out, size_t out_len)
+{
+    if (!mkdtemp(dir)) return -1;
+    snprintf(p->img, sizeof p->img, "%s/img.idx", dir);
+    snprintf(p->lab, sizeof p->lab, "%s/lab.idx", dir);
+    snprintf(p->timg, sizeof p->timg, "%s/timg.idx", dir);
+    snprintf(p->tlab, sizeof p->tlab, "%s/tlab.idx", dir);
+    snprintf(out, out_len, "%s/data", dir);
+    return 0;
+}
+
+/* crew prep idx of the written files into out. */
+static inline int syn_finish(const syn_idx_paths *p, const char *out)
+{
+    crew_status s = crew_prep_idx(p->img, p->lab, p->timg, p->tlab, out, NULL, NULL);
+    int rc = s ? -1 : 0;
+    if (s) fprintf(stderr, "synthetic dataset: %s\n", crew_status_message(s));
+    crew_status_free(s);
+    return rc;
+}
+
 /* Like syn_make_dataset, with random side × side images of 10 classes (28: Fashion-MNIST's shape). */
 static inline int syn_make_random_dataset(char *dir, int train, int side, char *out, size_t out_len)
 {
-    if (!mkdtemp(dir)) return -1;
-    char img[300], lab[300], timg[300], tlab[300];
-    snprintf(img, sizeof img, "%s/img.idx", dir);
-    snprintf(lab, sizeof lab, "%s/lab.idx", dir);
-    snprintf(timg, sizeof timg, "%s/timg.idx", dir);
-    snprintf(tlab, sizeof tlab, "%s/tlab.idx", dir);
-    snprintf(out, out_len, "%s/data", dir);
-    syn_write_random_idx(img, lab, train, side, 10);
-    syn_write_random_idx(timg, tlab, 64, side, 10);
-    crew_status s = crew_prep_idx(img, lab, timg, tlab, out, NULL, NULL);
-    int rc = s ? -1 : 0;
-    crew_status_free(s);
-    return rc;
+    syn_idx_paths p;
+    if (syn_begin(dir, &p, out, out_len)) return -1;
+    syn_write_random_idx(p.img, p.lab, train, side, 10);
+    syn_write_random_idx(p.timg, p.tlab, 64, side, 10);
+    return syn_finish(&p, out);
 }
 
 /* Makes dir (a mkdtemp template, modified) holding data/ with `train` and 64 test samples;
  * returns the path of data/ in out. */
 static inline int syn_make_dataset(char *dir, int train, char *out, size_t out_len)
 {
-    if (!mkdtemp(dir)) return -1;
-    char img[300], lab[300], timg[300], tlab[300];
-    snprintf(img, sizeof img, "%s/img.idx", dir);
-    snprintf(lab, sizeof lab, "%s/lab.idx", dir);
-    snprintf(timg, sizeof timg, "%s/timg.idx", dir);
-    snprintf(tlab, sizeof tlab, "%s/tlab.idx", dir);
-    snprintf(out, out_len, "%s/data", dir);
-    syn_write_idx_pair(img, lab, train, 1);
-    syn_write_idx_pair(timg, tlab, 64, 2);
-    crew_status s = crew_prep_idx(img, lab, timg, tlab, out, NULL, NULL);
-    int rc = s ? -1 : 0;
-    if (s) fprintf(stderr, "synthetic dataset: %s\n", crew_status_message(s));
-    crew_status_free(s);
-    return rc;
+    syn_idx_paths p;
+    if (syn_begin(dir, &p, out, out_len)) return -1;
+    syn_write_idx_pair(p.img, p.lab, train, 1);
+    syn_write_idx_pair(p.timg, p.tlab, 64, 2);
+    return syn_finish(&p, out);
 }
 
 static inline void syn_remove(const char *dir)
