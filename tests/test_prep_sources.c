@@ -37,15 +37,6 @@ static char *tmp(char *buf, const char *name)
     return buf;
 }
 
-static void write_file(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (!f) return;
-    CHECK(fwrite(data, 1, len, f) == len);
-    fclose(f);
-}
-
 static void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
 
 /* Progress reports: done never decreases or passes total, and the last call has done == total. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fs_helpers.h"
 #include "core/status.h"
 #include "telemetry/crc32c.h"
 #include "telemetry/tb_reader.h"
@@ -86,27 +87,6 @@ static void put_header_only(bytes *file, uint64_t length)
     for (int i = 0; i < 8; i++) len[i] = (uint8_t)(length >> (8 * i));
     put(file, len, 8);
     put_le(file, crew_crc32c_mask(crew_crc32c(len, 8)), 4);
-}
-
-static uint8_t *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-    *len = b ? fread(b, 1, (size_t)n, f) : 0;
-    fclose(f);
-    return b;
-}
-
-static int write_file(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = fwrite(p, 1, n, f);
-    return fclose(f) == 0 && w == n ? 0 : -1;
 }
 
 /* The one event file in dir (its full path in buf): 0, or -1 when there is not exactly one. */
@@ -241,7 +221,7 @@ static void test_round_trip(char *event_path, size_t len)
     char found[512];
     CHECK(only_event_file(dir, found, sizeof found) == 0 && strcmp(found, event_path) == 0);
     size_t n = 0;
-    uint8_t *raw = slurp(event_path, &n);
+    uint8_t *raw = read_file(event_path, &n);
     CHECK(raw && n > 100 && contains(raw, n, CREW_TB_FILE_VERSION));
     free(raw);
 
@@ -314,7 +294,7 @@ static crew_status parse(const void *b, size_t n) { return crew_tb_parse(b, n, "
 static void test_damaged(const char *event_path)
 {
     size_t n = 0;
-    uint8_t *orig = slurp(event_path, &n);
+    uint8_t *orig = read_file(event_path, &n);
     CHECK(orig != NULL && n > 200);
     if (!orig || n <= 200) return;
     uint8_t *b = malloc(n);
@@ -367,7 +347,7 @@ static void test_damaged(const char *event_path)
     snprintf(bad_path, sizeof bad_path, "%s/damaged.tfevents", tmp_dir);
     memcpy(b, orig, n);
     b[r2 + 12 + r2_len + 1] ^= 0x40;
-    CHECK(write_file(bad_path, b, n) == 0);
+    write_file(bad_path, b, n); /* checks that it wrote */
     crew_tb_scalar_list l;
     snprintf(needle, sizeof needle, "%s: record 2 at offset %zu: data CRC", bad_path, r2);
     crew_status s = crew_tb_read_all(bad_path, &l);
@@ -524,7 +504,7 @@ static void test_write_errors(void)
     crew_tb_writer *w = NULL;
     char path[160];
     snprintf(path, sizeof path, "%s/plain_file", tmp_dir);
-    CHECK(write_file(path, "x", 1) == 0);
+    write_file(path, "x", 1); /* checks that it wrote */
     snprintf(path, sizeof path, "%s/plain_file/tb", tmp_dir);
     crew_status s = crew_tb_open(path, &w);
     CHECK(crew_status_code(s) == CREW_CODE_IO && w == NULL);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fs_helpers.h"
 #include "data/tokens.h"
 
 static char tmp_dir[64];
@@ -36,28 +37,6 @@ static uint8_t *llmc_bytes(uint32_t magic, uint32_t version, uint32_t count, con
         b[1024 + 2 * i] = (uint8_t)(tok[i] & 0xff);
         b[1024 + 2 * i + 1] = (uint8_t)(tok[i] >> 8);
     }
-    return b;
-}
-
-static void write_file(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (!f) return;
-    CHECK(fwrite(data, 1, len, f) == len);
-    fclose(f);
-}
-
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(*len ? *len : 1);
-    if (fread(b, 1, *len, f) != *len) *len = 0;
-    fclose(f);
     return b;
 }
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fs_helpers.h"
 #include "io/safetensors.h"
 #include "nn/model.h"
 
@@ -50,19 +51,6 @@ static int same_bits(const crew_model *m, const float *h)
     int same = memcmp(now, h, (size_t)(m->n_params + m->n_state) * sizeof(float)) == 0;
     free(now);
     return same;
-}
-
-static uint8_t *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(*len ? *len : 1);
-    if (fread(b, 1, *len, f) != *len) *len = 0;
-    fclose(f);
-    return b;
 }
 
 static void spill(const char *path, const uint8_t *b, size_t len)
@@ -138,7 +126,7 @@ static void corrupt_header(crew_model *victim, const float *victim_before, const
                            const char *path)
 {
     size_t len = 0;
-    uint8_t *b = slurp(src, &len);
+    uint8_t *b = read_file(src, &len);
     CHECK(b && len > 8);
     if (!b || len <= 8) return;
     uint64_t hlen = 0;
@@ -207,7 +195,7 @@ int main(void)
     CHECK(!same_bits(b, good));
 
     size_t len = 0;
-    uint8_t *bytes = slurp(path, &len);
+    uint8_t *bytes = read_file(path, &len);
     spill(other, bytes, len - 7);
     check_refused(b, other, "run past the data section", b_before);
     spill(other, bytes, 5);
