@@ -171,6 +171,11 @@ static void check_image_sizes(const crew_model *m)
         expect(m, 12, rows, rows * 11, 0, 0);
         for (int i = 13; i <= 14; i++) expect(m, i, rows, 0, 0, 0);
     }
+    /* A conv works a chunk of samples at a time: its columns stop growing at 1 MB (262144
+     * floats), here 262144 / 2835 = 92 samples. */
+    expect(m, 1, 92, 92 * 2835, 0, 0);
+    expect(m, 1, 93, 92 * 2835, 0, 0);
+    expect(m, 1, 1000, 92 * 2835, 0, 0);
 }
 
 static void check_token_sizes(const crew_model *m)

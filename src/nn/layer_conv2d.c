@@ -1,7 +1,18 @@
-/* layer_conv2d.c — 2-D convolution as im2col + one GEMM over the whole batch.
+/* layer_conv2d.c — 2-D convolution as im2col + GEMM, a chunk of samples at a time.
  * x [H, W, C] → y [OH, OW, F]; kernel [KH, KW, C, F] (Keras layout), so with im2col rows ordered
- * (kh, kw, c) the kernel is already the [KH·KW·C, F] matrix of the GEMM. work[0]: the columns. */
+ * (kh, kw, c) the kernel is already the [KH·KW·C, F] matrix of the GEMM. work[0]: the columns of
+ * one chunk.
+ *
+ * Why chunks: the columns of a whole batch are KH·KW times the input (14 MB for the second conv of
+ * examples/fashion_cnn.json at 64 samples). Written and read back three times a step, they left
+ * the cache and made the layer memory-bound, and replicas sharing a last-level cache slowed each
+ * other down. A chunk's columns (about CONV_CHUNK_FLOATS) stay in cache; the backward pass
+ * rebuilds them from x instead of keeping the forward pass's. The chunk size depends only on the
+ * layer's shapes, never on the machine or the number of replicas, so the order of the kernel
+ * gradient's sums (chunk by chunk) is the same wherever it runs. */
 #include "nn/window_geometry.h"
+
+#define CONV_CHUNK_FLOATS (256 * 1024) /* 1 MB of columns */
 
 static crew_status conv_geometry(const crew_layer *l, int64_t rows, crew_window *g)
 {
@@ -26,13 +37,26 @@ static crew_status conv_build(crew_layer *l)
     return CREW_OK;
 }
 
-/* The im2col columns [rows·OH·OW, KH·KW·C]: one row per output position, as long as a column
- * of the kernel. Read from the shapes build set (out [OH, OW, F], kernel [KH, KW, C, F]) rather
- * than from conv_geometry, which returns a status: for a built layer the numbers are the same. */
-static void conv_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
+/* Columns of one sample [OH·OW, KH·KW·C]: one row per output position, as long as a column of
+ * the kernel. Read from the shapes build set (out [OH, OW, F], kernel [KH, KW, C, F]) rather than
+ * from conv_geometry, which returns a status: for a built layer the numbers are the same. */
+static int64_t conv_sample_cols(const crew_layer *l)
 {
     const crew_shape *k = &l->params[0].shape;
-    n[0] = rows * l->out.dim[0] * l->out.dim[1] * k->dim[0] * k->dim[1] * k->dim[2];
+    return l->out.dim[0] * l->out.dim[1] * k->dim[0] * k->dim[1] * k->dim[2];
+}
+
+/* Samples per chunk: as many as fit CONV_CHUNK_FLOATS of columns, at least one, at most rows. */
+static int64_t conv_chunk(const crew_layer *l, int64_t rows)
+{
+    int64_t per = conv_sample_cols(l), c = per > 0 ? CONV_CHUNK_FLOATS / per : rows;
+    if (c < 1) c = 1;
+    return c < rows ? c : rows;
+}
+
+static void conv_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
+{
+    n[0] = conv_chunk(l, rows) * conv_sample_cols(l);
 }
 
 static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
@@ -40,28 +64,41 @@ static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *
     const crew_backend_ops *o = p->be->ops;
     crew_window g = {0};
     CREW_TRY(conv_geometry(l, p->rows, &g));
-    int64_t m = g.batch * g.out_h * g.out_w, k = g.k_h * g.k_w * g.in_c, n = l->spec.filters;
-    o->im2col(p->be->ctx, x, l->work[0], &g);
-    if (!l->spec.no_bias) o->broadcast_rows(p->be->ctx, y, l->params[1].value, m, n);
-    o->gemm(p->be->ctx, 0, 0, m, n, k, 1.0f, l->work[0], k, l->params[0].value, n, l->spec.no_bias ? 0.0f : 1.0f, y, n);
+    const int64_t k = g.k_h * g.k_w * g.in_c, n = l->spec.filters, chunk = conv_chunk(l, p->rows);
+    const int64_t x_per = g.in_h * g.in_w * g.in_c, y_per = g.out_h * g.out_w * n;
+    if (!l->spec.no_bias) o->broadcast_rows(p->be->ctx, y, l->params[1].value, p->rows * g.out_h * g.out_w, n);
+    for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {
+        g.batch = p->rows - r0 < chunk ? p->rows - r0 : chunk;
+        int64_t m = g.batch * g.out_h * g.out_w;
+        o->im2col(p->be->ctx, x + r0 * x_per, l->work[0], &g);
+        o->gemm(p->be->ctx, 0, 0, m, n, k, 1.0f, l->work[0], k, l->params[0].value, n,
+                l->spec.no_bias ? 0.0f : 1.0f, y + r0 * y_per, n);
+    }
     return CREW_OK;
 }
 
-/* Uses the columns the forward pass left in work[0], then reuses work[0] for their gradient. */
+/* Chunk by chunk: rebuild the columns from x, add their share of the kernel gradient, then reuse
+ * the buffer for the columns' gradient and scatter it into dx. */
 static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float *x, const float *y,
                                  const float *dy, float *dx)
 {
-    (void)x;
     (void)y;
     const crew_backend_ops *o = p->be->ops;
     crew_window g = {0};
     CREW_TRY(conv_geometry(l, p->rows, &g));
-    int64_t m = g.batch * g.out_h * g.out_w, k = g.k_h * g.k_w * g.in_c, n = l->spec.filters;
-    o->gemm(p->be->ctx, 1, 0, k, n, m, 1.0f, l->work[0], k, dy, n, 0.0f, l->params[0].grad, n);
-    if (!l->spec.no_bias) o->col_sum(p->be->ctx, dy, m, n, l->params[1].grad, 0);
-    if (dx) {
-        o->gemm(p->be->ctx, 0, 1, m, k, n, 1.0f, dy, n, l->params[0].value, n, 0.0f, l->work[0], k);
-        o->col2im(p->be->ctx, l->work[0], dx, &g);
+    const int64_t k = g.k_h * g.k_w * g.in_c, n = l->spec.filters, chunk = conv_chunk(l, p->rows);
+    const int64_t x_per = g.in_h * g.in_w * g.in_c, y_per = g.out_h * g.out_w * n;
+    if (!l->spec.no_bias) o->col_sum(p->be->ctx, dy, p->rows * g.out_h * g.out_w, n, l->params[1].grad, 0);
+    for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {
+        g.batch = p->rows - r0 < chunk ? p->rows - r0 : chunk;
+        int64_t m = g.batch * g.out_h * g.out_w;
+        const float *dy_c = dy + r0 * y_per;
+        o->im2col(p->be->ctx, x + r0 * x_per, l->work[0], &g);
+        o->gemm(p->be->ctx, 1, 0, k, n, m, 1.0f, l->work[0], k, dy_c, n, r0 ? 1.0f : 0.0f, l->params[0].grad, n);
+        if (dx) {
+            o->gemm(p->be->ctx, 0, 1, m, k, n, 1.0f, dy_c, n, l->params[0].value, n, 0.0f, l->work[0], k);
+            o->col2im(p->be->ctx, l->work[0], dx + r0 * x_per, &g);
+        }
     }
     return CREW_OK;
 }
