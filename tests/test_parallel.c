@@ -8,7 +8,11 @@
  * - small gradient buckets (overlapped all-reduce) change nothing, bit for bit;
  * - crew_model_fit with 2 replicas equals 1 replica with the same global batch, bitwise;
  * - synchronised batch norm: 2 replicas agree with the full batch closely; without it they don't;
+ * - the full-batch judgement: each tensor against 10 × its own rounding spread (crew_verify_judge
+ *   on hand-made differences), so a bias before batch norm, whose gradient is rounding noise,
+ *   passes verify without excusing the other tensors; a given tolerance is applied as it is;
  * - impossible combinations are clear errors. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,7 @@
 
 #include "check.h"
 #include "nn/model.h"
+#include "train/train.h"
 
 #include "synthetic.h"
 
@@ -53,7 +58,71 @@ static void check_verify(const crew_dataset *train, int devices, int64_t global)
               r.max_rel_diff_full_batch, r.tolerance);
     CHECK(r.pass);
     CHECK(r.steps == 6);
+    CHECK_MSG(!r.fixed_tolerance && r.rounding_spread > 0.0 && r.allowed >= r.tolerance && r.decided_by[0],
+              "N=%d: rounding reference: spread %g, allowed %g", devices, r.rounding_spread, r.allowed);
     crew_model_free(m);
+}
+
+/* Scales every value of layer `layer`'s parameter `param` by (1 + rel). */
+static void nudge(crew_model *m, int layer, int param, double rel)
+{
+    crew_param *p = &m->layers[layer]->params[param];
+    for (int64_t i = 0; i < crew_shape_size(&p->shape); i++) p->value[i] *= (float)(1.0 + rel);
+}
+
+/* crew_verify_judge on differences made by hand: a tensor may differ by 10 × its own rounding
+ * spread (at least the tolerance), and another tensor's spread does not excuse it. */
+static void check_verify_judge(void)
+{
+    crew_model *c = cnn(0), *a = NULL, *d = NULL;
+    CHECK_OK(crew_model_init_params(c, 1));
+    CHECK_OK(crew_model_clone(c, &a));
+    CHECK_OK(crew_model_clone(c, &d));
+    if (!a || !d) return;
+    crew_verify_result r = {.tolerance = 1e-3};
+    crew_verify_judge(a, c, d, &r);
+    CHECK(r.full_batch_ok && r.max_rel_diff_full_batch == 0.0 && r.rounding_spread == 0.0 && r.allowed == 1e-3);
+    /* layer 0 (conv) kernel: rounding moves it by 1e-2, (a) by 5e-2: within 10 x 1e-2 */
+    nudge(d, 0, 0, 1e-2);
+    nudge(a, 0, 0, 5e-2);
+    crew_verify_judge(a, c, d, &r);
+    CHECK_MSG(r.full_batch_ok && fabs(r.rounding_spread - 1e-2) < 1e-4, "own spread: ok %d, spread %g", r.full_batch_ok,
+              r.rounding_spread);
+    /* ...but 5e-3 on the last dense kernel, where rounding moved nothing, is beyond 1e-3 */
+    int last = a->n_layers - 1;
+    nudge(a, last, 0, 5e-3);
+    crew_verify_judge(a, c, d, &r);
+    char want[160];
+    snprintf(want, sizeof want, "%s.kernel", a->layers[last]->name);
+    CHECK_MSG(!r.full_batch_ok && strcmp(r.decided_by, want) == 0 && r.allowed == 1e-3 &&
+                  fabs(r.decided_by_diff - 5e-3) < 1e-4,
+              "other tensor: ok %d, decided by %s (%g of %g)", r.full_batch_ok, r.decided_by, r.decided_by_diff, r.allowed);
+    /* without (d), the tolerance alone: the conv kernel's 5e-2 fails too */
+    r.tolerance = 1e-2;
+    crew_verify_judge(a, c, NULL, &r);
+    CHECK(!r.full_batch_ok && r.rounding_spread == 0.0 && strcmp(r.decided_by, "conv2d.kernel") == 0);
+    crew_model_free(a);
+    crew_model_free(c);
+    crew_model_free(d);
+}
+
+/* Batch norm: (a) normalises over the global batch, (b) over each micro-batch, so (a) is held to
+ * (c) alone. A bias before batch norm gets a gradient of rounding noise only, so (a) and (c)
+ * differ by 100% of its tiny scale: a fixed tolerance fails the run, the rounding reference passes
+ * it. */
+static void check_verify_batch_norm(const crew_dataset *train)
+{
+    for (int fixed = 0; fixed <= 1; fixed++) {
+        crew_model *m = cnn(1);
+        crew_verify_result r = {0};
+        crew_verify_options o = {.devices = 2, .steps = 6, .batch_per_device = 8, .seed = 3, .tolerance = fixed ? 1e-3 : 0};
+        CHECK_OK(crew_model_verify(m, train, &o, &r));
+        CHECK(r.batch_norm_synced && r.fixed_tolerance == fixed);
+        CHECK_MSG(r.pass == !fixed && r.max_rel_diff_full_batch > 1e-3 && (!fixed || r.rounding_spread == 0.0),
+                  "batch norm, fixed tolerance %d: pass %d, difference %g, spread %g, decided by %s", fixed, r.pass,
+                  r.max_rel_diff_full_batch, r.rounding_spread, r.decided_by);
+        crew_model_free(m);
+    }
 }
 
 /* Trains with the given options from the same initial weights; returns the model. */
@@ -161,6 +230,7 @@ static void check_errors(const crew_dataset *d)
 int main(void)
 {
     char dir[64] = "/tmp/crew-test-parallel-XXXXXX", data[300];
+    check_verify_judge();
     CHECK(syn_make_dataset(dir, SAMPLES, data, sizeof data) == 0);
     crew_dataset *d = NULL;
     CHECK_OK(crew_dataset_open(data, "train", &d));
@@ -169,6 +239,7 @@ int main(void)
         check_verify(d, 2, 32); /* accumulation 2 on each replica */
         check_fit_equivalence(d);
         check_sync_batch_norm(d);
+        check_verify_batch_norm(d);
         check_errors(d);
     }
     crew_dataset_free(d);
