@@ -20,16 +20,16 @@ static int tokens_ok(const crew_manifest *m)
 }
 
 /* A dataset of samples: splits agree with sample_shape; normalization has 1 or C entries, each
- * finite (std > 0), held inline up to CREW_MANIFEST_MAX_CHANNELS and allocated beyond. */
+ * finite (std > 0). */
 static int samples_ok(const crew_manifest *m)
 {
     int ok = m->classes >= 1 && m->n_splits >= 1 && m->n_splits <= CREW_MANIFEST_MAX_SPLITS
           && m->sample_shape.ndim >= 1 && m->sample_shape.ndim <= CREW_MAX_DIMS && m->n_channels >= 1
           && m->n_channels <= CREW_MANIFEST_MAX_STATS && m->scale > 0
           && (m->n_channels == 1 || m->n_channels == m->sample_shape.dim[m->sample_shape.ndim - 1])
-          && (m->n_channels > CREW_MANIFEST_MAX_CHANNELS) == (m->wide_mean != NULL);
+          && m->mean && m->std;
     /* Every entry is read, so ASan sees any that the reader did not allocate. */
-    const double *mean = crew_manifest_mean(m), *std = crew_manifest_std(m);
+    const double *mean = m->mean, *std = m->std;
     for (int c = 0; ok && c < m->n_channels; c++) ok = isfinite(mean[c]) && isfinite(std[c]) && std[c] > 0;
     for (int i = 0; ok && i < m->n_splits; i++) {
         const crew_manifest_split *sp = &m->splits[i];
@@ -93,7 +93,7 @@ static char *numbers(char *at, int count, const uint8_t **data, size_t *size)
 
 /* The input once more, twice over: its bytes after the first as the normalization object's JSON
  * (any shape), and read as counts and values of mean and std (so lengths on either side of the
- * channel count, of CREW_MANIFEST_MAX_CHANNELS, and any value, come within a few mutations);
+ * channel count, and any value, come within a few mutations);
  * in both, the samples have 1 + data[0] % 40 channels. */
 static void check_normalizations(const uint8_t *data, size_t size)
 {

@@ -1,6 +1,6 @@
 /* test_manifest.c — normalization statistics in manifest.json: manifests as crew wrote them
- * before (at most 16 entries, held inline) read unchanged; any number of entries up to
- * CREW_MANIFEST_MAX_STATS (a CSV table's features, allocated) read, written and read back exactly;
+ * before (at most 16 entries) read unchanged; any number of entries up to
+ * CREW_MANIFEST_MAX_STATS (a CSV table's features) read, written and read back exactly;
  * and every bad normalization an error naming the file and the key, with nothing leaked (the
  * suite also runs under AddressSanitizer). Other parts of the schema: tests/test_dataset.c. */
 #include <math.h>
@@ -76,8 +76,8 @@ static crew_status parse_stats(int64_t c, int n, int k, int bad_at, const char *
  * cJSON, whose printing settles for 15 digits when they read back within DBL_EPSILON. */
 static int stats_are(const crew_manifest *m, int n, double tolerance)
 {
-    const double *mean = crew_manifest_mean(m), *std = crew_manifest_std(m);
-    int same = m->n_channels == n;
+    const double *mean = m->mean, *std = m->std;
+    int same = m->n_channels == n && mean && std;
     for (int j = 0; same && j < n; j++) {
         double mu = j / 3.0 - 5, sd = 1 + j / 7.0;
         same = fabs(mean[j] - mu) <= tolerance * fabs(mu) && fabs(std[j] - sd) <= tolerance * sd;
@@ -87,30 +87,28 @@ static int stats_are(const crew_manifest *m, int n, double tolerance)
 
 static int stats_exact(const crew_manifest *m, int n) { return stats_are(m, n, 0); }
 
-/* What crew wrote before statistics could be allocated: 1 shared entry, or one per channel up
- * to 16. They read as they did, into the inline arrays. */
-static void test_inline(void)
+/* What crew wrote before statistics could be more than 16: 1 shared entry, or one per channel up
+ * to 16. They read as they did. */
+static void test_narrow(void)
 {
     const int64_t channels[] = {1, 3, 16, 28};
     const int entries[] = {1, 3, 16, 1};
     for (int i = 0; i < 4; i++) {
         crew_manifest m;
         CHECK_OK(parse_stats(channels[i], entries[i], entries[i], -1, NULL, &m));
-        CHECK_MSG(stats_exact(&m, entries[i]) && m.wide_mean == NULL && m.wide_std == NULL,
-                  "%lld channels, %d entries", (long long)channels[i], entries[i]);
-        CHECK(m.mean[entries[i] - 1] == (entries[i] - 1) / 3.0 - 5); /* the struct's own arrays */
+        CHECK_MSG(stats_exact(&m, entries[i]), "%lld channels, %d entries", (long long)channels[i], entries[i]);
         crew_manifest_free(&m);
+        CHECK(m.mean == NULL && m.std == NULL && m.n_channels == 0);
     }
     /* Exactly the text of a crew 1 manifest for Fashion-MNIST's statistics. */
     crew_manifest m;
     CHECK_OK(parse(1, "{\"scale\": 0.00392156862745098, \"mean\": [0.2860405969887955], "
                       "\"std\": [0.3530242445149225]}", &m));
     CHECK(m.n_channels == 1 && m.mean[0] == 0.2860405969887955 && m.std[0] == 0.3530242445149225);
-    CHECK(crew_manifest_mean(&m) == m.mean && crew_manifest_std(&m) == m.std);
     crew_manifest_free(&m);
 }
 
-/* More than 16 entries are allocated, read exactly, written, and read back. */
+/* Many entries (a table's features) are read exactly, written, and read back. */
 static void test_wide(void)
 {
     char dir[64], path[128];
@@ -122,18 +120,18 @@ static void test_wide(void)
         int c = channels[i];
         crew_manifest m, back;
         CHECK_OK(parse_stats(c, c, c, -1, NULL, &m));
-        CHECK_MSG(stats_exact(&m, c) && m.wide_mean && m.wide_std, "%d channels", c);
+        CHECK_MSG(stats_exact(&m, c), "%d channels", c);
         CHECK_OK(crew_manifest_write(path, &m));
         CHECK_OK(crew_manifest_read(dir, &back));
         CHECK_MSG(stats_are(&back, c, 4e-16), "%d channels, written and read back", c);
         crew_manifest_free(&m);
         crew_manifest_free(&back);
-        CHECK(m.wide_mean == NULL && back.wide_std == NULL);
+        CHECK(m.mean == NULL && back.std == NULL);
     }
     /* One entry shared by many channels stays one entry. */
     crew_manifest m;
     CHECK_OK(parse_stats(5000, 1, 1, -1, NULL, &m));
-    CHECK(stats_exact(&m, 1) && m.wide_mean == NULL);
+    CHECK(stats_exact(&m, 1));
     crew_manifest_free(&m);
     /* The reader of a directory names the file. */
     FILE *f = fopen(path, "wb");
@@ -191,31 +189,31 @@ static void test_bad(void)
     free(norm);
 }
 
-/* Sizing the statistics by hand, as prep does: inline up to 16, allocated beyond, replaced on a
- * second call, and refused outside 1 to CREW_MANIFEST_MAX_STATS. */
+/* Sizing the statistics by hand, as prep does: allocated, replaced on a second call, and refused
+ * outside 1 to CREW_MANIFEST_MAX_STATS. */
 static void test_set_channels(void)
 {
     crew_manifest m;
     memset(&m, 0, sizeof m);
     double *mean = NULL, *std = NULL;
     CHECK_OK(crew_manifest_set_channels(&m, 3, &mean, &std));
-    CHECK(m.n_channels == 3 && mean == m.mean && std == m.std && m.wide_mean == NULL);
+    CHECK(m.n_channels == 3 && mean == m.mean && std == m.std && mean && std);
     CHECK_OK(crew_manifest_set_channels(&m, 100, &mean, &std));
-    CHECK(m.n_channels == 100 && mean == m.wide_mean && std == m.wide_std && mean);
+    CHECK(m.n_channels == 100 && mean == m.mean && std == m.std && mean);
     if (mean) mean[99] = std[99] = 1; /* the whole length is there (ASan would say otherwise) */
     CHECK_OK(crew_manifest_set_channels(&m, 16, &mean, &std));
-    CHECK(m.n_channels == 16 && mean == m.mean && m.wide_mean == NULL);
+    CHECK(m.n_channels == 16 && mean == m.mean);
     CHECK_ERR(crew_manifest_set_channels(&m, 0, &mean, &std), "0 entries (must be 1 to 1048576)");
     CHECK_ERR(crew_manifest_set_channels(&m, CREW_MANIFEST_MAX_STATS + 1, &mean, &std), "1048577 entries");
     CHECK_OK(crew_manifest_set_channels(&m, 17, &mean, &std));
     crew_manifest_free(&m);
-    CHECK(m.wide_mean == NULL && m.wide_std == NULL);
+    CHECK(m.mean == NULL && m.std == NULL);
     crew_manifest_free(&m); /* twice is harmless */
 }
 
 int main(void)
 {
-    test_inline();
+    test_narrow();
     test_wide();
     test_bad();
     test_set_channels();

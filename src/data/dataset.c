@@ -75,7 +75,7 @@ static crew_status check_labels(const crew_dataset *d)
  * gathering computes from them, once. Needs d->x open: only uint8 samples get a table. */
 static crew_status set_normalization(crew_dataset *d, const crew_manifest *m)
 {
-    const double *mean = crew_manifest_mean(m), *std = crew_manifest_std(m);
+    const double *mean = m->mean, *std = m->std;
     size_t c_n = (size_t)m->n_channels;
     int lut = d->x.dtype == CREW_DTYPE_U8 && c_n <= CREW_DATASET_LUT_CHANNELS;
     /* at least one element: malloc(0) may return NULL (the reader requires an entry anyway) */

@@ -440,11 +440,11 @@ crew_status crew_manifest_read(const char *dir, crew_manifest *out)
     return s;
 }
 
-static void free_wide(crew_manifest *m)
+static void free_stats(crew_manifest *m)
 {
-    free(m->wide_mean);
-    free(m->wide_std);
-    m->wide_mean = m->wide_std = NULL;
+    free(m->mean);
+    free(m->std);
+    m->mean = m->std = NULL;
 }
 
 crew_status crew_manifest_set_channels(crew_manifest *m, int n, double **mean, double **std)
@@ -452,30 +452,25 @@ crew_status crew_manifest_set_channels(crew_manifest *m, int n, double **mean, d
     if (!m || !mean || !std || n < 1 || n > CREW_MANIFEST_MAX_STATS)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_manifest_set_channels: %d entries (must be 1 to %d)", n,
                            CREW_MANIFEST_MAX_STATS);
-    free_wide(m);
-    m->n_channels = 0; /* until the entries exist: the accessors never reach past what is there */
-    if (n > CREW_MANIFEST_MAX_CHANNELS) {
-        m->wide_mean = malloc(sizeof *m->wide_mean * (size_t)n);
-        m->wide_std = malloc(sizeof *m->wide_std * (size_t)n);
-        if (!m->wide_mean || !m->wide_std) {
-            free_wide(m);
-            return CREW_OOM();
-        }
+    free_stats(m);
+    m->n_channels = 0; /* until the entries exist: no reader reaches past what is there */
+    m->mean = malloc(sizeof *m->mean * (size_t)n);
+    m->std = malloc(sizeof *m->std * (size_t)n);
+    if (!m->mean || !m->std) {
+        free_stats(m);
+        return CREW_OOM();
     }
     m->n_channels = n;
-    *mean = m->wide_mean ? m->wide_mean : m->mean;
-    *std = m->wide_std ? m->wide_std : m->std;
+    *mean = m->mean;
+    *std = m->std;
     return CREW_OK;
 }
-
-const double *crew_manifest_mean(const crew_manifest *m) { return m->wide_mean ? m->wide_mean : m->mean; }
-
-const double *crew_manifest_std(const crew_manifest *m) { return m->wide_std ? m->wide_std : m->std; }
 
 void crew_manifest_free(crew_manifest *m)
 {
     if (!m) return;
-    free_wide(m);
+    free_stats(m);
+    m->n_channels = 0;
     if (m->class_names)
         for (int i = 0; i < m->classes; i++) free(m->class_names[i]);
     free(m->class_names);
@@ -523,8 +518,8 @@ static int add_normalization(cJSON *root, const crew_manifest *m)
 {
     cJSON *n = cJSON_AddObjectToObject(root, "normalization");
     return n && cJSON_AddNumberToObject(n, "scale", m->scale)
-        && cJSON_AddItemToObject(n, "mean", cJSON_CreateDoubleArray(crew_manifest_mean(m), m->n_channels))
-        && cJSON_AddItemToObject(n, "std", cJSON_CreateDoubleArray(crew_manifest_std(m), m->n_channels));
+        && cJSON_AddItemToObject(n, "mean", cJSON_CreateDoubleArray(m->mean, m->n_channels))
+        && cJSON_AddItemToObject(n, "std", cJSON_CreateDoubleArray(m->std, m->n_channels));
 }
 
 static int add_shard(cJSON *arr, const crew_manifest_shard *sh)

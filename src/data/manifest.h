@@ -17,10 +17,6 @@
 #define CREW_MANIFEST_VERSION 1
 #define CREW_MANIFEST_FILE "manifest.json"
 #define CREW_MANIFEST_MAX_SPLITS 8
-/* Entries of normalization.mean / std held inside crew_manifest itself (and the most channels an
- * IDX image may have): an image source builds its manifest on the stack and never frees it, so
- * its statistics must need no allocation. More entries (a CSV table's features) are allocated. */
-#define CREW_MANIFEST_MAX_CHANNELS 16
 /* The most entries normalization.mean / std may hold: bounds what a hostile manifest can make the
  * reader allocate (16 MiB for both arrays) and is far above any real table's features. */
 #define CREW_MANIFEST_MAX_STATS (1 << 20)
@@ -69,12 +65,8 @@ typedef struct crew_manifest {
     crew_shape sample_shape;  /* e.g. (28, 28, 1); the last axis is the channel axis */
     double scale;             /* raw values are multiplied by this first */
     int n_channels;           /* entries in mean/std: 1 (shared by all channels) or the last axis */
-    /* The entries: up to CREW_MANIFEST_MAX_CHANNELS in mean/std here, more in wide_mean/wide_std
-     * ([n_channels] each, malloc'd, else NULL; crew_manifest_free releases them). Read them with
-     * crew_manifest_mean/_std and size them with crew_manifest_set_channels, which pick the place. */
-    double mean[CREW_MANIFEST_MAX_CHANNELS];
-    double std[CREW_MANIFEST_MAX_CHANNELS];
-    double *wide_mean, *wide_std;
+    double *mean, *std;       /* [n_channels] each, malloc'd by crew_manifest_set_channels; NULL
+                                 until then; crew_manifest_free releases them */
     int n_splits;             /* 0 only in a token dataset (has_tokens), which then has no
                                  classes, sample_shape, normalization or splits */
     crew_manifest_split splits[CREW_MANIFEST_MAX_SPLITS];
@@ -88,16 +80,12 @@ crew_status crew_manifest_parse(const char *text, size_t len, const char *what, 
 crew_status crew_manifest_read(const char *dir, crew_manifest *out);
 /* Writes m as JSON to path (the caller handles atomicity of the directory). */
 crew_status crew_manifest_write(const char *path, const crew_manifest *m);
-/* Frees class_names, wide normalization statistics and token shards; the struct itself is the
+/* Frees class_names, the normalization statistics and token shards; the struct itself is the
  * caller's. Accepts a zeroed manifest. */
 void crew_manifest_free(crew_manifest *m);
-/* Makes room for n (1 to CREW_MANIFEST_MAX_STATS) entries of normalization.mean and .std, sets
- * n_channels = n and points *mean and *std at them, for the caller to fill: the inline arrays up
- * to CREW_MANIFEST_MAX_CHANNELS entries, else new ones (replacing any earlier). */
+/* Allocates n (1 to CREW_MANIFEST_MAX_STATS) entries of normalization.mean and .std (replacing
+ * any earlier), sets n_channels = n and points *mean and *std at them, for the caller to fill. */
 crew_status crew_manifest_set_channels(crew_manifest *m, int n, double **mean, double **std);
-/* m's n_channels entries of normalization.mean / .std, wherever they are held. */
-const double *crew_manifest_mean(const crew_manifest *m);
-const double *crew_manifest_std(const crew_manifest *m);
 /* The split named `name`, or NULL. */
 const crew_manifest_split *crew_manifest_find_split(const crew_manifest *m, const char *name);
 

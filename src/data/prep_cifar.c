@@ -145,10 +145,12 @@ crew_status crew_prep_cifar10(const char *src_dir, const char *out_dir, crew_pro
         m.class_names = name_ptrs; /* only read by the writer */
         m.sample_shape = crew_shape3(SIDE, SIDE, 3);
         crew_prep_tick(&pr, "normalization statistics");
-        crew_prep_stats_u8(x[TRAIN], files.n[TRAIN] * PIXELS, 3, 1.0 / 255.0, &m);
+        s = crew_prep_stats_u8(x[TRAIN], files.n[TRAIN] * PIXELS, 3, 1.0 / 255.0, &m);
         crew_prep_split_data d[2] = {{"train", files.n[TRAIN], x[TRAIN], y[TRAIN]},
                                      {"test", files.n[TEST], x[TEST], y[TEST]}};
-        s = crew_prep_write(out_dir, &m, CREW_DTYPE_U8, CREW_DTYPE_U8, d, 2, &pr);
+        if (!s) s = crew_prep_write(out_dir, &m, CREW_DTYPE_U8, CREW_DTYPE_U8, d, 2, &pr);
+        m.class_names = NULL; /* name_ptrs, on the stack */
+        crew_manifest_free(&m);
     }
     for (int i = 0; i < 2; i++) {
         free(x[i]);

@@ -115,23 +115,28 @@ void crew_prep_partition(uint8_t *x, int64_t sample_bytes, uint8_t *y, int y_byt
 
 /* ---------------------------------------------------------------- statistics */
 
-void crew_prep_stats_u8(const uint8_t *x, int64_t count, int channels, double scale, crew_manifest *m)
+crew_status crew_prep_stats_u8(const uint8_t *x, int64_t count, int channels, double scale, crew_manifest *m)
 {
-    uint64_t hist[CREW_MANIFEST_MAX_CHANNELS][256];
+    if (channels < 1 || channels > CREW_PREP_MAX_CHANNELS)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_prep_stats_u8: %d channels (must be 1 to %d)", channels,
+                           CREW_PREP_MAX_CHANNELS);
+    uint64_t hist[CREW_PREP_MAX_CHANNELS][256];
     memset(hist, 0, sizeof hist);
     for (int64_t k = 0; k < count; k += channels)
         for (int c = 0; c < channels; c++) hist[c][x[k + c]]++;
+    double *mean_out, *std_out;
+    CREW_TRY(crew_manifest_set_channels(m, channels, &mean_out, &std_out));
     m->scale = scale;
-    m->n_channels = channels;
     for (int c = 0; c < channels; c++) {
         double n = (double)(count / channels), sum = 0, sq = 0;
         for (int v = 0; v < 256; v++) sum += (double)hist[c][v] * v * scale;
         double mean = n > 0 ? sum / n : 0;
         for (int v = 0; v < 256; v++) sq += (double)hist[c][v] * (v * scale - mean) * (v * scale - mean);
         double sd = n > 0 ? sqrt(sq / n) : 0;
-        m->mean[c] = mean;
-        m->std[c] = sd > 1e-12 ? sd : 1.0;
+        mean_out[c] = mean;
+        std_out[c] = sd > 1e-12 ? sd : 1.0;
     }
+    return CREW_OK;
 }
 
 /* ---------------------------------------------------------------- writing */

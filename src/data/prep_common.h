@@ -41,11 +41,14 @@ crew_status crew_prep_split(const int32_t *labels, int64_t n, int classes, doubl
 void crew_prep_partition(uint8_t *x, int64_t sample_bytes, uint8_t *y, int y_bytes, const uint8_t *is_test, int64_t n,
                          uint8_t *xt, uint8_t *yt);
 
+/* The most channels of a uint8 image source: the statistics below keep 256 counters per channel
+ * on the stack. */
+#define CREW_PREP_MAX_CHANNELS 16
+
 /* Per-channel mean and std of scale·v over the uint8 values x [count] (channel = index mod
- * channels, channels ≤ CREW_MANIFEST_MAX_CHANNELS), exact from histograms, into m's
- * normalization (scale included), held in its inline arrays: nothing for the caller to free.
- * A constant channel gets std 1. */
-void crew_prep_stats_u8(const uint8_t *x, int64_t count, int channels, double scale, crew_manifest *m);
+ * channels, 1 ≤ channels ≤ CREW_PREP_MAX_CHANNELS), exact from histograms, into m's
+ * normalization (scale included; crew_manifest_free releases it). A constant channel gets std 1. */
+crew_status crew_prep_stats_u8(const uint8_t *x, int64_t count, int channels, double scale, crew_manifest *m);
 
 /* One split's arrays in memory, to be written as <name>_x.npy and <name>_y.npy. */
 typedef struct crew_prep_split_data {

@@ -2,7 +2,6 @@
  * belong together, computes the training split's per-channel mean and standard deviation, and
  * writes the dataset directory (x as uint8 [N, H, W, C], y as uint8 [N], manifest.json)
  * atomically, so a failed prep never leaves a half-written dataset behind. */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -12,6 +11,7 @@
 #include "data/idx.h"
 #include "data/manifest.h"
 #include "data/npy.h"
+#include "data/prep_common.h"
 
 static const char *const fashion_classes[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                                  "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
@@ -63,10 +63,10 @@ static crew_status check_pair(const crew_idx *img, const crew_idx *lab, const ch
                            (long long)lab->dims[0], ipath, (long long)img->dims[0]);
     if (img->dims[0] < 1) return crew_errorf(CREW_CODE_BAD_INPUT, "%s: no images", ipath);
     *sample = crew_shape3(img->dims[1], img->dims[2], img->ndim == 4 ? img->dims[3] : 1);
-    if (sample->dim[0] < 1 || sample->dim[1] < 1 || sample->dim[2] < 1 || sample->dim[2] > CREW_MANIFEST_MAX_CHANNELS)
+    if (sample->dim[0] < 1 || sample->dim[1] < 1 || sample->dim[2] < 1 || sample->dim[2] > CREW_PREP_MAX_CHANNELS)
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s: image shape %lldx%lldx%lld is empty or has over %d channels", ipath,
                            (long long)sample->dim[0], (long long)sample->dim[1], (long long)sample->dim[2],
-                           CREW_MANIFEST_MAX_CHANNELS);
+                           CREW_PREP_MAX_CHANNELS);
     return CREW_OK;
 }
 
@@ -123,28 +123,6 @@ static crew_status settle_classes(const prep_job *job, const prep_data *p, int *
         }
     *classes = job->classes ? job->classes : max + 1;
     return CREW_OK;
-}
-
-/* Per-channel mean and standard deviation of the scaled training values, exact from a histogram
- * of the 256 byte values. A constant channel gets std 1 so normalising never divides by zero. */
-static void channel_stats(const prep_data *p, double scale, crew_manifest *m)
-{
-    uint64_t hist[CREW_MANIFEST_MAX_CHANNELS][256];
-    int64_t c_n = p->sample.dim[2]; /* at most CREW_MANIFEST_MAX_CHANNELS: check_pair saw to it */
-    memset(hist, 0, sizeof hist);
-    int64_t total = p->n[TRAIN] * p->sample_size;
-    for (int64_t k = 0; k < total; k += c_n)
-        for (int64_t c = 0; c < c_n; c++) hist[c][p->x[TRAIN][k + c]]++;
-    m->n_channels = (int)c_n;
-    for (int c = 0; c < c_n; c++) {
-        double count = (double)(total / c_n), sum = 0, sq = 0;
-        for (int v = 0; v < 256; v++) sum += (double)hist[c][v] * v * scale;
-        double mean = sum / count;
-        for (int v = 0; v < 256; v++) sq += (double)hist[c][v] * (v * scale - mean) * (v * scale - mean);
-        double sd = sqrt(sq / count);
-        m->mean[c] = mean;
-        m->std[c] = sd > 1e-12 ? sd : 1.0;
-    }
 }
 
 static crew_status write_split(prep_job *job, const prep_data *p, int s, crew_atomic_dir *ad, crew_manifest_split *sp)
@@ -206,13 +184,14 @@ static crew_status prep_run(prep_job *job, const char *out_dir)
         snprintf(m.name, sizeof m.name, "%s", job->name);
         m.class_names = (char **)job->class_names; /* only read by the writer */
         m.sample_shape = p.sample;
-        m.scale = 1.0 / 255.0;
         tick(job, "normalization statistics");
-        channel_stats(&p, m.scale, &m);
-        s = write_dataset(job, &p, &m, out_dir);
+        s = crew_prep_stats_u8(p.x[TRAIN], p.n[TRAIN] * p.sample_size, (int)p.sample.dim[2], 1.0 / 255.0, &m);
+        if (!s) s = write_dataset(job, &p, &m, out_dir);
     }
     if (!s && job->progress) job->progress(job->user, job->steps, job->steps, "done");
     free_data(&p);
+    m.class_names = NULL; /* the job's */
+    crew_manifest_free(&m);
     return s;
 }
 

@@ -194,9 +194,11 @@ static crew_status finish(const char *src, const image_set *set, const crew_imag
         m.class_names = set->classes.names; /* only read by the writer */
         m.sample_shape = crew_shape3(o->height, o->width, o->channels);
         crew_prep_tick(pr, "normalization statistics");
-        crew_prep_stats_u8(x, (n - n_test) * sample, o->channels, 1.0 / 255.0, &m);
+        s = crew_prep_stats_u8(x, (n - n_test) * sample, o->channels, 1.0 / 255.0, &m);
         crew_prep_split_data d[2] = {{"train", n - n_test, x, y}, {"test", n_test, xt, yt}};
-        s = crew_prep_write(out_dir, &m, CREW_DTYPE_U8, y_size == 1 ? CREW_DTYPE_U8 : CREW_DTYPE_I32, d, 2, pr);
+        if (!s) s = crew_prep_write(out_dir, &m, CREW_DTYPE_U8, y_size == 1 ? CREW_DTYPE_U8 : CREW_DTYPE_I32, d, 2, pr);
+        m.class_names = NULL; /* the image set's */
+        crew_manifest_free(&m);
     }
     free(is_test);
     free(y);
