@@ -14,43 +14,58 @@ static inline int64_t window_cell(const crew_window *g, int64_t b, int64_t oh, i
     return (b * g->in_h + ih) * g->in_w + iw;
 }
 
+/* The taps of one kernel row are neighbours in the input whatever the stride: for output column
+ * ow, tap kw reads input column iw0 + kw. Those inside the image form one run, kw in [*lo, *hi)
+ * (empty when *lo >= *hi), so a row of the columns is one copy between two stretches of padding
+ * instead of k_w separately bounds-checked taps. */
+static inline int64_t tap_run(const crew_window *g, int64_t ow, int64_t *lo, int64_t *hi)
+{
+    int64_t iw0 = ow * g->stride_w - g->pad_left;
+    *lo = iw0 < 0 ? -iw0 : 0;
+    *hi = g->in_w - iw0 < g->k_w ? g->in_w - iw0 : g->k_w;
+    return iw0;
+}
+
 void cpu_im2col(void *ctx, const float *x, float *col, const crew_window *g)
 {
     (void)ctx;
-    const int64_t c = g->in_c;
+    const int64_t c = g->in_c, row_len = g->k_w * c;
+    float *dst = col;
     for (int64_t b = 0; b < g->batch; b++)
         for (int64_t oh = 0; oh < g->out_h; oh++)
             for (int64_t ow = 0; ow < g->out_w; ow++) {
-                float *dst = col + ((b * g->out_h + oh) * g->out_w + ow) * g->k_h * g->k_w * c;
-                for (int64_t kh = 0; kh < g->k_h; kh++)
-                    for (int64_t kw = 0; kw < g->k_w; kw++, dst += c) {
-                        int64_t cell = window_cell(g, b, oh, ow, kh, kw);
-                        /* A loop, not memcpy: with few channels (the first layer) a call per tap costs more. */
-                        const float *src = x + cell * c;
-                        if (cell < 0)
-                            for (int64_t i = 0; i < c; i++) dst[i] = 0.0f;
-                        else
-                            for (int64_t i = 0; i < c; i++) dst[i] = src[i];
+                int64_t lo, hi, iw0 = tap_run(g, ow, &lo, &hi);
+                for (int64_t kh = 0; kh < g->k_h; kh++, dst += row_len) {
+                    int64_t ih = oh * g->stride_h - g->pad_top + kh;
+                    if (ih < 0 || ih >= g->in_h || lo >= hi) {
+                        for (int64_t i = 0; i < row_len; i++) dst[i] = 0.0f;
+                        continue;
                     }
+                    /* Loops, not memcpy: with few channels (the first layer) a call per run costs more. */
+                    const float *src = x + ((b * g->in_h + ih) * g->in_w + iw0 + lo) * c;
+                    for (int64_t i = 0; i < lo * c; i++) dst[i] = 0.0f;
+                    for (int64_t i = 0, n = (hi - lo) * c; i < n; i++) dst[lo * c + i] = src[i];
+                    for (int64_t i = hi * c; i < row_len; i++) dst[i] = 0.0f;
+                }
             }
 }
 
 void cpu_col2im(void *ctx, const float *col, float *dx, const crew_window *g)
 {
     (void)ctx;
-    const int64_t c = g->in_c;
+    const int64_t c = g->in_c, row_len = g->k_w * c;
     memset(dx, 0, (size_t)(g->batch * g->in_h * g->in_w * c) * sizeof(float));
+    const float *src = col;
     for (int64_t b = 0; b < g->batch; b++)
         for (int64_t oh = 0; oh < g->out_h; oh++)
             for (int64_t ow = 0; ow < g->out_w; ow++) {
-                const float *src = col + ((b * g->out_h + oh) * g->out_w + ow) * g->k_h * g->k_w * c;
-                for (int64_t kh = 0; kh < g->k_h; kh++)
-                    for (int64_t kw = 0; kw < g->k_w; kw++, src += c) {
-                        int64_t cell = window_cell(g, b, oh, ow, kh, kw);
-                        if (cell < 0) continue;
-                        float *d = dx + cell * c;
-                        for (int64_t i = 0; i < c; i++) d[i] += src[i];
-                    }
+                int64_t lo, hi, iw0 = tap_run(g, ow, &lo, &hi);
+                for (int64_t kh = 0; kh < g->k_h; kh++, src += row_len) {
+                    int64_t ih = oh * g->stride_h - g->pad_top + kh;
+                    if (ih < 0 || ih >= g->in_h || lo >= hi) continue;
+                    float *d = dx + ((b * g->in_h + ih) * g->in_w + iw0 + lo) * c;
+                    for (int64_t i = 0, n = (hi - lo) * c; i < n; i++) d[i] += src[lo * c + i];
+                }
             }
 }
 
