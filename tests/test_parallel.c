@@ -97,6 +97,16 @@ static void check_verify_judge(void)
     CHECK_MSG(!r.full_batch_ok && strcmp(r.decided_by, want) == 0 && r.allowed == 1e-3 &&
                   fabs(r.decided_by_diff - 5e-3) < 1e-4,
               "other tensor: ok %d, decided by %s (%g of %g)", r.full_batch_ok, r.decided_by, r.decided_by_diff, r.allowed);
+    /* a NaN where (c) has a number is never within a bound */
+    crew_model *e = NULL;
+    CHECK_OK(crew_model_clone(c, &e));
+    if (e) {
+        e->layers[last]->params[1].value[0] = NAN;
+        crew_verify_judge(e, c, c, &r);
+        CHECK_MSG(!r.full_batch_ok && isinf(r.max_rel_diff_full_batch), "NaN: ok %d, difference %g", r.full_batch_ok,
+                  r.max_rel_diff_full_batch);
+        crew_model_free(e);
+    }
     /* without (d), the tolerance alone: the conv kernel's 5e-2 fails too */
     r.tolerance = 1e-2;
     crew_verify_judge(a, c, NULL, &r);

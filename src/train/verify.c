@@ -38,17 +38,19 @@ static void log_step(void *user, const crew_step_info *info)
     if (l->losses && info->step >= 1 && info->step <= l->steps) l->losses[(info->step - 1) * 3 + l->column] = info->loss;
 }
 
-/* max|a − b| / max|b| over one tensor. */
+/* max|a − b| / max|b| over one tensor; infinite where a value is not finite on one side only. */
 static double tensor_rel_diff(const crew_param *pa, const crew_param *pb)
 {
     int64_t n = crew_shape_size(&pa->shape);
     double diff = 0.0, scale = 0.0;
     for (int64_t k = 0; k < n; k++) {
         double d = fabs((double)pa->value[k] - (double)pb->value[k]);
+        if (d != d && memcmp(&pa->value[k], &pb->value[k], sizeof(float)) != 0) return INFINITY; /* NaN */
         diff = d > diff ? d : diff;
         scale = fabs((double)pb->value[k]) > scale ? fabs((double)pb->value[k]) : scale;
     }
-    return scale > 0.0 ? diff / scale : diff;
+    double rel = scale > 0.0 ? diff / scale : diff;
+    return rel == rel ? rel : INFINITY; /* inf / inf */
 }
 
 /* max over tensors of tensor_rel_diff; *equal = every value bitwise the same. */
