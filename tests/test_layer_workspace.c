@@ -328,6 +328,45 @@ static void check_fit_steps(void)
     syn_remove(dir);
 }
 
+/* Relu, tanh and sigmoid behind another layer write over their input: act[i + 1] is act[i] and
+ * the plan counts no activation for them (image model: 2 the conv's relu, 11 the dense's tanh).
+ * An activation first (the model's input is data) or one whose derivative needs its input
+ * (gelu) keeps a buffer of its own. */
+static void check_in_place(const crew_model *m, const int *want, const char *what)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        int in_place = crew_model_layer_in_place(m, i);
+        CHECK_MSG(in_place == want[i], "%s: layer %d (%s) in place %d, expected %d", what, i, m->layers[i]->name,
+                  in_place, want[i]);
+        CHECK_MSG((m->act[i + 1] == m->act[i]) == in_place && (crew_model_layer_act_size(m, i, 5) == 0) == in_place,
+                  "%s: layer %d (%s): buffers do not follow in-place %d", what, i, m->layers[i]->name, in_place);
+    }
+}
+
+static void check_in_place_models(void)
+{
+    crew_model *image = image_model();
+    if (!image) return;
+    crew_status s = crew_model_init_params(image, 1);
+    if (!s) s = crew_model_reserve(image, 37);
+    if (!s) s = crew_model_reserve(image, 128); /* again, larger: the aliases follow their owners */
+    CHECK_OK(s);
+    const int image_want[15] = {[2] = 1, [11] = 1};
+    if (image->act) check_in_place(image, image_want, "image model");
+    crew_model_free(image);
+    crew_model *m = NULL;
+    s = crew_model_create((int64_t[]){6}, 1, &m);
+    if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_ACTIVATION, .activation = CREW_ACT_RELU});
+    if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 5, .activation = CREW_ACT_GELU});
+    if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 4, .activation = CREW_ACT_SIGMOID});
+    if (!s) s = crew_model_init_params(m, 1);
+    if (!s) s = crew_model_reserve(m, 5);
+    CHECK_OK(s);
+    const int want[5] = {0, 0, 0, 0, 1}; /* relu first, dense, gelu, dense, sigmoid */
+    if (m && m->n_layers == 5 && m->act) check_in_place(m, want, "relu first, gelu, sigmoid");
+    crew_model_free(m);
+}
+
 int main(void)
 {
     crew_model *m = image_model();
@@ -354,6 +393,7 @@ int main(void)
         if (fresh) check_model_reserve_matches_plan(fresh, "parameter-free layers first");
         check_training_pass(m, 37, 0);
     }
+    check_in_place_models();
     check_fit_steps();
     return check_report();
 }

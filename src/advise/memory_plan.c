@@ -56,7 +56,8 @@ int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards)
 
 int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows)
 {
-    return crew_mem_alloc_bytes(crew_model_layer_act_size(mm->m, i, rows), F32);
+    int64_t n = crew_model_layer_act_size(mm->m, i, rows);
+    return n ? crew_mem_alloc_bytes(n, F32) : 0; /* 0: written over its input, nothing allocated */
 }
 
 /* Each buffer the layer's workspace op asks for, as crew_layer_reserve allocates it: one backend

@@ -51,7 +51,9 @@ typedef struct crew_backend_ops {
     void (*broadcast_rows)(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols);
     void (*col_sum)(void *ctx, const float *x, int64_t rows, int64_t cols, float *out, int accumulate);
 
-    /* ---- activations, elementwise over n values. backward gets the forward input x and output y. */
+    /* ---- activations, elementwise over n values. backward gets the forward input x and output y.
+     * forward may run in place (y == x), and then backward gets x == y: relu, tanh and sigmoid
+     * take their derivative from y (crew_model_layer_in_place). */
     void (*act_forward)(void *ctx, crew_activation act, const float *x, float *y, int64_t n);
     void (*act_backward)(void *ctx, crew_activation act, const float *x, const float *y,
                          const float *dy, float *dx, int64_t n);

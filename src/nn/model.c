@@ -57,6 +57,17 @@ static void auto_name(const crew_model *m, crew_layer_type type, char *buf, size
 /* Trainable parameters are declared first (gamma before moving_mean), so params[0] tells. */
 static int has_trainable(const crew_layer *l) { return l->n_params && l->params[0].trainable; }
 
+int crew_model_layer_in_place(const crew_model *m, int i)
+{
+    const crew_layer *l = m->layers[i];
+    if (i == 0 || l->spec.type != CREW_LAYER_ACTIVATION) return 0;
+    crew_activation a = l->spec.activation;
+    return a == CREW_ACT_RELU || a == CREW_ACT_TANH || a == CREW_ACT_SIGMOID;
+}
+
+/* act[i] is layer i - 1's input buffer, written over in place, not a buffer of its own. */
+static int act_is_alias(const crew_model *m, int i) { return i > 0 && crew_model_layer_in_place(m, i - 1); }
+
 /* Whether backward must hand the next layer appended to m a dx: only when a layer before it has
  * trainable parameters; below the first such layer nothing needs a gradient, the input is data.
  * This is the one place that decides it (crew_layer.needs_input_grad). */
@@ -147,7 +158,8 @@ void crew_model_free(crew_model *m)
         be->ops->free(be->ctx, m->grads);
         be->ops->free(be->ctx, m->state);
         if (m->act)
-            for (int i = 0; i <= m->n_layers; i++) be->ops->free(be->ctx, m->act[i]);
+            for (int i = 0; i <= m->n_layers; i++)
+                if (!act_is_alias(m, i)) be->ops->free(be->ctx, m->act[i]);
         be->ops->free(be->ctx, m->dbuf[0]);
         be->ops->free(be->ctx, m->dbuf[1]);
         be->ops->free(be->ctx, m->labels);
@@ -286,8 +298,9 @@ crew_status crew_model_init_params(crew_model *m, uint64_t seed)
 
 int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows)
 {
-    return rows * crew_shape_size(&m->layers[i]->out);
+    return crew_model_layer_in_place(m, i) ? 0 : rows * crew_shape_size(&m->layers[i]->out);
 }
+
 
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out)
 {
@@ -317,6 +330,10 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
     crew_model_buffer_sizes n;
     crew_model_buffers(m, max_rows, &n);
     for (int i = 0; i <= m->n_layers; i++) {
+        if (act_is_alias(m, i)) { /* its owner, act[i - 1], is already (re)allocated */
+            m->act[i] = m->act[i - 1];
+            continue;
+        }
         o->free(be->ctx, m->act[i]);
         m->act[i] = o->alloc(be->ctx, i == 0 ? n.act_input : crew_model_layer_act_size(m, i - 1, max_rows));
         if (!m->act[i]) return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for activations of layer %d", i);

@@ -68,8 +68,13 @@ typedef struct crew_model_buffer_sizes {
     int64_t row_loss;           /* [rows] */
 } crew_model_buffer_sizes;
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out);
-/* act[i + 1], layer i's output for `rows` samples, in elements: [rows, size of layer i's output].
- * Kept for the backward pass, so every layer has one, a trailing softmax too. */
+/* 1: layer i writes its output over its input (act[i + 1] is act[i]): an activation whose
+ * derivative its output gives (relu, tanh, sigmoid), behind another layer. No other layer's
+ * backward reads its own output, only its input, so the values before the activation are not
+ * needed once it has run; the model's input (i = 0) is left alone. */
+int crew_model_layer_in_place(const crew_model *m, int i);
+/* act[i + 1], layer i's output for `rows` samples, in elements: [rows, size of layer i's output],
+ * kept for the backward pass (a trailing softmax's too); 0 for a layer that works in place. */
 int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows);
 /* Sizes activations for micro-batches of up to max_rows samples (no-op when already enough). */
 crew_status crew_model_reserve(crew_model *m, int64_t max_rows);

@@ -77,7 +77,7 @@ static void print_layers(const crew_memory_plan *p)
         if (staged) printf("  %5d", l->stage);
         printf("\n");
     }
-    printf("(weights: parameters, gradients and optimizer state; activations: the layer's output for the batch)\n");
+    printf("(weights: parameters, gradients and optimizer state; activations: the layer's output for the batch, 0 B where it writes over its input)\n");
 }
 
 static void print_line(const char *what, int64_t bytes, const char *note)
@@ -101,7 +101,7 @@ static void print_plan(const char *model, const crew_memory_plan *p)
     print_line("parameters and state", p->param_bytes, "");
     print_line("gradients", p->gradient_bytes, "");
     print_line("optimizer state", p->optimizer_bytes, "");
-    print_line("activations", p->activation_bytes, "kept for the backward pass: the input and every layer's output");
+    print_line("activations", p->activation_bytes, "kept for the backward pass: the input and each layer's output");
     print_line("workspace", p->workspace_bytes, "layers' workspace, gradient ping-pong buffers, labels");
     snprintf(note, sizeof note, p->accumulation > 1 ? "micro-batch gradients kept for the ordered sum" : "");
     print_line("accumulation", p->accumulation_bytes, note);

@@ -42,8 +42,8 @@ void cpu_act_backward(void *ctx, crew_activation act, const float *x, const floa
 {
     (void)ctx;
     switch (act) {
-    case CREW_ACT_RELU:
-        for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    case CREW_ACT_RELU: /* y > 0 exactly where x > 0; y, since the model may have written it over x */
+        for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
         break;
     case CREW_ACT_GELU:
         for (int64_t i = 0; i < n; i++) {
