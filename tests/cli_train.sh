@@ -45,7 +45,11 @@ for model in fashion_mlp fashion_cnn; do
 done
 # ...and at the model files' own per-device batch and 20 steps, where a fixed tolerance of 1e-3
 # failed the CNN on 4 replicas by luck (AdamW amplifies rounding; the rounding reference measures it).
-for spec in fashion_mlp:8 fashion_cnn:4; do
+# Numerics only, and 15 s of the CNN are over 15 minutes under ThreadSanitizer: the instrumented
+# builds verify the MLP alone.
+specs="fashion_mlp:8 fashion_cnn:4"
+[ "${CREW_SANITIZED:-0}" = 1 ] && specs="fashion_mlp:8"
+for spec in $specs; do
   model=${spec%:*} n=${spec#*:}
   "$CREW" verify examples/$model.json --data "$DATA" --devices cpu:$n --json > "$TMP/v.out"
   rc=$?
