@@ -131,6 +131,37 @@ static void test_last_batch(const crew_dataset *d)
     crew_loader_free(l);
 }
 
+/* reverse_rows (crew verify's rounding reference): each micro-batch holds the same samples, in
+ * reverse order, with the matching pixels and labels. */
+static void test_reverse_rows(const crew_dataset *d)
+{
+    enum { B = 8, PX = SYN_SIDE * SYN_SIDE };
+    crew_loader_options fwd = {.threads = 2, .prefetch = 2}, rev = {.threads = 1, .prefetch = 3, .reverse_rows = 1};
+    crew_loader *a = NULL, *b = NULL;
+    CHECK_OK(crew_loader_create(d, &fwd, B, 2, 9, &a));
+    CHECK_OK(crew_loader_create(d, &rev, B, 2, 9, &b));
+    if (a && b) {
+        CHECK_OK(crew_loader_start_epoch(a, 0, 0));
+        CHECK_OK(crew_loader_start_epoch(b, 0, 0));
+        static float xa[B * PX], xb[B * PX];
+        int32_t ya[B], yb[B];
+        int64_t ia[B], ib[B];
+        double wait;
+        int same = 1;
+        for (int64_t step = 0; step < 3; step++)
+            for (int i = 0; i < 2; i++) {
+                CHECK_OK(crew_loader_next(a, 0, step, i, xa, ya, ia, &wait));
+                CHECK_OK(crew_loader_next(b, 0, step, i, xb, yb, ib, &wait));
+                for (int r = 0; r < B; r++)
+                    same &= ib[r] == ia[B - 1 - r] && yb[r] == ya[B - 1 - r] &&
+                            memcmp(xb + r * PX, xa + (B - 1 - r) * PX, PX * sizeof(float)) == 0;
+            }
+        CHECK_MSG(same, "reverse_rows: a micro-batch is not the forward one reversed");
+    }
+    crew_loader_free(a);
+    crew_loader_free(b);
+}
+
 static void test_augment(void)
 {
     crew_shape sh = crew_shape3(3, 3, 1);
@@ -165,6 +196,7 @@ int main(void)
         test_independent_of_threads(d);
         test_input_bound(d);
         test_last_batch(d);
+        test_reverse_rows(d);
     }
     test_augment();
     crew_dataset_free(d);

@@ -104,11 +104,15 @@ static slot *claim(crew_loader *l, int *epoch, int64_t *step, int *index)
 static void fill(crew_loader *l, slot *sl, int epoch, int64_t step, int index, float *scratch)
 {
     const int64_t *ids = l->perm[epoch % 2] + step * l->global + (int64_t)index * l->batch;
-    memcpy(sl->ids, ids, (size_t)l->batch * sizeof *ids);
-    crew_dataset_gather(l->d, ids, l->batch, sl->x, sl->y);
+    if (l->o.reverse_rows)
+        for (int64_t r = 0; r < l->batch; r++) sl->ids[r] = ids[l->batch - 1 - r];
+    else
+        memcpy(sl->ids, ids, (size_t)l->batch * sizeof *ids);
+    crew_dataset_gather(l->d, sl->ids, l->batch, sl->x, sl->y);
     if (crew_augment_active(&l->o.augment))
         for (int64_t r = 0; r < l->batch; r++)
-            crew_augment_sample(&l->o.augment, &l->d->sample, sl->x + r * l->sample_size, scratch, l->seed, epoch, ids[r]);
+            crew_augment_sample(&l->o.augment, &l->d->sample, sl->x + r * l->sample_size, scratch, l->seed, epoch,
+                                sl->ids[r]);
 }
 
 static void *producer(void *arg)

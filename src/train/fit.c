@@ -142,7 +142,8 @@ static crew_status run_replicas(crew_model *m, fit_run *run)
     crew_loader_options lo = {.threads = o->loader_threads > 0 ? o->loader_threads : 1,
                               .prefetch = o->prefetch > 0 ? o->prefetch : 2,
                               .augment = o->augment,
-                              .pad_last = o->pad_last_batch};
+                              .pad_last = o->pad_last_batch,
+                              .reverse_rows = o->reverse_batch_rows};
     CREW_TRY(crew_loader_create(run->train, &lo, run->plan.batch_per_device, n * run->plan.accumulation,
                                 run->plan.seed, &run->loader));
     crew_local_comm *lc;

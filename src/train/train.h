@@ -20,7 +20,7 @@ crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, in
                             double *loss_sum, int64_t *correct);
 
 /* crew_model_verify's judgement of (a) against the full-batch run (c): each tensor's relative
- * difference against max(res->tolerance, 10 × its difference between (c) and the rounding
+ * difference against max(res->tolerance, 30 × its difference between (c) and the rounding
  * reference (d)); d NULL: the tolerance alone. Sets max_rel_diff_full_batch, rounding_spread,
  * allowed and decided_by* (the tensor nearest its bound) and full_batch_ok. */
 void crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, crew_verify_result *res);

@@ -14,9 +14,9 @@ static const char *usage_text =
     "replica on the whole global batch. Prints the losses side by side, whether the first two end\n"
     "with bitwise-equal parameters (not required with batch norm, whose statistics N replicas\n"
     "share), and the largest relative parameter difference to the third.\n"
-    "That difference is float rounding, which training amplifies; a fourth run (the full batch from\n"
-    "weights nudged by one ulp) measures how much, tensor by tensor, and each tensor may differ by\n"
-    "up to 10 times its own figure, at least 1e-3. --tolerance T sets a fixed bound instead.\n"
+    "That difference is float rounding, which training amplifies; a fourth run (the full batch with\n"
+    "each batch's samples in reverse order) measures how much, tensor by tensor, and each tensor may\n"
+    "differ by up to 30 times its own figure, at least 1e-3. --tolerance T sets a fixed bound.\n"
     "Exit status 0 only when both hold (1 otherwise). With --json the last line is\n"
     "{\"devices\":N,\"steps\":K,\"bitwise_equal\":..,\"max_rel_diff_accum\":..,\"batch_norm_synced\":..,\n"
     " \"max_rel_diff_full_batch\":..,"
@@ -50,8 +50,8 @@ static void print_full_batch_verdict(const crew_verify_result *r)
                r->decided_by_diff);
         return;
     }
-    printf("  rounding alone (the full batch from weights nudged by one ulp) moves tensors by up to %.3g;\n"
-           "  each may differ by 10 times its own figure, at least %.3g; nearest its bound: %s, %.3g of %.3g\n",
+    printf("  rounding alone (the full batch, samples in reverse order) moves tensors by up to %.3g;\n"
+           "  each may differ by 30 times its own figure, at least %.3g; nearest its bound: %s, %.3g of %.3g\n",
            r->rounding_spread, r->tolerance, r->decided_by, r->decided_by_diff, r->allowed);
 }
 
