@@ -5,7 +5,7 @@
 # - crew eval on the saved weights reproduces the test accuracy train printed;
 # - --json ends stdout with one JSON object holding the documented keys;
 # - crew verify passes for both example models with N = 2, 3, 4 and 8, and at the model files'
-#   own batch.
+#   own batch, and for a Keras model with batch norm.
 . "$(dirname "$0")/lib_cli.sh"
 need_fashion
 
@@ -56,4 +56,10 @@ for spec in $specs; do
   [ $rc -eq 0 ] && [ "$(json_field "$TMP/v.out" pass)" = true ] && [ "$(json_field "$TMP/v.out" rounding_spread)" != null ] \
     && ok || fail "verify $model cpu:$n at its own batch: $(tail -n 1 "$TMP/v.out")"
 done
+# A Keras model with batch norm (a bias before each norm gets only rounding noise): N replicas share
+# the statistics, so verify holds them to the full batch alone, tensor by tensor.
+"$CREW" verify tests/fixtures/keras/small_cnn.json --data "$DATA" --devices cpu:2 --steps 5 --json > "$TMP/v.out"
+rc=$?
+[ $rc -eq 0 ] && [ "$(json_field "$TMP/v.out" pass)" = true ] && [ "$(json_field "$TMP/v.out" batch_norm_synced)" = true ] \
+  && ok || fail "verify of the Keras batch-norm model: $(tail -n 1 "$TMP/v.out")"
 report
