@@ -332,6 +332,10 @@ static const gc_case cases[] = {
     {CASE("tanh", 1, 4), .shape = {6}, .input_scale = 2.0f, .layers = {DENSE(6), ACT(CREW_ACT_TANH), DENSE(3)}},
     {CASE("sigmoid", 1, 4), .shape = {6}, .input_scale = 2.0f,
      .layers = {DENSE(6), ACT(CREW_ACT_SIGMOID), DENSE(3)}},
+    /* two activations in a row: the second must not write over the first's output, which the
+     * first's backward reads */
+    {CASE("tanh then sigmoid", 1, 4), .shape = {6}, .input_scale = 2.0f,
+     .layers = {DENSE(6), ACT(CREW_ACT_TANH), ACT(CREW_ACT_SIGMOID), DENSE(3)}},
     /* dropout, training: every evaluation uses the same seed/step/sample ids, so one mask */
     {CASE("dropout", 1, 4), .shape = {8}, .training = 1,
      .layers = {DENSE(8), {.type = CREW_LAYER_DROPOUT, .rate = 0.4f}, DENSE(3)}},

@@ -328,10 +328,11 @@ static void check_fit_steps(void)
     syn_remove(dir);
 }
 
-/* Relu, tanh and sigmoid behind another layer write over their input: act[i + 1] is act[i] and
- * the plan counts no activation for them (image model: 2 the conv's relu, 11 the dense's tanh).
- * An activation first (the model's input is data) or one whose derivative needs its input
- * (gelu) keeps a buffer of its own. */
+/* Relu, tanh and sigmoid behind a layer that is not an activation write over their input:
+ * act[i + 1] is act[i] and the plan counts no activation for them (image model: 2 the conv's
+ * relu, 11 the dense's tanh). An activation first (the model's input is data), one whose
+ * derivative needs its input (gelu), or one behind another activation (whose output that one's
+ * backward reads) keeps a buffer of its own. */
 static void check_in_place(const crew_model *m, const int *want, const char *what)
 {
     for (int i = 0; i < m->n_layers; i++) {
@@ -359,11 +360,12 @@ static void check_in_place_models(void)
     if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_ACTIVATION, .activation = CREW_ACT_RELU});
     if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 5, .activation = CREW_ACT_GELU});
     if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 4, .activation = CREW_ACT_SIGMOID});
+    if (!s) s = crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_ACTIVATION, .activation = CREW_ACT_TANH});
     if (!s) s = crew_model_init_params(m, 1);
     if (!s) s = crew_model_reserve(m, 5);
     CHECK_OK(s);
-    const int want[5] = {0, 0, 0, 0, 1}; /* relu first, dense, gelu, dense, sigmoid */
-    if (m && m->n_layers == 5 && m->act) check_in_place(m, want, "relu first, gelu, sigmoid");
+    const int want[6] = {0, 0, 0, 0, 1, 0}; /* relu first, dense, gelu, dense, sigmoid, tanh behind it */
+    if (m && m->n_layers == 6 && m->act) check_in_place(m, want, "relu first, gelu, sigmoid, tanh");
     crew_model_free(m);
 }
 

@@ -60,7 +60,9 @@ static int has_trainable(const crew_layer *l) { return l->n_params && l->params[
 int crew_model_layer_in_place(const crew_model *m, int i)
 {
     const crew_layer *l = m->layers[i];
-    if (i == 0 || l->spec.type != CREW_LAYER_ACTIVATION) return 0;
+    /* behind another activation it would write over that one's output, which its backward reads */
+    if (i == 0 || l->spec.type != CREW_LAYER_ACTIVATION || m->layers[i - 1]->spec.type == CREW_LAYER_ACTIVATION)
+        return 0;
     crew_activation a = l->spec.activation;
     return a == CREW_ACT_RELU || a == CREW_ACT_TANH || a == CREW_ACT_SIGMOID;
 }
@@ -300,7 +302,6 @@ int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows)
 {
     return crew_model_layer_in_place(m, i) ? 0 : rows * crew_shape_size(&m->layers[i]->out);
 }
-
 
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out)
 {

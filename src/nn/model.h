@@ -69,9 +69,10 @@ typedef struct crew_model_buffer_sizes {
 } crew_model_buffer_sizes;
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out);
 /* 1: layer i writes its output over its input (act[i + 1] is act[i]): an activation whose
- * derivative its output gives (relu, tanh, sigmoid), behind another layer. No other layer's
- * backward reads its own output, only its input, so the values before the activation are not
- * needed once it has run; the model's input (i = 0) is left alone. */
+ * derivative its output gives (relu, tanh, sigmoid), behind a layer that is not an activation.
+ * No layer's backward but an activation's reads its own output (only its input), so the values
+ * before the activation are not needed once it has run; an activation's backward does read its
+ * output, so one behind another keeps a buffer; the model's input (i = 0) is left alone. */
 int crew_model_layer_in_place(const crew_model *m, int i);
 /* act[i + 1], layer i's output for `rows` samples, in elements: [rows, size of layer i's output],
  * kept for the backward pass (a trailing softmax's too); 0 for a layer that works in place. */
