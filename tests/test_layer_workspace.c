@@ -369,31 +369,28 @@ static void check_in_place_models(void)
     crew_model_free(m);
 }
 
+/* The models, each with the sizes written out for it. */
+static const struct {
+    const char *what;
+    crew_model *(*build)(void);
+    void (*check_sizes)(const crew_model *m);
+    int token_ids; /* the input is token ids, not pixels */
+} MODELS[] = {
+    {"image model", image_model, check_image_sizes, 0},
+    {"token model", token_model, check_token_sizes, 1},
+    {"parameter-free layers first", free_first_model, check_free_first_sizes, 0},
+};
+
 int main(void)
 {
-    crew_model *m = image_model();
-    if (m) {
-        check_image_sizes(m);
-        check_reserve_matches_plan(m, "image model");
-        crew_model *fresh = image_model();
-        if (fresh) check_model_reserve_matches_plan(fresh, "image model");
-        check_training_pass(m, 37, 0);
-    }
-    m = token_model();
-    if (m) {
-        check_token_sizes(m);
-        check_reserve_matches_plan(m, "token model");
-        crew_model *fresh = token_model();
-        if (fresh) check_model_reserve_matches_plan(fresh, "token model");
-        check_training_pass(m, 37, 1);
-    }
-    m = free_first_model();
-    if (m) {
-        check_free_first_sizes(m);
-        check_reserve_matches_plan(m, "parameter-free layers first");
-        crew_model *fresh = free_first_model();
-        if (fresh) check_model_reserve_matches_plan(fresh, "parameter-free layers first");
-        check_training_pass(m, 37, 0);
+    for (size_t i = 0; i < sizeof MODELS / sizeof *MODELS; i++) {
+        crew_model *m = MODELS[i].build();
+        if (!m) continue;
+        MODELS[i].check_sizes(m);
+        check_reserve_matches_plan(m, MODELS[i].what);
+        crew_model *fresh = MODELS[i].build();
+        if (fresh) check_model_reserve_matches_plan(fresh, MODELS[i].what);
+        check_training_pass(m, 37, MODELS[i].token_ids);
     }
     check_in_place_models();
     check_fit_steps();
