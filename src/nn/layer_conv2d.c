@@ -66,10 +66,11 @@ static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *
     CREW_TRY(conv_geometry(l, p->rows, &g));
     const int64_t k = g.k_h * g.k_w * g.in_c, n = l->spec.filters, chunk = conv_chunk(l, p->rows);
     const int64_t x_per = g.in_h * g.in_w * g.in_c, y_per = g.out_h * g.out_w * n;
-    if (!l->spec.no_bias) o->broadcast_rows(p->be->ctx, y, l->params[1].value, p->rows * g.out_h * g.out_w, n);
     for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {
         g.batch = p->rows - r0 < chunk ? p->rows - r0 : chunk;
         int64_t m = g.batch * g.out_h * g.out_w;
+        /* the bias seeds the chunk's outputs right before the GEMM adds to them, still in cache */
+        if (!l->spec.no_bias) o->broadcast_rows(p->be->ctx, y + r0 * y_per, l->params[1].value, m, n);
         o->im2col(p->be->ctx, x + r0 * x_per, l->work[0], &g);
         o->gemm(p->be->ctx, 0, 0, m, n, k, 1.0f, l->work[0], k, l->params[0].value, n,
                 l->spec.no_bias ? 0.0f : 1.0f, y + r0 * y_per, n);
@@ -77,8 +78,9 @@ static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *
     return CREW_OK;
 }
 
-/* Chunk by chunk: rebuild the columns from x, add their share of the kernel gradient, then reuse
- * the buffer for the columns' gradient and scatter it into dx. */
+/* Chunk by chunk: the chunk's share of the bias gradient; rebuild the columns from x, add their
+ * share of the kernel gradient, then reuse the buffer for the columns' gradient and scatter it
+ * into dx. */
 static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float *x, const float *y,
                                  const float *dy, float *dx)
 {
@@ -88,11 +90,12 @@ static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float 
     CREW_TRY(conv_geometry(l, p->rows, &g));
     const int64_t k = g.k_h * g.k_w * g.in_c, n = l->spec.filters, chunk = conv_chunk(l, p->rows);
     const int64_t x_per = g.in_h * g.in_w * g.in_c, y_per = g.out_h * g.out_w * n;
-    if (!l->spec.no_bias) o->col_sum(p->be->ctx, dy, p->rows * g.out_h * g.out_w, n, l->params[1].grad, 0);
     for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {
         g.batch = p->rows - r0 < chunk ? p->rows - r0 : chunk;
         int64_t m = g.batch * g.out_h * g.out_w;
         const float *dy_c = dy + r0 * y_per;
+        /* rows added in the same order as in one pass over the batch: the same bits */
+        if (!l->spec.no_bias) o->col_sum(p->be->ctx, dy_c, m, n, l->params[1].grad, r0 > 0);
         o->im2col(p->be->ctx, x + r0 * x_per, l->work[0], &g);
         o->gemm(p->be->ctx, 1, 0, k, n, m, 1.0f, l->work[0], k, dy_c, n, r0 ? 1.0f : 0.0f, l->params[0].grad, n);
         if (dx) {
