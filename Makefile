@@ -6,7 +6,7 @@ DATA    ?= data/fashion-mnist
 RUN_DIR ?= runs/demo
 MODEL   ?= examples/fashion_cnn.json
 
-.PHONY: all deps build test fuzz demo asan tsan clean
+.PHONY: all deps build test guard fuzz demo asan tsan clean
 
 FUZZ_TARGETS = $(basename $(notdir $(wildcard fuzz/fuzz_*.c)))
 
@@ -19,10 +19,19 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Every test, then every fuzz target for 10 seconds (libFuzzer needs clang).
+# Every test, then every test again on the guarded backend, then every fuzz target for 10 seconds
+# (libFuzzer needs clang).
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory guard
 	@$(MAKE) --no-print-directory fuzz
+
+# The test suite with every device's memory trapping host access (src/backend/cpu/cpu_guarded.c):
+# the proof that only the backend touches tensors.
+guard: deps
+	@cmake -S . -B build-guard -DCMAKE_BUILD_TYPE=Release -DCREW_GUARD=ON > /dev/null
+	@cmake --build build-guard -j $(JOBS)
+	ctest --test-dir build-guard --output-on-failure -j $(JOBS)
 
 fuzz:
 	@CREW_WITH_CLANG=1 scripts/install-deps.sh
@@ -47,4 +56,4 @@ tsan: deps
 	ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -L threads
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz build-guard

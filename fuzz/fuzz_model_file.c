@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "crew.h"
-#include "nn/model_file.h"
+#include "io/model_file.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -10,7 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     crew_npy a;
     crew_status s = crew_npy_parse(data, size, "fuzz.npy", &a);
     if (!s) {
-        size_t n = (size_t)a.count * crew_dtype_size(a.dtype);
+        size_t n = (size_t)a.count * crew_npy_dtype_size(a.dtype);
         const uint8_t *p = a.data;
         if (a.count < 0 || p < data || n > size || p + n != data + size) __builtin_trap();
         volatile uint8_t acc = 0;

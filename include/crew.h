@@ -18,6 +18,12 @@
  * - The library never prints and never exits; progress reaches the caller through callbacks.
  * - Sizes in typed interfaces are counts of elements, never bytes.
  * - Tensors are row-major; images are NHWC (channels last, as Keras).
+ * - Option structs (crew_fit_options, crew_verify_options, crew_memory_options,
+ *   crew_scale_options) begin with struct_size. Fill one with its initialiser (crew_model_default_fit,
+ *   crew_verify_options_init, ...), which sets struct_size to the size this header declares, then
+ *   change the fields you want. Fields are only ever added at the end, and the library reads only
+ *   the first struct_size bytes (the rest keep their defaults), so a program built against an
+ *   older crew.h keeps working with a newer library. A struct_size of 0 is an error saying so.
  */
 #ifndef CREW_H
 #define CREW_H
@@ -214,7 +220,6 @@ crew_status crew_prep_text(const char *file, int64_t seq_len, double test_fracti
 typedef struct crew_augment_options {
     int crop_padding;          /* random crop: pad by this many pixels, crop back at a random offset; 0 off */
     int flip;                  /* random horizontal flip */
-    double slow_s;             /* test only: extra seconds per sample, to make a run input-bound */
 } crew_augment_options;
 
 /* Samples per second the loader alone prepares from d with `threads` threads and `prefetch` steps
@@ -282,26 +287,17 @@ typedef enum crew_nan_policy {
     CREW_ON_NAN_SKIP,          /* skip that update, count it, report it, go on */
 } crew_nan_policy;
 
-/* Test-only fault injection: makes the failures the detectors exist for happen on purpose. */
-typedef struct crew_fit_faults {
-    int slow_rank;             /* this replica sleeps slow_s in each backward pass (-1: none) */
-    double slow_s;
-    int stall_rank;            /* this replica stops arriving at collectives from stall_step on */
-    int64_t stall_step;        /* 1-based; 0: never */
-    int corrupt_rank;          /* this replica's first parameter changes at corrupt_step */
-    int64_t corrupt_step;
-    int64_t nan_step;          /* the gradients of this step become NaN (all replicas) */
-} crew_fit_faults;
-
 typedef struct crew_fit_options {
+    size_t struct_size;         /* sizeof(crew_fit_options), set by crew_model_default_fit */
     int epochs;                 /* [model file's, else 1] */
     int64_t max_steps;          /* stop after this many optimizer steps; 0 = no limit */
     int64_t batch_per_device;   /* samples per replica per micro-batch [model file's, else 32] */
     int64_t global_batch;       /* samples per optimizer step; 0 = devices × batch_per_device.
                                    A multiple of devices × batch_per_device: the rest is
                                    gradient accumulation. */
-    int devices;                /* CPU replicas [1] */
-    int threads_per_device;     /* BLAS threads per replica [1] */
+    const char *device_kind;    /* the kind of device each replica runs on (crew_device_kinds) [cpu] */
+    int devices;                /* replicas, one per device [1] */
+    int threads_per_device;     /* CPU kinds: BLAS threads per replica [1] */
     double bucket_mb;           /* gradient bucket size for overlapped all-reduce [25, as PyTorch DDP] */
     int sync_batch_norm;        /* batch statistics over all replicas: -1 auto (on when devices > 1), 0, 1 */
     double collective_timeout_s;/* a replica missing a collective for this long fails the run [300] */
@@ -323,15 +319,11 @@ typedef struct crew_fit_options {
     double straggler_threshold; /* slower than the median of the others by this fraction [0.2] */
     int64_t straggler_window;   /* steps per straggler verdict [50] */
     double loss_spike_z;        /* z-score of a loss spike over the last 100 steps [6] */
-    const crew_fit_faults *faults; /* tests only; NULL */
     /* The loader (docs/DATA.md): threads preparing batches ahead of the replicas. */
     int loader_threads;         /* [model file's, else min(4, cores)] */
     int prefetch;               /* steps prepared ahead [model file's, else 2] */
     crew_augment_options augment; /* [model file's, else none] */
     int pad_last_batch;         /* 1: pad the last partial global batch of an epoch; 0: drop it */
-    int reverse_batch_rows;     /* 1: each micro-batch's samples in reverse order: the same
-                                   mathematics with another order of float sums (crew verify's
-                                   rounding reference) [0] */
     /* Checkpoints (docs/CHECKPOINTS.md): into checkpoint_dir/step-XXXXXXXX/ every so many steps
      * and/or seconds, and when the run is cancelled. */
     const char *checkpoint_dir;     /* NULL: no checkpoints */
@@ -366,11 +358,14 @@ typedef struct crew_fit_result {
     char last_checkpoint[512]; /* the newest checkpoint written, or "" */
 } crew_fit_result;
 
-/* Fills opts with the model file's training settings (or the defaults above). */
+/* Fills opts with the model file's training settings (or the defaults above), struct_size included.
+ * A fit starts a fresh optimizer (zero moments, update count 0) from the model's weights, unless
+ * it resumes a checkpoint, which brings its own: to continue a run, resume it. */
 void crew_model_default_fit(const crew_model *m, crew_fit_options *opts);
 
 /* How a fit will run: resolved before it starts, so the caller can show and record it. */
 typedef struct crew_fit_plan {
+    char device_kind[16];       /* "cpu" */
     int devices;
     int threads_per_device;
     int64_t batch_per_device;
@@ -391,9 +386,32 @@ typedef struct crew_fit_plan {
     crew_schedule_type schedule;
 } crew_fit_plan;
 
-/* Resolves and checks the plan; a combination that cannot work is an error saying why. */
+/* Resolves and checks the plan; a combination that cannot work is an error saying why. With
+ * opts->resume it plans the newest complete checkpoint's run. */
 crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *opts,
                                 crew_fit_plan *plan);
+
+/* A fit in two steps, so that a caller can show and record the plan before the run starts, and
+ * the plan (and a resumed checkpoint) is worked out once:
+ *
+ *   crew_fit *f;
+ *   s = crew_fit_prepare(m, train, &opts, &f);      // plan; with opts.resume, load the checkpoint
+ *   print(crew_fit_get_plan(f));
+ *   s = crew_fit_run(f, &result);                   // train; opts.run_dir is written from here on
+ *   crew_fit_free(f);
+ *
+ * prepare writes nothing. m, train, opts->test and the strings of opts must outlive the fit;
+ * opts itself is copied. */
+typedef struct crew_fit crew_fit;
+crew_status crew_fit_prepare(crew_model *m, const crew_dataset *train, const crew_fit_options *opts, crew_fit **out);
+const crew_fit_plan *crew_fit_get_plan(const crew_fit *f);
+/* Which checkpoint a resumed fit starts from, and any it refused on the way ("" when not resuming). */
+const char *crew_fit_resume_note(const crew_fit *f);
+/* Runs the prepared fit once; the trained weights are in m afterwards (also after a cancel). */
+crew_status crew_fit_run(crew_fit *f, crew_fit_result *result);
+void crew_fit_free(crew_fit *f);
+
+/* prepare + run + free. */
 crew_status crew_model_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *opts,
                            crew_fit_result *result);
 
@@ -429,6 +447,8 @@ int64_t crew_model_output_size(const crew_model *m); /* classes */
  * run, and each tensor of (a) may differ from (c) by up to 30 times its own (c)-(d) difference,
  * or 1e-3 when that is larger (src/train/verify.c has the measurements behind 30). */
 typedef struct crew_verify_options {
+    size_t struct_size;         /* sizeof(crew_verify_options), set by crew_verify_options_init */
+    const char *device_kind;    /* [cpu] */
     int devices;                /* N [2] */
     int64_t steps;              /* K [20] */
     int64_t batch_per_device;   /* [the model file's, else 32] */
@@ -457,6 +477,8 @@ typedef struct crew_verify_result {
     float *losses;                  /* caller's [steps × 3] or NULL: per step, the loss of (a), (b), (c) */
 } crew_verify_result;
 
+/* Every field at its default (zero, or as bracketed above). */
+void crew_verify_options_init(crew_verify_options *opts);
 crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
                               crew_verify_result *result);
 
@@ -473,6 +495,7 @@ crew_status crew_model_load_weights(crew_model *m, const char *path);
  * allocated), and what to do when it does not fit. Sizes in this section are bytes, not elements:
  * a plan adds up buffers of different element types and alignments. */
 typedef struct crew_memory_options {
+    size_t struct_size;          /* sizeof(crew_memory_options), set by crew_memory_options_init */
     int64_t batch_per_device;    /* [model file's, else 32] */
     int devices;                 /* replicas [1] */
     int64_t global_batch;        /* [devices × batch_per_device]; a multiple of it: accumulation */
@@ -516,7 +539,8 @@ typedef struct crew_memory_plan {
     int64_t workspace_bytes;      /* layers' workspace, gradient ping-pong buffers, labels, losses */
     int64_t accumulation_bytes;   /* micro-batch gradients kept for the ordered sum */
     int64_t bytes_per_device;     /* the peak of one replica: the sum of the six above */
-    int64_t host_bytes;           /* shared by the replicas: the loader's ring and sample order */
+    int64_t host_bytes;           /* host memory besides the devices': the loaders' rings and sample
+                                     orders, and the caller's copy of the weights */
     int64_t total_bytes;          /* devices × bytes_per_device + host_bytes */
     int fits;                     /* as asked */
     crew_memory_verdict verdict;
@@ -529,6 +553,7 @@ typedef struct crew_memory_plan {
     crew_memory_layer *layers;    /* [n_layers]; freed by crew_memory_plan_release */
 } crew_memory_plan;
 
+void crew_memory_options_init(crew_memory_options *o); /* every field at its default */
 crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_options *o, crew_memory_plan *plan);
 void crew_memory_plan_release(crew_memory_plan *plan);
 
@@ -553,6 +578,7 @@ typedef struct crew_scale_trial {
 } crew_scale_trial;
 
 typedef struct crew_scale_options {
+    size_t struct_size;          /* sizeof(crew_scale_options), set by crew_scale_options_init */
     int64_t batch_per_device;    /* [model file's, else 32] */
     int64_t warmup_steps;        /* run, not measured [3] */
     int64_t steps;               /* measured per repeat [20] */
@@ -562,6 +588,7 @@ typedef struct crew_scale_options {
     void *user;
 } crew_scale_options;
 
+void crew_scale_options_init(crew_scale_options *o); /* every field at its default */
 crew_status crew_scale_measure(crew_model *m, const crew_dataset *train, const crew_scale_options *o, int devices,
                                crew_scale_trial *out);
 /* Fills speedup and efficiency of every trial against the 1-replica one (NaN without it). */
@@ -671,6 +698,14 @@ const char *crew_version(void);
 /* CPU cores this process may run on: its affinity mask (taskset, a container's cpuset), which can
  * be fewer than the machine has. At least 1. "--devices cpu" and the default loader threads use it. */
 int crew_cpu_cores(void);
+
+/* The device kinds this build of crew has ("cpu", "cpu-guarded", ...): i-th name and a line about
+ * it, or NULL past the last. */
+const char *crew_device_kind_name(int i, const char **about);
+/* "KIND" (every device of that kind this process may use: its cores for cpu) or "KIND:N" into
+ * kind and *count. An unknown kind or a bad count is a CREW_CODE_INVALID_ARGUMENT error whose
+ * message lists the kinds built in. */
+crew_status crew_devices_parse(const char *text, char *kind, size_t kind_len, int *count);
 
 /* The BLAS library in use, for version lines and bug reports ("OpenBLAS 0.3.21 DYNAMIC_ARCH ...,
  * kernels for Haswell"). */

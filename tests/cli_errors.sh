@@ -50,7 +50,7 @@ expect_exit 2 "conv2d.kernel" -- "$CREW" eval examples/fashion_cnn.json --weight
 expect_exit 2 "--epochs" -- "$CREW" train examples/fashion_mlp.json --data "$D" --epochs 0
 expect_exit 2 "--batch-per-device" -- "$CREW" train examples/fashion_mlp.json --data "$D" --batch-per-device -3
 expect_exit 2 "--lr" -- "$CREW" train examples/fashion_mlp.json --data "$D" --lr abc
-expect_exit 2 "--devices" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices gpu:1
+expect_exit 2 "unknown device kind 'gpu': this build of crew has cpu" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices gpu:1
 expect_exit 2 "--devices cpu:N" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:0
 expect_exit 2 "unknown option" -- "$CREW" train examples/fashion_mlp.json --data "$D" --frobnicate
 expect_exit 2 "needs a value" -- "$CREW" train examples/fashion_mlp.json --data
@@ -75,7 +75,7 @@ expect_exit 2 "--batch must be in [1, 1048576], got 0" -- "$CREW" eval $M --weig
 expect_exit 2 "--augment takes crop=P, flip or none (comma-separated), got 'spin'" -- "$CREW" bench-data "$D" --augment spin
 expect_exit 2 "--tolerance must be in [1e-12, 1], got 2" -- "$CREW" verify $M --data "$D" --tolerance 2
 expect_exit 2 "missing --data DIR" -- "$CREW" verify $M --devices gpu
-expect_exit 2 "--devices takes cpu or cpu:N, got 'gpu'" -- "$CREW" plan $M --devices=gpu
+expect_exit 2 "unknown device kind 'gpu'" -- "$CREW" plan $M --devices=gpu
 expect_exit 2 "--device-memory takes a size such as 512M, 8G or 24GiB, got '5X'" -- "$CREW" plan $M --device-memory 5X
 expect_exit 2 "--devices takes cpu:1,2,..., got 'gpu'" -- "$CREW" scale $M --data "$D" --devices gpu
 expect_exit 2 "--project takes ascending counts" -- "$CREW" scale $M --data "$D" --project 4,2

@@ -35,5 +35,5 @@ expect_exit 2 "missing MODEL.json" -- "$CREW" plan
 expect_exit 2 "no-such.json" -- "$CREW" plan "$TMP/no-such.json"
 expect_exit 2 "not a multiple" -- "$CREW" plan examples/fashion_mlp.json --global-batch 100
 expect_exit 2 "unknown option" -- "$CREW" plan examples/fashion_mlp.json --frobnicate
-expect_exit 2 "cpu:N" -- "$CREW" plan examples/fashion_mlp.json --devices gpu:2
+expect_exit 2 "unknown device kind 'gpu'" -- "$CREW" plan examples/fashion_mlp.json --devices gpu:2
 report

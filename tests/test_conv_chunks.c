@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "model_values.h"
 #include "core/rng.h"
 #include "nn/model.h"
 #include "nn/window_geometry.h"
@@ -137,23 +138,38 @@ static void run_case(const conv_case *cc)
     crew_rng rng = crew_rng_make(11);
     float *x = uniform(nx, &rng), *dy = uniform(ny, &rng), *y = uniform(ny, &rng), *dx = uniform(nx, &rng);
     crew_param *kernel = &l->params[0], *bias = &l->params[1];
-    for (int64_t i = 0; i < crew_shape_size(&bias->shape); i++) bias->value[i] = 0.5f - 0.1f * (float)i;
+    const int64_t nk = crew_shape_size(&kernel->shape);
+    float *b = malloc((size_t)cc->filters * sizeof *b), *stale = malloc((size_t)m->n_params * sizeof *stale);
+    for (int64_t i = 0; i < cc->filters; i++) b[i] = 0.5f - 0.1f * (float)i;
+    mv_upload(m, bias->value, b, cc->filters);
     /* Stale gradients: the layer must overwrite them, not add to them. */
-    for (int64_t i = 0; i < m->n_params; i++) m->grads[i] = 100.0f;
+    for (int64_t i = 0; i < m->n_params; i++) stale[i] = 100.0f;
+    mv_upload(m, m->grads, stale, m->n_params);
+    /* the layer's operands in device memory, as the model would hand them over */
+    float *dev[4] = {NULL, NULL, NULL, NULL}, *host[4] = {x, y, dy, dx};
+    const int64_t sizes[4] = {nx, ny, ny, nx};
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(crew_dev_alloc_f32(&m->be, sizes[i], &dev[i]));
+        mv_upload(m, dev[i], host[i], sizes[i]);
+    }
 
     crew_pass p = {.be = &m->be, .rows = cc->rows, .training = 1, .total_rows = (double)cc->rows};
-    CHECK_OK(l->ops->forward(l, &p, x, y));
-    CHECK_OK(l->ops->backward(l, &p, x, y, dy, dx));
+    CHECK_OK(l->ops->forward(l, &p, dev[0], dev[1]));
+    CHECK_OK(l->ops->backward(l, &p, dev[0], dev[1], dev[2], dev[3]));
+    CHECK_OK(m->be.ops->sync(m->be.ctx, NULL));
+    float *y_got = mv_download(m, dev[1], ny), *dx_got = mv_download(m, dev[3], nx);
+    float *k_val = mv_tensor(m, kernel), *k_grad = mv_download(m, kernel->grad, nk);
+    float *b_grad = mv_download(m, bias->grad, cc->filters);
+    for (int i = 0; i < 4; i++) crew_dev_free(&m->be, dev[i]);
 
-    const int64_t nk = crew_shape_size(&kernel->shape);
-    r.x = x, r.kernel = kernel->value, r.bias = bias->value, r.dy = dy;
+    r.x = x, r.kernel = k_val, r.bias = b, r.dy = dy;
     r.y = zeros(ny), r.dk = zeros(nk), r.db = zeros(cc->filters), r.dx = zeros(nx);
     direct_conv(&r, cc->rows);
     const struct { const char *what; double err; } errs[] = {
-        {"y", tensor_error(y, r.y, ny)},
-        {"kernel gradient", tensor_error(kernel->grad, r.dk, nk)},
-        {"bias gradient", tensor_error(bias->grad, r.db, cc->filters)},
-        {"dx", tensor_error(dx, r.dx, nx)},
+        {"y", tensor_error(y_got, r.y, ny)},
+        {"kernel gradient", tensor_error(k_grad, r.dk, nk)},
+        {"bias gradient", tensor_error(b_grad, r.db, cc->filters)},
+        {"dx", tensor_error(dx_got, r.dx, nx)},
     };
     for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++)
         CHECK_MSG(errs[i].err <= TOL, "%s: %s off by %.3g of its scale", cc->name, errs[i].what, errs[i].err);
@@ -161,6 +177,7 @@ static void run_case(const conv_case *cc)
            fmax(fmax(errs[0].err, errs[1].err), fmax(errs[2].err, errs[3].err)));
 
     free(x), free(dy), free(y), free(dx);
+    free(y_got), free(dx_got), free(k_val), free(k_grad), free(b_grad), free(b), free(stale);
     free(r.y), free(r.dk), free(r.db), free(r.dx);
     crew_model_free(m);
 }

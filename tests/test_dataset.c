@@ -18,7 +18,7 @@
 #include "check.h"
 #include "fs_helpers.h"
 #include "core/status.h"
-#include "data/atomic_dir.h"
+#include "core/atomic_dir.h"
 #include "data/dataset.h"
 #include "data/manifest.h"
 
@@ -303,7 +303,7 @@ static void test_bad_manifests(void)
     expect_open_error(dir, "train", "nowhere/manifest.json: No such file or directory");
 }
 
-static void rewrite_npy(const char *dir, const char *file, crew_dtype t, int ndim, const int64_t *shape, const void *data)
+static void rewrite_npy(const char *dir, const char *file, crew_npy_dtype t, int ndim, const int64_t *shape, const void *data)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -355,7 +355,7 @@ static void test_bad_arrays(void)
 /* Writes x [3, ...m->sample_shape] of x_dtype and y [3] (int32) into dir as x.npy and y.npy, and
  * m (name, classes, sample_shape and normalization filled in), with them as its one split, as
  * manifest.json. */
-static void write_three_samples(const char *dir, crew_manifest *m, crew_dtype x_dtype, const void *xs,
+static void write_three_samples(const char *dir, crew_manifest *m, crew_npy_dtype x_dtype, const void *xs,
                                 const int32_t *ys)
 {
     char path[256];

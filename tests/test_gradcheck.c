@@ -20,7 +20,11 @@
  * normalisations, whose 1/σ curvature gives truncation errors of ~1e-3 relative. The worst
  * value uses 0.37 of this tolerance (each case prints its own figure), a 2.7x margin; halving
  * both constants would leave almost none, while a wrong factor, sign, index or missing term —
- * an error of O(|a|) — fails at once (each of those, planted in a kernel, was caught). */
+ * an error of O(|a|) — fails at once (each of those, planted in a kernel, was caught).
+ *
+ * A model's buffers are device memory: inputs, labels, sample ids and perturbed parameters go
+ * up, activations, gradients and statistics come down, only by upload and download
+ * (model_values.h), so the test runs unchanged on the guarded backend (make guard). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@
 
 #include "check.h"
 #include "core/rng.h"
+#include "model_values.h"
 #include "nn/model.h"
 
 #define H 1e-2
@@ -52,7 +57,7 @@ typedef struct gc_case {
     const char *zero;   /* "<layer>.<param>" whose gradient must vanish (a bias before batch norm) */
 } gc_case;
 
-static int64_t sample_ids[64];
+static int64_t sample_ids[64]; /* row r of every pass is sample 1000 + 7r (main) */
 
 static float *host_buf(int64_t n)
 {
@@ -61,10 +66,12 @@ static float *host_buf(int64_t n)
     return p;
 }
 
+/* A pass over the first rows of m's batch; their sample ids go to the device (m->sample_ids). */
 static crew_pass make_pass(crew_model *m, int64_t rows, int training)
 {
+    mv_upload_as(m, m->sample_ids, sample_ids, rows, CREW_DT_I64);
     return (crew_pass){.be = &m->be, .rows = rows, .training = training, .seed = SEED, .step = 3,
-                       .sample_ids = sample_ids, .total_rows = (double)rows};
+                       .sample_ids = m->sample_ids, .total_rows = (double)rows};
 }
 
 /* ------------------------------------------------------------------ building a case */
@@ -74,15 +81,21 @@ static crew_pass make_pass(crew_model *m, int64_t rows, int training)
 static void jitter_params(crew_model *m, uint64_t key)
 {
     crew_rng r = crew_rng_make(key);
-    for (int64_t i = 0; i < m->n_params; i++) m->params[i] += 0.2f * crew_rng_next_uniform(&r) - 0.1f;
+    float *params = mv_params(m);
+    for (int64_t i = 0; i < m->n_params; i++) params[i] += 0.2f * crew_rng_next_uniform(&r) - 0.1f;
+    mv_upload(m, m->params, params, m->n_params);
+    free(params);
 }
 
-static void set_identity_kernel(crew_layer *l)
+static void set_identity_kernel(crew_model *m, crew_layer *l)
 {
     crew_param *k = &l->params[0];
     int64_t in = k->shape.dim[0], out = k->shape.dim[1];
+    float *value = host_buf(in * out);
     for (int64_t i = 0; i < in; i++)
-        for (int64_t j = 0; j < out; j++) k->value[i * out + j] = i == j ? 1.0f : 0.0f;
+        for (int64_t j = 0; j < out; j++) value[i * out + j] = i == j ? 1.0f : 0.0f;
+    mv_upload(m, k->value, value, in * out);
+    free(value);
 }
 
 /* Per (row, channel) of an image, a random permutation of evenly spaced values in [-1, 1]: any
@@ -111,7 +124,7 @@ static void fill_input(crew_model *m, const gc_case *c, uint64_t key)
 {
     crew_rng r = crew_rng_make(key);
     int64_t n = c->rows * crew_shape_size(&m->input);
-    float *x = m->act[0], scale = c->input_scale > 0.0f ? c->input_scale : 1.0f;
+    float *x = host_buf(n), scale = c->input_scale > 0.0f ? c->input_scale : 1.0f;
     for (int64_t i = 0; i < n; i++) {
         float u = crew_rng_next_uniform(&r);
         switch (c->input) {
@@ -126,7 +139,13 @@ static void fill_input(crew_model *m, const gc_case *c, uint64_t key)
     }
     if (c->input == INPUT_PERMUTED) fill_permuted(x, c->shape, c->rows, &r);
     int64_t classes = crew_model_classes(m);
-    for (int64_t i = 0; i < c->rows; i++) m->labels[i] = (int32_t)crew_rng_next_below(&r, (uint64_t)classes);
+    int32_t *labels = malloc((size_t)c->rows * sizeof *labels);
+    if (!labels) abort();
+    for (int64_t i = 0; i < c->rows; i++) labels[i] = (int32_t)crew_rng_next_below(&r, (uint64_t)classes);
+    mv_upload(m, m->act[0], x, n);
+    mv_upload_as(m, m->labels, labels, c->rows, CREW_DT_I32);
+    free(x);
+    free(labels);
 }
 
 static crew_model *build_case(const gc_case *c)
@@ -143,7 +162,7 @@ static crew_model *build_case(const gc_case *c)
         return NULL;
     }
     jitter_params(m, SEED + 1);
-    if (c->identity_first) set_identity_kernel(m->layers[0]);
+    if (c->identity_first) set_identity_kernel(m, m->layers[0]);
     fill_input(m, c, SEED + 2);
     return m;
 }
@@ -169,8 +188,11 @@ static int analytic_grads(crew_model *m, const crew_pass *p, float *grad)
     crew_status s = crew_model_backward(m, p, NULL, NULL);
     CHECK_MSG(s == CREW_OK, "backward: %s", crew_status_message(s));
     crew_status_free(s);
-    memcpy(grad, m->grads, (size_t)m->n_params * sizeof(float));
-    return s == CREW_OK;
+    if (s) return 0;
+    s = crew_dev_download_f32(&m->be, grad, m->grads, m->n_params);
+    int ok = s == CREW_OK;
+    CHECK_OK(s);
+    return ok;
 }
 
 /* Up to MAX_CHECKED distinct indices of [0, n) (all of them when n is small). */
@@ -208,12 +230,12 @@ static void check_tensor(crew_model *m, const crew_pass *p, const crew_layer *l,
     int64_t worst_i = -1;
     double worst_a = 0.0, worst_n = 0.0;
     for (int64_t q = 0; q < k; q++) {
-        float *v = t->value + idx[q], orig = *v, up = orig + (float)H, dn = orig - (float)H;
-        *v = up;
+        float *v = t->value + idx[q], orig = mv_get(m, v), up = orig + (float)H, dn = orig - (float)H;
+        mv_set(m, v, up);
         double lp = eval_loss(m, p);
-        *v = dn;
+        mv_set(m, v, dn);
         double lm = eval_loss(m, p);
-        *v = orig;
+        mv_set(m, v, orig);
         double num = (lp - lm) / ((double)up - (double)dn), a = analytic[t->offset + idx[q]];
         double err = fabs(a - num), ratio = err / (ATOL + RTOL * fmax(fabs(a), fabs(num)));
         if (!(ratio <= worst)) worst = ratio, worst_i = idx[q], worst_a = a, worst_n = num;
@@ -379,7 +401,9 @@ static void test_embedding_rows(void)
     crew_model *m = build_case(c);
     if (!m) return;
     int64_t n = c->rows * c->shape[0], count[8] = {0};
-    for (int64_t i = 0; i < n; i++) count[(int)m->act[0][i]]++;
+    float *ids = mv_download(m, m->act[0], n);
+    for (int64_t i = 0; i < n; i++) count[(int)ids[i]]++;
+    free(ids);
     int repeated = 0;
     for (int v = 0; v < c->vocab; v++) repeated |= count[v] > 1;
     CHECK(repeated && count[c->vocab - 1] == 0);
@@ -409,21 +433,32 @@ static void test_batch_norm_moving_stats(void)
     crew_model *m = build_case(c);
     if (!m) return;
     crew_layer *bn = m->layers[1];
-    float *mm = bn->params[2].value, *mv = bn->params[3].value;
+    float *mm = mv_tensor(m, &bn->params[2]), *mv = mv_tensor(m, &bn->params[3]);
     int64_t ch = bn->in.dim[bn->in.ndim - 1], n = c->rows * crew_shape_size(&bn->in) / ch;
     CHECK(strcmp(bn->params[2].name, "moving_mean") == 0 && mm[0] == 0.0f && mv[0] == 1.0f);
+    free(mm);
+    free(mv);
     crew_pass p = make_pass(m, c->rows, 1);
     double l1 = eval_loss(m, &p);
+    /* the statistics that pass left, and its layer's input */
+    mm = mv_tensor(m, &bn->params[2]);
+    mv = mv_tensor(m, &bn->params[3]);
+    float *x = mv_download(m, m->act[1], n * ch);
     for (int64_t j = 0; j < ch; j++) { /* batch statistics of the layer's input, in double */
         double mean = 0.0, var = 0.0;
-        for (int64_t r = 0; r < n; r++) mean += m->act[1][r * ch + j] / (double)n;
-        for (int64_t r = 0; r < n; r++) var += pow(m->act[1][r * ch + j] - mean, 2) / (double)n;
+        for (int64_t r = 0; r < n; r++) mean += x[r * ch + j] / (double)n;
+        for (int64_t r = 0; r < n; r++) var += pow(x[r * ch + j] - mean, 2) / (double)n;
         CHECK_MSG(fabs(mm[j] - 0.01 * mean) <= 1e-6 && fabs(mv[j] - (0.99 + 0.01 * var)) <= 1e-6,
                   "batch norm channel %lld: moving mean %.9g var %.9g, want %.9g %.9g", (long long)j, mm[j], mv[j],
                   0.01 * mean, 0.99 + 0.01 * var);
         mm[j] = 5.0f + (float)j; /* nonsense statistics: training mode must not see them */
         mv[j] = 0.01f;
     }
+    mv_upload(m, bn->params[2].value, mm, ch);
+    mv_upload(m, bn->params[3].value, mv, ch);
+    free(mm);
+    free(mv);
+    free(x);
     double l2 = eval_loss(m, &p);
     CHECK_MSG(l1 == l2, "batch norm: training loss %.17g changed to %.17g with other moving statistics", l1, l2);
     p.training = 0; /* ...while inference uses them */
@@ -442,11 +477,15 @@ static void test_dropout_mask(void)
     const crew_layer *d = m->layers[1];
     int64_t n = c->rows * crew_shape_size(&d->in), dropped = 0, wrong = 0;
     float keep = 1.0f / (1.0f - d->spec.rate);
+    float *masks = mv_download(m, d->work[0], n), *x = mv_download(m, m->act[1], n), *y = mv_download(m, m->act[2], n);
     for (int64_t i = 0; i < n; i++) {
-        float mask = d->work[0][i];
+        float mask = masks[i];
         dropped += mask == 0.0f;
-        wrong += (mask != 0.0f && mask != keep) || m->act[2][i] != m->act[1][i] * mask;
+        wrong += (mask != 0.0f && mask != keep) || y[i] != x[i] * mask;
     }
+    free(masks);
+    free(x);
+    free(y);
     CHECK_MSG(wrong == 0, "dropout: %lld values are not x·mask with mask in {0, %g}", (long long)wrong, keep);
     /* 32 values at rate 0.4: 12.8 dropped on average; [3, 24] holds with probability > 0.9999. */
     CHECK_MSG(dropped >= 3 && dropped <= 24, "dropout: %lld of %lld values dropped at rate 0.4", (long long)dropped,
@@ -462,11 +501,12 @@ static void dropout_output(crew_model *m, const float *x, const int64_t *ids, in
                            int64_t step, float *y)
 {
     int64_t n = crew_shape_size(&m->input);
-    crew_pass p = {.be = &m->be, .rows = rows, .training = 1, .seed = seed, .step = step, .sample_ids = ids,
-                   .total_rows = (double)rows};
-    memcpy(m->act[0], x, (size_t)(rows * n) * sizeof(float));
+    crew_pass p = {.be = &m->be, .rows = rows, .training = 1, .seed = seed, .step = step,
+                   .sample_ids = m->sample_ids, .total_rows = (double)rows};
+    mv_upload(m, m->act[0], x, rows * n);
+    mv_upload_as(m, m->sample_ids, ids, rows, CREW_DT_I64);
     CHECK_OK(crew_model_forward(m, &p));
-    memcpy(y, m->act[1], (size_t)(rows * n) * sizeof(float));
+    CHECK_OK(crew_dev_download_f32(&m->be, y, m->act[1], rows * n));
 }
 
 static void test_dropout_batch_split(void)
@@ -515,11 +555,22 @@ static void test_dropout_batch_split(void)
  * summed loss, with logits of ±80 (exp(160) overflows float32: a kernel that skipped the max
  * subtraction would return inf/NaN). Scale 1 here: a row loss of ~160 has an ulp of 1.5e-5,
  * which the finite difference turns into ≤ 1e-3 of noise, against gradients of O(1). */
-static double xent_sum(const crew_backend *be, const float *z, const int32_t *labels, int64_t rows, int64_t classes,
+typedef struct xent_dev {
+    float *z, *loss, *dz; /* logits [rows, classes], row losses [rows], d loss / d logits */
+    int32_t *labels;      /* [rows] */
+} xent_dev;
+
+/* The loss of logits z (host) against the labels in d: z goes to the device, the row losses and
+ * the logits' gradient come back into loss and dz; returns the summed loss. */
+static double xent_sum(const crew_backend *be, const xent_dev *d, const float *z, int64_t rows, int64_t classes,
                        float *loss, float *dz)
 {
     int64_t correct;
-    be->ops->softmax_xent(be->ctx, z, labels, rows, classes, 1.0f, loss, dz, &correct);
+    CHECK_OK(crew_dev_upload_f32(be, d->z, z, rows * classes));
+    CHECK_OK(be->ops->sync(be->ctx, NULL));
+    CHECK_OK(be->ops->softmax_xent(be->ctx, d->z, d->labels, rows, classes, 1.0f, d->loss, d->dz, &correct));
+    CHECK_OK(crew_dev_download_f32(be, loss, d->loss, rows));
+    CHECK_OK(crew_dev_download_f32(be, dz, d->dz, rows * classes));
     double sum = 0.0;
     for (int64_t r = 0; r < rows; r++) sum += loss[r];
     return sum;
@@ -529,12 +580,21 @@ static void test_softmax_xent(void)
 {
     enum { ROWS = 4, CLASSES = 4 };
     crew_backend be;
-    CHECK_OK(crew_cpu_backend_create(1, &be));
+    crew_status s = crew_device_open("cpu", 0, NULL, &be);
+    int opened = s == CREW_OK;
+    CHECK_OK(s);
+    if (!opened) return;
+    const int64_t size[4] = {ROWS * CLASSES, ROWS, ROWS * CLASSES, ROWS};
+    void *buf[4] = {NULL};
+    for (int i = 0; i < 4; i++) CHECK_OK(be.ops->alloc(be.ctx, i < 3 ? CREW_DT_F32 : CREW_DT_I32, size[i], &buf[i]));
+    const xent_dev dev = {.z = buf[0], .loss = buf[1], .dz = buf[2], .labels = buf[3]};
     float z[ROWS * CLASSES] = {0.3f, -1.2f, 2.0f, 0.7f,   80.0f, -80.0f, 0.0f, 3.0f,
                                -80.0f, 80.0f, 80.0f, -80.0f, 80.0f, 79.5f, -80.0f, 80.0f};
     const int32_t labels[ROWS] = {2, 1, 2, 3};
     float loss[ROWS], dz[ROWS * CLASSES], scratch[ROWS * CLASSES];
-    xent_sum(&be, z, labels, ROWS, CLASSES, loss, dz);
+    CHECK_OK(be.ops->upload(be.ctx, NULL, dev.labels, labels, ROWS, CREW_DT_I32));
+    CHECK_OK(be.ops->sync(be.ctx, NULL));
+    xent_sum(&be, &dev, z, ROWS, CLASSES, loss, dz);
     int finite = 1;
     for (int i = 0; i < ROWS * CLASSES; i++) finite &= isfinite(dz[i]);
     for (int r = 0; r < ROWS; r++) finite &= isfinite(loss[r]);
@@ -545,9 +605,9 @@ static void test_softmax_xent(void)
     for (int i = 0; i < ROWS * CLASSES; i++) {
         float orig = z[i], up = orig + (float)H, dn = orig - (float)H;
         z[i] = up;
-        double lp = xent_sum(&be, z, labels, ROWS, CLASSES, loss, scratch);
+        double lp = xent_sum(&be, &dev, z, ROWS, CLASSES, loss, scratch);
         z[i] = dn;
-        double lm = xent_sum(&be, z, labels, ROWS, CLASSES, loss, scratch);
+        double lm = xent_sum(&be, &dev, z, ROWS, CLASSES, loss, scratch);
         z[i] = orig;
         double num = (lp - lm) / ((double)up - (double)dn);
         if (fabs(dz[i] - num) > ATOL + RTOL * fmax(fabs(dz[i]), fabs(num))) {
@@ -556,7 +616,8 @@ static void test_softmax_xent(void)
         }
     }
     CHECK(bad == 0);
-    crew_backend_destroy(&be);
+    for (int i = 0; i < 4; i++) be.ops->free(be.ctx, buf[i]);
+    crew_device_close(&be);
 }
 
 /* A softmax as the last layer (on its own or as dense's activation) is fused into the loss: it
@@ -575,11 +636,15 @@ static void test_softmax_fused(void)
         CHECK(m->n_layers == 4 && m->n_compute == 3 && crew_model_classes(m) == 3);
         crew_pass p = make_pass(m, c.rows, 0);
         double mean = eval_loss(m, &p), want = 0.0;
+        float *logits = mv_download(m, m->act[m->n_compute], c.rows * 3);
+        int32_t *labels = mv_labels(m, c.rows);
         for (int64_t r = 0; r < c.rows; r++) { /* cross-entropy of the raw logits, in double */
-            const float *zr = m->act[m->n_compute] + r * 3;
+            const float *zr = logits + r * 3;
             double zmax = fmax(zr[0], fmax(zr[1], zr[2]));
-            want += (log(exp(zr[0] - zmax) + exp(zr[1] - zmax) + exp(zr[2] - zmax)) + zmax - zr[m->labels[r]]) / 3.0;
+            want += (log(exp(zr[0] - zmax) + exp(zr[1] - zmax) + exp(zr[2] - zmax)) + zmax - zr[labels[r]]) / 3.0;
         }
+        free(logits);
+        free(labels);
         CHECK_MSG(fabs(mean - want) < 1e-6, "%s: loss %.9g, want %.9g from the logits", c.name, mean, want);
         gradcheck_model(m, &p, c.name, NULL);
         crew_model_free(m);
@@ -607,14 +672,16 @@ static void test_softmax_fused(void)
  * Richardson extrapolation of central differences at the step and half of it. */
 static double directional_once(crew_model *m, const crew_pass *p, const float *d, double h)
 {
-    float *saved = host_buf(m->n_params);
-    memcpy(saved, m->params, (size_t)m->n_params * sizeof(float));
-    for (int64_t i = 0; i < m->n_params; i++) m->params[i] = saved[i] + (float)(h * d[i]);
+    float *saved = mv_params(m), *moved = host_buf(m->n_params);
+    for (int64_t i = 0; i < m->n_params; i++) moved[i] = saved[i] + (float)(h * d[i]);
+    mv_upload(m, m->params, moved, m->n_params);
     double lp = eval_loss(m, p);
-    for (int64_t i = 0; i < m->n_params; i++) m->params[i] = saved[i] - (float)(h * d[i]);
+    for (int64_t i = 0; i < m->n_params; i++) moved[i] = saved[i] - (float)(h * d[i]);
+    mv_upload(m, m->params, moved, m->n_params);
     double lm = eval_loss(m, p);
-    memcpy(m->params, saved, (size_t)m->n_params * sizeof(float));
+    mv_upload(m, m->params, saved, m->n_params);
     free(saved);
+    free(moved);
     return (lp - lm) / (2.0 * h);
 }
 

@@ -20,8 +20,10 @@
 
 #include "advise/memory_plan.h"
 #include "check.h"
+#include "core/status.h"
 #include "nn/model.h"
 #include "synthetic.h"
+#include "train/rank.h"
 
 /* ---------------------------------------------------------------- a backend that counts */
 
@@ -36,27 +38,28 @@ typedef struct counting {
     int overflow;
 } counting;
 
-static counting counter; /* the backend's alloc and free get only their ctx, which is this */
+/* Every op gets the inner device's ctx (the ops other than alloc and free are the device's own),
+ * so alloc and free find the count here. */
+static counting counter;
 
-static float *counting_alloc(void *ctx, int64_t n)
+static crew_status counting_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
 {
-    counting *c = ctx;
-    float *p = c->cpu.ops->alloc(c->cpu.ctx, n);
-    if (!p) return NULL;
+    counting *c = &counter;
+    CREW_TRY(c->cpu.ops->alloc(ctx, t, n, out));
     for (int i = 0; i < MAX_LIVE; i++)
         if (!c->ptr[i]) {
-            c->ptr[i] = p;
-            c->bytes[i] = crew_mem_alloc_bytes(n, (int64_t)sizeof(float));
+            c->ptr[i] = *out;
+            c->bytes[i] = crew_mem_alloc_bytes(n, (int64_t)crew_dtype_size(t));
             c->live += c->bytes[i];
-            return p;
+            return CREW_OK;
         }
     c->overflow = 1;
-    return p;
+    return CREW_OK;
 }
 
 static void counting_free(void *ctx, void *p)
 {
-    counting *c = ctx;
+    counting *c = &counter;
     if (!p) return;
     for (int i = 0; i < MAX_LIVE; i++)
         if (c->ptr[i] == p) {
@@ -64,18 +67,20 @@ static void counting_free(void *ctx, void *p)
             c->ptr[i] = NULL;
             break;
         }
-    c->cpu.ops->free(c->cpu.ctx, p);
+    c->cpu.ops->free(ctx, p);
 }
 
+/* The models given it never close it (they did not open it); the next call, or main, does. */
 static crew_backend counting_backend(void)
 {
+    crew_device_close(&counter.cpu);
     memset(&counter, 0, sizeof counter);
-    crew_status s = crew_cpu_backend_create(1, &counter.cpu);
+    crew_status s = crew_device_open("cpu", 0, NULL, &counter.cpu);
     CHECK_OK(s);
     counter.ops = *counter.cpu.ops;
     counter.ops.alloc = counting_alloc;
     counter.ops.free = counting_free;
-    return (crew_backend){.ops = &counter.ops, .ctx = &counter};
+    return (crew_backend){.ops = &counter.ops, .ctx = counter.cpu.ctx};
 }
 
 /* ---------------------------------------------------------------- the models */
@@ -237,9 +242,9 @@ static void check_reserve_matches_plan(crew_model *m, const char *what)
     CHECK(!counter.overflow);
 }
 
-/* What crew_model_reserve allocates (the model's buffers and every layer's workspace) is, to the
- * byte, the planner's activations and workspace less the stepper's sample ids, which step.c
- * allocates. m is a fresh model, freed here. */
+/* What crew_model_reserve allocates (the gradient buffer, the model's other buffers and every
+ * layer's workspace) is, to the byte, the planner's gradients, activations and workspace less the
+ * rank's scratch for small all-reduces, which rank.c allocates. m is a fresh model, freed here. */
 static void check_model_reserve_matches_plan(crew_model *m, const char *what)
 {
     m->be = counting_backend();
@@ -254,7 +259,9 @@ static void check_model_reserve_matches_plan(crew_model *m, const char *what)
         CHECK_OK(crew_model_reserve(m, rows[r]));
         crew_mem_costs c;
         crew_mem_replica(&mm, rows[r], 1, 1, 1, &c);
-        int64_t planned = c.activation + c.workspace - rows[r] * (int64_t)sizeof(int64_t);
+        int64_t scratch = crew_mem_alloc_bytes(crew_rank_scratch_size(1, crew_model_named_params(m, NULL, 0)),
+                                               (int64_t)sizeof(double));
+        int64_t planned = c.gradient + c.activation + c.workspace - scratch;
         CHECK_MSG(counter.live - base == planned, "%s, %lld rows: crew_model_reserve allocated %lld bytes, the plan "
                   "counts %lld", what, (long long)rows[r], (long long)(counter.live - base), (long long)planned);
     }
@@ -270,17 +277,26 @@ static void check_training_pass(crew_model *m, int64_t rows, int token_ids)
     m->has_backend = 1;
     crew_status s = crew_model_init_params(m, 7);
     if (!s) s = crew_model_reserve(m, rows);
+    int failed = s != CREW_OK;
     CHECK_OK(s);
-    if (s) return;
+    if (failed) return;
     int64_t in = rows * crew_shape_size(&m->input), classes = crew_model_classes(m);
-    for (int64_t i = 0; i < in; i++)
-        m->act[0][i] = token_ids ? (float)(i % 50) : (float)((i * 37) % 101) / 50.0f - 1.0f;
+    float *x = malloc((size_t)in * sizeof *x);
+    if (!x) abort();
+    for (int64_t i = 0; i < in; i++) x[i] = token_ids ? (float)(i % 50) : (float)((i * 37) % 101) / 50.0f - 1.0f;
     int64_t ids[128];
+    int32_t y[128];
     for (int64_t r = 0; r < rows; r++) {
-        m->labels[r] = (int32_t)(r % classes);
+        y[r] = (int32_t)(r % classes);
         ids[r] = r;
     }
-    crew_pass p = {.be = &m->be, .rows = rows, .training = 1, .seed = 3, .step = 1, .sample_ids = ids,
+    const crew_backend_ops *o = m->be.ops;
+    CHECK_OK(o->upload(m->be.ctx, NULL, m->act[0], x, in, CREW_DT_F32));
+    CHECK_OK(o->upload(m->be.ctx, NULL, m->labels, y, rows, CREW_DT_I32));
+    CHECK_OK(o->upload(m->be.ctx, NULL, m->sample_ids, ids, rows, CREW_DT_I64));
+    CHECK_OK(o->sync(m->be.ctx, NULL));
+    free(x);
+    crew_pass p = {.be = &m->be, .rows = rows, .training = 1, .seed = 3, .step = 1, .sample_ids = m->sample_ids,
                    .total_rows = (double)rows};
     double loss = 0.0;
     int64_t correct = 0;
@@ -394,5 +410,6 @@ int main(void)
     }
     check_in_place_models();
     check_fit_steps();
+    crew_device_close(&counter.cpu);
     return check_report();
 }

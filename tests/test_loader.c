@@ -4,6 +4,8 @@
  * - a deliberately slow augmentation makes the run input-bound and says so; the same run with
  *   more loader threads is not;
  * - the last partial global batch is dropped, or padded the same way for every replica;
+ * - a rank's loader serves only its range of micro-batches, and the ranks' loaders together hand
+ *   out exactly what one loader of every micro-batch does;
  * - augmentations are a function of (seed, epoch, sample) alone, and crop/flip move pixels as
  *   documented. */
 #include <string.h>
@@ -11,8 +13,10 @@
 #include "check.h"
 #include "data/augment.h"
 #include "data/loader.h"
+#include "model_values.h"
 #include "nn/model.h"
 #include "synthetic.h"
+#include "train/hooks.h"
 
 typedef struct events {
     int input_bound;
@@ -39,7 +43,7 @@ static crew_model *small_model(int heavy)
 }
 
 static crew_model *train(const crew_dataset *d, int threads, int prefetch, int devices, crew_augment_options aug,
-                         int64_t steps, events *ev, crew_fit_result *r, int heavy)
+                         double slow_s, int64_t steps, events *ev, crew_fit_result *r, int heavy)
 {
     crew_model *m = small_model(heavy);
     crew_fit_options o;
@@ -54,7 +58,11 @@ static crew_model *train(const crew_dataset *d, int threads, int prefetch, int d
     o.straggler_window = 20;
     o.on_event = on_event;
     o.user = ev;
-    CHECK_OK(crew_model_fit(m, d, &o, r));
+    crew_fit *f = NULL;
+    CHECK_OK(crew_fit_prepare(m, d, &o, &f));
+    if (f) crew_fit_hooks_of(f)->loader_slow_s = slow_s;
+    if (f) CHECK_OK(crew_fit_run(f, r));
+    crew_fit_free(f);
     return m;
 }
 
@@ -63,10 +71,9 @@ static void test_independent_of_threads(const crew_dataset *d)
     crew_augment_options aug = {.crop_padding = 2, .flip = 1};
     events ev = {0};
     crew_fit_result r;
-    crew_model *a = train(d, 1, 1, 2, aug, 40, &ev, &r, 0);
-    crew_model *b = train(d, 4, 6, 2, aug, 40, &ev, &r, 0);
-    CHECK_MSG(memcmp(a->params, b->params, (size_t)a->n_params * sizeof(float)) == 0,
-              "K=1/prefetch 1 and K=4/prefetch 6 give different parameters");
+    crew_model *a = train(d, 1, 1, 2, aug, 0, 40, &ev, &r, 0);
+    crew_model *b = train(d, 4, 6, 2, aug, 0, 40, &ev, &r, 0);
+    CHECK_MSG(mv_equal(a, b), "K=1/prefetch 1 and K=4/prefetch 6 give different parameters");
     crew_model_free(a);
     crew_model_free(b);
 }
@@ -83,11 +90,11 @@ static void test_input_bound(const crew_dataset *d)
     /* 5 ms per sample: one thread prepares an 8-sample micro-batch in ~40 ms, four times as long as
      * the model takes for a step (~10 ms); 32 threads (sleeping, not computing) make one every
      * ~1.3 ms, well ahead. */
-    crew_augment_options slow = {.slow_s = 0.005};
+    crew_augment_options none = {0};
     events one = {0}, many = {0};
     crew_fit_result r1, r2;
-    crew_model *a = train(d, 1, 2, 1, slow, 30, &one, &r1, 1);
-    crew_model *b = train(d, 32, 32, 1, slow, 100, &many, &r2, 1);
+    crew_model *a = train(d, 1, 2, 1, none, 0.005, 30, &one, &r1, 1);
+    crew_model *b = train(d, 32, 32, 1, none, 0.005, 100, &many, &r2, 1);
     CHECK_MSG(one.input_bound == 1, "one slow loader thread: %d input-bound events (data %.0f%%)", one.input_bound,
               100 * r1.data_fraction);
     CHECK_MSG(strstr(r1.bottleneck, "input-bound") != NULL, "summary: %s", r1.bottleneck);
@@ -104,23 +111,24 @@ static void test_last_batch(const crew_dataset *d)
      * samples from the start of the epoch's order, the same for every replica's slice. */
     crew_loader_options drop = {.threads = 2, .prefetch = 2}, pad = {.threads = 2, .prefetch = 2, .pad_last = 1};
     crew_loader *l = NULL;
-    CHECK_OK(crew_loader_create(d, &drop, 8, 4, 9, &l));
+    crew_loader_range all4 = {.batch = 8, .micro = 4, .first = 0, .count = 4};
+    CHECK_OK(crew_loader_create(d, &drop, &all4, 9, &l));
     CHECK(l && crew_loader_steps_per_epoch(l) == 3);
     crew_loader_free(l);
-    CHECK_OK(crew_loader_create(d, &pad, 8, 4, 9, &l));
+    CHECK_OK(crew_loader_create(d, &pad, &all4, 9, &l));
     CHECK(l && crew_loader_steps_per_epoch(l) == 4);
     if (!l) return;
     CHECK_OK(crew_loader_start_epoch(l, 0, 0));
-    float x[8 * SYN_SIDE * SYN_SIDE];
-    int32_t y[8];
-    int64_t ids[8], first[8], seen[100] = {0};
+    int64_t first[8], seen[100] = {0};
     double wait;
     for (int64_t step = 0; step < 4; step++)
         for (int i = 0; i < 4; i++) {
-            CHECK_OK(crew_loader_next(l, 0, step, i, x, y, ids, &wait));
-            for (int k = 0; k < 8; k++) seen[ids[k]]++;
-            if (step == 0 && i == 0) memcpy(first, ids, sizeof first);
-            if (step == 3 && i == 1) CHECK(memcmp(ids, first + 4, 4 * sizeof *ids) == 0); /* wrapped around */
+            crew_loader_batch b;
+            CHECK_OK(crew_loader_take(l, 0, step, i, &b, &wait));
+            for (int k = 0; k < 8; k++) seen[b.ids[k]]++;
+            if (step == 0 && i == 0) memcpy(first, b.ids, sizeof first);
+            if (step == 3 && i == 1) CHECK(memcmp(b.ids, first + 4, 4 * sizeof *b.ids) == 0); /* wrapped around */
+            crew_loader_release(l, 0, step, i);
         }
     int all = 1, twice = 0;
     for (int k = 0; k < 100; k++) {
@@ -138,23 +146,24 @@ static void test_reverse_rows(const crew_dataset *d)
     enum { B = 8, PX = SYN_SIDE * SYN_SIDE };
     crew_loader_options fwd = {.threads = 2, .prefetch = 2}, rev = {.threads = 1, .prefetch = 3, .reverse_rows = 1};
     crew_loader *a = NULL, *b = NULL;
-    CHECK_OK(crew_loader_create(d, &fwd, B, 2, 9, &a));
-    CHECK_OK(crew_loader_create(d, &rev, B, 2, 9, &b));
+    crew_loader_range two = {.batch = B, .micro = 2, .first = 0, .count = 2};
+    CHECK_OK(crew_loader_create(d, &fwd, &two, 9, &a));
+    CHECK_OK(crew_loader_create(d, &rev, &two, 9, &b));
     if (a && b) {
         CHECK_OK(crew_loader_start_epoch(a, 0, 0));
         CHECK_OK(crew_loader_start_epoch(b, 0, 0));
-        static float xa[B * PX], xb[B * PX];
-        int32_t ya[B], yb[B];
-        int64_t ia[B], ib[B];
         double wait;
         int same = 1;
         for (int64_t step = 0; step < 3; step++)
             for (int i = 0; i < 2; i++) {
-                CHECK_OK(crew_loader_next(a, 0, step, i, xa, ya, ia, &wait));
-                CHECK_OK(crew_loader_next(b, 0, step, i, xb, yb, ib, &wait));
+                crew_loader_batch fa, fb;
+                CHECK_OK(crew_loader_take(a, 0, step, i, &fa, &wait));
+                CHECK_OK(crew_loader_take(b, 0, step, i, &fb, &wait));
                 for (int r = 0; r < B; r++)
-                    same &= ib[r] == ia[B - 1 - r] && yb[r] == ya[B - 1 - r] &&
-                            memcmp(xb + r * PX, xa + (B - 1 - r) * PX, PX * sizeof(float)) == 0;
+                    same &= fb.ids[r] == fa.ids[B - 1 - r] && fb.y[r] == fa.y[B - 1 - r] &&
+                            memcmp(fb.x + r * PX, fa.x + (B - 1 - r) * PX, PX * sizeof(float)) == 0;
+                crew_loader_release(a, 0, step, i);
+                crew_loader_release(b, 0, step, i);
             }
         CHECK_MSG(same, "reverse_rows: a micro-batch is not the forward one reversed");
     }
@@ -162,11 +171,53 @@ static void test_reverse_rows(const crew_dataset *d)
     crew_loader_free(b);
 }
 
+/* One loader of all 6 micro-batches of a step against three rank loaders of 2 each (ranks × 2
+ * accumulation), over two epochs and a resume mid-epoch: the same samples, pixels and labels. A
+ * micro-batch outside a loader's range is refused. */
+static void test_ranges(const crew_dataset *d)
+{
+    enum { B = 4, PX = SYN_SIDE * SYN_SIDE, MICRO = 6 };
+    crew_loader_options o = {.threads = 2, .prefetch = 2, .augment = {.crop_padding = 1, .flip = 1}};
+    crew_loader *whole = NULL, *rank[3] = {NULL, NULL, NULL};
+    crew_loader_range all = {.batch = B, .micro = MICRO, .first = 0, .count = MICRO};
+    CHECK_OK(crew_loader_create(d, &o, &all, 7, &whole));
+    for (int r = 0; r < 3; r++) {
+        crew_loader_range mine = {.batch = B, .micro = MICRO, .first = 2 * r, .count = 2};
+        CHECK_OK(crew_loader_create(d, &o, &mine, 7, &rank[r]));
+    }
+    crew_loader_range bad = {.batch = B, .micro = MICRO, .first = 5, .count = 2};
+    crew_loader *none = NULL;
+    CHECK_ERR(crew_loader_create(d, &o, &bad, 7, &none), "not a range of a step");
+    if (!whole || !rank[0] || !rank[1] || !rank[2]) return;
+    int64_t steps = crew_loader_steps_per_epoch(whole), start = 2; /* as a run resumed at step 2 */
+    CHECK_OK(crew_loader_start_epoch(whole, 0, start));
+    for (int r = 0; r < 3; r++) CHECK_OK(crew_loader_start_epoch(rank[r], 0, start));
+    int same = 1;
+    double wait;
+    for (int epoch = 0; epoch < 2; epoch++)
+        for (int64_t step = epoch ? 0 : start; step < steps; step++)
+            for (int i = 0; i < MICRO; i++) {
+                crew_loader *mine = rank[i / 2];
+                crew_loader_batch w, m;
+                CHECK_OK(crew_loader_take(whole, epoch, step, i, &w, &wait));
+                CHECK_OK(crew_loader_take(mine, epoch, step, i, &m, &wait));
+                same &= memcmp(w.ids, m.ids, B * sizeof *w.ids) == 0 && memcmp(w.y, m.y, B * sizeof *w.y) == 0 &&
+                        memcmp(w.x, m.x, B * PX * sizeof *w.x) == 0;
+                crew_loader_release(whole, epoch, step, i);
+                crew_loader_release(mine, epoch, step, i);
+            }
+    CHECK_MSG(same, "the rank loaders' micro-batches differ from one loader's");
+    crew_loader_batch b;
+    CHECK_ERR(crew_loader_take(rank[0], 2, 0, 3, &b, &wait), "not one of [0, 2)");
+    crew_loader_free(whole);
+    for (int r = 0; r < 3; r++) crew_loader_free(rank[r]);
+}
+
 static void test_augment(void)
 {
     crew_shape sh = crew_shape3(3, 3, 1);
     float scratch[9];
-    crew_augment_options flip = {.flip = 1}, crop = {.crop_padding = 1};
+    crew_augment flip = {.flip = 1}, crop = {.crop_padding = 1};
     int flipped = 0, shifted = 0;
     for (int64_t id = 0; id < 64; id++) {
         float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, again[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -197,6 +248,7 @@ int main(void)
         test_input_bound(d);
         test_last_batch(d);
         test_reverse_rows(d);
+        test_ranges(d);
     }
     test_augment();
     crew_dataset_free(d);

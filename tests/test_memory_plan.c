@@ -125,7 +125,8 @@ static void check_against_reality(const char *self, const char *src, const char 
             crew_model *m = NULL;
             CHECK_OK(crew_model_load_file(path, &m));
             if (!m) continue;
-            crew_memory_options o = {.batch_per_device = batches[i][j], .train_samples = SAMPLES};
+            crew_memory_options o = {.struct_size = sizeof(crew_memory_options), .batch_per_device = batches[i][j],
+                                     .train_samples = SAMPLES};
             crew_memory_plan p;
             CHECK_OK(crew_model_plan_memory(m, &o, &p));
             long anon = 0, hwm = 0;
@@ -155,7 +156,8 @@ static void check_breakdown(const char *src)
     CHECK_OK(crew_model_load_file(path, &m));
     if (!m) return;
     const int64_t P = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10, B = 128;
-    crew_memory_options o = {.batch_per_device = B, .devices = 2, .global_batch = 1024, .device_memory_bytes = 1LL << 30};
+    crew_memory_options o = {.struct_size = sizeof(crew_memory_options), .batch_per_device = B, .devices = 2,
+                             .global_batch = 1024, .device_memory_bytes = 1LL << 30};
     crew_memory_plan p;
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
     CHECK(p.accumulation == 4 && p.global_batch == 1024 && !p.shared_memory);
@@ -165,7 +167,10 @@ static void check_breakdown(const char *src)
     /* input and flatten 784, the two dense layers 256 each, their relus in place, logits 10 */
     int64_t act = round64(4 * B * 784) * 2 + round64(4 * B * 256) * 2 + round64(4 * B * 10);
     CHECK_MSG(p.activation_bytes == act, "activations %lld, expected %lld", (long long)p.activation_bytes, (long long)act);
-    CHECK(p.workspace_bytes == 2 * round64(4 * B * 784) + 2 * round64(4 * B) + 8 * B);
+    /* the two gradient buffers of backward; labels, row losses, sample ids; the rank's scratch for 2
+     * ranks × (6 tensors × 2 hash halves, or 9 metrics): 24 doubles */
+    CHECK_MSG(p.workspace_bytes == 2 * round64(4 * B * 784) + 2 * round64(4 * B) + round64(8 * B) + round64(8 * 24),
+              "workspace %lld", (long long)p.workspace_bytes);
     CHECK(p.bytes_per_device == p.param_bytes + p.gradient_bytes + p.optimizer_bytes + p.activation_bytes +
                                     p.workspace_bytes + p.accumulation_bytes);
     CHECK(p.fits && p.verdict == CREW_MEMORY_FITS && strstr(p.verdict_text, "fits with data parallelism"));
@@ -173,13 +178,13 @@ static void check_breakdown(const char *src)
     CHECK(p.layers[1].weight_bytes == 4 * 4 * (784 * 256 + 256));
     crew_memory_plan_release(&p);
 
-    o = (crew_memory_options){.batch_per_device = B, .devices = 1};
+    o = (crew_memory_options){.struct_size = sizeof(crew_memory_options), .batch_per_device = B, .devices = 1};
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
     CHECK(p.accumulation_bytes == 0 && p.shared_memory && p.device_memory_bytes > 0);
     crew_memory_plan_release(&p);
     o.global_batch = 200; /* not a multiple of 128 */
     CHECK_ERR(crew_model_plan_memory(m, &o, &p), "not a multiple");
-    o = (crew_memory_options){.devices = -1};
+    o = (crew_memory_options){.struct_size = sizeof(crew_memory_options), .devices = -1};
     CHECK_ERR(crew_model_plan_memory(m, &o, &p), "devices must be");
     crew_model_free(m);
 }
@@ -201,7 +206,7 @@ static void check_ladder(const char *src)
     CHECK_OK(crew_model_load_file(path, &m));
     if (!m) return;
     crew_memory_plan p;
-    crew_memory_options o = {.batch_per_device = 64, .device_memory_bytes = 20 << 20};
+    crew_memory_options o = {.struct_size = sizeof(crew_memory_options), .batch_per_device = 64, .device_memory_bytes = 20 << 20};
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
     CHECK(!p.fits && p.verdict == CREW_MEMORY_SMALLER_BATCH && p.advised_batch < 64);
     CHECK(p.advised_batch * p.advised_accumulation == 64 && p.advised_bytes_per_device <= (20 << 20));
@@ -225,7 +230,8 @@ static void check_ladder(const char *src)
     snprintf(path, sizeof path, "%s/examples/fashion_mlp.json", src);
     CHECK_OK(crew_model_load_file(path, &m));
     if (!m) return;
-    o = (crew_memory_options){.batch_per_device = 128, .devices = 4, .device_memory_bytes = 5 << 20};
+    o = (crew_memory_options){.struct_size = sizeof(crew_memory_options), .batch_per_device = 128, .devices = 4,
+                              .device_memory_bytes = 5 << 20};
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
     CHECK_MSG(p.verdict == CREW_MEMORY_SHARD_OPTIMIZER && p.advised_devices >= 4, "verdict %d: %s", (int)p.verdict,
               p.verdict_text);

@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "nn/model.h"
-#include "nn/model_file.h"
+#include "io/model_file.h"
 
 static char tmp_dir[256];
 static char path_buf[512];

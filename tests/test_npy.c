@@ -48,10 +48,10 @@ static size_t make_npy(uint8_t *buf, int major, const char *dict, const void *da
 
 static void test_round_trip_all_dtypes(void)
 {
-    const crew_dtype types[] = {CREW_DTYPE_U8, CREW_DTYPE_I32, CREW_DTYPE_F32, CREW_DTYPE_U16, CREW_DTYPE_I64};
+    const crew_npy_dtype types[] = {CREW_DTYPE_U8, CREW_DTYPE_I32, CREW_DTYPE_F32, CREW_DTYPE_U16, CREW_DTYPE_I64};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         int64_t shape[3] = {2, 3, 5};
-        size_t item = crew_dtype_size(types[t]);
+        size_t item = crew_npy_dtype_size(types[t]);
         uint8_t data[30 * 8];
         for (size_t i = 0; i < sizeof data; i++) data[i] = (uint8_t)(i * 7 + t);
         char path[128];
@@ -193,7 +193,7 @@ static void test_files(void)
     CHECK(truncate(path, 5) == 0);
     CHECK_ERR(crew_npy_open(path, &a), "too short");
 
-    CHECK_ERR(crew_npy_write(path, (crew_dtype)99, 2, shape, data), "unknown dtype");
+    CHECK_ERR(crew_npy_write(path, (crew_npy_dtype)99, 2, shape, data), "unknown dtype");
     CHECK_ERR(crew_npy_write(path, CREW_DTYPE_U8, 9, shape, data), "ndim 9");
     CHECK_ERR(crew_npy_write(path, CREW_DTYPE_U8, 2, shape, NULL), "NULL data");
     path_in_tmp(path, sizeof path, "no/such/dir.npy");
@@ -204,12 +204,12 @@ static void test_files(void)
 
 static void test_dtype_names(void)
 {
-    crew_dtype t;
-    CHECK(crew_dtype_from_name("float32", &t) && t == CREW_DTYPE_F32);
-    CHECK(crew_dtype_from_name("uint8", &t) && t == CREW_DTYPE_U8);
-    CHECK(!crew_dtype_from_name("float64", &t));
-    CHECK(!strcmp(crew_dtype_name(CREW_DTYPE_I64), "int64"));
-    CHECK(!strcmp(crew_dtype_descr(CREW_DTYPE_U16), "<u2") && crew_dtype_size(CREW_DTYPE_U16) == 2);
+    crew_npy_dtype t;
+    CHECK(crew_npy_dtype_from_name("float32", &t) && t == CREW_DTYPE_F32);
+    CHECK(crew_npy_dtype_from_name("uint8", &t) && t == CREW_DTYPE_U8);
+    CHECK(!crew_npy_dtype_from_name("float64", &t));
+    CHECK(!strcmp(crew_npy_dtype_name(CREW_DTYPE_I64), "int64"));
+    CHECK(!strcmp(crew_npy_dtype_descr(CREW_DTYPE_U16), "<u2") && crew_npy_dtype_size(CREW_DTYPE_U16) == 2);
 }
 
 int main(void)

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "model_values.h"
 #include "nn/model.h"
 #include "train/train.h"
 
@@ -50,7 +51,13 @@ static void check_verify(const crew_dataset *train, int devices, int64_t global)
 {
     crew_model *m = cnn(0);
     crew_verify_result r = {0};
-    crew_verify_options o = {.devices = devices, .steps = 6, .batch_per_device = 8, .global_batch = global, .seed = 3};
+    crew_verify_options o;
+    crew_verify_options_init(&o);
+    o.devices = devices;
+    o.steps = 6;
+    o.batch_per_device = 8;
+    o.global_batch = global;
+    o.seed = 3;
     CHECK_OK(crew_model_verify(m, train, &o, &r));
     CHECK_MSG(r.bitwise_equal, "N=%d global %lld: not bitwise equal (max rel diff %g)", devices, (long long)global,
               r.max_rel_diff_accum);
@@ -67,7 +74,10 @@ static void check_verify(const crew_dataset *train, int devices, int64_t global)
 static void scale_tensor(crew_model *m, int layer, int param, double rel)
 {
     crew_param *p = &m->layers[layer]->params[param];
-    for (int64_t i = 0; i < crew_shape_size(&p->shape); i++) p->value[i] *= (float)(1.0 + rel);
+    float *v = mv_tensor(m, p);
+    for (int64_t i = 0; i < crew_shape_size(&p->shape); i++) v[i] *= (float)(1.0 + rel);
+    mv_upload(m, p->value, v, crew_shape_size(&p->shape));
+    free(v);
 }
 
 /* crew_verify_judge on differences made by hand: a tensor may differ by 30 × its own rounding
@@ -76,22 +86,22 @@ static void check_verify_judge(void)
 {
     crew_model *c = cnn(0), *a = NULL, *d = NULL;
     CHECK_OK(crew_model_init_params(c, 1));
-    CHECK_OK(crew_model_clone(c, &a));
-    CHECK_OK(crew_model_clone(c, &d));
+    CHECK_OK(crew_model_clone(c, NULL, &a));
+    CHECK_OK(crew_model_clone(c, NULL, &d));
     if (!a || !d) return;
     crew_verify_result r = {.tolerance = 1e-3};
-    crew_verify_judge(a, c, d, &r);
+    CHECK_OK(crew_verify_judge(a, c, d, &r));
     CHECK(r.full_batch_ok && r.max_rel_diff_full_batch == 0.0 && r.rounding_spread == 0.0 && r.allowed == 1e-3);
     /* layer 0 (conv) kernel: rounding moves it by 1e-2, (a) by 5e-2: within 30 x 1e-2 */
     scale_tensor(d, 0, 0, 1e-2);
     scale_tensor(a, 0, 0, 5e-2);
-    crew_verify_judge(a, c, d, &r);
+    CHECK_OK(crew_verify_judge(a, c, d, &r));
     CHECK_MSG(r.full_batch_ok && fabs(r.rounding_spread - 1e-2) < 1e-4, "own spread: ok %d, spread %g", r.full_batch_ok,
               r.rounding_spread);
     /* ...but 5e-3 on the last dense kernel, where rounding moved nothing, is beyond 1e-3 */
     int last = a->n_layers - 1;
     scale_tensor(a, last, 0, 5e-3);
-    crew_verify_judge(a, c, d, &r);
+    CHECK_OK(crew_verify_judge(a, c, d, &r));
     char want[160];
     snprintf(want, sizeof want, "%s.kernel", a->layers[last]->name);
     CHECK_MSG(!r.full_batch_ok && strcmp(r.decided_by, want) == 0 && r.allowed == 1e-3 &&
@@ -99,17 +109,18 @@ static void check_verify_judge(void)
               "other tensor: ok %d, decided by %s (%g of %g)", r.full_batch_ok, r.decided_by, r.decided_by_diff, r.allowed);
     /* a NaN where (c) has a number is never within a bound */
     crew_model *e = NULL;
-    CHECK_OK(crew_model_clone(c, &e));
+    CHECK_OK(crew_model_clone(c, NULL, &e));
     if (e) {
-        e->layers[last]->params[1].value[0] = NAN;
-        crew_verify_judge(e, c, c, &r);
+        float nan = NAN;
+        mv_upload(e, e->layers[last]->params[1].value, &nan, 1);
+        CHECK_OK(crew_verify_judge(e, c, c, &r));
         CHECK_MSG(!r.full_batch_ok && isinf(r.max_rel_diff_full_batch), "NaN: ok %d, difference %g", r.full_batch_ok,
                   r.max_rel_diff_full_batch);
         crew_model_free(e);
     }
     /* without (d), the tolerance alone: the conv kernel's 5e-2 fails too */
     r.tolerance = 1e-2;
-    crew_verify_judge(a, c, NULL, &r);
+    CHECK_OK(crew_verify_judge(a, c, NULL, &r));
     CHECK(!r.full_batch_ok && r.rounding_spread == 0.0 && strcmp(r.decided_by, "conv2d.kernel") == 0);
     crew_model_free(a);
     crew_model_free(c);
@@ -125,7 +136,13 @@ static void check_verify_batch_norm(const crew_dataset *train)
     for (int fixed = 0; fixed <= 1; fixed++) {
         crew_model *m = cnn(1);
         crew_verify_result r = {0};
-        crew_verify_options o = {.devices = 2, .steps = 6, .batch_per_device = 8, .seed = 3, .tolerance = fixed ? 1e-3 : 0};
+        crew_verify_options o;
+        crew_verify_options_init(&o);
+        o.devices = 2;
+        o.steps = 6;
+        o.batch_per_device = 8;
+        o.seed = 3;
+        o.tolerance = fixed ? 1e-3 : 0;
         CHECK_OK(crew_model_verify(m, train, &o, &r));
         CHECK(r.batch_norm_synced && r.fixed_tolerance == fixed);
         CHECK_MSG(r.pass == !fixed && r.max_rel_diff_full_batch > 1e-3 && (!fixed || r.rounding_spread == 0.0),
@@ -157,20 +174,19 @@ static crew_model *train(const crew_dataset *d, int devices, int64_t batch, int6
     return m;
 }
 
-static int same_weights(const crew_model *a, const crew_model *b)
-{
-    return a->n_params == b->n_params && memcmp(a->params, b->params, (size_t)a->n_params * sizeof(float)) == 0 &&
-           memcmp(a->state, b->state, (size_t)a->n_state * sizeof(float)) == 0;
-}
+static int same_weights(const crew_model *a, const crew_model *b) { return mv_equal(a, b); }
 
 static double max_rel_diff(const crew_model *a, const crew_model *b)
 {
+    float *pa = mv_params(a), *pb = mv_params(b);
     double diff = 0.0, scale = 0.0;
     for (int64_t i = 0; i < a->n_params; i++) {
-        double d = a->params[i] - b->params[i];
-        diff = d * d > diff * diff ? (d < 0 ? -d : d) : diff;
-        scale = b->params[i] * b->params[i] > scale * scale ? (b->params[i] < 0 ? -b->params[i] : b->params[i]) : scale;
+        double d = fabs((double)pa[i] - (double)pb[i]), v = fabs((double)pb[i]);
+        diff = d > diff ? d : diff;
+        scale = v > scale ? v : scale;
     }
+    free(pa);
+    free(pb);
     return diff / scale;
 }
 

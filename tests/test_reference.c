@@ -59,6 +59,8 @@ typedef struct ref_run {
     const char *name;
     crew_st_file f;
     crew_model *m;
+    crew_optimizer opt;     /* the model's SGD state, on its device */
+    int has_opt;
     double worst;
     char worst_tensor[160];
 } ref_run;
@@ -156,7 +158,7 @@ static int load_init(ref_run *r)
             ok = 0;
             continue;
         }
-        r->m->be.ops->upload(r->m->be.ctx, p->value, v, crew_shape_size(&p->shape));
+        CHECK_OK(crew_dev_upload_f32(&r->m->be, p->value, v, crew_shape_size(&p->shape)));
         free(v);
     }
     r->m->initialized = 1;
@@ -177,9 +179,11 @@ static int load_batch(ref_run *r)
                   (long long)crew_model_classes(m));
     }
     if (ok) {
-        m->be.ops->upload(m->be.ctx, m->act[0], x, REF_BATCH * in);
-        /* int32 labels travel as 4-byte words, the backend's unit of memory. */
-        m->be.ops->upload(m->be.ctx, (float *)m->labels, (const float *)y, REF_BATCH);
+        static const int64_t ids[REF_BATCH] = {0, 1, 2, 3, 4, 5, 6, 7}; /* the samples, for dropout masks */
+        CHECK_OK(m->be.ops->upload(m->be.ctx, NULL, m->act[0], x, REF_BATCH * in, CREW_DT_F32));
+        CHECK_OK(m->be.ops->upload(m->be.ctx, NULL, m->labels, y, REF_BATCH, CREW_DT_I32));
+        CHECK_OK(m->be.ops->upload(m->be.ctx, NULL, m->sample_ids, ids, REF_BATCH, CREW_DT_I64));
+        CHECK_OK(m->be.ops->sync(m->be.ctx, NULL));
     }
     free(x);
     free(y);
@@ -189,9 +193,8 @@ static int load_batch(ref_run *r)
 /* Forward, mean loss and backward over the batch, as crew_model_fit does for one step. */
 static crew_status gradient_pass(crew_model *m, int64_t step, double *loss)
 {
-    static const int64_t ids[REF_BATCH] = {0, 1, 2, 3, 4, 5, 6, 7};
     crew_pass p = {.be = &m->be, .rows = REF_BATCH, .training = 1, .seed = REF_SEED, .step = step,
-                   .sample_ids = ids, .total_rows = REF_BATCH};
+                   .sample_ids = m->sample_ids, .total_rows = REF_BATCH};
     CREW_TRY(crew_model_forward(m, &p));
     int64_t correct = 0;
     CREW_TRY(crew_model_loss(m, &p, 1.0f / REF_BATCH, loss, &correct));
@@ -212,7 +215,7 @@ static void check_gradients(ref_run *r)
     float *want = fixture_tensor(r, "logits", CREW_ST_F32, REF_BATCH * classes);
     float *got = malloc((size_t)(REF_BATCH * classes) * sizeof *got);
     if (want && got) {
-        m->be.ops->download(m->be.ctx, got, m->act[m->n_compute], REF_BATCH * classes);
+        CHECK_OK(crew_dev_download_f32(&m->be, got, m->act[m->n_compute], REF_BATCH * classes));
         compare(r, "logits", got, want, REF_BATCH * classes, REF_TOL);
     }
     free(want);
@@ -233,7 +236,7 @@ static void check_gradients(ref_run *r)
         float *g_want = fixture_tensor(r, key, CREW_ST_F32, count);
         float *g_got = malloc((size_t)count * sizeof *g_got);
         if (g_want && g_got) {
-            m->be.ops->download(m->be.ctx, g_got, p->grad, count);
+            CHECK_OK(crew_dev_download_f32(&m->be, g_got, p->grad, count));
             compare(r, key, g_got, g_want, count, REF_TOL);
         }
         free(g_want);
@@ -258,7 +261,7 @@ static void check_sgd(ref_run *r)
         if (!(e <= worst)) worst = e;
         CHECK_MSG(e <= REF_SGD_TOL, "%s: tensor 'sgd_losses' step %d: crew %.8g, torch %.8g, relative error %.3g exceeds %.0e",
                   r->name, t, loss, (double)want[t], e, REF_SGD_TOL);
-        crew_optimizer_step(&m->opt, &m->be, m->params, m->grads, REF_LR, NULL);
+        CHECK_OK(crew_optimizer_step(&r->opt, &m->be, m->params, m->grads, REF_LR, NULL));
     }
     printf("%-18s worst over 10 SGD losses: %.3g\n", r->name, worst);
     free(want);
@@ -280,6 +283,8 @@ static int open_case(ref_run *r, const ref_case *c)
     if (!s) s = crew_model_layout(r->m);
     if (!s) s = crew_model_compile(r->m, &opts);
     if (!s) s = crew_model_reserve(r->m, REF_BATCH);
+    if (!s) s = crew_optimizer_init(&r->opt, &r->m->compile.optimizer, &r->m->be, r->m->n_params);
+    r->has_opt = !s;
     CHECK_MSG(s == CREW_OK, "%s: %s", c->name, crew_status_message(s));
     crew_status_free(s);
     return s == CREW_OK;
@@ -296,6 +301,7 @@ static void run_case(const ref_case *c)
             check_sgd(&r);
         }
     }
+    if (r.has_opt) crew_optimizer_release(&r.opt, &r.m->be);
     crew_model_free(r.m);
     crew_st_free(&r.f);
 }

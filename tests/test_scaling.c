@@ -256,11 +256,20 @@ static void open_mlp(const char *src, const char *data, crew_model **m, crew_dat
 
 static void check_prediction(const char *src, const char *data)
 {
+#ifdef CREW_SANITIZED
+    /* An instrumented build spends its time in the sanitizer's bookkeeping, which the cost model of
+     * crew's own steps does not describe: the prediction is a claim about the real build. */
+    printf("the prediction check is left out of the sanitizer build\n");
+    (void)src;
+    (void)data;
+    return;
+#endif
     crew_model *m;
     crew_dataset *d;
     open_mlp(src, data, &m, &d);
     if (!m || !d) return;
-    crew_scale_options o = {.batch_per_device = 128, .warmup_steps = 3, .steps = TRIAL_STEPS, .repeats = 1};
+    crew_scale_options o = {.struct_size = sizeof(crew_scale_options), .batch_per_device = 128, .warmup_steps = 3,
+                            .steps = TRIAL_STEPS, .repeats = 1};
     int64_t params = crew_model_param_count(m), bytes = params * 4;
     crew_link shared;
     CHECK_OK(crew_scale_measure_shared_memory(bytes, &shared));
@@ -294,9 +303,10 @@ static void check_bad_arguments(const char *src, const char *data)
     crew_dataset *d;
     open_mlp(src, data, &m, &d);
     crew_scale_trial t;
-    crew_scale_options o = {.repeats = 100};
+    crew_scale_options o = {.struct_size = sizeof(crew_scale_options), .repeats = 100};
     CHECK_ERR(crew_scale_measure(m, d, &o, 1, &t), "1 to 64 repeats");
-    o = (crew_scale_options){.batch_per_device = SAMPLES}; /* two replicas need more samples than there are */
+    /* two replicas need more samples than there are */
+    o = (crew_scale_options){.struct_size = sizeof(crew_scale_options), .batch_per_device = SAMPLES};
     CHECK_ERR(crew_scale_measure(m, d, &o, 2, &t), "scaling trial on 2 replicas");
     double a;
     CHECK_ERR(crew_scale_probe_parallel(0, 0.1, 1000, 0.001, &a), "compute probe");

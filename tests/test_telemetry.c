@@ -1,5 +1,5 @@
 /* test_telemetry.c — no multi-device failure stays quiet. Each failure is caused on purpose
- * through the test-only fault hooks (crew_fit_faults) and must come back as the right event and
+ * through the test-only fault hooks (train/hooks.h, outside crew.h) and must come back as the right event and
  * outcome:
  * - a replica slowed on purpose is reported as a straggler, by rank, and no other is;
  * - NaN gradients stop the run (exit code NUMERIC) or, with on_nan = skip, skip one update;
@@ -16,6 +16,7 @@
 #include "synthetic.h"
 #include "telemetry/monitor.h"
 #include "telemetry/tb_reader.h"
+#include "train/hooks.h"
 
 typedef struct seen {
     int count[16];
@@ -55,11 +56,17 @@ static crew_status run(const crew_dataset *d, const crew_fit_faults *faults, int
     o.batch_per_device = 8;
     o.max_steps = steps;
     o.epochs = 100;
-    o.faults = faults;
     o.on_event = on_event;
     o.user = s;
     memset(s, 0, sizeof *s);
-    crew_status st = crew_model_fit(m, d, &o, r);
+    memset(r, 0, sizeof *r);
+    crew_fit *f = NULL;
+    crew_status st = crew_fit_prepare(m, d, &o, &f);
+    if (!st) {
+        crew_fit_hooks_of(f)->faults = *faults;
+        st = crew_fit_run(f, r);
+    }
+    crew_fit_free(f);
     crew_model_free(m);
     return st;
 }

@@ -34,15 +34,15 @@ static crew_model *make_model(int64_t units)
 static float *snapshot(const crew_model *m)
 {
     float *h = malloc((size_t)(m->n_params + m->n_state + 1) * sizeof(float));
-    m->be.ops->download(m->be.ctx, h, m->params, m->n_params);
-    m->be.ops->download(m->be.ctx, h + m->n_params, m->state, m->n_state);
+    CHECK_OK(crew_dev_download_f32(&m->be, h, m->params, m->n_params));
+    CHECK_OK(crew_dev_download_f32(&m->be, h + m->n_params, m->state, m->n_state));
     return h;
 }
 
 static void restore(crew_model *m, const float *h)
 {
-    m->be.ops->upload(m->be.ctx, m->params, h, m->n_params);
-    m->be.ops->upload(m->be.ctx, m->state, h + m->n_params, m->n_state);
+    CHECK_OK(crew_dev_upload_f32(&m->be, m->params, h, m->n_params));
+    CHECK_OK(crew_dev_upload_f32(&m->be, m->state, h + m->n_params, m->n_state));
 }
 
 static int same_bits(const crew_model *m, const float *h)
@@ -172,7 +172,7 @@ int main(void)
     /* Give the batch-norm statistics values of their own so that the state's round trip shows. */
     float stats[8] = {0.5f, -1.25f, 3.0f, 1e-7f, 2.0f, 0.125f, 9.5f, 1.0f};
     CHECK(a->n_state == 8);
-    a->be.ops->upload(a->be.ctx, a->state, stats, 8);
+    CHECK_OK(crew_dev_upload_f32(&a->be, a->state, stats, 8));
     CHECK_OK(crew_model_save_weights(a, path));
     check_file_layout(path);
 

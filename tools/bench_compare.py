@@ -2,6 +2,7 @@
 """Training throughput of crew against PyTorch on this machine, in one command.
 
     python3 tools/bench_compare.py [--markdown] [--json] [--data DIR] [--build DIR] [--rounds 5] [--scaling 4,8]
+    python3 tools/bench_compare.py --against OLD_BUILD [--markdown] [--rounds 7] [--models mlp,cnn]
 
 For the MLP and the CNN of examples/ it runs (each a median of --repeats timed runs, all from the
 same initial weights):
@@ -16,6 +17,13 @@ same initial weights):
 and prints samples/s, the crew/PyTorch ratios at equal thread counts, the scaling efficiency at a
 fixed per-device batch, and whether the targets of docs/PERFORMANCE.md are met. The figures are
 what docs/PERFORMANCE.md explains.
+
+--against OLD_BUILD measures this build (--build) against another build of crew instead (a build
+directory of an older commit, with its bench/bench_train): for each model and each layout (1
+replica, 2 replicas, 1 replica x 2 BLAS threads) it runs --rounds rounds of one timed run of each
+build, right after each other and in alternating order, from the same initial weights, and prints
+each round's new/old ratio, their median, and a verdict: slower (or faster) beyond the noise only
+when every round says so, else within the noise. No PyTorch is needed.
 
 Every figure runs under taskset on two cores that are not hyperthreads of one physical core (the
 first two such cores this process may use), and the one-core baseline on the first of them, so a
@@ -58,6 +66,8 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=5,
                    help="paired rounds (one replica, then N) behind each data-parallel efficiency [5]")
     p.add_argument("--scaling", default="", help="also N replicas on N cores, for each N of a comma list (e.g. 4,8)")
+    p.add_argument("--against", default="", metavar="OLD_BUILD",
+                   help="compare this build with the build directory OLD_BUILD, in paired rounds (no PyTorch)")
     a = p.parse_args()
     try:
         a.scaling = [int(n) for n in a.scaling.split(",") if n.strip()]
@@ -344,6 +354,72 @@ def print_text(info, results, targets):
         print(f"{label:34s} wanted >= {t:.2f}  measured {v:.3f}  {'met' if met else 'NOT met'}")
 
 
+# --against: the layouts measured, as bench_train flags.
+LAYOUTS = [("1 replica", ["--devices", "1"]), ("2 replicas", ["--devices", "2"]),
+           ("1 replica x 2 threads", ["--devices", "1", "--threads-per-device", "2"])]
+
+
+def against_model(a, new_bench, old_bench, model, batch, steps, init):
+    """Paired rounds of both builds for every layout of one model."""
+    two = pinned(a.cores)
+    common = [model, a.data, "--steps", str(steps), "--repeats", "1", "--json", "--batch", str(batch)]
+    # The new build writes the initial weights that every run of both builds starts from.
+    last_json(two + [new_bench] + common + ["--devices", "1", "--save-init", init])
+    rows = []
+    for label, flags in LAYOUTS:
+        runs = {"new": [], "old": []}
+        ratios = []
+        for r in range(a.rounds):
+            order = ("old", "new") if r % 2 == 0 else ("new", "old")  # alternating: drift cancels out
+            got = {}
+            for which in order:
+                exe = new_bench if which == "new" else old_bench
+                got[which] = last_json(two + [exe] + common + flags + ["--init-weights", init])["samples_per_s"]
+                runs[which].append(got[which])
+            ratios.append(got["new"] / got["old"])
+        med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else \
+            sum(sorted(xs)[len(xs) // 2 - 1: len(xs) // 2 + 1]) / 2  # noqa: E731
+        verdict = ("slower beyond the noise" if max(ratios) < 1 else
+                   "faster beyond the noise" if min(ratios) > 1 else "within the noise")
+        log(f"  {label}: new/old per round " + ", ".join(f"{x:.3f}" for x in ratios) + f" -> {verdict}")
+        rows.append({"layout": label, "old": med(runs["old"]), "new": med(runs["new"]), "ratio": med(ratios),
+                     "lo": min(ratios), "hi": max(ratios), "rounds": [round(x, 4) for x in ratios],
+                     "verdict": verdict})
+    return rows
+
+
+def main_against(a):
+    new_bench = os.path.join(ROOT, a.build, "bench", "bench_train")
+    old_bench = os.path.join(a.against, "bench", "bench_train")
+    for exe in (new_bench, old_bench):
+        if not os.access(exe, os.X_OK):
+            raise SystemExit(f"bench_compare: no {exe}: build it first")
+    crew, _ = ensure_prerequisites(a)
+    info = machine_info(crew)
+    steps = {"mlp": a.mlp_steps, "cnn": a.cnn_steps}
+    tmp = tempfile.mkdtemp(prefix="bench_compare.")
+    load_before = loadavg()
+    try:
+        results = {name: against_model(a, new_bench, old_bench, model, batch, steps[name],
+                                       os.path.join(tmp, f"{name}_init.safetensors"))
+                   for name, model, batch, _ in MODELS if name in a.models}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    command = "python3 tools/bench_compare.py " + " ".join(sys.argv[1:])
+    print(f"Machine: {info['cpu']}, {info['cores']} cores; {info['date']}; OpenBLAS {info['openblas']}; every run on "
+          f"{describe_cores(a.cores)}; load average before/after {load_before} / {loadavg()}.  ")
+    print(f"Command: `{command.strip()}`. samples/s are medians over {a.rounds} paired rounds (one timed run of "
+          f"each build per round, alternating which goes first); new = {a.build}, old = {a.against}.\n")
+    print("| model | layout | old samples/s | new samples/s | new/old (median) | rounds (lowest–highest) | verdict |")
+    print("|---|---|--:|--:|--:|--:|---|")
+    for name, rows in results.items():
+        for r in rows:
+            print(f"| {name} | {r['layout']} | {r['old']:.0f} | {r['new']:.0f} | {r['ratio']:.3f} | "
+                  f"{r['lo']:.3f}–{r['hi']:.3f} | {r['verdict']} |")
+    if a.json:
+        print(json.dumps({"machine": info, "command": command.strip(), "against": a.against, "results": results}))
+
+
 def loadavg():
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -353,6 +429,8 @@ def main():
     a.cores = pick_cores(2)
     if a.cores is None:
         raise SystemExit("bench_compare: this process may use only one core; the comparisons need two")
+    if a.against:
+        return main_against(a)
     crew, bench = ensure_prerequisites(a)
     info = machine_info(crew)
     info["cores_used"] = describe_cores(a.cores)

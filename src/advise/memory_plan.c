@@ -7,8 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/options.h"
 #include "core/status.h"
 #include "nn/layer.h"
+#include "train/rank.h"
 
 #define F32 ((int64_t)sizeof(float))
 
@@ -80,8 +82,8 @@ void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int 
     out->gradient = crew_mem_alloc_bytes(mm->n_params, F32);
     if (mm->slots) out->optimizer = mm->slots * crew_mem_alloc_bytes((mm->n_params + shards - 1) / shards, F32);
     /* crew_model_reserve's buffers, each its own allocation: the input's activation here, the
-     * layers' outputs with the layers; the ping-pong buffers, labels and row losses count as
-     * workspace. */
+     * layers' outputs with the layers; the ping-pong buffers, labels, sample ids and row losses
+     * count as workspace, with the rank's scratch for the small all-reduces. */
     crew_model_buffer_sizes n;
     crew_model_buffers(m, batch, &n);
     out->activation = crew_mem_alloc_bytes(n.act_input, F32);
@@ -90,9 +92,10 @@ void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int 
         out->workspace += crew_mem_layer_workspace(mm, i, batch);
     }
     out->workspace += crew_mem_alloc_bytes(n.dbuf[0], F32) + crew_mem_alloc_bytes(n.dbuf[1], F32) +
-                      crew_mem_alloc_bytes(n.labels, F32) + crew_mem_alloc_bytes(n.row_loss, F32);
-    /* the stepper's sample ids */
-    out->workspace += batch * (int64_t)sizeof(int64_t);
+                      crew_mem_alloc_bytes(n.labels, (int64_t)sizeof(int32_t)) +
+                      crew_mem_alloc_bytes(n.sample_ids, (int64_t)sizeof(int64_t)) + crew_mem_alloc_bytes(n.row_loss, F32);
+    out->workspace += crew_mem_alloc_bytes(crew_rank_scratch_size(devices, crew_model_named_params(m, NULL, 0)),
+                                           (int64_t)sizeof(double));
     /* One replica keeps a running sum; several keep every earlier micro-batch apart, so that
      * the all-reduce can add them in the fixed order (docs/ARCHITECTURE.md, determinism). */
     if (accumulation > 1)
@@ -100,24 +103,14 @@ void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int 
     out->total = out->param + out->gradient + out->optimizer + out->activation + out->workspace + out->accumulation;
 }
 
-int64_t crew_mem_host(const crew_mem_model *mm, int64_t global_batch, int prefetch, int64_t train_samples)
+int64_t crew_mem_host(const crew_mem_model *mm, int devices, int64_t global_batch, int prefetch, int64_t train_samples)
 {
-    /* The ring: every micro-batch of `prefetch` steps, samples as float32 plus labels and ids. */
+    /* The rings of every rank's loader: all micro-batches of `prefetch` steps, samples as float32
+     * plus labels and ids; each rank's loader also keeps two epochs' sample orders. And the
+     * caller's model, which a run starts from and ends in: parameters and state. */
     int64_t ring = (int64_t)prefetch * global_batch * (mm->in_size * F32 + (int64_t)sizeof(int32_t) + (int64_t)sizeof(int64_t));
-    return ring + train_samples * (int64_t)sizeof(int64_t);
-}
-
-const char *crew_format_bytes(int64_t bytes, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    double v = (double)bytes;
-    int u = 0;
-    while (v >= 1024.0 && u < 5) v /= 1024.0, u++;
-    if (u == 0)
-        snprintf(buf, len, "%lld B", (long long)bytes);
-    else
-        snprintf(buf, len, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
-    return buf;
+    int64_t caller = crew_mem_alloc_bytes(mm->n_params, F32) + crew_mem_alloc_bytes(mm->n_state, F32);
+    return ring + (int64_t)devices * 2 * train_samples * (int64_t)sizeof(int64_t) + caller;
 }
 
 static int64_t physical_memory(void)
@@ -174,11 +167,21 @@ static crew_status fill_layers(const crew_mem_model *mm, int shards, crew_memory
     return CREW_OK;
 }
 
-crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_options *o, crew_memory_plan *p)
+void crew_memory_options_init(crew_memory_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_options *given, crew_memory_plan *p)
 {
     if (!p) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_memory: NULL plan");
     memset(p, 0, sizeof *p);
-    if (!m || !o) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_memory: NULL argument");
+    if (!m || !given) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_memory: NULL argument");
+    crew_memory_options opts;
+    crew_memory_options_init(&opts);
+    CREW_TRY(crew_options_take(&opts, sizeof opts, given, "crew_memory_options"));
+    const crew_memory_options *o = &opts;
     if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the model has no layers");
     CREW_TRY(resolve(m, o, p));
     crew_mem_model mm;
@@ -195,7 +198,8 @@ crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_option
     p->bytes_per_device = c.total;
     crew_fit_options d;
     crew_model_default_fit(m, &d);
-    p->host_bytes = crew_mem_host(&mm, p->global_batch, o->prefetch > 0 ? o->prefetch : d.prefetch, o->train_samples);
+    p->host_bytes = crew_mem_host(&mm, p->devices, p->global_batch, o->prefetch > 0 ? o->prefetch : d.prefetch,
+                                  o->train_samples);
     p->total_bytes = (int64_t)p->devices * p->bytes_per_device + p->host_bytes;
     p->fits = p->shared_memory ? p->total_bytes <= p->device_memory_bytes : p->bytes_per_device <= p->device_memory_bytes;
     crew_status s = fill_layers(&mm, shards, p);

@@ -49,9 +49,10 @@ int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows);
  * `devices` replicas; its optimizer state split `shards` ways. */
 void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int accumulation, int shards,
                       crew_mem_costs *out);
-/* The loader's buffers, shared by the replicas: `prefetch` global batches of samples and the
- * sample order of an epoch of train_samples (0: unknown, not counted). */
-int64_t crew_mem_host(const crew_mem_model *mm, int64_t global_batch, int prefetch, int64_t train_samples);
+/* The host memory of the `devices` ranks' loaders: `prefetch` global batches of samples in all,
+ * and each loader's two epochs' sample orders of train_samples (0: unknown, not counted); and the
+ * caller's copy of the weights. */
+int64_t crew_mem_host(const crew_mem_model *mm, int devices, int64_t global_batch, int prefetch, int64_t train_samples);
 
 /* The ladder of verdicts (memory_verdict.c): fills plan->verdict, advised_*, verdict_text and
  * the layers' stages. */

@@ -26,7 +26,7 @@ typedef struct ladder {
     const crew_mem_model *mm;
     crew_memory_plan *p;
     int64_t mem;         /* one device's memory */
-    int64_t host;        /* the loader's buffers, on the host */
+    int64_t host;        /* host memory: the loaders' buffers, the caller's weights */
     int shards;          /* as asked: 1, or the replicas with --optimizer-sharding */
     int64_t rows;        /* model parallelism: the micro-batch being tried */
     int64_t *weights;    /* [layers] a layer's parameters, gradients and optimizer state */
@@ -67,8 +67,9 @@ static void fits_as_asked(const ladder *l, int sharded)
     p->advised_bytes_per_device = p->bytes_per_device;
     if (p->shared_memory)
         say(p, "fits with data parallelism%s: each replica needs %s at a per-device batch of %lld; %d replica%s and "
-            "the loader need %s of this machine's %s (%.2g%%)", sharded ? " and sharded optimizer state" : "", per,
-            (long long)p->batch_per_device, p->devices, p->devices > 1 ? "s" : "", total, mem,
+            "%s host memory need %s of this machine's %s (%.2g%%)", sharded ? " and sharded optimizer state" : "", per,
+            (long long)p->batch_per_device, p->devices, p->devices > 1 ? "s" : "", p->devices > 1 ? "their" : "its", total,
+            mem,
             100.0 * (double)p->total_bytes / (double)p->device_memory_bytes);
     else
         say(p, "fits with data parallelism%s: each replica needs %s of the device's %s (%.2g%%) at a per-device "

@@ -180,25 +180,6 @@ void crew_scale_predict(const crew_scale_model *cm, const crew_link *link, int d
     out->epochs_s = epochs_s(out, train_samples, epochs);
 }
 
-/* Each unit holds until two of the next one: "90 s", "100 min", "36.0 h" keep two or three digits. */
-const char *crew_format_duration(double seconds, char *buf, size_t len)
-{
-    if (!buf || len == 0) return "";
-    if (!isfinite(seconds))
-        snprintf(buf, len, "-");
-    else if (seconds < 10)
-        snprintf(buf, len, "%.1f s", seconds);
-    else if (seconds < 120)
-        snprintf(buf, len, "%.0f s", seconds);
-    else if (seconds < 7200)
-        snprintf(buf, len, "%.0f min", seconds / 60);
-    else if (seconds < 172800)
-        snprintf(buf, len, "%.1f h", seconds / 3600);
-    else
-        snprintf(buf, len, "%.1f d", seconds / 86400);
-    return buf;
-}
-
 static void say(char *buf, size_t len, const char *fmt, ...) CREW_PRINTF(3, 4);
 static void say(char *buf, size_t len, const char *fmt, ...)
 {

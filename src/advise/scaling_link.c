@@ -9,7 +9,7 @@
 #include "comm/comm.h"
 #include "core/status.h"
 #include "core/timer.h"
-#include "train/comm_worker.h"
+#include "comm/comm_worker.h"
 
 #define WARMUP 3
 #define REPEATS 25

@@ -19,7 +19,7 @@
 #include "comm/comm.h"
 #include "core/status.h"
 #include "core/timer.h"
-#include "train/comm_worker.h"
+#include "comm/comm_worker.h"
 
 #define MAX_PROBE_THREADS 1024
 #define BARRIER_TIMEOUT_S 60.0
@@ -159,7 +159,9 @@ crew_status crew_scale_probe_parallel(int threads, double seconds, int64_t strea
                            "of up to 10 s over 1 to 2^30 values; got %d threads, %g s, rounds of %g s over %lld",
                            MAX_PROBE_THREADS, threads, seconds, round_s, (long long)stream_values);
     crew_backend be;
-    CREW_TRY(crew_cpu_backend_create(1, &be)); /* one BLAS thread per replica, as training runs them */
+    /* The plain CPU backend on host memory, whatever the build: this measures the CPU itself. One
+     * BLAS thread per replica, as training runs them. */
+    CREW_TRY(crew_cpu_backend_create(1, &be));
     probe_work proto;
     double before = 0, together = 0, after = 0;
     crew_status s = work_init(&proto, &be, stream_values);
@@ -168,7 +170,7 @@ crew_status crew_scale_probe_parallel(int threads, double seconds, int64_t strea
     if (!s) s = lockstep(&be, &proto, threads, seconds / 2, &together);
     if (!s) s = lockstep(&be, &proto, 1, seconds / 4, &after);
     work_free(&proto);
-    crew_backend_destroy(&be);
+    crew_device_close(&be);
     CREW_TRY(s);
     double alone = 0.5 * (before + after);
     *speed = alone > 0 ? together / alone : 1.0;

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "advise/scaling.h"
+#include "core/options.h"
 #include "core/status.h"
 
 #define DEFAULT_WARMUP 3
@@ -136,12 +137,22 @@ static void summarise(trial_log *log, const double *rates, int repeats, crew_sca
     out->speedup = out->efficiency = NAN;
 }
 
-crew_status crew_scale_measure(crew_model *m, const crew_dataset *train, const crew_scale_options *o, int devices,
+void crew_scale_options_init(crew_scale_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->struct_size = sizeof *o;
+}
+
+crew_status crew_scale_measure(crew_model *m, const crew_dataset *train, const crew_scale_options *given, int devices,
                                crew_scale_trial *out)
 {
     if (!out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_scale_measure: NULL result");
     memset(out, 0, sizeof *out);
-    if (!m || !train || !o) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_scale_measure: NULL argument");
+    if (!m || !train || !given) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_scale_measure: NULL argument");
+    crew_scale_options opts;
+    crew_scale_options_init(&opts);
+    CREW_TRY(crew_options_take(&opts, sizeof opts, given, "crew_scale_options"));
+    const crew_scale_options *o = &opts;
     int repeats = o->repeats > 0 ? o->repeats : DEFAULT_REPEATS;
     int64_t steps = o->steps > 0 ? o->steps : DEFAULT_STEPS;
     if (repeats > 64 || steps > 100000 || o->warmup_steps < 0 || o->warmup_steps > 100000 || devices < 1 || devices > 1024)

@@ -1,18 +1,45 @@
-/* backend.h — the one door from layers to computation.
+/* backend.h — the one door from everything above to a device's memory and computation.
  *
- * A backend is a table of functions plus a context pointer (ggml's shape): memory, GEMM and the
- * handful of fused ops the layers need. Layers call these and never include BLAS or CUDA
- * headers, so a CUDA backend is a second table, tested op by op against the CPU one.
+ * A backend is a table of functions plus a context (ggml's shape): memory, transfers, queues,
+ * GEMM and the fused ops the layers need. One backend instance is one device, owned by one rank
+ * (src/train/rank.h), never shared: the CPU backend creates a context per instance, as a CUDA
+ * backend holds one stream, cuBLAS handle and device per instance.
  *
- * All sizes are element counts; all arrays are float32 row-major and live in the backend's
- * memory (alloc). Images are NHWC. "Accumulate" ops add into their output, the others overwrite.
- */
+ * Device memory. alloc returns device addresses: code above the backend may do arithmetic on them
+ * (a tensor's rows, a parameter's slice of the flat buffer) and pass them to ops, but never read
+ * or write through them. Values cross between host and device only by upload and download, and
+ * questions about device values (a sum, a hash, "all finite?") are asked through the synchronous
+ * reductions below. The CPU backend's device memory happens to be host memory; the guarded CPU
+ * backend (cpu_guarded.c, device kind "cpu-guarded") makes every device address trap on host
+ * access, which is how the test suite proves that nothing above this file relies on it.
+ *
+ * Queues and errors. Work is ordered on queues (a CUDA stream on a GPU); NULL names the device's
+ * compute queue, on which every compute op and copy runs. Transfers may go on another queue
+ * (queue_create), so that copies overlap compute; queue_wait orders two queues, sync waits for
+ * one. Compute ops return nothing: they are enqueued, and a failure inside one (a kernel fault
+ * on a GPU, an operand outside device memory in the guarded backend) is kept by the backend as
+ * its pending error, the first one winning, and returned (then cleared) by the next call that
+ * returns a crew_status: upload, download, queue_wait, sync, a reduction, embedding_forward,
+ * softmax_xent. That is how CUDA reports an asynchronous error at the next synchronising call.
+ * The CPU backend runs everything at once and never fails a compute op.
+ *
+ * All sizes are element counts; float arrays are float32 row-major. Images are NHWC.
+ * "Accumulate" ops add into their output, the others overwrite. */
 #ifndef CREW_BACKEND_H
 #define CREW_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "crew.h"
+
+/* The element types of device and staging buffers. */
+typedef enum crew_dtype { CREW_DT_F32 = 1, CREW_DT_F64, CREW_DT_I32, CREW_DT_I64 } crew_dtype;
+
+static inline size_t crew_dtype_size(crew_dtype t) { return t == CREW_DT_F64 || t == CREW_DT_I64 ? 8 : 4; }
+
+/* An ordered stream of work on one device; NULL is the device's compute queue. */
+typedef struct crew_queue crew_queue;
 
 /* Geometry of a 2-D window op (convolution or pooling) over an NHWC batch. */
 typedef struct crew_window {
@@ -25,14 +52,61 @@ typedef struct crew_window {
 } crew_window;
 
 typedef struct crew_backend_ops {
-    const char *name;
+    const char *name;           /* the backend's name, for messages: "cpu", "cpu-guarded" */
 
-    /* ---- memory */
-    float *(*alloc)(void *ctx, int64_t n);                       /* zero-filled, NULL on failure */
+    /* ---- lifecycle: frees the context. Every buffer and queue must have been freed first. */
+    void (*destroy)(void *ctx);
+
+    /* ---- memory. Device buffers come zero-filled; n = 0 gives a buffer of one element. Host
+     * staging buffers are host memory the device copies from and to fastest (page-locked on a
+     * GPU). free takes what alloc returned (NULL: nothing). */
+    crew_status (*alloc)(void *ctx, crew_dtype t, int64_t n, void **out);
     void (*free)(void *ctx, void *p);
-    void (*upload)(void *ctx, float *dst, const float *host, int64_t n);
-    void (*download)(void *ctx, float *host, const float *src, int64_t n);
-    void (*copy)(void *ctx, float *dst, const float *src, int64_t n);
+    crew_status (*host_alloc)(void *ctx, crew_dtype t, int64_t n, void **out);
+    void (*host_free)(void *ctx, void *p);
+
+    /* ---- transfers of n elements of type t.
+     * upload: host → device, ordered on q (NULL: the compute queue). host must stay as it is
+     *   until q has been synced: the copy may happen at any moment until then.
+     * download: device → host, after all work enqueued on the compute queue; blocks until the
+     *   values are in host. Returns the device's pending error, if any. */
+    crew_status (*upload)(void *ctx, crew_queue *q, void *dst, const void *host, int64_t n, crew_dtype t);
+    crew_status (*download)(void *ctx, void *host, const void *src, int64_t n, crew_dtype t);
+
+    /* ---- queues.
+     * queue_wait: work enqueued on `waiter` from now on runs after all work enqueued on `on` so
+     *   far (a CUDA event recorded on `on` and waited for by `waiter`).
+     * sync: blocks until everything enqueued on q has run. download and the reductions wait for
+     *   the compute queue only, never for another queue.
+     * queue_destroy: uploads still pending on q may never happen; sync it first. */
+    crew_status (*queue_create)(void *ctx, crew_queue **out);
+    void (*queue_destroy)(void *ctx, crew_queue *q);
+    crew_status (*queue_wait)(void *ctx, crew_queue *waiter, crew_queue *on);
+    crew_status (*sync)(void *ctx, crew_queue *q);
+
+    /* ---- for communicators of the same device kind only (the in-process communicator reads
+     * and writes every rank's buffers from its threads): the host address of n elements of type
+     * t at device address p. NULL in the table when the device's memory is not host-visible (a
+     * GPU: its communicator is NCCL). The guarded backend returns NULL for a range that is not
+     * inside one of its allocations; the plain CPU backend cannot tell, and returns p. Training
+     * code never calls it; the layering test (tests/check_layers.sh) checks that only src/comm
+     * does. May be called from any thread. */
+    void *(*host_alias)(void *ctx, const void *p, int64_t n, crew_dtype t);
+
+    /* ---- synchronous reductions: they wait for the compute queue and bring one figure back to
+     * the host, so code above never reads device memory to ask a question about it. */
+    /* *out = x[0] + x[1] + ... + x[n-1], summed in that order in double, so that a loss is the
+     * same bits on every device (its n is a micro-batch's rows: a GPU may run it serially) */
+    crew_status (*sum)(void *ctx, const float *x, int64_t n, double *out);
+    crew_status (*sum_squares)(void *ctx, const float *x, int64_t n, double *out);
+    /* *out = 1 when no value is NaN or infinite */
+    crew_status (*all_finite)(void *ctx, const float *x, int64_t n, int *out);
+    /* A 64-bit hash of the bytes of n elements (the drift check): equal bytes give equal hashes
+     * on every device of the same kind. The CPU backends use XXH3-64. */
+    crew_status (*hash)(void *ctx, const void *x, int64_t n, crew_dtype t, uint64_t *out);
+
+    /* ---- compute: everything below is enqueued on the compute queue. */
+    void (*copy)(void *ctx, float *dst, const float *src, int64_t n); /* the ranges may overlap */
     void (*fill)(void *ctx, float *x, float value, int64_t n);
 
     /* ---- linear algebra
@@ -40,10 +114,10 @@ typedef struct crew_backend_ops {
     void (*gemm)(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                  int64_t ldc);
-    void (*axpby)(void *ctx, int64_t n, float alpha, const float *x, float beta, float *y); /* y = a x + b y */
+    /* y = alpha x + beta y, computed as written for every beta (0 · NaN is NaN, unlike BLAS's
+     * beta = 0); every caller runs it with y == x or a finite y */
+    void (*axpby)(void *ctx, int64_t n, float alpha, const float *x, float beta, float *y);
     void (*mul)(void *ctx, int64_t n, const float *a, const float *b, float *out);          /* out = a * b */
-    double (*sum_squares)(void *ctx, const float *x, int64_t n);
-    int (*all_finite)(void *ctx, const float *x, int64_t n);                                /* 1 if no NaN/inf */
 
     /* ---- rows × columns: x [rows, cols] */
     /* y[r,c] = b[c]: a layer preloads its bias, then accumulates the GEMM on top (beta = 1), which
@@ -70,9 +144,10 @@ typedef struct crew_backend_ops {
     void (*avgpool_forward)(void *ctx, const float *x, float *y, const crew_window *g);
     void (*avgpool_backward)(void *ctx, const float *dy, float *dx, const crew_window *g);
 
-    /* ---- dropout: row r of x [rows, cols] is sample sample_ids[r]; element j is kept when
-     * uniform(key(seed, step, sample), j) >= rate, then scaled by 1/(1-rate). mask holds the
-     * scale (0 or 1/(1-rate)) for the backward pass. */
+    /* ---- dropout: row r of x [rows, cols] is sample sample_ids[r] (device, [rows]); element j is
+     * kept when uniform(crew_rng_key(key, sample, 0, 0), j) >= rate, then scaled by 1/(1-rate);
+     * the layer makes key from (seed, step, layer). mask holds the scale (0 or 1/(1-rate)) for
+     * the backward pass. */
     void (*dropout_forward)(void *ctx, const float *x, float *y, float *mask, int64_t rows, int64_t cols,
                             float rate, uint64_t key, const int64_t *sample_ids);
 
@@ -85,10 +160,11 @@ typedef struct crew_backend_ops {
     /* sum_dy[c] = Σ dy, sum_dy_xmu[c] = Σ dy·(x − mean) */
     void (*bn_backward_sums)(void *ctx, const float *dy, const float *x, const float *mean, int64_t rows,
                              int64_t c, float *sum_dy, float *sum_dy_xmu);
-    /* dx from the sums over `count` rows in all; accumulates dgamma, dbeta from the local sums. */
+    /* dx from the sums over `count` rows in all. */
     void (*bn_backward)(void *ctx, const float *dy, const float *x, const float *mean, const float *var,
                         const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xmu,
                         double count, float *dx, int64_t rows, int64_t c);
+    /* accumulates dgamma, dbeta [c] from the local sums */
     void (*bn_param_grads)(void *ctx, const float *var, float eps, const float *sum_dy,
                            const float *sum_dy_xmu, float *dgamma, float *dbeta, int64_t c);
     /* mean, rstd: [rows] saved for backward */
@@ -98,18 +174,19 @@ typedef struct crew_backend_ops {
                                const float *mean, const float *rstd, float *dx, float *dgamma,
                                float *dbeta, int64_t rows, int64_t c); /* accumulates dgamma, dbeta */
 
-    /* ---- embedding: ids [rows] hold integer token ids as float; table [vocab, dim] */
-    /* returns the number of ids outside [0, vocab) or not integers; their rows become zeros */
-    int64_t (*embedding_forward)(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
-                                 int64_t rows, int64_t dim);
+    /* ---- embedding: ids [rows] hold integer token ids as float (-0 is 0); table [vocab, dim];
+     * y [rows, dim]. Synchronous: *bad receives the number of ids outside [0, vocab) or not
+     * integers, whose rows become zeros. */
+    crew_status (*embedding_forward)(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
+                                     int64_t rows, int64_t dim, int64_t *bad);
     void (*embedding_backward)(void *ctx, const float *ids, const float *dy, float *dtable, int64_t vocab,
                                int64_t rows, int64_t dim); /* accumulates; skips ids forward rejected */
 
-    /* ---- loss: softmax cross-entropy on logits [rows, classes], labels [rows].
-     * Writes the per-row loss and d(mean loss · scale)/d logits; counts rows whose arg-max equals
-     * the label into *correct. */
-    void (*softmax_xent)(void *ctx, const float *logits, const int32_t *labels, int64_t rows,
-                         int64_t classes, float scale, float *row_loss, float *dlogits, int64_t *correct);
+    /* ---- loss: softmax cross-entropy on logits [rows, classes], labels [rows] (device int32).
+     * Writes the per-row loss [rows] and d(mean loss · scale)/d logits [rows, classes].
+     * Synchronous: *correct receives the number of rows whose arg-max equals the label. */
+    crew_status (*softmax_xent)(void *ctx, const float *logits, const int32_t *labels, int64_t rows,
+                                int64_t classes, float scale, float *row_loss, float *dlogits, int64_t *correct);
     void (*softmax)(void *ctx, const float *logits, float *probs, int64_t rows, int64_t classes);
 
     /* ---- optimiser updates over n parameters */
@@ -125,9 +202,67 @@ typedef struct crew_backend {
     void *ctx;
 } crew_backend;
 
-/* The CPU backend. blas_threads is the OpenBLAS thread count used by its GEMMs (1 keeps
- * results independent of the machine; see docs/ARCHITECTURE.md, determinism). */
+/* ---- conveniences over the table, for the common float32 case */
+
+static inline crew_status crew_dev_alloc_f32(const crew_backend *be, int64_t n, float **out)
+{
+    void *p = NULL;
+    crew_status s = be->ops->alloc(be->ctx, CREW_DT_F32, n, &p);
+    *out = p;
+    return s;
+}
+
+static inline void crew_dev_free(const crew_backend *be, void *p)
+{
+    if (p) be->ops->free(be->ctx, p);
+}
+
+static inline crew_status crew_dev_upload_f32(const crew_backend *be, float *dst, const float *host, int64_t n)
+{
+    return be->ops->upload(be->ctx, NULL, dst, host, n, CREW_DT_F32);
+}
+
+static inline crew_status crew_dev_download_f32(const crew_backend *be, float *host, const float *src, int64_t n)
+{
+    return be->ops->download(be->ctx, host, src, n, CREW_DT_F32);
+}
+
+/* n floats from one device to another (they may be of different kinds): through host memory. */
+crew_status crew_dev_transfer_f32(const crew_backend *dst_be, float *dst, const crew_backend *src_be,
+                                  const float *src, int64_t n);
+
+/* ---- device kinds (registry.c): `--devices KIND:N` picks a kind by name. */
+
+typedef struct crew_device_options {
+    int blas_threads;           /* CPU kinds: OpenBLAS threads of the device's GEMMs [1] */
+} crew_device_options;
+
+typedef struct crew_device_kind {
+    const char *name;           /* "cpu" */
+    const char *about;          /* one line, for lists and --version */
+    /* Devices of this kind available to this process: CPU cores for the CPU kinds. */
+    int (*available)(void);
+    /* Opens device `index` (0-based) of this kind as a new backend instance. */
+    crew_status (*open)(int index, const crew_device_options *o, crew_backend *out);
+} crew_device_kind;
+
+/* The kinds built in, in order; *n receives their count. */
+const crew_device_kind *crew_device_kinds(int *n);
+/* The kind called name, or NULL. */
+const crew_device_kind *crew_device_kind_find(const char *name);
+/* CREW_OK for a kind built in; else a CREW_CODE_INVALID_ARGUMENT error listing the kinds. */
+crew_status crew_device_kind_check(const char *name);
+/* Opens device `index` of the named kind (NULL: "cpu"); an unknown kind is a
+ * CREW_CODE_INVALID_ARGUMENT error listing the kinds built in. */
+crew_status crew_device_open(const char *kind, int index, const crew_device_options *o, crew_backend *out);
+/* Destroys the backend instance (accepts a zeroed one). */
+void crew_device_close(crew_backend *be);
+
+/* The two CPU backends (cpu_backend.c, cpu_guarded.c). blas_threads is the OpenBLAS thread count
+ * of their GEMMs (1 keeps results independent of the machine; docs/ARCHITECTURE.md, determinism).
+ * A build configured with -DCREW_GUARD=ON opens the guarded one for kind "cpu" too, so that the
+ * whole test suite runs on it (make guard). */
 crew_status crew_cpu_backend_create(int blas_threads, crew_backend *out);
-void crew_backend_destroy(crew_backend *be);
+crew_status crew_cpu_guarded_backend_create(int blas_threads, crew_backend *out);
 
 #endif

@@ -6,13 +6,16 @@
  *
  * Every collective is called by all ranks with the same arguments (except the buffer), takes a
  * deadline in seconds, and returns an error naming the ranks that did not arrive when it passes.
- * Buffers hold `n` elements of the given type. Sums run in rank order, so a result never depends
- * on which rank finished first: the determinism contract of docs/ARCHITECTURE.md. */
+ * Buffers hold `n` elements of the given type and are device memory of the rank's device, as
+ * NCCL's are: the rank program stages host values (metrics, hashes) through device memory. Sums
+ * run in rank order, so a result never depends on which rank finished first: the determinism
+ * contract of docs/ARCHITECTURE.md. */
 #ifndef CREW_COMM_COMM_H
 #define CREW_COMM_COMM_H
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "crew.h"
 
 typedef enum crew_comm_type { CREW_COMM_F32 = 1, CREW_COMM_F64 } crew_comm_type;
@@ -63,9 +66,16 @@ static inline crew_status crew_barrier(const crew_comm *c, double timeout_s)
     return c->ops->barrier(c->ctx, c->rank, timeout_s);
 }
 
-/* The in-process communicator for `size` threads: one shared context, one handle per rank. */
+/* The in-process communicator for `size` threads: one shared context, one handle per rank. Each
+ * rank's thread reads and writes the other ranks' buffers, so their memory must be reachable
+ * from the host: a rank's buffers are memory of the device attached to it (through the device's
+ * host_alias; the CPU kinds have one), or plain host memory for a rank without a device (the
+ * advisor's probes). */
 typedef struct crew_local_comm crew_local_comm;
 crew_status crew_local_comm_create(int size, crew_local_comm **out);
+/* Before the rank's first collective: its buffers are memory of `device` from now on. A device
+ * whose memory the host cannot reach (no host_alias) is refused: it needs its own communicator. */
+crew_status crew_local_comm_attach(crew_local_comm *lc, int rank, const crew_backend *device);
 crew_comm crew_local_comm_rank(crew_local_comm *lc, int rank);
 void crew_local_comm_free(crew_local_comm *lc);
 

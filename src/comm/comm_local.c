@@ -7,7 +7,10 @@
  * results are bitwise the same as one rank summing the contributions in rank order.
  *
  * The barrier has a deadline; when it passes, the message names the ranks that never arrived,
- * and the communicator is poisoned so every other rank stops waiting too. */
+ * and the communicator is poisoned so every other rank stops waiting too.
+ *
+ * Buffers are device memory of each rank's device: a rank posts the host address of its buffer
+ * (its device's host_alias), which the other ranks' threads then read and write. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,12 +42,34 @@ struct crew_local_comm {
     unsigned char *here;     /* [size] 1 when rank r is at the current barrier */
     _Atomic int failed_rank; /* -1, or a rank that aborted or timed out */
     char failure[256];       /* why the communicator is poisoned */
-    void **buf;              /* [size] buffers posted for the current collective */
+    void **buf;              /* [size] buffers posted for the current collective (host addresses) */
     float *const **parts;    /* [size] allreduce_ordered: each rank's k inputs */
     const void **send;       /* [size] */
+    const crew_backend **device; /* [size] the device each rank's buffers live on; NULL: host memory */
+    float ***aliases;        /* [size] each rank's own array of the host addresses of its k inputs */
+    int *alias_cap;          /* [size] */
 };
 
 static size_t type_size(crew_comm_type t) { return t == CREW_COMM_F64 ? 8 : 4; }
+
+static void abort_rank(struct crew_local_comm *c, int rank, const char *why);
+
+/* The host address of rank's buffer p of n elements. A buffer that is not the rank's device memory
+ * fails the collective and poisons the communicator, so the others stop at once instead of waiting
+ * for the deadline. */
+static crew_status resolve(struct crew_local_comm *c, int rank, const void *p, int64_t n, crew_comm_type t,
+                           const char *what, void **out)
+{
+    const crew_backend *d = c->device[rank];
+    *out = (void *)p;
+    if (!d || n <= 0) return CREW_OK;
+    *out = d->ops->host_alias(d->ctx, p, n, t == CREW_COMM_F64 ? CREW_DT_F64 : CREW_DT_F32);
+    if (*out) return CREW_OK;
+    crew_status s = crew_errorf(CREW_CODE_INTERNAL, "%s on rank %d: the buffer %p of %lld values is not memory of "
+                                "the rank's device (%s)", what, rank, p, (long long)n, d->ops->name);
+    abort_rank(c, rank, crew_status_message(s));
+    return s;
+}
 
 static void deadline_after(double seconds, struct timespec *ts)
 {
@@ -161,7 +186,7 @@ static crew_status local_allreduce(void *ctx, int rank, void *buf, int64_t n, cr
 {
     struct crew_local_comm *c = ctx;
     if (c->size == 1) return CREW_OK; /* a sum or mean over one rank is the buffer itself */
-    c->buf[rank] = buf;
+    CREW_TRY(resolve(c, rank, buf, n, t, "all-reduce", &c->buf[rank]));
     CREW_TRY(barrier(c, rank, timeout_s, "all-reduce"));
     int64_t lo, hi;
     chunk(n, c->size, rank, &lo, &hi);
@@ -176,9 +201,9 @@ static crew_status local_broadcast(void *ctx, int rank, void *buf, int64_t n, cr
     if (root < 0 || root >= c->size)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "broadcast: root %d is not a rank of %d", root, c->size);
     if (c->size == 1) return CREW_OK;
-    c->buf[rank] = buf;
+    CREW_TRY(resolve(c, rank, buf, n, t, "broadcast", &c->buf[rank]));
     CREW_TRY(barrier(c, rank, timeout_s, "broadcast"));
-    if (rank != root) memcpy(buf, c->buf[root], (size_t)n * type_size(t));
+    if (rank != root) memcpy(c->buf[rank], c->buf[root], (size_t)n * type_size(t));
     return barrier(c, rank, timeout_s, "broadcast");
 }
 
@@ -187,9 +212,12 @@ static crew_status local_allgather(void *ctx, int rank, const void *send, void *
 {
     struct crew_local_comm *c = ctx;
     size_t bytes = (size_t)n * type_size(t);
-    c->send[rank] = send;
+    void *mine, *into;
+    CREW_TRY(resolve(c, rank, send, n, t, "all-gather", &mine));
+    CREW_TRY(resolve(c, rank, recv, n * c->size, t, "all-gather", &into));
+    c->send[rank] = mine;
     CREW_TRY(barrier(c, rank, timeout_s, "all-gather"));
-    for (int q = 0; q < c->size; q++) memcpy((char *)recv + (size_t)q * bytes, c->send[q], bytes);
+    for (int q = 0; q < c->size; q++) memcpy((char *)into + (size_t)q * bytes, c->send[q], bytes);
     return barrier(c, rank, timeout_s, "all-gather");
 }
 
@@ -197,10 +225,12 @@ static crew_status local_reduce_scatter(void *ctx, int rank, const void *send, v
                                         crew_comm_type t, crew_reduce_op op, double timeout_s)
 {
     struct crew_local_comm *c = ctx;
-    c->send[rank] = send;
-    c->buf[rank] = recv;
+    void *mine;
+    CREW_TRY(resolve(c, rank, send, n * c->size, t, "reduce-scatter", &mine));
+    CREW_TRY(resolve(c, rank, recv, n, t, "reduce-scatter", &c->buf[rank]));
+    c->send[rank] = mine;
     CREW_TRY(barrier(c, rank, timeout_s, "reduce-scatter"));
-    void *out[1] = {recv};
+    void *out[1] = {c->buf[rank]};
     reduce_range((void *const *)c->send, c->size, (int64_t)rank * n, (int64_t)(rank + 1) * n, t, op, out, 1,
                  (int64_t)rank * n);
     return barrier(c, rank, timeout_s, "reduce-scatter");
@@ -210,8 +240,19 @@ static crew_status local_allreduce_ordered(void *ctx, int rank, float *const *in
                                            double timeout_s)
 {
     struct crew_local_comm *c = ctx;
-    c->parts[rank] = in;
-    c->buf[rank] = out;
+    if (k > c->alias_cap[rank]) { /* the rank's own slot: no other thread touches it before the barrier */
+        float **grown = realloc(c->aliases[rank], (size_t)k * sizeof *grown);
+        if (!grown) {
+            abort_rank(c, rank, "out of memory");
+            return CREW_OOM();
+        }
+        c->aliases[rank] = grown;
+        c->alias_cap[rank] = k;
+    }
+    for (int j = 0; j < k; j++)
+        CREW_TRY(resolve(c, rank, in[j], n, CREW_COMM_F32, "all-reduce", (void **)&c->aliases[rank][j]));
+    c->parts[rank] = c->aliases[rank];
+    CREW_TRY(resolve(c, rank, out, n, CREW_COMM_F32, "all-reduce", &c->buf[rank]));
     CREW_TRY(barrier(c, rank, timeout_s, "all-reduce"));
     int64_t lo, hi;
     chunk(n, c->size, rank, &lo, &hi);
@@ -234,17 +275,19 @@ static crew_status local_barrier(void *ctx, int rank, double timeout_s)
     return barrier(ctx, rank, timeout_s, "barrier");
 }
 
-static void local_abort(void *ctx, int rank)
+static void abort_rank(struct crew_local_comm *c, int rank, const char *why)
 {
-    struct crew_local_comm *c = ctx;
     pthread_mutex_lock(&c->mu);
     if (c->failed_rank < 0) {
         c->failed_rank = rank;
-        snprintf(c->failure, sizeof c->failure, "rank %d failed and left the run", rank);
+        snprintf(c->failure, sizeof c->failure, "rank %d failed and left the run%s%.200s", rank, why ? ": " : "",
+                 why ? why : "");
     }
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
+
+static void local_abort(void *ctx, int rank) { abort_rank(ctx, rank, NULL); }
 
 static const crew_comm_ops local_ops = {
     .name = "local",
@@ -273,11 +316,25 @@ crew_status crew_local_comm_create(int size, crew_local_comm **out)
     c->buf = calloc((size_t)size, sizeof *c->buf);
     c->send = calloc((size_t)size, sizeof *c->send);
     c->parts = calloc((size_t)size, sizeof *c->parts);
-    if (!c->here || !c->buf || !c->send || !c->parts) {
+    c->device = calloc((size_t)size, sizeof *c->device);
+    c->aliases = calloc((size_t)size, sizeof *c->aliases);
+    c->alias_cap = calloc((size_t)size, sizeof *c->alias_cap);
+    if (!c->here || !c->buf || !c->send || !c->parts || !c->device || !c->aliases || !c->alias_cap) {
         crew_local_comm_free(c);
         return CREW_OOM();
     }
     *out = c;
+    return CREW_OK;
+}
+
+crew_status crew_local_comm_attach(crew_local_comm *lc, int rank, const crew_backend *device)
+{
+    if (rank < 0 || rank >= lc->size)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "communicator: rank %d is not one of %d", rank, lc->size);
+    if (device && !device->ops->host_alias)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "rank %d: the in-process communicator needs device memory that "
+                           "host threads can reach, and device kind '%s' has none", rank, device->ops->name);
+    lc->device[rank] = device;
     return CREW_OK;
 }
 
@@ -295,5 +352,9 @@ void crew_local_comm_free(crew_local_comm *c)
     free(c->buf);
     free(c->send);
     free(c->parts);
+    free(c->device);
+    for (int r = 0; c->aliases && r < c->size; r++) free(c->aliases[r]);
+    free(c->aliases);
+    free(c->alias_cap);
     free(c);
 }

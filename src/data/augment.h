@@ -10,8 +10,19 @@
 
 #include "crew.h"
 
-/* crop_padding, flip, slow_s: see crew_augment_options in crew.h. */
-typedef crew_augment_options crew_augment;
+/* crop_padding, flip: see crew_augment_options in crew.h. */
+typedef struct crew_augment {
+    int crop_padding;
+    int flip;
+    double slow_s;              /* test only (a run's hooks): extra seconds per sample, to make a run
+                                   input-bound on purpose */
+} crew_augment;
+
+static inline crew_augment crew_augment_of(const crew_augment_options *o, double slow_s)
+{
+    crew_augment a = {o->crop_padding, o->flip, slow_s};
+    return a;
+}
 
 static inline int crew_augment_active(const crew_augment *a) { return a->crop_padding > 0 || a->flip || a->slow_s > 0; }
 

@@ -39,8 +39,8 @@ static crew_status open_array(const crew_dataset *d, const crew_manifest_array *
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s: the file is %zu bytes but %s says %lld (modified or truncated?)",
                            path, npy->map_len, CREW_MANIFEST_FILE, (long long)a->bytes);
     if (npy->dtype != a->dtype)
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: dtype is %s but %s says %s", path, crew_dtype_name(npy->dtype),
-                           CREW_MANIFEST_FILE, crew_dtype_name(a->dtype));
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: dtype is %s but %s says %s", path, crew_npy_dtype_name(npy->dtype),
+                           CREW_MANIFEST_FILE, crew_npy_dtype_name(a->dtype));
     int same = npy->ndim == a->ndim;
     for (int i = 0; same && i < a->ndim; i++) same = npy->shape[i] == a->shape[i];
     if (!same) {
@@ -239,7 +239,7 @@ static void gather_affine(const crew_dataset *d, const char *src, int64_t size, 
 
 void crew_dataset_gather(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y)
 {
-    int64_t size = crew_shape_size(&d->sample), bytes = (int64_t)crew_dtype_size(d->x.dtype);
+    int64_t size = crew_shape_size(&d->sample), bytes = (int64_t)crew_npy_dtype_size(d->x.dtype);
     for (int64_t i = 0; i < n; i++) {
         int64_t j = idx[i];
         if (x && d->lut) gather_lut(d, (const uint8_t *)d->x.data + j * size, size, x + i * size);

@@ -1,5 +1,5 @@
-/* loader.c — producer threads, a ring of `prefetch` steps of micro-batches, and the replicas
- * taking their parts. One mutex guards the ring; the work (gathering, normalising, augmenting a
+/* loader.c — producer threads, a ring of `prefetch` steps of one rank's micro-batches, and the rank
+ * taking them. One mutex guards the ring; the work (gathering, normalising, augmenting a
  * micro-batch) runs outside it. */
 #include "data/loader.h"
 
@@ -10,9 +10,9 @@
 #include "core/status.h"
 #include "core/timer.h"
 #include "data/dataset.h"
-#include "train/train.h"
+#include "data/sampler.h"
 
-enum { SLOT_EMPTY, SLOT_FILLING, SLOT_READY, SLOT_TAKEN };
+enum { SLOT_EMPTY, SLOT_FILLING, SLOT_READY, SLOT_TAKEN, SLOT_RELEASED };
 
 typedef struct slot {
     float *x;        /* [batch × sample size] */
@@ -24,15 +24,16 @@ typedef struct slot {
 typedef struct ring_step {
     int epoch;
     int64_t step;    /* the step it holds, or -1 */
-    int taken;       /* micro-batches handed out */
-    slot *slots;     /* [micro] */
+    int released;    /* micro-batches handed out and given back */
+    slot *slots;     /* [count]: the range's micro-batches */
 } ring_step;
 
 struct crew_loader {
     const crew_dataset *d;
     crew_loader_options o;
     int64_t batch, global, n, steps_per_epoch, sample_size;
-    int micro;
+    int micro;                   /* micro-batches per step, all ranks' */
+    int first, count;            /* this loader's: [first, first + count) */
     uint64_t seed;
     /* Production runs on from epoch to epoch, so the pipeline never drains at an epoch's end.
      * Two epochs' orders are kept: the one being taken and the one being prepared. */
@@ -42,7 +43,7 @@ struct crew_loader {
     int started;
     int claim_epoch;             /* the next micro-batch to claim */
     int64_t claim_step;
-    int claim_index;
+    int claim_index;             /* in [0, count): slot index, micro-batch first + claim_index */
     int filling;                 /* producers at work outside the lock */
     ring_step *ring;             /* [prefetch] */
     pthread_mutex_t mu;
@@ -69,7 +70,7 @@ static int advance_epoch(crew_loader *l)
     if (l->perm_epoch[b] >= 0 && l->remaining[b] > 0) return 0;
     order_epoch(l, l->perm[b], next);
     l->perm_epoch[b] = next;
-    l->remaining[b] = l->steps_per_epoch * l->micro;
+    l->remaining[b] = l->steps_per_epoch * l->count;
     l->claim_epoch = next;
     l->claim_step = 0;
     l->claim_index = 0;
@@ -84,26 +85,27 @@ static slot *claim(crew_loader *l, int *epoch, int64_t *step, int *index)
     int64_t g = (int64_t)l->claim_epoch * l->steps_per_epoch + l->claim_step; /* a step count over epochs */
     ring_step *rs = &l->ring[g % l->o.prefetch];
     if (rs->epoch != l->claim_epoch || rs->step != l->claim_step) {
-        if (rs->step >= 0 && rs->taken < l->micro) return NULL; /* still in use */
+        if (rs->step >= 0 && rs->released < l->count) return NULL; /* still in use */
         rs->epoch = l->claim_epoch;
         rs->step = l->claim_step;
-        rs->taken = 0;
-        for (int i = 0; i < l->micro; i++) rs->slots[i].state = SLOT_EMPTY;
+        rs->released = 0;
+        for (int i = 0; i < l->count; i++) rs->slots[i].state = SLOT_EMPTY;
     }
     *epoch = l->claim_epoch;
     *step = l->claim_step;
     *index = l->claim_index;
     rs->slots[l->claim_index].state = SLOT_FILLING;
-    if (++l->claim_index == l->micro) {
+    if (++l->claim_index == l->count) {
         l->claim_index = 0;
         l->claim_step++;
     }
     return &rs->slots[*index];
 }
 
-static void fill(crew_loader *l, slot *sl, int epoch, int64_t step, int index, float *scratch)
+/* slot_index: in [0, count); the micro-batch is first + slot_index of the step. */
+static void fill(crew_loader *l, slot *sl, int epoch, int64_t step, int slot_index, float *scratch)
 {
-    const int64_t *ids = l->perm[epoch % 2] + step * l->global + (int64_t)index * l->batch;
+    const int64_t *ids = l->perm[epoch % 2] + step * l->global + (int64_t)(l->first + slot_index) * l->batch;
     if (l->o.reverse_rows)
         for (int64_t r = 0; r < l->batch; r++) sl->ids[r] = ids[l->batch - 1 - r];
     else
@@ -148,9 +150,9 @@ static crew_status alloc_ring(crew_loader *l)
     for (int i = 0; i < l->o.prefetch; i++) {
         ring_step *rs = &l->ring[i];
         rs->step = -1;
-        rs->slots = calloc((size_t)l->micro, sizeof *rs->slots);
+        rs->slots = calloc((size_t)l->count, sizeof *rs->slots);
         if (!rs->slots) return CREW_OOM();
-        for (int j = 0; j < l->micro; j++) {
+        for (int j = 0; j < l->count; j++) {
             slot *s = &rs->slots[j];
             s->x = malloc((size_t)(l->batch * l->sample_size) * sizeof *s->x);
             s->y = malloc((size_t)l->batch * sizeof *s->y);
@@ -161,10 +163,15 @@ static crew_status alloc_ring(crew_loader *l)
     return CREW_OK;
 }
 
-crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options *o, int64_t batch, int micro,
+crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options *o, const crew_loader_range *range,
                                uint64_t seed, crew_loader **out)
 {
     *out = NULL;
+    int64_t batch = range->batch;
+    int micro = range->micro;
+    if (batch < 1 || micro < 1 || range->first < 0 || range->count < 1 || range->first + range->count > micro)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader: micro-batches [%d, %d) of %d of %lld samples is not a "
+                           "range of a step", range->first, range->first + range->count, micro, (long long)batch);
     if (o->threads < 1 || o->threads > 256)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader threads must be in [1, 256], got %d", o->threads);
     if (o->prefetch < 1 || o->prefetch > 1024)
@@ -177,6 +184,8 @@ crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options 
     l->o = *o;
     l->batch = batch;
     l->micro = micro;
+    l->first = range->first;
+    l->count = range->count;
     l->global = batch * micro;
     l->seed = seed;
     l->n = crew_dataset_size(d);
@@ -216,7 +225,7 @@ crew_status crew_loader_start_epoch(crew_loader *l, int epoch, int64_t first)
     int b = epoch % 2;
     order_epoch(l, l->perm[b], epoch);
     l->perm_epoch[b] = epoch;
-    l->remaining[b] = (l->steps_per_epoch - first) * l->micro;
+    l->remaining[b] = (l->steps_per_epoch - first) * l->count;
     l->claim_epoch = epoch;
     l->claim_step = first;
     l->claim_index = 0;
@@ -226,27 +235,46 @@ crew_status crew_loader_start_epoch(crew_loader *l, int epoch, int64_t first)
     return CREW_OK;
 }
 
-crew_status crew_loader_next(crew_loader *l, int epoch, int64_t step, int index, float *x, int32_t *y, int64_t *ids,
+/* The ring step and slot of micro-batch `index` of a step, or NULL when index is not the loader's. */
+static slot *slot_of(crew_loader *l, int epoch, int64_t step, int index, ring_step **rs)
+{
+    *rs = &l->ring[((int64_t)epoch * l->steps_per_epoch + step) % l->o.prefetch];
+    return index >= l->first && index < l->first + l->count ? &(*rs)->slots[index - l->first] : NULL;
+}
+
+crew_status crew_loader_take(crew_loader *l, int epoch, int64_t step, int index, crew_loader_batch *out,
                              double *wait_s)
 {
     double t0 = crew_now();
+    ring_step *rs;
+    slot *sl = slot_of(l, epoch, step, index, &rs);
+    if (!sl)
+        return crew_errorf(CREW_CODE_INTERNAL, "loader: micro-batch %d is not one of [%d, %d) it serves", index, l->first,
+                           l->first + l->count);
     pthread_mutex_lock(&l->mu);
-    ring_step *rs = &l->ring[((int64_t)epoch * l->steps_per_epoch + step) % l->o.prefetch];
-    slot *sl = &rs->slots[index];
     while (!(rs->epoch == epoch && rs->step == step && sl->state == SLOT_READY) && !l->stop)
         pthread_cond_wait(&l->changed, &l->mu);
+    int stopped = l->stop;
+    if (!stopped) sl->state = SLOT_TAKEN;
     pthread_mutex_unlock(&l->mu);
     *wait_s = crew_now() - t0;
-    if (l->stop) return crew_errorf(CREW_CODE_CANCELLED, "the loader was stopped");
-    memcpy(x, sl->x, (size_t)(l->batch * l->sample_size) * sizeof *x);
-    memcpy(y, sl->y, (size_t)l->batch * sizeof *y);
-    memcpy(ids, sl->ids, (size_t)l->batch * sizeof *ids);
-    pthread_mutex_lock(&l->mu);
-    sl->state = SLOT_TAKEN;
-    l->remaining[epoch % 2]--;
-    if (++rs->taken == l->micro) pthread_cond_broadcast(&l->changed); /* the ring step can be refilled */
-    pthread_mutex_unlock(&l->mu);
+    if (stopped) return crew_errorf(CREW_CODE_CANCELLED, "the loader was stopped");
+    *out = (crew_loader_batch){sl->x, sl->y, sl->ids};
     return CREW_OK;
+}
+
+void crew_loader_release(crew_loader *l, int epoch, int64_t step, int index)
+{
+    ring_step *rs;
+    slot *sl = slot_of(l, epoch, step, index, &rs);
+    if (!sl) return;
+    pthread_mutex_lock(&l->mu);
+    if (sl->state == SLOT_TAKEN && rs->epoch == epoch && rs->step == step) {
+        sl->state = SLOT_RELEASED;
+        l->remaining[epoch % 2]--;
+        if (++rs->released == l->count) pthread_cond_broadcast(&l->changed); /* the ring step can be refilled */
+    }
+    pthread_mutex_unlock(&l->mu);
 }
 
 void crew_loader_free(crew_loader *l)
@@ -258,7 +286,7 @@ void crew_loader_free(crew_loader *l)
     pthread_mutex_unlock(&l->mu);
     for (int i = 0; i < l->n_threads; i++) pthread_join(l->threads[i], NULL);
     for (int i = 0; l->ring && i < l->o.prefetch; i++) {
-        for (int j = 0; l->ring[i].slots && j < l->micro; j++) {
+        for (int j = 0; l->ring[i].slots && j < l->count; j++) {
             free(l->ring[i].slots[j].x);
             free(l->ring[i].slots[j].y);
             free(l->ring[i].slots[j].ids);
@@ -277,7 +305,7 @@ void crew_loader_free(crew_loader *l)
 crew_status crew_bench_loader(const crew_dataset *d, int threads, int prefetch, const crew_augment_options *augment,
                               int64_t batch, int64_t steps, double *samples_per_s)
 {
-    crew_loader_options lo = {.threads = threads, .prefetch = prefetch, .augment = *augment};
+    crew_loader_options lo = {.threads = threads, .prefetch = prefetch, .augment = crew_augment_of(augment, 0.0)};
     return crew_loader_benchmark(d, &lo, batch, steps, samples_per_s);
 }
 
@@ -285,24 +313,21 @@ crew_status crew_loader_benchmark(const crew_dataset *d, const crew_loader_optio
                                   double *samples_per_s)
 {
     crew_loader *l;
-    CREW_TRY(crew_loader_create(d, o, batch, 1, 1, &l));
-    int64_t sample = crew_shape_size(&d->sample);
-    float *x = malloc((size_t)(batch * sample) * sizeof *x);
-    int32_t *y = malloc((size_t)batch * sizeof *y);
-    int64_t *ids = malloc((size_t)batch * sizeof *ids);
-    crew_status s = x && y && ids ? CREW_OK : CREW_OOM();
+    crew_loader_range one = {.batch = batch, .micro = 1, .first = 0, .count = 1};
+    CREW_TRY(crew_loader_create(d, o, &one, 1, &l));
+    crew_status s = CREW_OK;
     double start = crew_now(), wait;
     int64_t done = 0;
     for (int epoch = 0; !s && done < steps; epoch++) {
         s = crew_loader_start_epoch(l, epoch, 0);
-        for (int64_t k = 0; !s && k < crew_loader_steps_per_epoch(l) && done < steps; k++, done++)
-            s = crew_loader_next(l, epoch, k, 0, x, y, ids, &wait);
+        for (int64_t k = 0; !s && k < crew_loader_steps_per_epoch(l) && done < steps; k++, done++) {
+            crew_loader_batch b;
+            s = crew_loader_take(l, epoch, k, 0, &b, &wait);
+            if (!s) crew_loader_release(l, epoch, k, 0);
+        }
     }
     double took = crew_now() - start;
     *samples_per_s = took > 0 ? (double)(done * batch) / took : 0.0;
-    free(x);
-    free(y);
-    free(ids);
     crew_loader_free(l);
     return s;
 }

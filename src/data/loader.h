@@ -1,16 +1,18 @@
-/* loader.h — the prefetching loader: K producer threads fill micro-batches ahead of the replicas.
+/* loader.h — the prefetching loader of one rank: K producer threads fill its micro-batches ahead
+ * of it.
  *
- * A step's global batch is a sequence of micro-batches (replica r owns micro-batches r·k … r·k+k−1);
- * the loader keeps up to `prefetch` steps in a ring, each with all its micro-batches. Producers
- * claim the next empty micro-batch, gather its samples (uint8 → normalised float32), augment
- * them, and mark it ready; a replica takes its own micro-batches in order, waiting only when the
- * one it needs is not ready (that wait is what telemetry reports as data time). A step's ring slot
- * is refilled once every replica has taken its part.
+ * A step's global batch is a sequence of micro-batches (rank r owns micro-batches r·k … r·k+k−1);
+ * a rank's loader is given its range and reads only those samples. It keeps up to `prefetch`
+ * steps in a ring, each with the rank's micro-batches. Producers claim the next empty one, gather
+ * its samples (uint8 → normalised float32), augment them, and mark it ready; the rank takes its
+ * micro-batches in order, waiting only when the one it needs is not ready (that wait is what
+ * telemetry reports as data time), uploads them to its device and releases them. A step's ring
+ * slot is refilled once all its micro-batches have been released.
  *
  * What a micro-batch holds is a pure function of (seed, epoch, step, position, sample): the
- * sample order of an epoch depends on (seed, epoch) alone, augmentations draw from a key of
- * (seed, epoch, sample), so results never depend on the number of producer threads, the prefetch
- * depth or the number of replicas. */
+ * sample order of an epoch depends on (seed, epoch) alone (every rank's loader computes the same
+ * order), augmentations draw from a key of (seed, epoch, sample), so results never depend on the
+ * number of producer threads, the prefetch depth or the number of ranks. */
 #ifndef CREW_DATA_LOADER_H
 #define CREW_DATA_LOADER_H
 
@@ -30,18 +32,34 @@ typedef struct crew_loader_options {
 
 typedef struct crew_loader crew_loader;
 
-/* A loader for micro-batches of `batch` samples, `micro` of them per step (replicas × accumulation). */
-crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options *o, int64_t batch, int micro,
+/* Which micro-batches of every step a loader serves: of the step's `micro` micro-batches of
+ * `batch` samples (ranks × accumulation), the `count` from `first` on (one rank's). */
+typedef struct crew_loader_range {
+    int64_t batch;
+    int micro;
+    int first, count;
+} crew_loader_range;
+
+/* One micro-batch, in the loader's host memory until it is released. */
+typedef struct crew_loader_batch {
+    const float *x;          /* [batch, sample...] normalised, augmented */
+    const int32_t *y;        /* [batch] */
+    const int64_t *ids;      /* [batch] the samples' dataset indices */
+} crew_loader_batch;
+
+crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options *o, const crew_loader_range *range,
                                uint64_t seed, crew_loader **out);
 /* Steps in an epoch: every full global batch, plus a padded last one with pad_last. */
 int64_t crew_loader_steps_per_epoch(const crew_loader *l);
 /* Begins producing at epoch `epoch`, step `first` (0-based; a resumed run starts mid-epoch);
  * production then runs on into the following epochs. Later calls do nothing. */
 crew_status crew_loader_start_epoch(crew_loader *l, int epoch, int64_t first);
-/* Copies micro-batch `index` of step `step` (0-based within epoch `epoch`) into x [batch, sample...],
- * y [batch] and ids [batch] (the samples' dataset indices). *wait_s: time spent waiting for it. */
-crew_status crew_loader_next(crew_loader *l, int epoch, int64_t step, int index, float *x, int32_t *y, int64_t *ids,
+/* Micro-batch `index` (one of the loader's range) of step `step` (0-based within epoch `epoch`),
+ * once it is ready; *wait_s: the time spent waiting for it. The batch stays valid, and its slot
+ * busy, until crew_loader_release. */
+crew_status crew_loader_take(crew_loader *l, int epoch, int64_t step, int index, crew_loader_batch *out,
                              double *wait_s);
+void crew_loader_release(crew_loader *l, int epoch, int64_t step, int index);
 /* Stops the producers and frees everything. */
 void crew_loader_free(crew_loader *l);
 

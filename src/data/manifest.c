@@ -143,7 +143,7 @@ static crew_status parse_array(const cJSON *split, const char *key, const char *
     CREW_TRY(get_string(obj, "file", a->file, sizeof a->file, what, path));
     if (!plain_file_name(a->file)) return bad(what, path, "file", "must be a file name inside the dataset directory");
     CREW_TRY(get_string(obj, "dtype", dtype, sizeof dtype, what, path));
-    if (!crew_dtype_from_name(dtype, &a->dtype))
+    if (!crew_npy_dtype_from_name(dtype, &a->dtype))
         return bad(what, path, "dtype", "must be one of uint8, int32, float32, uint16, int64");
     CREW_TRY(get_dims(obj, "shape", CREW_NPY_MAX_DIMS, 0, what, path, a->shape, &a->ndim));
     CREW_TRY(get_int(obj, "bytes", 0, MAX_EXACT_INT, what, path, &a->bytes));
@@ -509,7 +509,7 @@ static int add_array(cJSON *split, const char *key, const crew_manifest_array *a
     char hex[17];
     snprintf(hex, sizeof hex, "%016llx", (unsigned long long)a->xxh3);
     cJSON *o = cJSON_AddObjectToObject(split, key);
-    return o && cJSON_AddStringToObject(o, "file", a->file) && cJSON_AddStringToObject(o, "dtype", crew_dtype_name(a->dtype))
+    return o && cJSON_AddStringToObject(o, "file", a->file) && cJSON_AddStringToObject(o, "dtype", crew_npy_dtype_name(a->dtype))
         && cJSON_AddItemToObject(o, "shape", dims_json(a->shape, a->ndim))
         && cJSON_AddNumberToObject(o, "bytes", (double)a->bytes) && cJSON_AddStringToObject(o, "xxh3", hex);
 }

@@ -25,7 +25,7 @@
 /* One array of a split: a .npy file in the dataset directory. */
 typedef struct crew_manifest_array {
     char file[128];                    /* a plain file name, no directories */
-    crew_dtype dtype;
+    crew_npy_dtype dtype;
     int ndim;
     int64_t shape[CREW_NPY_MAX_DIMS];  /* [samples, ...sample_shape] for x, [samples] for y */
     int64_t bytes;                     /* size of the whole .npy file */

@@ -23,7 +23,7 @@
 #define NPY_ALIGN 64 /* NumPy pads the header so the data starts on a 64-byte boundary */
 
 static const struct {
-    crew_dtype dtype;
+    crew_npy_dtype dtype;
     const char *descr; /* what crew writes */
     const char *alias; /* another spelling NumPy may produce, or NULL */
     const char *name;  /* manifest spelling */
@@ -35,28 +35,28 @@ static const struct {
 };
 #define N_DTYPES (sizeof dtype_table / sizeof dtype_table[0])
 
-size_t crew_dtype_size(crew_dtype t)
+size_t crew_npy_dtype_size(crew_npy_dtype t)
 {
     for (size_t i = 0; i < N_DTYPES; i++)
         if (dtype_table[i].dtype == t) return dtype_table[i].size;
     return 0;
 }
 
-const char *crew_dtype_descr(crew_dtype t)
+const char *crew_npy_dtype_descr(crew_npy_dtype t)
 {
     for (size_t i = 0; i < N_DTYPES; i++)
         if (dtype_table[i].dtype == t) return dtype_table[i].descr;
     return "?";
 }
 
-const char *crew_dtype_name(crew_dtype t)
+const char *crew_npy_dtype_name(crew_npy_dtype t)
 {
     for (size_t i = 0; i < N_DTYPES; i++)
         if (dtype_table[i].dtype == t) return dtype_table[i].name;
     return "?";
 }
 
-int crew_dtype_from_name(const char *name, crew_dtype *out)
+int crew_npy_dtype_from_name(const char *name, crew_npy_dtype *out)
 {
     for (size_t i = 0; i < N_DTYPES; i++)
         if (!strcmp(dtype_table[i].name, name)) {
@@ -229,13 +229,13 @@ static crew_status check_size(const crew_npy *a, size_t avail, size_t header, co
     for (int i = 0; i < a->ndim; i++)
         if (__builtin_mul_overflow(n, a->shape[i], &n))
             return crew_errorf(CREW_CODE_BAD_INPUT, "%s: shape %s is too large", what, shp);
-    size_t item = crew_dtype_size(a->dtype);
+    size_t item = crew_npy_dtype_size(a->dtype);
     int64_t have = (int64_t)(avail / item);
     if (n > have)
         return crew_errorf(CREW_CODE_BAD_INPUT,
                            "%s: header says shape %s (%lld elements of %s) but the file holds only %lld elements "
                            "after its %zu-byte header (truncated?)",
-                           what, shp, (long long)n, crew_dtype_descr(a->dtype), (long long)have, header);
+                           what, shp, (long long)n, crew_npy_dtype_descr(a->dtype), (long long)have, header);
     if ((size_t)n * item != avail)
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s: %zu stray bytes after the %lld elements of shape %s", what,
                            avail - (size_t)n * item, (long long)n, shp);
@@ -301,9 +301,9 @@ void crew_npy_close(crew_npy *a)
 /* ---------------------------------------------------------------- writing */
 
 /* The v1.0 header NumPy writes: the dict, spaces, '\n', total a multiple of 64 bytes. */
-static crew_status build_header(crew_dtype dtype, int ndim, const int64_t *shape, char *buf, size_t cap, size_t *len)
+static crew_status build_header(crew_npy_dtype dtype, int ndim, const int64_t *shape, char *buf, size_t cap, size_t *len)
 {
-    int n = snprintf(buf + 10, cap - 10, "{'descr': '%s', 'fortran_order': False, 'shape': (", crew_dtype_descr(dtype));
+    int n = snprintf(buf + 10, cap - 10, "{'descr': '%s', 'fortran_order': False, 'shape': (", crew_npy_dtype_descr(dtype));
     size_t used = 10 + (size_t)n;
     for (int i = 0; i < ndim; i++)
         used += (size_t)snprintf(buf + used, cap - used, i ? ", %lld" : "%lld", (long long)shape[i]);
@@ -335,12 +335,12 @@ static crew_status write_all(int fd, const void *data, size_t len, const char *p
     return CREW_OK;
 }
 
-static crew_status check_write_args(const char *path, crew_dtype dtype, int ndim, const int64_t *shape,
+static crew_status check_write_args(const char *path, crew_npy_dtype dtype, int ndim, const int64_t *shape,
                                     const void *data, size_t *bytes)
 {
     if (!path || (ndim > 0 && !shape))
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_npy_write: NULL argument");
-    if (!crew_dtype_size(dtype))
+    if (!crew_npy_dtype_size(dtype))
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: unknown dtype %d", path, (int)dtype);
     if (ndim < 0 || ndim > CREW_NPY_MAX_DIMS)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: ndim %d outside [0, %d]", path, ndim, CREW_NPY_MAX_DIMS);
@@ -348,14 +348,14 @@ static crew_status check_write_args(const char *path, crew_dtype dtype, int ndim
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0 || __builtin_mul_overflow(n, shape[i], &n))
             return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: bad shape entry %d", path, i);
-    if ((uint64_t)n > SIZE_MAX / crew_dtype_size(dtype))
+    if ((uint64_t)n > SIZE_MAX / crew_npy_dtype_size(dtype))
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: array too large", path);
-    *bytes = (size_t)n * crew_dtype_size(dtype);
+    *bytes = (size_t)n * crew_npy_dtype_size(dtype);
     if (*bytes && !data) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: NULL data", path);
     return CREW_OK;
 }
 
-crew_status crew_npy_write(const char *path, crew_dtype dtype, int ndim, const int64_t *shape, const void *data)
+crew_status crew_npy_write(const char *path, crew_npy_dtype dtype, int ndim, const int64_t *shape, const void *data)
 {
     size_t bytes = 0, hlen = 0;
     CREW_TRY(check_write_args(path, dtype, ndim, shape, data, &bytes));

@@ -14,7 +14,7 @@
 #include "core/rng.h"
 #include "core/mapped_file.h"
 #include "core/status.h"
-#include "data/atomic_dir.h"
+#include "core/atomic_dir.h"
 
 #define SPLIT_STREAM 0x73706c6974ULL /* "split": keeps the split's numbers apart from other uses of a seed */
 
@@ -151,7 +151,7 @@ static crew_status write_array(const crew_atomic_dir *ad, crew_manifest_array *a
     return crew_manifest_hash_file(path, a);
 }
 
-static crew_status write_split(const crew_atomic_dir *ad, const crew_manifest *m, crew_dtype xd, crew_dtype yd,
+static crew_status write_split(const crew_atomic_dir *ad, const crew_manifest *m, crew_npy_dtype xd, crew_npy_dtype yd,
                                const crew_prep_split_data *d, crew_manifest_split *sp, crew_prep_progress *progress)
 {
     snprintf(sp->name, sizeof sp->name, "%s", d->name);
@@ -169,7 +169,7 @@ static crew_status write_split(const crew_atomic_dir *ad, const crew_manifest *m
     return write_array(ad, y, d->y, progress);
 }
 
-crew_status crew_prep_write(const char *out_dir, crew_manifest *m, crew_dtype x_dtype, crew_dtype y_dtype,
+crew_status crew_prep_write(const char *out_dir, crew_manifest *m, crew_npy_dtype x_dtype, crew_npy_dtype y_dtype,
                             const crew_prep_split_data *splits, int n_splits, crew_prep_progress *progress)
 {
     if (n_splits < 1 || n_splits > CREW_MANIFEST_MAX_SPLITS)

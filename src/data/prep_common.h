@@ -61,7 +61,7 @@ typedef struct crew_prep_split_data {
 /* Writes the splits and m (name, classes, class_names, sample_shape and normalization filled in;
  * m->splits is filled here) into out_dir atomically: one progress step per array and one for
  * the commit. */
-crew_status crew_prep_write(const char *out_dir, crew_manifest *m, crew_dtype x_dtype, crew_dtype y_dtype,
+crew_status crew_prep_write(const char *out_dir, crew_manifest *m, crew_npy_dtype x_dtype, crew_npy_dtype y_dtype,
                             const crew_prep_split_data *splits, int n_splits, crew_prep_progress *progress);
 
 #endif

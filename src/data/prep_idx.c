@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 
 #include "core/status.h"
-#include "data/atomic_dir.h"
+#include "core/atomic_dir.h"
 #include "data/idx.h"
 #include "data/manifest.h"
 #include "data/npy.h"

@@ -13,7 +13,7 @@
 #include <sys/mman.h>
 
 #include "core/status.h"
-#include "data/atomic_dir.h"
+#include "core/atomic_dir.h"
 #include "data/prep_common.h"
 #include "data/tokens.h"
 

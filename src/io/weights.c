@@ -49,7 +49,7 @@ static crew_status gather(const crew_model *m, const crew_named_param *np, int n
     for (int i = 0; i < n; i++) {
         const crew_param *p = np[i].param;
         int64_t count = crew_shape_size(&p->shape);
-        m->be.ops->download(m->be.ctx, *host + at, p->value, count);
+        CREW_TRY(crew_dev_download_f32(&m->be, *host + at, p->value, count));
         memcpy(t[i].name, np[i].name, sizeof t[i].name);
         t[i].dtype = CREW_ST_F32;
         t[i].ndim = p->shape.ndim;
@@ -129,7 +129,8 @@ static crew_status check_match(const crew_st_file *f, const crew_named_param *np
 }
 
 /* Copies every matched tensor into the model. The staging buffer is allocated first, so once
- * the first upload happens nothing can fail half-way. File data may be unaligned: memcpy. */
+ * the first upload happens only the device itself can fail half-way. File data may be unaligned:
+ * memcpy. */
 static crew_status copy_in(crew_model *m, const crew_st_file *f, const crew_named_param *np, int n)
 {
     int64_t largest = 1;
@@ -139,13 +140,15 @@ static crew_status copy_in(crew_model *m, const crew_st_file *f, const crew_name
     }
     float *host = malloc((size_t)largest * sizeof(float));
     if (!host) return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for %lld weights", (long long)largest);
-    for (int i = 0; i < n; i++) {
+    crew_status s = CREW_OK;
+    for (int i = 0; i < n && !s; i++) {
         const crew_st_tensor *t = crew_st_find(f, np[i].name);
         if (t->count) memcpy(host, t->data, (size_t)t->count * sizeof(float));
-        m->be.ops->upload(m->be.ctx, np[i].param->value, host, t->count);
+        s = crew_dev_upload_f32(&m->be, np[i].param->value, host, t->count);
+        if (!s) s = m->be.ops->sync(m->be.ctx, NULL); /* host is reused for the next tensor */
     }
     free(host);
-    return CREW_OK;
+    return s;
 }
 
 crew_status crew_model_load_weights(crew_model *m, const char *path)

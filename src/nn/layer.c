@@ -83,10 +83,9 @@ crew_status crew_layer_reserve(crew_layer *l, const crew_backend *be, int64_t ma
         if (l->work[i]) be->ops->free(be->ctx, l->work[i]);
         l->work[i] = NULL;
         if (n[i] <= 0) continue;
-        l->work[i] = be->ops->alloc(be->ctx, n[i]);
-        if (!l->work[i])
-            return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory reserving %lld values of workspace",
-                               (long long)n[i]);
+        /* 4-byte elements: floats, or max pooling's int32 arg-maxes in the same room */
+        crew_status s = crew_dev_alloc_f32(be, n[i], &l->work[i]);
+        if (s) return crew_error_prefix(s, "workspace %d (%lld values): ", i, (long long)n[i]);
     }
     l->reserved_rows = max_rows;
     return CREW_OK;

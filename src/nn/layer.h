@@ -36,7 +36,7 @@ typedef struct crew_param {
     int64_t fan_in, fan_out;
     int64_t offset;     /* into the model's params (trainable) or state buffer; set by the model */
     float *value;       /* set by the model */
-    float *grad;        /* set by the model; NULL when not trainable */
+    float *grad;        /* set by the model once it reserves its buffers; NULL when not trainable */
 } crew_param;
 
 /* Everything a layer needs to know about the pass it runs in. */
@@ -46,7 +46,7 @@ typedef struct crew_pass {
     int training;                /* 1: dropout active, batch norm uses batch statistics */
     uint64_t seed;
     int64_t step;                /* optimizer step, for dropout masks */
-    const int64_t *sample_ids;   /* [rows] dataset index of each sample, for dropout masks */
+    const int64_t *sample_ids;   /* [rows] device memory: dataset index of each sample, for dropout masks */
     /* Synchronised batch norm: sums per-channel statistics over all replicas in place (rank
      * order). NULL: statistics are local to this micro-batch. total_rows is then rows. */
     crew_status (*sync_sum)(void *user, float *buf, int64_t n);

@@ -24,7 +24,8 @@ static crew_status embedding_build(crew_layer *l)
 static crew_status embedding_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
 {
     int64_t ids = p->rows * crew_shape_size(&l->in);
-    int64_t bad = p->be->ops->embedding_forward(p->be->ctx, x, l->params[0].value, l->spec.vocab, y, ids, l->spec.dim);
+    int64_t bad = 0;
+    CREW_TRY(p->be->ops->embedding_forward(p->be->ctx, x, l->params[0].value, l->spec.vocab, y, ids, l->spec.dim, &bad));
     if (bad)
         return crew_errorf(CREW_CODE_BAD_INPUT, "%lld input values are not token ids in [0, %lld)", (long long)bad,
                            (long long)l->spec.vocab);

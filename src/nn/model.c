@@ -155,18 +155,18 @@ void crew_model_free(crew_model *m)
     const crew_backend *be = &m->be;
     if (m->has_backend) {
         for (int i = 0; i < m->n_layers; i++) m->layers[i]->ops->release(m->layers[i], be);
-        crew_optimizer_release(&m->opt, be);
-        be->ops->free(be->ctx, m->params);
-        be->ops->free(be->ctx, m->grads);
-        be->ops->free(be->ctx, m->state);
+        crew_dev_free(be, m->params);
+        crew_dev_free(be, m->grads);
+        crew_dev_free(be, m->state);
         if (m->act)
             for (int i = 0; i <= m->n_layers; i++)
-                if (!act_is_alias(m, i)) be->ops->free(be->ctx, m->act[i]);
-        be->ops->free(be->ctx, m->dbuf[0]);
-        be->ops->free(be->ctx, m->dbuf[1]);
-        be->ops->free(be->ctx, m->labels);
-        be->ops->free(be->ctx, m->row_loss);
-        crew_backend_destroy(&m->be);
+                if (!act_is_alias(m, i)) crew_dev_free(be, m->act[i]);
+        crew_dev_free(be, m->dbuf[0]);
+        crew_dev_free(be, m->dbuf[1]);
+        crew_dev_free(be, m->labels);
+        crew_dev_free(be, m->sample_ids);
+        crew_dev_free(be, m->row_loss);
+        if (m->owns_backend) crew_device_close(&m->be);
     }
     for (int i = 0; i < m->n_layers; i++) free(m->layers[i]);
     free(m->layers);
@@ -222,11 +222,14 @@ void crew_model_summary(const crew_model *m, char *buf, size_t len)
 
 /* ------------------------------------------------------------------ buffers */
 
+/* The caller's model keeps its values on a CPU device of its own: host code such as predict,
+ * evaluation or loading weights then works on it without a run. */
 static crew_status ensure_backend(crew_model *m)
 {
     if (m->has_backend) return CREW_OK;
-    CREW_TRY(crew_cpu_backend_create(1, &m->be));
+    CREW_TRY(crew_device_open("cpu", 0, NULL, &m->be));
     m->has_backend = 1;
+    m->owns_backend = 1;
     return CREW_OK;
 }
 
@@ -248,19 +251,17 @@ crew_status crew_model_layout(crew_model *m)
             p->offset = p->trainable ? np : ns;
             *(p->trainable ? &np : &ns) += size;
         }
-    const crew_backend_ops *o = m->be.ops;
     m->n_params = np;
     m->n_state = ns;
-    m->params = o->alloc(m->be.ctx, np);
-    m->grads = o->alloc(m->be.ctx, np);
-    m->state = o->alloc(m->be.ctx, ns);
-    if (!m->params || !m->grads || !m->state)
-        return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for %lld parameters", (long long)np);
+    /* The gradients come with the activations (crew_model_reserve): the caller's model, which only
+     * holds the weights a run starts from and ends with, needs none. */
+    crew_status s = crew_dev_alloc_f32(&m->be, np, &m->params);
+    if (!s) s = crew_dev_alloc_f32(&m->be, ns, &m->state);
+    if (s) return crew_error_prefix(s, "the buffers of %lld parameters: ", (long long)np);
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             crew_param *p = &m->layers[i]->params[j];
             p->value = (p->trainable ? m->params : m->state) + p->offset;
-            p->grad = p->trainable ? m->grads + p->offset : NULL;
         }
     m->laid_out = 1;
     return CREW_OK;
@@ -291,8 +292,10 @@ crew_status crew_model_init_params(crew_model *m, uint64_t seed)
             float *host = malloc((size_t)n * sizeof(float));
             if (!host) return CREW_OOM();
             init_values(p, crew_rng_key(seed, CREW_STREAM_INIT, (uint64_t)i, (uint64_t)j), host, n);
-            m->be.ops->upload(m->be.ctx, p->value, host, n);
+            crew_status s = crew_dev_upload_f32(&m->be, p->value, host, n);
+            if (!s) s = m->be.ops->sync(m->be.ctx, NULL); /* the host values must outlive the copy */
             free(host);
+            CREW_TRY(s);
         }
     m->initialized = 1;
     return CREW_OK;
@@ -315,7 +318,16 @@ void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_siz
     out->act_input = rows * crew_shape_size(&m->input);
     out->dbuf[0] = out->dbuf[1] = rows * widest;
     out->labels = rows;
+    out->sample_ids = rows;
     out->row_loss = rows;
+}
+
+/* Frees *p and allocates n elements of type t in its place. */
+static crew_status realloc_dev(const crew_backend *be, crew_dtype t, int64_t n, void *p, void **out)
+{
+    crew_dev_free(be, p);
+    *out = NULL;
+    return be->ops->alloc(be->ctx, t, n, out);
 }
 
 crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
@@ -323,32 +335,35 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
     CREW_TRY(crew_model_layout(m));
     if (max_rows <= m->max_rows) return CREW_OK;
     const crew_backend *be = &m->be;
-    const crew_backend_ops *o = be->ops;
     if (!m->act) {
         m->act = calloc((size_t)m->n_layers + 1, sizeof *m->act);
         if (!m->act) return CREW_OOM();
     }
     crew_model_buffer_sizes n;
     crew_model_buffers(m, max_rows, &n);
+    m->max_rows = 0; /* until every buffer below is in place */
+    if (!m->grads) {
+        CREW_TRY(crew_dev_alloc_f32(be, m->n_params, &m->grads));
+        for (int i = 0; i < m->n_layers; i++)
+            for (int j = 0; j < m->layers[i]->n_params; j++) {
+                crew_param *p = &m->layers[i]->params[j];
+                if (p->trainable) p->grad = m->grads + p->offset;
+            }
+    }
     for (int i = 0; i <= m->n_layers; i++) {
         if (act_is_alias(m, i)) { /* its owner, act[i - 1], is already (re)allocated */
             m->act[i] = m->act[i - 1];
             continue;
         }
-        o->free(be->ctx, m->act[i]);
-        m->act[i] = o->alloc(be->ctx, i == 0 ? n.act_input : crew_model_layer_act_size(m, i - 1, max_rows));
-        if (!m->act[i]) return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for activations of layer %d", i);
+        int64_t size = i == 0 ? n.act_input : crew_model_layer_act_size(m, i - 1, max_rows);
+        crew_status s = realloc_dev(be, CREW_DT_F32, size, m->act[i], (void **)&m->act[i]);
+        if (s) return crew_error_prefix(s, "activations of layer %d: ", i);
     }
-    for (int k = 0; k < 2; k++) {
-        o->free(be->ctx, m->dbuf[k]);
-        m->dbuf[k] = o->alloc(be->ctx, n.dbuf[k]);
-        if (!m->dbuf[k]) return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for gradients");
-    }
-    o->free(be->ctx, m->labels);
-    o->free(be->ctx, m->row_loss);
-    m->labels = (int32_t *)o->alloc(be->ctx, n.labels);
-    m->row_loss = o->alloc(be->ctx, n.row_loss);
-    if (!m->labels || !m->row_loss) return CREW_OOM();
+    for (int k = 0; k < 2; k++)
+        CREW_TRY(realloc_dev(be, CREW_DT_F32, n.dbuf[k], m->dbuf[k], (void **)&m->dbuf[k]));
+    CREW_TRY(realloc_dev(be, CREW_DT_I32, n.labels, m->labels, (void **)&m->labels));
+    CREW_TRY(realloc_dev(be, CREW_DT_I64, n.sample_ids, m->sample_ids, (void **)&m->sample_ids));
+    CREW_TRY(realloc_dev(be, CREW_DT_F32, n.row_loss, m->row_loss, (void **)&m->row_loss));
     for (int i = 0; i < m->n_layers; i++) {
         crew_layer *l = m->layers[i];
         crew_status s = crew_layer_reserve(l, be, max_rows);
@@ -377,13 +392,10 @@ crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, doub
 {
     int64_t classes = crew_model_classes(m);
     const crew_backend_ops *o = m->be.ops;
-    o->softmax_xent(m->be.ctx, m->act[m->n_compute], m->labels, p->rows, classes, scale, m->row_loss, m->dbuf[0],
-                    correct);
-    double sum = 0.0;
-    float *host = m->row_loss; /* CPU backend: device memory is host memory */
-    for (int64_t r = 0; r < p->rows; r++) sum += host[r];
-    *loss_sum = sum;
-    return CREW_OK;
+    CREW_TRY(o->softmax_xent(m->be.ctx, m->act[m->n_compute], m->labels, p->rows, classes, scale, m->row_loss,
+                             m->dbuf[0], correct));
+    /* in row order, in double: the same sum whichever device ran the loss */
+    return o->sum(m->be.ctx, m->row_loss, p->rows, loss_sum);
 }
 
 crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_ready_fn ready, void *user)
@@ -408,28 +420,35 @@ crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_re
 
 /* ------------------------------------------------------------------ replicas */
 
-crew_status crew_model_clone(const crew_model *m, crew_model **out)
+crew_status crew_model_copy_values(crew_model *dst, const crew_model *src)
+{
+    if (dst->n_params != src->n_params || dst->n_state != src->n_state)
+        return crew_errorf(CREW_CODE_INTERNAL, "copy of model values: %lld/%lld values into %lld/%lld",
+                           (long long)src->n_params, (long long)src->n_state, (long long)dst->n_params,
+                           (long long)dst->n_state);
+    CREW_TRY(crew_dev_transfer_f32(&dst->be, dst->params, &src->be, src->params, src->n_params));
+    CREW_TRY(crew_dev_transfer_f32(&dst->be, dst->state, &src->be, src->state, src->n_state));
+    dst->initialized = src->initialized;
+    return CREW_OK;
+}
+
+crew_status crew_model_clone(const crew_model *m, const crew_backend *be, crew_model **out)
 {
     *out = NULL;
     crew_model *c;
     CREW_TRY(crew_model_create(m->input.dim, m->input.ndim, &c));
-    for (int i = 0; i < m->n_layers; i++) {
-        crew_status s = append_layer(c, &m->layers[i]->spec, m->layers[i]->name);
-        if (s) {
-            crew_model_free(c);
-            return s;
-        }
-    }
+    crew_status s = CREW_OK;
+    for (int i = 0; i < m->n_layers && !s; i++) s = append_layer(c, &m->layers[i]->spec, m->layers[i]->name);
     memcpy(c->name, m->name, sizeof c->name);
     c->defaults = m->defaults;
-    c->be = m->be;
-    c->has_backend = m->has_backend;
-    crew_status s = crew_model_layout(c);
-    if (!s && m->laid_out) {
-        c->be.ops->copy(c->be.ctx, c->params, m->params, m->n_params);
-        c->be.ops->copy(c->be.ctx, c->state, m->state, m->n_state);
-        c->initialized = m->initialized;
+    c->compile = m->compile;
+    c->compiled = m->compiled;
+    if (be) {
+        c->be = *be;
+        c->has_backend = 1;
     }
+    if (!s) s = crew_model_layout(c);
+    if (!s && m->laid_out) s = crew_model_copy_values(c, m);
     if (s) {
         crew_model_free(c);
         return s;

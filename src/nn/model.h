@@ -1,12 +1,14 @@
 /* model.h — a sequential model: layers, the flat parameter/gradient/state buffers, and the
- * activations of one micro-batch. One crew_model is one replica; data parallelism clones it. */
+ * activations of one micro-batch, all in one backend's device memory. The caller's crew_model
+ * lives on a CPU backend of its own; each rank of a fit builds its replica on its own device
+ * (crew_model_clone) and copies the result back at the end. Optimizer state is not the model's:
+ * the rank that trains it owns it (src/train/rank.h). */
 #ifndef CREW_NN_MODEL_H
 #define CREW_NN_MODEL_H
 
 #include "backend/backend.h"
 #include "crew.h"
 #include "nn/layer.h"
-#include "optim/optimizer.h"
 
 /* What a model file said besides its layers: defaults for compile and fit. */
 typedef struct crew_model_defaults {
@@ -29,15 +31,16 @@ struct crew_model {
     int n_compute;                  /* layers run by forward/backward: a trailing softmax is fused into the loss */
     crew_model_defaults defaults;
 
-    crew_backend be;
+    crew_backend be;                /* the device its buffers live on */
     int has_backend;
+    int owns_backend;               /* 1: opened by the model itself (crew_model_layout), closed with it */
 
     /* Flat buffers, laid out in layer order (so backward completes a suffix of grads). */
     int laid_out;
     int64_t n_params;               /* trainable values */
     int64_t n_state;                /* non-trainable values (batch-norm moving statistics) */
     float *params;                  /* [n_params] */
-    float *grads;                   /* [n_params] gradient of the current micro-batch */
+    float *grads;                   /* [n_params] gradient of the current micro-batch (from crew_model_reserve on) */
     float *state;                   /* [n_state] */
     int initialized;                /* params hold trained, loaded or initialised values */
 
@@ -46,14 +49,15 @@ struct crew_model {
     float **act;                    /* act[0]: input [max_rows, in]; act[i+1]: output of layer i */
     float *dbuf[2];                 /* ping-pong gradient buffers, [max_rows, largest layer size] */
     int32_t *labels;                /* [max_rows] */
+    int64_t *sample_ids;            /* [max_rows] dataset index of each row, for dropout masks */
     float *row_loss;                /* [max_rows] */
 
     int compiled;
-    crew_compile_options compile;
-    crew_optimizer opt;
+    crew_compile_options compile;   /* the loss and optimizer a fit uses (checked by crew_model_compile) */
 };
 
-/* Lays out the parameter buffers on the model's backend (the CPU backend unless one was set). */
+/* Lays out the parameter buffers on the model's backend; a model without one opens a device of
+ * kind "cpu" of its own. */
 crew_status crew_model_layout(crew_model *m);
 /* Initialises every parameter from seed (Glorot-uniform kernels, zero biases, ...). */
 crew_status crew_model_init_params(crew_model *m, uint64_t seed);
@@ -64,7 +68,8 @@ crew_status crew_model_init_params(crew_model *m, uint64_t seed);
 typedef struct crew_model_buffer_sizes {
     int64_t act_input;          /* act[0]: [rows, input size] */
     int64_t dbuf[2];            /* dbuf[k]: [rows, widest of the input and every layer's output] */
-    int64_t labels;             /* [rows] int32, allocated as as many 4-byte elements */
+    int64_t labels;             /* [rows] int32 */
+    int64_t sample_ids;         /* [rows] int64 */
     int64_t row_loss;           /* [rows] */
 } crew_model_buffer_sizes;
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out);
@@ -77,10 +82,12 @@ int crew_model_layer_in_place(const crew_model *m, int i);
 /* act[i + 1], layer i's output for `rows` samples, in elements: [rows, size of layer i's output],
  * kept for the backward pass (a trailing softmax's too); 0 for a layer that works in place. */
 int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows);
-/* Sizes activations for micro-batches of up to max_rows samples (no-op when already enough). */
+/* Sizes activations for micro-batches of up to max_rows samples (no-op when already enough); the
+ * gradient buffer comes with the first call. */
 crew_status crew_model_reserve(crew_model *m, int64_t max_rows);
 
-/* Forward through the computed layers; input in act[0], logits in act[n_compute]. */
+/* Forward through the computed layers; input in act[0], logits in act[n_compute]. The pass's
+ * sample_ids, when dropout needs them, are device memory (m->sample_ids). */
 crew_status crew_model_forward(crew_model *m, const crew_pass *p);
 /* Softmax cross-entropy of the logits against m->labels; leaves d(scale · Σ loss)/d logits in
  * dbuf[0]. Returns the summed loss and the count of right arg-maxes. */
@@ -96,9 +103,11 @@ int64_t crew_model_classes(const crew_model *m);
 /* Output shape of the model's last computed layer. */
 crew_shape crew_model_output_shape(const crew_model *m);
 
-/* A replica: the same layers on the same backend, with its own buffers and a copy of the
- * parameters and state. */
-crew_status crew_model_clone(const crew_model *m, crew_model **out);
+/* A replica: the same layers on backend `be` (NULL: a CPU device of its own), with its own buffers
+ * and a copy of m's parameters and state, carried across devices through host memory. */
+crew_status crew_model_clone(const crew_model *m, const crew_backend *be, crew_model **out);
+/* dst's parameters and state := src's (same layers, any two devices). */
+crew_status crew_model_copy_values(crew_model *dst, const crew_model *src);
 
 /* "<layer>.<param>" for safetensors; returns the param or NULL. */
 typedef struct crew_named_param {

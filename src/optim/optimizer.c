@@ -56,19 +56,22 @@ crew_status crew_optimizer_spec_check(crew_optimizer_spec *s)
     return CREW_OK;
 }
 
+int crew_optimizer_slots(const crew_optimizer_spec *spec)
+{
+    return spec->type == CREW_OPT_ADAMW ? 2 : spec->momentum > 0.0f ? 1 : 0;
+}
+
 crew_status crew_optimizer_init(crew_optimizer *opt, const crew_optimizer_spec *spec, const crew_backend *be,
                                 int64_t n)
 {
     memset(opt, 0, sizeof *opt);
     opt->spec = *spec;
     opt->n = n;
-    int slots = spec->type == CREW_OPT_ADAMW ? 2 : (spec->momentum > 0.0f ? 1 : 0);
-    for (int i = 0; i < slots; i++) {
-        opt->slot[i] = be->ops->alloc(be->ctx, n);
-        if (!opt->slot[i]) {
+    for (int i = 0; i < crew_optimizer_slots(spec); i++) {
+        crew_status s = crew_dev_alloc_f32(be, n, &opt->slot[i]);
+        if (s) {
             crew_optimizer_release(opt, be);
-            return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "optimizer: out of memory for %lld values of state",
-                               (long long)n);
+            return crew_error_prefix(s, "optimizer: %lld values of state: ", (long long)n);
         }
     }
     return CREW_OK;
@@ -77,9 +80,22 @@ crew_status crew_optimizer_init(crew_optimizer *opt, const crew_optimizer_spec *
 void crew_optimizer_release(crew_optimizer *opt, const crew_backend *be)
 {
     for (int i = 0; i < 2; i++) {
-        if (opt->slot[i]) be->ops->free(be->ctx, opt->slot[i]);
+        crew_dev_free(be, opt->slot[i]);
         opt->slot[i] = NULL;
     }
+}
+
+crew_status crew_optimizer_copy(crew_optimizer *dst, const crew_backend *dst_be, const crew_optimizer *src,
+                                const crew_backend *src_be)
+{
+    if (dst->n != src->n || dst->spec.type != src->spec.type || !dst->slot[0] != !src->slot[0] ||
+        !dst->slot[1] != !src->slot[1])
+        return crew_errorf(CREW_CODE_INTERNAL, "optimizer state of %lld values cannot be copied into one of %lld",
+                           (long long)src->n, (long long)dst->n);
+    for (int i = 0; i < 2; i++)
+        if (src->slot[i]) CREW_TRY(crew_dev_transfer_f32(dst_be, dst->slot[i], src_be, src->slot[i], src->n));
+    dst->t = src->t;
+    return CREW_OK;
 }
 
 float crew_lr_at(const crew_lr_plan *p, int64_t step)
@@ -101,14 +117,16 @@ float crew_lr_at(const crew_lr_plan *p, int64_t step)
     }
 }
 
-void crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,
-                         double *grad_norm)
+crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,
+                                double *grad_norm)
 {
     const crew_backend_ops *o = be->ops;
     const crew_optimizer_spec *s = &opt->spec;
     /* The norm costs a pass over every gradient: only when clipping or the caller needs it. */
     if (s->clip_norm > 0.0f || grad_norm) {
-        double norm = sqrt(o->sum_squares(be->ctx, grads, opt->n));
+        double sq = 0.0;
+        CREW_TRY(o->sum_squares(be->ctx, grads, opt->n, &sq));
+        double norm = sqrt(sq);
         if (grad_norm) *grad_norm = norm;
         if (s->clip_norm > 0.0f && norm > s->clip_norm)
             o->axpby(be->ctx, opt->n, (float)(s->clip_norm / norm), grads, 0.0f, grads);
@@ -121,4 +139,5 @@ void crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *par
         o->adamw_update(be->ctx, params, grads, opt->slot[0], opt->slot[1], opt->n, lr, s->beta1, s->beta2, s->eps,
                         s->weight_decay, c1, c2);
     }
+    return CREW_OK;
 }

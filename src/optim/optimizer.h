@@ -1,4 +1,5 @@
-/* optimizer.h — optimizer state and learning-rate schedules over the flat parameter buffer. */
+/* optimizer.h — optimizer state and learning-rate schedules over the flat parameter buffer.
+ * It knows buffers on a backend, not layers: the rank that trains a model owns its optimizer. */
 #ifndef CREW_OPTIM_OPTIMIZER_H
 #define CREW_OPTIM_OPTIMIZER_H
 
@@ -14,9 +15,15 @@ typedef struct crew_optimizer {
 
 /* Fills unset fields with defaults and checks ranges; errors name the key. */
 crew_status crew_optimizer_spec_check(crew_optimizer_spec *spec);
+/* The state buffers an optimizer of this spec keeps: 2 for AdamW, 1 for SGD with momentum, else 0. */
+int crew_optimizer_slots(const crew_optimizer_spec *spec);
+/* Zeroed state for n parameters on backend be. */
 crew_status crew_optimizer_init(crew_optimizer *opt, const crew_optimizer_spec *spec, const crew_backend *be,
                                 int64_t n);
 void crew_optimizer_release(crew_optimizer *opt, const crew_backend *be);
+/* dst's state and update count := src's (the same spec and size, on any two devices). */
+crew_status crew_optimizer_copy(crew_optimizer *dst, const crew_backend *dst_be, const crew_optimizer *src,
+                                const crew_backend *src_be);
 
 /* The learning-rate plan of a run: peak is the scaled rate, start the rate warmup begins at. */
 typedef struct crew_lr_plan {
@@ -31,7 +38,7 @@ float crew_lr_at(const crew_lr_plan *plan, int64_t step);
 
 /* One update: clips grads to spec.clip_norm (global L2 norm, in place), then steps.
  * *grad_norm receives the norm before clipping. */
-void crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,
-                         double *grad_norm);
+crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,
+                                double *grad_norm);
 
 #endif

@@ -28,21 +28,6 @@ const char *crew_event_kind_name(crew_event_kind kind)
     }
 }
 
-void crew_json_write_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 /* A number, or null when it is not finite (JSON has no NaN). */
 static void json_num(FILE *f, const char *key, double v, int comma)
 {

@@ -27,16 +27,17 @@ typedef struct crew_checkpoint_state {
     crew_lr_plan lr;
 } crew_checkpoint_state;
 
-/* Writes ROOT/step-<step>/ and removes all but the newest `keep` complete checkpoints.
- * path receives the directory written. */
-crew_status crew_checkpoint_write(const char *root, const crew_model *m, const crew_checkpoint_state *st, int keep,
-                                  char *path, size_t path_len);
+/* Writes ROOT/step-<step>/ from m and opt (on any device: their values are downloaded) and
+ * removes all but the newest `keep` complete checkpoints. path receives the directory written. */
+crew_status crew_checkpoint_write(const char *root, const crew_model *m, const crew_optimizer *opt,
+                                  const crew_checkpoint_state *st, int keep, char *path, size_t path_len);
 
-/* Loads the newest usable checkpoint under ROOT into m (parameters, state, optimizer) and st.
+/* Loads the newest usable checkpoint under ROOT into m (parameters and state), opt (its state and
+ * update count; opt lives on m's device, made for the model's compiled optimizer) and st.
  * A checkpoint that is incomplete, fails a checksum, misses a file or does not match the model is
  * refused, and the next older one is tried; note says which was used and what was refused. */
-crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_checkpoint_state *st, char *note,
-                                   size_t note_len);
+crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_optimizer *opt, crew_checkpoint_state *st,
+                                   char *note, size_t note_len);
 
 /* The state of the newest checkpoint under ROOT whose marker and state.json check out (its other
  * files are checked when it is loaded). */

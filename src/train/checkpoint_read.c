@@ -13,7 +13,7 @@
 
 #include "core/file_hash.h"
 #include "core/status.h"
-#include "data/atomic_dir.h"
+#include "core/atomic_dir.h"
 #include "io/safetensors.h"
 #include "train/checkpoint_json.h"
 
@@ -99,7 +99,7 @@ static crew_status check_optimizer(const char *path, const crew_optimizer *o, co
     return CREW_OK;
 }
 
-static crew_status try_load(const char *dir, crew_model *m, crew_checkpoint_state *st)
+static crew_status try_load(const char *dir, crew_model *m, crew_optimizer *opt, crew_checkpoint_state *st)
 {
     crew_checkpoint_file_sum sums[CREW_CHECKPOINT_FILES];
     CREW_TRY(check_state(dir, st, sums));
@@ -109,18 +109,21 @@ static crew_status try_load(const char *dir, crew_model *m, crew_checkpoint_stat
     snprintf(model_path, sizeof model_path, "%s/model.safetensors", dir);
     crew_st_file f;
     CREW_TRY(crew_st_read(opt_path, &f));
-    crew_status s = check_optimizer(opt_path, &m->opt, &f);
+    crew_status s = check_optimizer(opt_path, opt, &f);
     if (!s) s = crew_model_load_weights(m, model_path); /* all or nothing */
-    if (!s) {
-        crew_optimizer *o = &m->opt;
-        for (int i = 0; i < 2; i++) {
-            char name[8];
-            snprintf(name, sizeof name, "slot%d", i);
-            const crew_st_tensor *t = crew_st_find(&f, name);
-            if (t) memcpy(o->slot[i], t->data, (size_t)o->n * sizeof(float)); /* unaligned source */
-        }
-        memcpy(&o->t, crew_st_find(&f, "t")->data, sizeof o->t);
+    float *host = s ? NULL : malloc((size_t)(opt->n > 0 ? opt->n : 1) * sizeof *host);
+    if (!s && !host) s = CREW_OOM();
+    for (int i = 0; i < 2 && !s; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "slot%d", i);
+        const crew_st_tensor *t = crew_st_find(&f, name);
+        if (!t) continue;
+        memcpy(host, t->data, (size_t)opt->n * sizeof(float)); /* file data may be unaligned */
+        s = crew_dev_upload_f32(&m->be, opt->slot[i], host, opt->n);
+        if (!s) s = m->be.ops->sync(m->be.ctx, NULL); /* host is reused for the next slot */
     }
+    if (!s) memcpy(&opt->t, crew_st_find(&f, "t")->data, sizeof opt->t);
+    free(host);
     crew_st_free(&f);
     return s;
 }
@@ -210,8 +213,8 @@ crew_status crew_checkpoint_newest_state(const char *root, crew_checkpoint_state
     return crew_errorf(CREW_CODE_BAD_INPUT, "no complete checkpoint in %s", root);
 }
 
-crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_checkpoint_state *st, char *note,
-                                   size_t note_len)
+crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_optimizer *opt, crew_checkpoint_state *st,
+                                   char *note, size_t note_len)
 {
     note[0] = '\0';
     remove_stale_temporaries(root);
@@ -222,7 +225,7 @@ crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_checkpo
     for (int i = 0; i < n; i++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/step-%08lld", root, steps[i]);
-        crew_status s = try_load(dir, m, st);
+        crew_status s = try_load(dir, m, opt, st);
         if (!s) {
             append(note, note_len, "%sresumed from %s (step %lld)", note[0] ? "; " : "", dir, (long long)st->step);
             return CREW_OK;

@@ -11,7 +11,7 @@
 
 #include "core/file_hash.h"
 #include "core/status.h"
-#include "data/atomic_dir.h"
+#include "core/atomic_dir.h"
 #include "io/safetensors.h"
 #include "train/checkpoint_json.h"
 
@@ -28,14 +28,20 @@ static crew_status write_text(const char *path, const char *text)
 
 static const char *optimizer_name(const crew_optimizer *o) { return o->spec.type == CREW_OPT_ADAMW ? "adamw" : "sgd"; }
 
-static crew_status write_optimizer(const char *path, const crew_optimizer *o)
+/* The slots come down from the device into one host buffer first. */
+static crew_status write_optimizer(const char *path, const crew_optimizer *o, const crew_backend *be)
 {
     crew_st_tensor t[3];
     int n = 0;
     int64_t updates = o->t;
-    for (int i = 0; i < 2; i++) {
+    float *host = malloc((size_t)(o->n > 0 ? o->n : 1) * 2 * sizeof *host);
+    if (!host) return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "out of memory for %lld values of optimizer state", (long long)o->n);
+    crew_status s = CREW_OK;
+    for (int i = 0; i < 2 && !s; i++) {
         if (!o->slot[i]) continue;
-        t[n] = (crew_st_tensor){.dtype = CREW_ST_F32, .ndim = 1, .shape = {o->n}, .count = o->n, .data = o->slot[i]};
+        float *slot = host + (size_t)i * (size_t)o->n;
+        s = crew_dev_download_f32(be, slot, o->slot[i], o->n);
+        t[n] = (crew_st_tensor){.dtype = CREW_ST_F32, .ndim = 1, .shape = {o->n}, .count = o->n, .data = slot};
         snprintf(t[n].name, sizeof t[n].name, "slot%d", i);
         n++;
     }
@@ -43,11 +49,14 @@ static crew_status write_optimizer(const char *path, const crew_optimizer *o)
     snprintf(t[n].name, sizeof t[n].name, "t");
     n++;
     const char *meta[] = {"optimizer", optimizer_name(o), NULL};
-    return crew_st_write(path, t, n, meta);
+    if (!s) s = crew_st_write(path, t, n, meta);
+    free(host);
+    return s;
 }
 
 /* The files of a checkpoint directory, in the order they are written. */
-static crew_status write_files(const crew_atomic_dir *ad, const crew_model *m, const crew_checkpoint_state *st)
+static crew_status write_files(const crew_atomic_dir *ad, const crew_model *m, const crew_optimizer *opt,
+                               const crew_checkpoint_state *st)
 {
     char paths[CREW_CHECKPOINT_FILES][700], state_path[700], complete_path[700];
     crew_checkpoint_file_sum sums[CREW_CHECKPOINT_FILES];
@@ -56,7 +65,7 @@ static crew_status write_files(const crew_atomic_dir *ad, const crew_model *m, c
     CREW_TRY(crew_atomic_dir_file(ad, "state.json", state_path, sizeof state_path));
     CREW_TRY(crew_atomic_dir_file(ad, "COMPLETE", complete_path, sizeof complete_path));
     CREW_TRY(crew_model_save_weights(m, paths[0]));
-    CREW_TRY(write_optimizer(paths[1], &m->opt));
+    CREW_TRY(write_optimizer(paths[1], opt, &m->be));
     for (int i = 0; i < CREW_CHECKPOINT_FILES; i++) CREW_TRY(crew_file_hash(paths[i], &sums[i].bytes, &sums[i].xxh3));
     char *text = crew_checkpoint_state_json(st, sums);
     if (!text) return CREW_OOM();
@@ -114,8 +123,8 @@ static void prune(const char *root, int keep)
     }
 }
 
-crew_status crew_checkpoint_write(const char *root, const crew_model *m, const crew_checkpoint_state *st, int keep,
-                                  char *path, size_t path_len)
+crew_status crew_checkpoint_write(const char *root, const crew_model *m, const crew_optimizer *opt,
+                                  const crew_checkpoint_state *st, int keep, char *path, size_t path_len)
 {
     char final[600];
     snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)st->step);
@@ -124,7 +133,7 @@ crew_status crew_checkpoint_write(const char *root, const crew_model *m, const c
     if (stat(final, &sb) == 0) return CREW_OK; /* this step was saved already (a run resumed right here) */
     crew_atomic_dir ad;
     CREW_TRY(crew_atomic_dir_begin(final, &ad));
-    crew_status s = write_files(&ad, m, st);
+    crew_status s = write_files(&ad, m, opt, st);
     if (s) {
         crew_atomic_dir_abort(&ad);
         return crew_error_prefix(s, "checkpoint %s: ", final);

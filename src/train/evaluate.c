@@ -20,9 +20,7 @@ crew_status crew_model_compile(crew_model *m, const crew_compile_options *opts)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
                            "compile: cross-entropy needs a vector of logits per sample; the last layer gives %d axes",
                            out.ndim);
-    crew_optimizer_release(&m->opt, &m->be);
-    CREW_TRY(crew_optimizer_init(&m->opt, &c.optimizer, &m->be, m->n_params));
-    m->compile = c;
+    m->compile = c; /* the state itself is made by each fit, on each rank's device */
     m->compiled = 1;
     return CREW_OK;
 }
@@ -31,23 +29,30 @@ crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, in
                             double *loss_sum, int64_t *correct)
 {
     CREW_TRY(crew_model_reserve(m, batch));
+    const crew_backend *be = &m->be;
+    int64_t in = crew_shape_size(&m->input);
     int64_t *idx = malloc((size_t)batch * sizeof *idx);
-    if (!idx) return CREW_OOM();
+    int32_t *y = malloc((size_t)batch * sizeof *y);
+    float *x = NULL;
+    crew_status s = idx && y ? be->ops->host_alloc(be->ctx, CREW_DT_F32, batch * in, (void **)&x) : CREW_OOM();
     *loss_sum = 0.0;
     *correct = 0;
-    crew_status s = CREW_OK;
     for (int64_t start = lo; start < hi && !s; start += batch) {
         int64_t rows = hi - start < batch ? hi - start : batch;
         for (int64_t r = 0; r < rows; r++) idx[r] = start + r;
-        crew_dataset_gather(d, idx, rows, m->act[0], m->labels);
-        crew_pass p = {.be = &m->be, .rows = rows, .training = 0, .sample_ids = idx};
-        s = crew_model_forward(m, &p);
+        crew_dataset_gather(d, idx, rows, x, y);
+        s = be->ops->upload(be->ctx, NULL, m->act[0], x, rows * in, CREW_DT_F32);
+        if (!s) s = be->ops->upload(be->ctx, NULL, m->labels, y, rows, CREW_DT_I32);
+        crew_pass p = {.be = be, .rows = rows, .training = 0};
+        if (!s) s = crew_model_forward(m, &p);
         double l = 0.0;
         int64_t c = 0;
-        if (!s) s = crew_model_loss(m, &p, 1.0f, &l, &c);
+        if (!s) s = crew_model_loss(m, &p, 1.0f, &l, &c); /* synchronous: x and y may be refilled after */
         *loss_sum += l;
         *correct += c;
     }
+    if (x) be->ops->host_free(be->ctx, x);
+    free(y);
     free(idx);
     return s;
 }
@@ -81,11 +86,11 @@ crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *
     const crew_backend_ops *o = m->be.ops;
     for (int64_t start = 0; start < n; start += batch) {
         int64_t rows = n - start < batch ? n - start : batch;
-        o->upload(m->be.ctx, m->act[0], x + start * in, rows * in);
+        CREW_TRY(crew_dev_upload_f32(&m->be, m->act[0], x + start * in, rows * in));
         crew_pass p = {.be = &m->be, .rows = rows, .training = 0};
         CREW_TRY(crew_model_forward(m, &p));
         o->softmax(m->be.ctx, m->act[m->n_compute], m->dbuf[0], rows, classes);
-        o->download(m->be.ctx, probs + start * classes, m->dbuf[0], rows * classes);
+        CREW_TRY(crew_dev_download_f32(&m->be, probs + start * classes, m->dbuf[0], rows * classes));
     }
     return CREW_OK;
 }

@@ -1,196 +1,163 @@
-/* fit.c — the training loop: N replicas, each on its own thread with its own copy of the model,
- * each taking its slice of every global batch; gradients summed across replicas in rank order;
- * identical optimizer steps everywhere. Rank 0 runs on the caller's thread and reports progress
- * through the caller's callbacks.
+/* fit.c — a fit as the caller sees it: prepared once (the options resolved, the plan worked out, a
+ * resumed run's checkpoint loaded), then run by a launcher that starts one rank program per device
+ * (run.h). Rank 0's sinks receive everything the run produces: the monitor's records, the result,
+ * and at the end the trained values, copied into the caller's model.
  *
- * Micro-batch m of a step holds rows [m·B, (m+1)·B) of the step's global batch; replica r owns
+ * Micro-batch m of a step holds rows [m·B, (m+1)·B) of the step's global batch; rank r owns
  * micro-batches r·k … r·k+k−1 (k = accumulation). Its gradient is summed locally in that order,
- * then across replicas in rank order, so the result equals one replica accumulating all of
- * them in order, bit for bit (docs/ARCHITECTURE.md, determinism). */
+ * then across ranks in rank order, so the result equals one replica accumulating all of them in
+ * order, bit for bit (docs/ARCHITECTURE.md, determinism). */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "core/status.h"
 #include "core/timer.h"
-#include "data/dataset.h"
-#include "data/loader.h"
 #include "train/checkpoint.h"
-#include "train/loop.h"
+#include "train/run.h"
+#include "train/train.h"
 
 #define DEFAULT_TIMEOUT_S 300.0
 #define DEFAULT_BUCKET_MB 25.0
 #define DEFAULT_DRIFT_EVERY 100
 
-static void *replica_thread(void *arg)
-{
-    replica *r = arg;
-    r->status = crew_replica_train(r);
-    if (r->status) r->comm.ops->abort(r->comm.ctx, r->rank);
-    return NULL;
-}
-
-static crew_status prepare_replica(replica *r, crew_model *m, const crew_fit_plan *p)
-{
-    r->m = m;
-    CREW_TRY(crew_model_reserve(m, p->batch_per_device));
-    r->metrics = calloc((size_t)p->devices * CREW_METRIC_FIELDS, sizeof *r->metrics);
-    r->times = calloc((size_t)p->devices, sizeof *r->times);
-    if (!r->metrics || !r->times) return CREW_OOM();
-    if (!m->compiled || m->opt.n != m->n_params) CREW_TRY(crew_model_compile(m, &m->compile));
-    return CREW_OK;
-}
-
-static void release_replica(replica *r, int owns_model)
-{
-    if (!r->m) return;
-    crew_comm_worker_stop(&r->worker);
-    crew_stepper_release(&r->stepper);
-    free(r->metrics);
-    free(r->times);
-    if (owns_model) crew_model_free(r->m);
-}
-
-/* The first real error: a rank that failed by itself, not one that was told another failed. */
-static crew_status first_error(replica *reps, int n)
-{
-    crew_status keep = CREW_OK;
-    for (int i = 0; i < n; i++) {
-        if (!reps[i].status) continue;
-        if (!keep || (crew_status_code(keep) == CREW_CODE_TIMEOUT && crew_status_code(reps[i].status) != CREW_CODE_TIMEOUT)) {
-            crew_status_free(keep);
-            keep = reps[i].status;
-        } else {
-            crew_status_free(reps[i].status);
-        }
-        reps[i].status = CREW_OK;
-    }
-    return keep;
-}
+struct crew_fit {
+    crew_model *m;
+    crew_fit_options opts;      /* the caller's over the defaults, a resumed run's plan settings in place */
+    crew_run run;
+    crew_optimizer start_opt;   /* a resumed run's optimizer state, on m's device */
+    int has_start_opt;
+    char resume_note[1024];
+    int ran;
+};
 
 /* Loads the newest usable checkpoint and takes its plan: the global batch, per-device batch,
  * seed, length and learning-rate plan stay; only the devices (and so the accumulation) change. */
-static crew_status resume(crew_model *m, fit_run *run)
+static crew_status resume(crew_fit *f)
 {
-    crew_fit_options *o = &run->resolved;
-    crew_fit_result *res = run->result;
+    crew_fit_options *o = &f->opts;
+    crew_run *run = &f->run;
+    crew_model *m = f->m;
     if (!o->checkpoint_dir) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "resume: no checkpoint directory given");
+    CREW_TRY(crew_optimizer_init(&f->start_opt, &m->compile.optimizer, &m->be, m->n_params));
+    f->has_start_opt = 1;
     crew_checkpoint_state st;
-    CREW_TRY(crew_checkpoint_resume(o->checkpoint_dir, m, &st, res->resume_note, sizeof res->resume_note));
-    CREW_TRY(crew_resume_options(o, &st));
-    o->resume = 0; /* plan_fit must not look for a checkpoint again: this one is loaded */
-    crew_status s = crew_model_plan_fit(m, run->train, o, &run->plan);
-    o->resume = 1;
-    CREW_TRY(s);
-    if (run->plan.steps_per_epoch != st.plan.steps_per_epoch)
-        return crew_errorf(CREW_CODE_BAD_INPUT, "cannot resume: the checkpoint's run had %lld steps per epoch, this "
-                           "dataset gives %lld (a different dataset?)", (long long)st.plan.steps_per_epoch,
-                           (long long)run->plan.steps_per_epoch);
+    CREW_TRY(crew_checkpoint_resume(o->checkpoint_dir, m, &f->start_opt, &st, f->resume_note, sizeof f->resume_note));
+    CREW_TRY(crew_plan_resumed(m, run->train, o, &st, &run->plan));
     run->lr = st.lr;
     run->start_step = st.step;
-    res->resumed_from_step = st.step;
     return CREW_OK;
 }
 
-static void resolve_knobs(fit_run *run)
+static void resolve_knobs(crew_run *run)
 {
-    const crew_fit_options *opts = run->opts;
-    run->timeout_s = opts->collective_timeout_s > 0 ? opts->collective_timeout_s : DEFAULT_TIMEOUT_S;
-    run->bucket_mb = opts->bucket_mb > 0 ? opts->bucket_mb : DEFAULT_BUCKET_MB;
-    run->sync_bn = opts->sync_batch_norm < 0 ? run->plan.devices > 1 : opts->sync_batch_norm;
-    run->drift_every = opts->drift_check_every < 0 ? 0 : opts->drift_check_every ? opts->drift_check_every : DEFAULT_DRIFT_EVERY;
+    const crew_fit_options *o = run->opts;
+    run->timeout_s = o->collective_timeout_s > 0 ? o->collective_timeout_s : DEFAULT_TIMEOUT_S;
+    run->bucket_mb = o->bucket_mb > 0 ? o->bucket_mb : DEFAULT_BUCKET_MB;
+    run->sync_bn = o->sync_batch_norm < 0 ? run->plan.devices > 1 : o->sync_batch_norm;
+    run->drift_every = o->drift_check_every < 0 ? 0 : o->drift_check_every ? o->drift_check_every : DEFAULT_DRIFT_EVERY;
     if (run->plan.devices == 1) run->drift_every = 0; /* one replica cannot drift from itself */
-    run->faults = (crew_fit_faults){.slow_rank = -1, .stall_rank = -1, .corrupt_rank = -1};
-    if (opts->faults) run->faults = *opts->faults;
-    run->last_checkpoint_time = crew_now();
+    run->hooks = (crew_fit_hooks){.faults = {.slow_rank = -1, .stall_rank = -1, .corrupt_rank = -1}};
 }
 
-static crew_status setup(crew_model *m, fit_run *run, const crew_fit_options *opts)
+static crew_status prepare(crew_fit *f, const crew_dataset *train, const crew_fit_options *opts)
 {
-    run->resolved = *opts;
-    run->opts = &run->resolved;
+    crew_model *m = f->m;
+    crew_model_default_fit(m, &f->opts);
+    CREW_TRY(crew_options_take(&f->opts, sizeof f->opts, opts, "crew_fit_options"));
     if (!m->compiled) {
         crew_compile_options c;
         crew_model_default_compile(m, &c);
         CREW_TRY(crew_model_compile(m, &c));
     }
-    CREW_TRY(crew_cpu_backend_create(opts->threads_per_device, &m->be));
-    if (opts->resume) {
-        CREW_TRY(resume(m, run));
+    crew_run *run = &f->run;
+    run->train = train;
+    run->opts = &f->opts;
+    run->start = m;
+    if (f->opts.resume) {
+        CREW_TRY(resume(f));
+        run->start_opt = &f->start_opt;
     } else {
-        CREW_TRY(crew_model_plan_fit(m, run->train, opts, &run->plan));
+        CREW_TRY(crew_plan_fit_resolved(m, train, &f->opts, &run->plan));
         run->lr = crew_lr_plan_of(&run->plan, &m->compile.optimizer);
         if (!m->initialized) CREW_TRY(crew_model_init_params(m, run->plan.seed));
     }
     resolve_knobs(run);
-    crew_monitor_config mc = {.run_dir = opts->run_dir, .append = opts->resume,
-                              .straggler_threshold = opts->straggler_threshold,
-                              .straggler_window = opts->straggler_window, .loss_spike_z = opts->loss_spike_z,
-                              .on_event = opts->on_event, .user = opts->user};
-    CREW_TRY(crew_monitor_open(&mc, &run->plan, &run->monitor));
-    if (opts->resume)
-        CREW_TRY(crew_monitor_event(run->monitor, CREW_EVENT_INFO, run->start_step, -1, NAN, "%s", run->result->resume_note));
     return CREW_OK;
 }
 
-/* Starts the replicas (rank 0 on this thread), waits for them, and fills the run's timings. */
-static crew_status run_replicas(crew_model *m, fit_run *run)
+crew_status crew_fit_prepare(crew_model *m, const crew_dataset *train, const crew_fit_options *opts, crew_fit **out)
 {
-    const int n = run->plan.devices;
-    const crew_fit_options *o = run->opts;
-    crew_loader_options lo = {.threads = o->loader_threads > 0 ? o->loader_threads : 1,
-                              .prefetch = o->prefetch > 0 ? o->prefetch : 2,
-                              .augment = o->augment,
-                              .pad_last = o->pad_last_batch,
-                              .reverse_rows = o->reverse_batch_rows};
-    CREW_TRY(crew_loader_create(run->train, &lo, run->plan.batch_per_device, n * run->plan.accumulation,
-                                run->plan.seed, &run->loader));
-    crew_local_comm *lc;
-    crew_status ls = crew_local_comm_create(n, &lc);
-    if (ls) {
-        crew_loader_free(run->loader);
-        return ls;
+    if (!out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_fit_prepare: NULL argument");
+    *out = NULL;
+    if (!m || !train || !opts) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_fit_prepare: NULL argument");
+    crew_fit *f = calloc(1, sizeof *f);
+    if (!f) return CREW_OOM();
+    f->m = m;
+    crew_status s = prepare(f, train, opts);
+    if (s) {
+        crew_fit_free(f);
+        return s;
     }
-    replica *reps = calloc((size_t)n, sizeof *reps);
-    if (!reps) {
-        crew_local_comm_free(lc);
-        crew_loader_free(run->loader);
-        return CREW_OOM();
+    *out = f;
+    return CREW_OK;
+}
+
+const crew_fit_plan *crew_fit_get_plan(const crew_fit *f) { return &f->run.plan; }
+
+const char *crew_fit_resume_note(const crew_fit *f) { return f->resume_note; }
+
+crew_fit_hooks *crew_fit_hooks_of(crew_fit *f) { return &f->run.hooks; }
+
+void crew_fit_free(crew_fit *f)
+{
+    if (!f) return;
+    if (f->has_start_opt) crew_optimizer_release(&f->start_opt, &f->m->be);
+    free(f);
+}
+
+static crew_status open_monitor(const crew_fit *f, crew_fit_result *result, crew_monitor **out)
+{
+    const crew_fit_options *o = &f->opts;
+    crew_monitor_config mc = {.run_dir = o->run_dir, .append = o->resume,
+                              .straggler_threshold = o->straggler_threshold,
+                              .straggler_window = o->straggler_window, .loss_spike_z = o->loss_spike_z,
+                              .on_event = o->on_event, .user = o->user};
+    CREW_TRY(crew_monitor_open(&mc, &f->run.plan, out));
+    if (o->resume)
+        CREW_TRY(crew_monitor_event(*out, CREW_EVENT_INFO, f->run.start_step, -1, NAN, "%s", result->resume_note));
+    return CREW_OK;
+}
+
+crew_status crew_fit_run(crew_fit *f, crew_fit_result *result)
+{
+    if (!f || !result) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_fit_run: NULL argument");
+    memset(result, 0, sizeof *result);
+    result->test_loss = result->test_accuracy = NAN;
+    if (f->ran) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_fit_run: a prepared fit runs once");
+    f->ran = 1;
+    if (f->opts.resume) {
+        result->resumed_from_step = f->run.start_step;
+        snprintf(result->resume_note, sizeof result->resume_note, "%s", f->resume_note);
     }
-    crew_status s = CREW_OK;
-    int prepared = 0;
-    for (int i = 0; i < n && !s; i++, prepared++) {
-        reps[i] = (replica){.rank = i, .comm = crew_local_comm_rank(lc, i), .run = run};
-        crew_model *rm = m;
-        if (i > 0) s = crew_model_clone(m, &rm);
-        if (!s) {
-            if (i > 0) rm->compile = m->compile;
-            s = prepare_replica(&reps[i], rm, &run->plan);
-        }
+    crew_run_sinks sinks = {.model = f->m, .result = result, .last_checkpoint_time = crew_now()};
+    crew_status s = open_monitor(f, result, &sinks.monitor);
+    if (s) {
+        crew_monitor_close(sinks.monitor);
+        return s;
     }
     double start = crew_now();
-    int started = 0;
-    for (int i = 1; i < n && !s; i++, started++)
-        if (pthread_create(&reps[i].thread, NULL, replica_thread, &reps[i]) != 0)
-            s = crew_errorf(CREW_CODE_INTERNAL, "could not start the thread of replica %d", i);
-    if (!s)
-        replica_thread(&reps[0]);
-    else if (started)
-        reps[0].comm.ops->abort(reps[0].comm.ctx, 0);
-    for (int i = 1; i <= started; i++) pthread_join(reps[i].thread, NULL);
-    if (!s)
-        s = first_error(reps, n);
-    else
-        crew_status_free(first_error(reps, n));
-    crew_fit_result *result = run->result;
+    s = crew_launch_threads(&f->run, &sinks);
     result->wall_s = crew_now() - start;
-    result->samples_per_s = run->train_s > 0 ? (double)result->steps * (double)run->plan.global_batch / run->train_s : 0;
-    for (int i = 0; i < prepared; i++) release_replica(&reps[i], i > 0);
-    free(reps);
-    crew_local_comm_free(lc);
-    crew_loader_free(run->loader);
-    run->loader = NULL;
+    result->samples_per_s =
+        sinks.train_s > 0 ? (double)result->steps * (double)f->run.plan.global_batch / sinks.train_s : 0;
+    /* The summary is written even when the run failed: it says how far it got. */
+    crew_status fin = crew_monitor_finish(sinks.monitor, result);
+    result->events = crew_monitor_events(sinks.monitor);
+    crew_monitor_close(sinks.monitor);
+    if (!s) return fin;
+    crew_status_free(fin);
     return s;
 }
 
@@ -200,18 +167,9 @@ crew_status crew_model_fit(crew_model *m, const crew_dataset *train, const crew_
     if (!m || !train || !opts || !result) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_fit: NULL argument");
     memset(result, 0, sizeof *result);
     result->test_loss = result->test_accuracy = NAN;
-    fit_run run = {.train = train, .result = result};
-    crew_status st = setup(m, &run, opts);
-    if (st) {
-        crew_monitor_close(run.monitor);
-        return st;
-    }
-    crew_status s = run_replicas(m, &run);
-    /* The summary is written even when the run failed: it says how far it got. */
-    crew_status fin = crew_monitor_finish(run.monitor, result);
-    result->events = crew_monitor_events(run.monitor);
-    crew_monitor_close(run.monitor);
-    if (!s) return fin;
-    crew_status_free(fin);
+    crew_fit *f;
+    CREW_TRY(crew_fit_prepare(m, train, opts, &f));
+    crew_status s = crew_fit_run(f, result);
+    crew_fit_free(f);
     return s;
 }

@@ -2,8 +2,11 @@
  * batch) and the learning-rate plan (base rate scaled to the global batch by the rule, gradual
  * warmup, then the schedule). */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "backend/backend.h"
+#include "core/options.h"
 #include "core/status.h"
 #include "data/dataset.h"
 #include "nn/model.h"
@@ -25,6 +28,8 @@ void crew_model_default_compile(const crew_model *m, crew_compile_options *opts)
 void crew_model_default_fit(const crew_model *m, crew_fit_options *opts)
 {
     memset(opts, 0, sizeof *opts);
+    opts->struct_size = sizeof *opts;
+    opts->device_kind = "cpu";
     opts->epochs = m && m->defaults.epochs > 0 ? m->defaults.epochs : 1;
     opts->batch_per_device = m && m->defaults.batch_per_device > 0 ? m->defaults.batch_per_device : 32;
     opts->devices = 1;
@@ -81,7 +86,7 @@ static crew_status check_options(const crew_fit_options *o)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "bucket size and collective timeout must not be negative");
     if (o->loader_threads < 0 || o->loader_threads > 256 || o->prefetch < 0 || o->prefetch > 1024)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader threads must be in [1, 256] and prefetch in [1, 1024]");
-    if (o->augment.crop_padding < 0 || o->augment.crop_padding > 1024 || !(o->augment.slow_s >= 0))
+    if (o->augment.crop_padding < 0 || o->augment.crop_padding > 1024)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crop padding must be in [0, 1024]");
     if (o->max_steps < 0 || o->global_batch < 0)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "max steps and global batch must not be negative");
@@ -125,26 +130,46 @@ crew_status crew_resume_options(crew_fit_options *o, const crew_checkpoint_state
     return CREW_OK;
 }
 
-crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *o,
+/* The plan of a checkpoint's run on this run's devices: o takes the checkpoint's settings, the
+ * plan its learning-rate plan. */
+crew_status crew_plan_resumed(crew_model *m, const crew_dataset *train, crew_fit_options *o,
+                              const crew_checkpoint_state *st, crew_fit_plan *p)
+{
+    CREW_TRY(crew_resume_options(o, st));
+    CREW_TRY(crew_plan_fit_resolved(m, train, o, p));
+    if (p->steps_per_epoch != st->plan.steps_per_epoch)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "cannot resume: the checkpoint's run had %lld steps per epoch, this "
+                           "dataset gives %lld (a different dataset?)", (long long)st->plan.steps_per_epoch,
+                           (long long)p->steps_per_epoch);
+    p->base_lr = st->plan.base_lr;
+    p->scaled_lr = st->lr.peak_lr;
+    p->lr_factor = st->plan.lr_factor;
+    p->warmup_steps = st->lr.warmup_steps;
+    p->warmup_start_lr = st->lr.start_lr;
+    p->schedule = st->lr.schedule;
+    return CREW_OK;
+}
+
+crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *opts,
                                 crew_fit_plan *p)
 {
     memset(p, 0, sizeof *p);
-    if (o->resume) { /* plan as the checkpoint's run, on this run's devices */
-        if (!o->checkpoint_dir) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "resume: no checkpoint directory given");
-        crew_checkpoint_state st;
-        CREW_TRY(crew_checkpoint_newest_state(o->checkpoint_dir, &st));
-        crew_fit_options r = *o;
-        r.resume = 0;
-        CREW_TRY(crew_resume_options(&r, &st));
-        CREW_TRY(crew_model_plan_fit(m, train, &r, p));
-        p->base_lr = st.plan.base_lr;
-        p->scaled_lr = st.lr.peak_lr;
-        p->lr_factor = st.plan.lr_factor;
-        p->warmup_steps = st.lr.warmup_steps;
-        p->warmup_start_lr = st.lr.start_lr;
-        p->schedule = st.lr.schedule;
-        return CREW_OK;
-    }
+    if (!m || !train || !opts) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_fit: NULL argument");
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    CREW_TRY(crew_options_take(&o, sizeof o, opts, "crew_fit_options"));
+    if (!o.resume) return crew_plan_fit_resolved(m, train, &o, p);
+    /* plan as the checkpoint's run, on this run's devices */
+    if (!o.checkpoint_dir) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "resume: no checkpoint directory given");
+    crew_checkpoint_state st;
+    CREW_TRY(crew_checkpoint_newest_state(o.checkpoint_dir, &st));
+    return crew_plan_resumed(m, train, &o, &st, p);
+}
+
+crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, const crew_fit_options *o,
+                                   crew_fit_plan *p)
+{
+    memset(p, 0, sizeof *p);
     CREW_TRY(check_options(o));
     CREW_TRY(crew_model_layout(m));
     CREW_TRY(check_data(m, train));
@@ -155,6 +180,9 @@ crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const 
     else
         crew_model_default_compile(m, &c);
 
+    const char *kind = o->device_kind && *o->device_kind ? o->device_kind : "cpu";
+    CREW_TRY(crew_device_kind_check(kind));
+    snprintf(p->device_kind, sizeof p->device_kind, "%s", kind);
     p->devices = o->devices;
     p->threads_per_device = o->threads_per_device;
     p->batch_per_device = o->batch_per_device;

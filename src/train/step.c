@@ -14,13 +14,11 @@
 static crew_status alloc_buffers(crew_stepper *s)
 {
     crew_model *m = s->m;
-    const crew_backend_ops *o = m->be.ops;
     int k = s->accumulation;
-    if (k > 1 && s->replicas == 1 && !(s->acc = o->alloc(m->be.ctx, m->n_params))) return CREW_OOM();
+    if (k > 1 && s->replicas == 1) CREW_TRY(crew_dev_alloc_f32(&m->be, m->n_params, &s->acc));
     if (k > 1 && s->replicas > 1) {
         if (!(s->saved = calloc((size_t)k - 1, sizeof *s->saved))) return CREW_OOM();
-        for (int j = 0; j < k - 1; j++)
-            if (!(s->saved[j] = o->alloc(m->be.ctx, m->n_params))) return CREW_OOM();
+        for (int j = 0; j < k - 1; j++) CREW_TRY(crew_dev_alloc_f32(&m->be, m->n_params, &s->saved[j]));
     }
     return CREW_OK;
 }
@@ -46,8 +44,7 @@ crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *
     s->hi = calloc((size_t)s->n_buckets + 1, sizeof *s->hi);
     s->reqs = calloc((size_t)s->n_buckets + 1, sizeof *s->reqs);
     s->parts = calloc(((size_t)s->n_buckets + 1) * (size_t)accumulation, sizeof *s->parts);
-    s->ids = malloc((size_t)batch * sizeof *s->ids);
-    if (!s->lo || !s->hi || !s->reqs || !s->parts || !s->ids) return CREW_OOM();
+    if (!s->lo || !s->hi || !s->reqs || !s->parts) return CREW_OOM();
     for (int b = 0; b < s->n_buckets; b++) { /* bucket 0 ends the buffer: its gradients finish first */
         s->hi[b] = n - (int64_t)b * per;
         s->lo[b] = s->hi[b] - per > 0 ? s->hi[b] - per : 0;
@@ -59,16 +56,14 @@ void crew_stepper_release(crew_stepper *s)
 {
     if (s->m) {
         const crew_backend *be = &s->m->be;
-        if (s->acc) be->ops->free(be->ctx, s->acc);
-        for (int j = 0; s->saved && j < s->accumulation - 1; j++)
-            if (s->saved[j]) be->ops->free(be->ctx, s->saved[j]);
+        crew_dev_free(be, s->acc);
+        for (int j = 0; s->saved && j < s->accumulation - 1; j++) crew_dev_free(be, s->saved[j]);
     }
     free(s->saved);
     free(s->lo);
     free(s->hi);
     free(s->reqs);
     free(s->parts);
-    free(s->ids);
     memset(s, 0, sizeof *s);
 }
 
@@ -151,10 +146,10 @@ static crew_status micro_batch(crew_stepper *s, int index, uint64_t seed, int64_
 {
     crew_model *m = s->m;
     double t0 = crew_now(), waited = 0.0;
-    CREW_TRY(batches(user, index, m->act[0], m->labels, s->ids, &waited));
+    CREW_TRY(batches(user, index, &waited));
     double t1 = crew_now();
-    crew_pass pass = {.be = &m->be, .rows = s->batch, .training = 1, .seed = seed, .step = step, .sample_ids = s->ids,
-                      .total_rows = (double)s->batch};
+    crew_pass pass = {.be = &m->be, .rows = s->batch, .training = 1, .seed = seed, .step = step,
+                      .sample_ids = m->sample_ids, .total_rows = (double)s->batch};
     if (s->sync_bn) {
         pass.sync_sum = sync_sum;
         pass.sync_user = s;

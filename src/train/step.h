@@ -16,7 +16,7 @@
 #include "crew.h"
 #include "nn/model.h"
 #include "telemetry/record.h"
-#include "train/comm_worker.h"
+#include "comm/comm_worker.h"
 
 
 typedef struct crew_step_totals {
@@ -48,16 +48,16 @@ typedef struct crew_stepper {
     int64_t done_from;          /* gradients in [done_from, n_params) are final for this micro-batch */
     int micro;
     float *final;               /* the buffer holding the summed gradient */
-    int64_t *ids;               /* [batch] the current micro-batch's samples */
 } crew_stepper;
 
 crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
                               int64_t batch, int accumulation, double bucket_mb, int sync_bn);
 void crew_stepper_release(crew_stepper *s);
 
-/* Fills micro-batch `index` of the current step (of the global batch's sequence) into x, y and
- * ids (the samples' dataset indices); *wait_s: the time it waited for it. */
-typedef crew_status (*crew_batch_fn)(void *user, int index, float *x, int32_t *y, int64_t *ids, double *wait_s);
+/* Puts micro-batch `index` of the current step (of the global batch's sequence) into the model's
+ * input, labels and sample ids on its device (act[0], labels, sample_ids), ordered before the
+ * compute that follows; *wait_s: the time it waited for the data. */
+typedef crew_status (*crew_batch_fn)(void *user, int index, double *wait_s);
 
 /* Runs this replica's micro-batches of a step (0-based `step`, for dropout); leaves the
  * all-reduced gradient in *grad and adds losses to totals. */

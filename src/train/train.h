@@ -7,11 +7,11 @@
 #include "nn/model.h"
 #include "optim/optimizer.h"
 
-/* The sample order of an epoch: a permutation of [0, n) that depends on (seed, epoch) alone,
- * never on the number of replicas or threads. perm: [n] */
-void crew_epoch_order(uint64_t seed, int epoch, int64_t n, int64_t *perm);
-
 crew_status crew_check_dataset(const crew_model *m, const crew_dataset *d);
+/* The plan of options already resolved (struct_size checked, defaults filled in); o->resume is
+ * not looked at. */
+crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, const crew_fit_options *o,
+                                   crew_fit_plan *p);
 crew_lr_plan crew_lr_plan_of(const crew_fit_plan *p, const crew_optimizer_spec *s);
 
 /* Loss and accuracy of samples [lo, hi) of d on one replica, in batches of `batch` rows;
@@ -23,12 +23,16 @@ crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, in
  * difference against max(res->tolerance, 30 × its difference between (c) and the rounding
  * reference (d)); d NULL: the tolerance alone. Sets max_rel_diff_full_batch, rounding_spread,
  * allowed and decided_by* (the tensor nearest its bound) and full_batch_ok. */
-void crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, crew_verify_result *res);
+crew_status crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, crew_verify_result *res);
 
 struct crew_checkpoint_state;
 /* The options of a resumed run: the checkpoint's global batch, per-device batch, seed and length
  * replace the caller's; an error says which device counts can share the global batch when
  * o->devices cannot. */
 crew_status crew_resume_options(crew_fit_options *o, const struct crew_checkpoint_state *st);
+/* The plan of a checkpoint's run on o's devices (crew_resume_options applied to o), with the
+ * checkpoint's learning-rate plan; a dataset of another length is refused. */
+crew_status crew_plan_resumed(crew_model *m, const crew_dataset *train, crew_fit_options *o,
+                              const struct crew_checkpoint_state *st, crew_fit_plan *p);
 
 #endif

@@ -27,7 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/options.h"
 #include "core/status.h"
+#include "train/hooks.h"
 #include "train/train.h"
 
 #define DEFAULT_TOLERANCE 1e-3
@@ -45,44 +47,77 @@ static void log_step(void *user, const crew_step_info *info)
     if (l->losses && info->step >= 1 && info->step <= l->steps) l->losses[(info->step - 1) * 3 + l->column] = info->loss;
 }
 
-/* max|a − b| / max|b| over one tensor; infinite where a value is not finite on one side only. */
-static double tensor_rel_diff(const crew_param *pa, const crew_param *pb)
+/* A model's values, downloaded: the comparisons below run on the host. */
+typedef struct host_values {
+    float *params;  /* [n_params] */
+    float *state;   /* [n_state] */
+} host_values;
+
+static void host_values_free(host_values *h)
 {
-    int64_t n = crew_shape_size(&pa->shape);
+    free(h->params);
+    free(h->state);
+    h->params = h->state = NULL;
+}
+
+static crew_status host_values_of(const crew_model *m, host_values *h)
+{
+    h->params = malloc((size_t)(m->n_params > 0 ? m->n_params : 1) * sizeof(float));
+    h->state = malloc((size_t)(m->n_state > 0 ? m->n_state : 1) * sizeof(float));
+    crew_status s = h->params && h->state ? CREW_OK : CREW_OOM();
+    if (!s) s = crew_dev_download_f32(&m->be, h->params, m->params, m->n_params);
+    if (!s) s = crew_dev_download_f32(&m->be, h->state, m->state, m->n_state);
+    if (s) host_values_free(h);
+    return s;
+}
+
+/* The host copy of one tensor. */
+static const float *tensor(const host_values *h, const crew_param *p)
+{
+    return (p->trainable ? h->params : h->state) + p->offset;
+}
+
+/* max|a − b| / max|b| over one tensor of n values; infinite where a value is not finite on one
+ * side only. */
+static double tensor_rel_diff(const float *a, const float *b, int64_t n)
+{
     double diff = 0.0, scale = 0.0;
     for (int64_t k = 0; k < n; k++) {
-        double d = fabs((double)pa->value[k] - (double)pb->value[k]);
-        if (d != d && memcmp(&pa->value[k], &pb->value[k], sizeof(float)) != 0) return INFINITY; /* NaN */
+        double d = fabs((double)a[k] - (double)b[k]);
+        if (d != d && memcmp(&a[k], &b[k], sizeof(float)) != 0) return INFINITY; /* NaN */
         diff = d > diff ? d : diff;
-        scale = fabs((double)pb->value[k]) > scale ? fabs((double)pb->value[k]) : scale;
+        scale = fabs((double)b[k]) > scale ? fabs((double)b[k]) : scale;
     }
     double rel = scale > 0.0 ? diff / scale : diff;
     return rel == rel ? rel : INFINITY; /* inf / inf */
 }
 
 /* max over tensors of tensor_rel_diff; *equal = every value bitwise the same. */
-static double compare(const crew_model *a, const crew_model *b, int *equal)
+static double compare(const crew_model *m, const host_values *a, const host_values *b, int *equal)
 {
     double worst = 0.0;
-    *equal = memcmp(a->params, b->params, (size_t)a->n_params * sizeof(float)) == 0 &&
-             memcmp(a->state, b->state, (size_t)a->n_state * sizeof(float)) == 0;
-    for (int i = 0; i < a->n_layers; i++)
-        for (int j = 0; j < a->layers[i]->n_params; j++) {
-            double rel = tensor_rel_diff(&a->layers[i]->params[j], &b->layers[i]->params[j]);
+    *equal = memcmp(a->params, b->params, (size_t)m->n_params * sizeof(float)) == 0 &&
+             memcmp(a->state, b->state, (size_t)m->n_state * sizeof(float)) == 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            const crew_param *p = &m->layers[i]->params[j];
+            double rel = tensor_rel_diff(tensor(a, p), tensor(b, p), crew_shape_size(&p->shape));
             worst = rel > worst ? rel : worst;
         }
     return worst;
 }
 
-void crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, crew_verify_result *res)
+static void judge(const crew_model *m, const host_values *a, const host_values *c, const host_values *d,
+                  crew_verify_result *res)
 {
     double worst_ratio = -1.0;
     res->max_rel_diff_full_batch = res->rounding_spread = 0.0;
-    for (int i = 0; i < a->n_layers; i++)
-        for (int j = 0; j < a->layers[i]->n_params; j++) {
-            const crew_param *pc = &c->layers[i]->params[j];
-            double diff = tensor_rel_diff(&a->layers[i]->params[j], pc);
-            double spread = d ? tensor_rel_diff(pc, &d->layers[i]->params[j]) : 0.0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            const crew_param *p = &m->layers[i]->params[j];
+            int64_t n = crew_shape_size(&p->shape);
+            double diff = tensor_rel_diff(tensor(a, p), tensor(c, p), n);
+            double spread = d ? tensor_rel_diff(tensor(c, p), tensor(d, p), n) : 0.0;
             double bound = res->tolerance > ROUNDING_FACTOR * spread ? res->tolerance : ROUNDING_FACTOR * spread;
             if (diff > res->max_rel_diff_full_batch) res->max_rel_diff_full_batch = diff;
             if (spread > res->rounding_spread) res->rounding_spread = spread;
@@ -91,26 +126,43 @@ void crew_verify_judge(const crew_model *a, const crew_model *c, const crew_mode
                 res->decided_by_diff = diff;
                 res->decided_by_spread = spread;
                 res->allowed = bound;
-                snprintf(res->decided_by, sizeof res->decided_by, "%s.%s", a->layers[i]->name, pc->name);
+                snprintf(res->decided_by, sizeof res->decided_by, "%s.%s", m->layers[i]->name, p->name);
             }
         }
     res->full_batch_ok = worst_ratio <= 1.0;
 }
 
+crew_status crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, crew_verify_result *res)
+{
+    host_values ha = {0}, hc = {0}, hd = {0};
+    crew_status s = host_values_of(a, &ha);
+    if (!s) s = host_values_of(c, &hc);
+    if (!s && d) s = host_values_of(d, &hd);
+    if (!s) judge(a, &ha, &hc, d ? &hd : NULL, res);
+    host_values_free(&ha);
+    host_values_free(&hc);
+    host_values_free(&hd);
+    return s;
+}
+
 static crew_status run_one(const crew_model *tmpl, const crew_dataset *train, const crew_fit_options *base,
-                           int devices, int64_t batch, loss_log *log, crew_model **out)
+                           int devices, int64_t batch, int reverse_rows, loss_log *log, crew_model **out)
 {
     crew_model *m;
-    CREW_TRY(crew_model_clone(tmpl, &m));
-    m->compile = tmpl->compile;
+    CREW_TRY(crew_model_clone(tmpl, NULL, &m));
     crew_fit_options o = *base;
     o.devices = devices;
     o.batch_per_device = batch;
     o.on_step = log_step;
     o.user = log;
+    crew_fit *f = NULL;
     crew_fit_result r;
-    crew_status s = crew_model_compile(m, &m->compile);
-    if (!s) s = crew_model_fit(m, train, &o, &r);
+    crew_status s = crew_fit_prepare(m, train, &o, &f);
+    if (!s) {
+        crew_fit_hooks_of(f)->reverse_batch_rows = reverse_rows;
+        s = crew_fit_run(f, &r);
+    }
+    crew_fit_free(f);
     if (s) {
         crew_model_free(m);
         return s;
@@ -123,10 +175,14 @@ static crew_status run_one(const crew_model *tmpl, const crew_dataset *train, co
 static crew_status rounding_run(const crew_model *tmpl, const crew_dataset *train, const crew_fit_options *base,
                                 int64_t global_batch, crew_model **d)
 {
-    crew_fit_options reversed = *base;
-    reversed.reverse_batch_rows = 1;
     loss_log none = {NULL, 0, 0};
-    return run_one(tmpl, train, &reversed, 1, global_batch, &none, d);
+    return run_one(tmpl, train, base, 1, global_batch, 1, &none, d);
+}
+
+void crew_verify_options_init(crew_verify_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->struct_size = sizeof *opts;
 }
 
 static int has_batch_norm(const crew_model *m)
@@ -143,8 +199,13 @@ crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const cr
     float *losses = res->losses;
     memset(res, 0, sizeof *res);
     res->losses = losses;
+    crew_verify_options given;
+    crew_verify_options_init(&given);
+    CREW_TRY(crew_options_take(&given, sizeof given, opts, "crew_verify_options"));
+    opts = &given;
     crew_fit_options base;
     crew_model_default_fit(m, &base);
+    if (opts->device_kind) base.device_kind = opts->device_kind;
     int n = opts->devices > 0 ? opts->devices : 2;
     if (opts->batch_per_device > 0) base.batch_per_device = opts->batch_per_device;
     if (opts->seed) base.seed = opts->seed;
@@ -169,15 +230,18 @@ crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const cr
 
     crew_model *a = NULL, *b = NULL, *c = NULL, *d = NULL;
     loss_log la = {losses, res->steps, 0}, lb = {losses, res->steps, 1}, lc = {losses, res->steps, 2};
-    crew_status s = run_one(m, train, &base, n, base.batch_per_device, &la, &a);
-    if (!s) s = run_one(m, train, &base, 1, base.batch_per_device, &lb, &b);
-    if (!s) s = run_one(m, train, &base, 1, plan.global_batch, &lc, &c);
+    crew_status s = run_one(m, train, &base, n, base.batch_per_device, 0, &la, &a);
+    if (!s) s = run_one(m, train, &base, 1, base.batch_per_device, 0, &lb, &b);
+    if (!s) s = run_one(m, train, &base, 1, plan.global_batch, 0, &lc, &c);
     if (!s && !res->fixed_tolerance) s = rounding_run(m, train, &base, plan.global_batch, &d);
-    if (!s) {
-        res->max_rel_diff_accum = compare(a, b, &res->bitwise_equal);
-        crew_verify_judge(a, c, d, res);
-        res->pass = (res->bitwise_equal || res->batch_norm_synced) && res->full_batch_ok;
-    }
+    host_values ha = {0}, hb = {0};
+    if (!s) s = host_values_of(a, &ha);
+    if (!s) s = host_values_of(b, &hb);
+    if (!s) res->max_rel_diff_accum = compare(a, &ha, &hb, &res->bitwise_equal);
+    host_values_free(&ha);
+    host_values_free(&hb);
+    if (!s) s = crew_verify_judge(a, c, d, res);
+    if (!s) res->pass = (res->bitwise_equal || res->batch_norm_synced) && res->full_batch_ok;
     crew_model_free(d);
     crew_model_free(a);
     crew_model_free(b);

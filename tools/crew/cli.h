@@ -21,7 +21,9 @@ int cli_scale(int argc, char **argv);
 int cli_parse_augment(const char *verb, const char *text, crew_augment_options *out);
 
 /* "cpu" (all cores) or "cpu:N" into *n; prints the error and returns 0 when malformed. */
-int cli_parse_devices(const char *verb, const char *text, int64_t *n);
+/* --devices KIND or KIND:N (crew_devices_parse): the kind into kind, the count into *n; 0 after
+ * printing the error (exit status 2). */
+int cli_parse_devices(const char *verb, const char *text, char *kind, size_t kind_len, int64_t *n);
 
 /* Prints "crew VERB: message" on one line to stderr, frees s, and returns the exit status for
  * its code: 2 for bad usage or bad input, 1 for a run that failed. */

@@ -121,17 +121,17 @@ int cli_parse_flag(const char *verb, const cli_flag_spec *flags, size_t n, int a
     return 0;
 }
 
-int cli_parse_devices(const char *verb, const char *text, int64_t *n)
+int cli_parse_devices(const char *verb, const char *text, char *kind, size_t kind_len, int64_t *n)
 {
-    if (!strcmp(text, "cpu")) {
-        *n = crew_cpu_cores();
-        return 1;
-    }
-    if (strncmp(text, "cpu:", 4) != 0) {
-        cli_usage_error(verb, "--devices takes cpu or cpu:N, got '%s'", text);
+    int count = 0;
+    crew_status s = crew_devices_parse(text, kind, kind_len, &count);
+    if (s) {
+        cli_usage_error(verb, "%s", crew_status_message(s));
+        crew_status_free(s);
         return 0;
     }
-    return cli_parse_int(verb, "--devices cpu:N", text + 4, 1, 1024, n);
+    *n = count;
+    return 1;
 }
 
 int cli_parse_choice(const char *verb, const char *flag, const char *text, const char *const *choices)

@@ -1,4 +1,4 @@
-/* cmd_plan.c — crew plan MODEL.json [--batch-per-device B] [--device-memory SIZE] [--devices cpu:N] [--json] */
+/* cmd_plan.c — crew plan MODEL.json [--batch-per-device B] [--device-memory SIZE] [--devices KIND:N] [--json] */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include "cli.h"
 
 static const char *usage_text =
-    "usage: crew plan MODEL.json [--batch-per-device B] [--global-batch G] [--devices cpu:N]\n"
+    "usage: crew plan MODEL.json [--batch-per-device B] [--global-batch G] [--devices KIND:N]\n"
     "                 [--device-memory SIZE] [--optimizer-sharding] [--data DIR] [--json]\n"
     "\n"
     "Works out, from the model's structure alone, the memory one replica needs for training:\n"
@@ -21,7 +21,7 @@ static const char *usage_text =
     "\n"
     "  --batch-per-device B   samples per replica per micro-batch [model file's, else 32]\n"
     "  --global-batch G       samples per step, a multiple of N x B [N x B]\n"
-    "  --devices cpu:N        replicas [cpu:1]\n"
+    "  --devices KIND:N       replicas [cpu:1]\n"
     "  --device-memory SIZE   each device's own memory: 512M, 8G, 24GiB (K/M/G/T and KiB..TiB are\n"
     "                         powers of 1024, KB/MB/GB/TB powers of 1000) [this machine's physical\n"
     "                         memory, shared by its CPU replicas]\n"
@@ -106,8 +106,8 @@ static void print_plan(const char *model, const crew_memory_plan *p)
     snprintf(note, sizeof note, p->accumulation > 1 ? "micro-batch gradients kept for the ordered sum" : "");
     print_line("accumulation", p->accumulation_bytes, note);
     print_line("peak per replica", p->bytes_per_device, "");
-    print_line("loader (shared)", p->host_bytes, "prefetched batches and the epoch's sample order");
-    snprintf(note, sizeof note, "%d x replica + loader", p->devices);
+    print_line("host", p->host_bytes, "loaders' prefetched batches and sample orders, the caller's weights");
+    snprintf(note, sizeof note, "%d x replica + host", p->devices);
     print_line("total", p->total_bytes, note);
     printf("\nverdict: %s\n", p->verdict_text);
 }
@@ -150,7 +150,8 @@ typedef struct plan_args {
 static int parse_devices(const char *verb, const char *v, void *args)
 {
     int64_t n;
-    if (!cli_parse_devices(verb, v, &n)) return 0;
+    char kind[32];
+    if (!cli_parse_devices(verb, v, kind, sizeof kind, &n)) return 0;
     ((plan_args *)args)->o.devices = (int)n;
     return 1;
 }
@@ -174,6 +175,7 @@ static const cli_flag_spec plan_flags[] = {
 static int parse_args(int argc, char **argv, plan_args *a)
 {
     memset(a, 0, sizeof *a);
+    crew_memory_options_init(&a->o);
     int parsed = cli_parse_args("plan", usage_text, plan_flags, CLI_COUNT(plan_flags), argc, argv, a, &a->model);
     if (parsed) return parsed;
     if (!a->model) return cli_usage_error("plan", "missing MODEL.json");

@@ -354,8 +354,14 @@ static void on_repeat(void *user, int devices, int repeat, double samples_per_s)
 static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *train, crew_scale_trial *t,
                            crew_scale_model *cm)
 {
-    crew_scale_options o = {.batch_per_device = a->batch, .warmup_steps = a->warmup, .steps = a->steps,
-                            .repeats = (int)a->repeats, .threads_per_device = 1, .on_repeat = on_repeat};
+    crew_scale_options o;
+    crew_scale_options_init(&o);
+    o.batch_per_device = a->batch;
+    o.warmup_steps = a->warmup;
+    o.steps = a->steps;
+    o.repeats = (int)a->repeats;
+    o.threads_per_device = 1;
+    o.on_repeat = on_repeat;
     int cores = crew_cpu_cores();
     for (int i = 0; i < a->n_counts; i++) TRY(crew_scale_measure(m, train, &o, a->counts[i], &t[i]));
     /* Without a trial on 2 to `cores` replicas, the lockstep probe says how the cores share; its

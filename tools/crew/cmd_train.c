@@ -19,7 +19,8 @@ static const char *usage_text =
     "  --data DIR                 dataset directory (required)\n"
     "  --epochs N                 passes over the training split [1]\n"
     "  --max-steps N              stop after N optimizer steps [no limit]\n"
-    "  --devices cpu:N            N replicas, data-parallel, one thread each; 'cpu' = all cores [cpu]\n"
+    "  --devices KIND:N           N replicas, data-parallel, one device each; KIND alone = every\n"
+    "                             device of that kind ('cpu': all cores) [cpu]. Kinds: crew --version\n"
     "  --threads-per-device T     BLAS threads per replica [1]\n"
     "  --batch-per-device B       samples per replica per micro-batch [32]\n"
     "  --global-batch G           samples per optimizer step; a multiple of N x B, the rest is\n"
@@ -61,6 +62,7 @@ static const char *usage_text =
 
 typedef struct train_args {
     const char *model, *data, *run_dir, *init_weights, *devices_text;
+    char device_kind[32];
     int json, quiet;
     /* epochs and batch 0, seed -1: not given, the model file's */
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
@@ -156,7 +158,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     if (a->resume) a->run_dir = a->resume;
     if (!a->checkpoint_every && !a->checkpoint_every_s) a->checkpoint_every_s = 600.0;
     if (!a->data) return cli_usage_error("train", "missing --data DIR");
-    if (!cli_parse_devices("train", a->devices_text, &a->devices)) return 2;
+    if (!cli_parse_devices("train", a->devices_text, a->device_kind, sizeof a->device_kind, &a->devices)) return 2;
     return 0;
 }
 
@@ -250,7 +252,8 @@ static void print_result_json(const crew_fit_result *r, const char *weights, con
 typedef struct train_state {
     crew_model *m;
     crew_dataset *train, *test;
-    char checkpoints[600];
+    crew_fit *fit;
+    char run_dir[512], checkpoints[600];
 } train_state;
 
 static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_options *o)
@@ -267,6 +270,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     if (a->seed >= 0) o->seed = (uint64_t)a->seed;
     o->max_steps = a->max_steps;
     o->global_batch = a->global_batch;
+    o->device_kind = a->device_kind;
     o->devices = (int)a->devices;
     o->threads_per_device = (int)a->threads;
     o->lr = (float)a->lr;
@@ -289,10 +293,12 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     if (a->prefetch) o->prefetch = (int)a->prefetch;
     if (a->have_augment) o->augment = a->augment;
     o->pad_last_batch = a->pad_last;
-    if (a->resume) { /* planning reads the checkpoint's plan */
-        snprintf(st->checkpoints, sizeof st->checkpoints, "%s/checkpoints", a->resume);
-        o->checkpoint_dir = st->checkpoints;
-    }
+    /* The run directory is chosen now and created once the plan holds: a command that fails
+     * its plan leaves nothing behind. A resumed run reads its checkpoint there. */
+    run_dir_choose(a->run_dir, a->model, st->run_dir, sizeof st->run_dir);
+    snprintf(st->checkpoints, sizeof st->checkpoints, "%s/checkpoints", st->run_dir);
+    o->run_dir = st->run_dir;
+    o->checkpoint_dir = st->checkpoints;
     o->test = st->test;
     return CREW_OK;
 }
@@ -304,44 +310,42 @@ int cli_train(int argc, char **argv)
     if (rc) return rc < 0 ? 0 : rc;
     train_state st = {0};
     crew_fit_options o;
-    crew_fit_plan plan;
-    char run_dir[512], err[1024], weights[700], devices[32];
+    char err[1024], weights[700], devices[48];
     crew_status s = load_inputs(&a, &st, &o);
-    if (!s) s = crew_model_plan_fit(st.m, st.train, &o, &plan);
+    train_view view = {.quiet = a.quiet, .json = a.json};
+    o.on_step = on_step;
+    o.on_epoch = on_epoch;
+    o.on_event = on_event;
+    o.user = &view;
+    o.cancel = (volatile int *)&cancel_requested;
+    if (!s) s = crew_fit_prepare(st.m, st.train, &o, &st.fit);
     if (s) {
         rc = cli_fail("train", s);
         goto done;
     }
-    snprintf(devices, sizeof devices, "cpu:%lld", (long long)a.devices);
-    if (run_dir_create(a.run_dir, a.model, run_dir, sizeof run_dir, err, sizeof err) != 0) {
+    const crew_fit_plan *plan = crew_fit_get_plan(st.fit);
+    const char *run_dir = st.run_dir;
+    snprintf(devices, sizeof devices, "%s:%lld", a.device_kind, (long long)a.devices);
+    if (run_dir_create(run_dir, err, sizeof err) != 0) {
         fprintf(stderr, "crew train: %s\n", err);
         rc = 2;
         goto done;
     }
-    run_config cfg = {a.model, a.data, devices, a.init_weights, &plan};
+    run_config cfg = {a.model, a.data, devices, a.init_weights, plan};
     if (run_dir_write_config(run_dir, &cfg, err, sizeof err) != 0) {
         fprintf(stderr, "crew train: %s\n", err);
         rc = 1;
         goto done;
     }
     if (!a.quiet) {
-        cli_print_plan(&plan, devices);
+        cli_print_plan(plan, devices);
         printf("run directory: %s\n", run_dir);
     }
-    train_view view = {.quiet = a.quiet, .json = a.json};
     cli_progress_init(&view.bar, !a.quiet);
-    o.on_step = on_step;
-    o.on_epoch = on_epoch;
-    o.on_event = on_event;
-    o.run_dir = run_dir;
-    snprintf(st.checkpoints, sizeof st.checkpoints, "%s/checkpoints", run_dir);
-    o.checkpoint_dir = st.checkpoints;
-    o.user = &view;
-    o.cancel = (volatile int *)&cancel_requested;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     crew_fit_result res;
-    s = crew_model_fit(st.m, st.train, &o, &res);
+    s = crew_fit_run(st.fit, &res);
     snprintf(weights, sizeof weights, "%s/weights.safetensors", run_dir);
     if (!s && res.steps > 0) s = crew_model_save_weights(st.m, weights);
     if (s) {
@@ -368,13 +372,14 @@ int cli_train(int argc, char **argv)
                (double)res.test_accuracy, (double)res.test_loss);
         printf("%s\n", res.bottleneck);
         char hint[512];
-        if (crew_fit_scaling_hint(&res, &plan, hint, sizeof hint)) printf("%s\n", hint);
+        if (crew_fit_scaling_hint(&res, plan, hint, sizeof hint)) printf("%s\n", hint);
         printf("weights: %s\nreport: %s\nrun directory: %s (config.json, metrics.jsonl, tb/, checkpoints/)\n", weights,
                report, run_dir);
     }
     if (a.json) print_result_json(&res, weights, run_dir);
     rc = cancel_requested ? 1 : 0;
 done:
+    crew_fit_free(st.fit);
     crew_dataset_free(st.test);
     crew_dataset_free(st.train);
     crew_model_free(st.m);

@@ -1,4 +1,4 @@
-/* cmd_verify.c — crew verify MODEL.json --data DIR --devices cpu:N [--steps K] [--json] */
+/* cmd_verify.c — crew verify MODEL.json --data DIR --devices KIND:N [--steps K] [--json] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,7 +6,7 @@
 #include "cli.h"
 
 static const char *usage_text =
-    "usage: crew verify MODEL.json --data DIR --devices cpu:N [--steps K] [--batch-per-device B]\n"
+    "usage: crew verify MODEL.json --data DIR --devices KIND:N [--steps K] [--batch-per-device B]\n"
     "                   [--global-batch G] [--seed S] [--tolerance T] [--json]\n"
     "\n"
     "Proves that N replicas compute what one computes: runs K steps (default 20) three ways from\n"
@@ -63,12 +63,20 @@ int cli_verify(int argc, char **argv)
     if (parsed) return parsed < 0 ? 0 : parsed;
     if (!a.model) return cli_usage_error("verify", "missing MODEL.json");
     if (!a.data) return cli_usage_error("verify", "missing --data DIR");
-    if (a.devices && !cli_parse_devices("verify", a.devices, &n)) return 2;
+    char kind[32] = "cpu";
+    if (a.devices && !cli_parse_devices("verify", a.devices, kind, sizeof kind, &n)) return 2;
 
     crew_model *m = NULL;
     crew_dataset *train = NULL;
-    crew_verify_options o = {.devices = (int)n, .steps = a.steps, .batch_per_device = a.batch, .global_batch = a.global,
-                             .seed = (uint64_t)a.seed, .tolerance = a.tol};
+    crew_verify_options o;
+    crew_verify_options_init(&o);
+    o.device_kind = kind;
+    o.devices = (int)n;
+    o.steps = a.steps;
+    o.batch_per_device = a.batch;
+    o.global_batch = a.global;
+    o.seed = (uint64_t)a.seed;
+    o.tolerance = a.tol;
     crew_verify_result r = {0};
     r.losses = calloc((size_t)a.steps * 3, sizeof(float));
     cli_warn_slow_blas("verify");
@@ -83,7 +91,7 @@ int cli_verify(int argc, char **argv)
     if (s) {
         rc = cli_fail("verify", s);
     } else {
-        printf("verify %s on cpu:%d: %lld steps, global batch %lld\n", a.model, r.devices, (long long)r.steps,
+        printf("verify %s on %s:%d: %lld steps, global batch %lld\n", a.model, kind, r.devices, (long long)r.steps,
                (long long)r.global_batch);
         printf("%6s %16s %24s %22s\n", "step", "N replicas", "1 replica accumulating", "1 replica full batch");
         for (int64_t k = 0; k < r.steps; k++)

@@ -42,7 +42,9 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--version")) {
         char blas[256];
         crew_blas_describe(blas, sizeof blas);
-        printf("crew %s\nBLAS: %s\n", crew_version(), blas);
+        printf("crew %s\nBLAS: %s\ndevice kinds:\n", crew_version(), blas);
+        const char *about;
+        for (int i = 0; crew_device_kind_name(i, &about); i++) printf("  %-12s %s\n", crew_device_kind_name(i, NULL), about);
         cli_warn_slow_blas("--version");
         return 0;
     }

@@ -25,7 +25,7 @@ static int mkdir_p(const char *path)
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-int run_dir_create(const char *wanted, const char *model_path, char *out, size_t len, char *err, size_t err_len)
+void run_dir_choose(const char *wanted, const char *model_path, char *out, size_t len)
 {
     if (wanted && *wanted) {
         snprintf(out, len, "%s", wanted);
@@ -40,8 +40,12 @@ int run_dir_create(const char *wanted, const char *model_path, char *out, size_t
         strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
         snprintf(out, len, "runs/%.*s-%s", (int)(stem < 64 ? stem : 64), base, stamp);
     }
-    if (mkdir_p(out) != 0) {
-        snprintf(err, err_len, "cannot create run directory %s: %s", out, strerror(errno));
+}
+
+int run_dir_create(const char *path, char *err, size_t err_len)
+{
+    if (mkdir_p(path) != 0) {
+        snprintf(err, err_len, "cannot create run directory %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;

@@ -6,9 +6,11 @@
 
 #include "crew.h"
 
-/* Uses `wanted` when given, else runs/<model file stem>-<YYYYmmdd-HHMMSS>; creates it (and its
- * parents). Returns 0, or -1 with a message in err. */
-int run_dir_create(const char *wanted, const char *model_path, char *out, size_t len, char *err, size_t err_len);
+/* The run directory's path: `wanted` when given, else runs/<model file stem>-<YYYYmmdd-HHMMSS>.
+ * Creates nothing. */
+void run_dir_choose(const char *wanted, const char *model_path, char *out, size_t len);
+/* Creates the directory (and its parents). Returns 0, or -1 with a message in err. */
+int run_dir_create(const char *path, char *err, size_t err_len);
 
 typedef struct run_config {
     const char *model_path;

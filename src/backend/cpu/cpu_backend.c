@@ -1,30 +1,142 @@
-/* cpu_backend.c — the CPU backend's table: memory, GEMM through OpenBLAS, simple vector ops.
- * Everything but GEMM is plain C loops that the compiler vectorises. */
+/* cpu_backend.c — the CPU backend's table: memory, transfers, queues, GEMM through OpenBLAS, simple
+ * vector ops and reductions. Everything but GEMM is plain C loops that the compiler vectorises.
+ *
+ * One instance is one CPU device with a context of its own (today it only remembers the BLAS
+ * thread count it was opened with). Everything runs at once on the calling thread, so queues are
+ * tokens with nothing to order, and no op is ever pending or failed. */
 #include <cblas.h>
 #include <stdio.h>
 #include <strings.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/status.h"
 
+typedef struct cpu_ctx {
+    int blas_threads;
+} cpu_ctx;
+
+struct crew_queue {
+    int unused;
+};
+
+static void cpu_destroy(void *ctx) { free(ctx); }
+
 /* Memory is 64-byte aligned so vector loads never straddle cache lines. */
-static float *cpu_alloc(void *ctx, int64_t n)
+static crew_status cpu_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
 {
     (void)ctx;
-    if (n <= 0) n = 1;
-    size_t bytes = ((size_t)n * sizeof(float) + 63) & ~(size_t)63;
-    float *p = aligned_alloc(64, bytes);
-    if (p) memset(p, 0, bytes);
-    return p;
+    *out = NULL;
+    if (n < 0 || (uint64_t)n > (SIZE_MAX - 64) / 8)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cpu backend: cannot allocate %lld elements", (long long)n);
+    if (n == 0) n = 1;
+    size_t bytes = ((size_t)n * crew_dtype_size(t) + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, bytes);
+    if (!p)
+        return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "cpu backend: out of memory for %lld elements (%zu bytes)",
+                           (long long)n, bytes);
+    memset(p, 0, bytes);
+    *out = p;
+    return CREW_OK;
 }
 
 static void cpu_free(void *ctx, void *p)
 {
     (void)ctx;
     free(p);
+}
+
+static crew_status cpu_upload(void *ctx, crew_queue *q, void *dst, const void *host, int64_t n, crew_dtype t)
+{
+    (void)ctx;
+    (void)q;
+    if (n > 0 && dst != host) memmove(dst, host, (size_t)n * crew_dtype_size(t));
+    return CREW_OK;
+}
+
+static crew_status cpu_download(void *ctx, void *host, const void *src, int64_t n, crew_dtype t)
+{
+    return cpu_upload(ctx, NULL, host, src, n, t);
+}
+
+static crew_status cpu_queue_create(void *ctx, crew_queue **out)
+{
+    (void)ctx;
+    *out = calloc(1, sizeof **out);
+    return *out ? CREW_OK : CREW_OOM();
+}
+
+static void cpu_queue_destroy(void *ctx, crew_queue *q)
+{
+    (void)ctx;
+    free(q);
+}
+
+static crew_status cpu_queue_wait(void *ctx, crew_queue *waiter, crew_queue *on)
+{
+    (void)ctx;
+    (void)waiter;
+    (void)on;
+    return CREW_OK;
+}
+
+static crew_status cpu_sync(void *ctx, crew_queue *q)
+{
+    (void)ctx;
+    (void)q;
+    return CREW_OK;
+}
+
+/* The CPU device's memory is the host's. */
+static void *cpu_host_alias(void *ctx, const void *p, int64_t n, crew_dtype t)
+{
+    (void)ctx;
+    (void)n;
+    (void)t;
+    return (void *)p;
+}
+
+static crew_status cpu_sum(void *ctx, const float *x, int64_t n, double *out)
+{
+    (void)ctx;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i];
+    *out = s;
+    return CREW_OK;
+}
+
+static crew_status cpu_sum_squares(void *ctx, const float *x, int64_t n, double *out)
+{
+    (void)ctx;
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    *out = s;
+    return CREW_OK;
+}
+
+static crew_status cpu_all_finite(void *ctx, const float *x, int64_t n, int *out)
+{
+    (void)ctx;
+    /* NaN and ±inf are the floats whose exponent bits are all ones. An OR over integer tests
+     * vectorises; a float sum (x·0) would be a serial dependency chain. */
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u); /* the bits, without breaking the aliasing rules */
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    *out = !bad;
+    return CREW_OK;
+}
+
+static crew_status cpu_hash(void *ctx, const void *x, int64_t n, crew_dtype t, uint64_t *out)
+{
+    (void)ctx;
+    *out = (uint64_t)XXH3_64bits(x, (size_t)n * crew_dtype_size(t));
+    return CREW_OK;
 }
 
 static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n)
@@ -61,28 +173,6 @@ static void cpu_mul(void *ctx, int64_t n, const float *a, const float *b, float 
     for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i];
 }
 
-static double cpu_sum_squares(void *ctx, const float *x, int64_t n)
-{
-    (void)ctx;
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
-    return s;
-}
-
-static int cpu_all_finite(void *ctx, const float *x, int64_t n)
-{
-    (void)ctx;
-    /* NaN and ±inf are the floats whose exponent bits are all ones. An OR over integer tests
-     * vectorises; a float sum (x·0) would be a serial dependency chain. */
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u); /* the bits, without breaking the aliasing rules */
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    return !bad;
-}
-
 static void cpu_broadcast_rows(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols)
 {
     (void)ctx;
@@ -99,19 +189,29 @@ static void cpu_col_sum(void *ctx, const float *x, int64_t rows, int64_t cols, f
     }
 }
 
-static const crew_backend_ops cpu_ops = {
+const crew_backend_ops crew_cpu_ops = {
     .name = "cpu",
+    .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .upload = cpu_copy,
-    .download = cpu_copy,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .queue_create = cpu_queue_create,
+    .queue_destroy = cpu_queue_destroy,
+    .queue_wait = cpu_queue_wait,
+    .sync = cpu_sync,
+    .host_alias = cpu_host_alias,
+    .sum = cpu_sum,
+    .sum_squares = cpu_sum_squares,
+    .all_finite = cpu_all_finite,
+    .hash = cpu_hash,
     .copy = cpu_copy,
     .fill = cpu_fill,
     .gemm = cpu_gemm,
     .axpby = cpu_axpby,
     .mul = cpu_mul,
-    .sum_squares = cpu_sum_squares,
-    .all_finite = cpu_all_finite,
     .broadcast_rows = cpu_broadcast_rows,
     .col_sum = cpu_col_sum,
     .act_forward = cpu_act_forward,
@@ -140,13 +240,17 @@ static const crew_backend_ops cpu_ops = {
 
 crew_status crew_cpu_backend_create(int blas_threads, crew_backend *out)
 {
+    memset(out, 0, sizeof *out);
     if (blas_threads < 1)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cpu backend: blas threads must be >= 1, got %d",
                            blas_threads);
-    /* OpenBLAS keeps one process-wide thread count; every replica asks for the same value. */
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c) return CREW_OOM();
+    c->blas_threads = blas_threads;
+    /* OpenBLAS keeps one process-wide thread count; every rank asks for the same value. */
     openblas_set_num_threads(blas_threads);
-    out->ops = &cpu_ops;
-    out->ctx = NULL;
+    out->ops = &crew_cpu_ops;
+    out->ctx = c;
     return CREW_OK;
 }
 
@@ -196,7 +300,3 @@ int crew_blas_check(char *buf, size_t len)
 #endif
 }
 
-void crew_backend_destroy(crew_backend *be)
-{
-    if (be) be->ops = NULL;
-}

@@ -6,8 +6,8 @@
 
 /* loss = logsumexp(z) − z[label], computed after subtracting the row maximum so no exp
  * overflows; d loss / d z = softmax(z) − onehot(label). */
-void cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
-                      float scale, float *row_loss, float *dlogits, int64_t *correct)
+crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
+                             float scale, float *row_loss, float *dlogits, int64_t *correct)
 {
     (void)ctx;
     int64_t right = 0;
@@ -34,6 +34,7 @@ void cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int
         right += best == y;
     }
     *correct = right;
+    return CREW_OK;
 }
 
 void cpu_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int64_t classes)
@@ -53,8 +54,8 @@ void cpu_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int
 /* An id is usable when it is an integer in [0, vocab): NaN fails every comparison. */
 static inline int valid_id(float id, int64_t vocab) { return id >= 0.0f && id < (float)vocab && id == (float)(int64_t)id; }
 
-int64_t cpu_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
-                              int64_t rows, int64_t dim)
+crew_status cpu_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
+                                  int64_t rows, int64_t dim, int64_t *bad_ids)
 {
     (void)ctx;
     int64_t bad = 0;
@@ -66,7 +67,8 @@ int64_t cpu_embedding_forward(void *ctx, const float *ids, const float *table, i
         }
         memcpy(y + r * dim, table + (int64_t)ids[r] * dim, (size_t)dim * sizeof(float));
     }
-    return bad;
+    *bad_ids = bad;
+    return CREW_OK;
 }
 
 void cpu_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t vocab,

@@ -4,6 +4,9 @@
 
 #include "backend/backend.h"
 
+/* cpu_backend.c: the table itself, for backends that wrap it (cpu_guarded.c) */
+extern const crew_backend_ops crew_cpu_ops;
+
 /* cpu_window.c */
 void cpu_im2col(void *ctx, const float *x, float *col, const crew_window *g);
 void cpu_col2im(void *ctx, const float *col, float *dx, const crew_window *g);
@@ -37,11 +40,11 @@ void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const fl
                             int64_t rows, int64_t c);
 
 /* cpu_loss.c */
-void cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
-                      float scale, float *row_loss, float *dlogits, int64_t *correct);
+crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
+                             float scale, float *row_loss, float *dlogits, int64_t *correct);
 void cpu_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int64_t classes);
-int64_t cpu_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
-                              int64_t rows, int64_t dim);
+crew_status cpu_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
+                                  int64_t rows, int64_t dim, int64_t *bad);
 void cpu_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t vocab,
                             int64_t rows, int64_t dim);
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "nn/model_file.h"
+#include "io/model_file.h"
 
 crew_status crew_mf_error(const crew_mf_where *w, const char *fmt, ...)
 {

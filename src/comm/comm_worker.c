@@ -1,5 +1,5 @@
 /* comm_worker.c — a FIFO of all-reduce requests served by one thread per replica. */
-#include "train/comm_worker.h"
+#include "comm/comm_worker.h"
 
 #include <string.h>
 

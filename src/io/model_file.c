@@ -4,7 +4,7 @@
  *
  * crew's format is strict: an unknown key, a value of the wrong type or out of range is an error
  * naming the file, the layer index and the key, so a typo never silently falls back to a default. */
-#include "nn/model_file.h"
+#include "io/model_file.h"
 
 #include <errno.h>
 #include <math.h>

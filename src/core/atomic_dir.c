@@ -4,7 +4,7 @@
  * closes the race with another writer creating OUT meanwhile; where the filesystem lacks it, a
  * check just before rename() stands in. */
 #define _GNU_SOURCE /* renameat2 */
-#include "data/atomic_dir.h"
+#include "core/atomic_dir.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -8,8 +8,8 @@
  *
  * An existing OUT is never replaced: begin and commit refuse it (the caller removes it first).
  * Missing parent directories of OUT are created. */
-#ifndef CREW_DATA_ATOMIC_DIR_H
-#define CREW_DATA_ATOMIC_DIR_H
+#ifndef CREW_CORE_ATOMIC_DIR_H
+#define CREW_CORE_ATOMIC_DIR_H
 
 #include <stddef.h>
 

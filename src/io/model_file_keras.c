@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "nn/model_file.h"
+#include "io/model_file.h"
 
 typedef crew_status (*keras_parse_fn)(const crew_mf_where *w, const cJSON *cfg, const crew_model *m,
                                       crew_layer_spec *spec);

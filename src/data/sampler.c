@@ -1,7 +1,7 @@
 /* sampler.c — the order of samples in an epoch: Fisher–Yates driven by the counter-based RNG
  * keyed on (seed, epoch), so it is reproducible and independent of replicas and threads. */
 #include "core/rng.h"
-#include "train/train.h"
+#include "data/sampler.h"
 
 void crew_epoch_order(uint64_t seed, int epoch, int64_t n, int64_t *perm)
 {

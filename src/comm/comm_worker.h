@@ -7,8 +7,8 @@
  * match up across replicas without further coordination. The replica makes the blocking ones
  * between steps (metrics, evaluation, drift check) itself, only when its queue is empty, so one
  * communicator is never used by two threads of the same rank at once. */
-#ifndef CREW_TRAIN_COMM_WORKER_H
-#define CREW_TRAIN_COMM_WORKER_H
+#ifndef CREW_COMM_COMM_WORKER_H
+#define CREW_COMM_COMM_WORKER_H
 
 #include <pthread.h>
 

@@ -5,8 +5,8 @@
  * Every error is one line: "<file>: <scope>: <what is wrong>", where the scope names the layer
  * ("layer 2 (conv2d)") or the section ("optimizer", "training") and the message names the key.
  * The typed readers below live in model_file_json.c. */
-#ifndef CREW_NN_MODEL_FILE_H
-#define CREW_NN_MODEL_FILE_H
+#ifndef CREW_IO_MODEL_FILE_H
+#define CREW_IO_MODEL_FILE_H
 
 #include <cjson/cJSON.h>
 #include <stddef.h>
@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "crew.h"
 #include "nn/model.h"
+#include "optim/optimizer.h" /* the compile section is checked as crew_model_compile checks it */
 
 /* Limits that keep a hostile file from asking for absurd sizes or slow builds. */
 #define CREW_MF_MAX_FILE_BYTES (16 << 20)      /* a model file is a few KiB */

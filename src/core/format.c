@@ -1,0 +1,53 @@
+/* format.c — the few ways crew writes a figure or a string, shared by the library's files and the
+ * CLI's output so that a value reads the same everywhere (all public, in crew.h). */
+#include <math.h>
+#include <stdio.h>
+
+#include "crew.h"
+
+void crew_json_write_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+/* Each unit holds until two of the next one: "90 s", "100 min", "36.0 h" keep two or three digits. */
+const char *crew_format_duration(double seconds, char *buf, size_t len)
+{
+    if (!buf || len == 0) return "";
+    if (!isfinite(seconds))
+        snprintf(buf, len, "-");
+    else if (seconds < 10)
+        snprintf(buf, len, "%.1f s", seconds);
+    else if (seconds < 120)
+        snprintf(buf, len, "%.0f s", seconds);
+    else if (seconds < 7200)
+        snprintf(buf, len, "%.0f min", seconds / 60);
+    else if (seconds < 172800)
+        snprintf(buf, len, "%.1f h", seconds / 3600);
+    else
+        snprintf(buf, len, "%.1f d", seconds / 86400);
+    return buf;
+}
+
+const char *crew_format_bytes(int64_t bytes, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) v /= 1024.0, u++;
+    if (u == 0)
+        snprintf(buf, len, "%lld B", (long long)bytes);
+    else
+        snprintf(buf, len, "%.*f %s", v < 10 ? 2 : v < 100 ? 1 : 0, v, units[u]);
+    return buf;
+}

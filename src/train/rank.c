@@ -1,0 +1,126 @@
+/* rank.c — the rank program: one rank owns one device and trains its share of every step.
+ *
+ * It takes everything from the context its launcher gave it: the device (its replica of the
+ * model, its optimizer state, its scratch buffers all live there), the communicator handle, and
+ * the run's shared description, from which it makes its own loader for its own micro-batches.
+ * It reads and writes tensors only through the backend, so the same program runs on a GPU, and
+ * whether its peers are threads or processes makes no difference to it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "data/dataset.h"
+#include "train/rank.h"
+
+int64_t crew_rank_scratch_size(int ranks, int tensors)
+{
+    /* the drift check's hash halves, or one step's metrics rows, whichever is more */
+    int64_t drift = (int64_t)ranks * (tensors < CREW_DRIFT_TENSORS ? tensors : CREW_DRIFT_TENSORS) * 2;
+    int64_t metrics = (int64_t)ranks * CREW_METRIC_FIELDS;
+    return drift > metrics ? drift : metrics;
+}
+
+crew_status crew_rank_allreduce_host(crew_rank *r, double *v, int64_t n)
+{
+    if (!r->has_worker) return CREW_OK; /* one rank: the sum is the values */
+    if (n > r->scratch_n)
+        return crew_errorf(CREW_CODE_INTERNAL, "rank %d: %lld values exceed the %lld of its scratch", r->rank,
+                           (long long)n, (long long)r->scratch_n);
+    const crew_backend *be = r->be;
+    CREW_TRY(be->ops->upload(be->ctx, NULL, r->dev_scratch, v, n, CREW_DT_F64));
+    CREW_TRY(crew_allreduce(&r->comm, r->dev_scratch, n, CREW_COMM_F64, CREW_REDUCE_SUM, r->run->timeout_s));
+    return be->ops->download(be->ctx, v, r->dev_scratch, n, CREW_DT_F64);
+}
+
+/* Rank 0's parameters, state and optimizer state are the run's starting point. */
+static crew_status broadcast_start(crew_rank *r)
+{
+    crew_model *m = r->m;
+    const double timeout = r->run->timeout_s;
+    const crew_backend *be = r->be;
+    CREW_TRY(crew_broadcast(&r->comm, m->params, m->n_params, CREW_COMM_F32, 0, timeout));
+    CREW_TRY(crew_broadcast(&r->comm, m->state, m->n_state, CREW_COMM_F32, 0, timeout));
+    for (int i = 0; i < 2; i++)
+        if (r->opt.slot[i]) CREW_TRY(crew_broadcast(&r->comm, r->opt.slot[i], r->opt.n, CREW_COMM_F32, 0, timeout));
+    double t = (double)r->opt.t; /* an update count is exact in a double */
+    CREW_TRY(be->ops->upload(be->ctx, NULL, r->dev_scratch, &t, 1, CREW_DT_F64));
+    CREW_TRY(crew_broadcast(&r->comm, r->dev_scratch, 1, CREW_COMM_F64, 0, timeout));
+    CREW_TRY(be->ops->download(be->ctx, &t, r->dev_scratch, 1, CREW_DT_F64));
+    r->opt.t = (int64_t)t;
+    return CREW_OK;
+}
+
+/* Loader threads of this rank: the run's K shared out, at least one each. */
+static int loader_threads(const crew_rank *r)
+{
+    int k = r->run->opts->loader_threads > 0 ? r->run->opts->loader_threads : 1;
+    int mine = k / r->size + (r->rank < k % r->size);
+    return mine > 0 ? mine : 1;
+}
+
+static crew_status open_loader(crew_rank *r)
+{
+    const crew_run *run = r->run;
+    const crew_fit_options *o = run->opts;
+    int k = run->plan.accumulation;
+    crew_loader_options lo = {.threads = loader_threads(r),
+                              .prefetch = o->prefetch > 0 ? o->prefetch : 2,
+                              .augment = crew_augment_of(&o->augment, run->hooks.loader_slow_s),
+                              .pad_last = o->pad_last_batch,
+                              .reverse_rows = run->hooks.reverse_batch_rows};
+    crew_loader_range range = {.batch = run->plan.batch_per_device, .micro = r->size * k, .first = r->rank * k,
+                               .count = k};
+    return crew_loader_create(run->train, &lo, &range, run->plan.seed, &r->loader);
+}
+
+/* Everything the rank owns, on its device and in host memory. */
+static crew_status set_up(crew_rank *r)
+{
+    const crew_run *run = r->run;
+    const crew_fit_plan *p = &run->plan;
+    CREW_TRY(crew_model_clone(run->start, r->be, &r->m));
+    CREW_TRY(crew_model_reserve(r->m, p->batch_per_device));
+    CREW_TRY(crew_optimizer_init(&r->opt, &r->m->compile.optimizer, r->be, r->m->n_params));
+    if (r->rank == 0 && run->start_opt) CREW_TRY(crew_optimizer_copy(&r->opt, r->be, run->start_opt, &run->start->be));
+    r->scratch_n = crew_rank_scratch_size(r->size, crew_model_named_params(r->m, NULL, 0));
+    CREW_TRY(r->be->ops->alloc(r->be->ctx, CREW_DT_F64, r->scratch_n, (void **)&r->dev_scratch));
+    CREW_TRY(r->be->ops->queue_create(r->be->ctx, &r->copy_q));
+    r->metrics = calloc((size_t)r->size * CREW_METRIC_FIELDS, sizeof *r->metrics);
+    r->times = calloc((size_t)r->size, sizeof *r->times);
+    if (!r->metrics || !r->times) return CREW_OOM();
+    CREW_TRY(crew_error_prefix(broadcast_start(r), "step %lld, broadcast of the starting point: ",
+                               (long long)run->start_step));
+    if (r->size > 1) {
+        CREW_TRY(crew_comm_worker_start(&r->worker, r->comm, run->timeout_s));
+        r->has_worker = 1;
+    }
+    CREW_TRY(crew_stepper_init(&r->stepper, r->m, r->has_worker ? &r->worker : NULL, r->rank, r->size,
+                               p->batch_per_device, p->accumulation, run->bucket_mb, run->sync_bn));
+    if (run->hooks.faults.slow_rank == r->rank) r->stepper.delay_s = run->hooks.faults.slow_s;
+    return open_loader(r);
+}
+
+static void tear_down(crew_rank *r)
+{
+    crew_loader_free(r->loader); /* first: its threads stop before anything they might wait on goes */
+    crew_comm_worker_stop(&r->worker);
+    crew_stepper_release(&r->stepper);
+    if (r->copy_q) r->be->ops->queue_destroy(r->be->ctx, r->copy_q);
+    crew_dev_free(r->be, r->dev_scratch);
+    crew_optimizer_release(&r->opt, r->be);
+    crew_model_free(r->m);
+    free(r->metrics);
+    free(r->times);
+}
+
+crew_status crew_rank_main(const crew_rank_ctx *ctx)
+{
+    crew_rank r = {.rank = ctx->rank, .size = ctx->size, .run = ctx->run, .sinks = ctx->sinks, .be = &ctx->device,
+                   .comm = ctx->comm};
+    crew_status s = set_up(&r);
+    if (!s) s = crew_rank_train(&r);
+    /* The caller's model gets the trained values, a cancelled run's included. */
+    if (!s && r.sinks) s = crew_model_copy_values(r.sinks->model, r.m);
+    tear_down(&r);
+    return s;
+}

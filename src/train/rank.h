@@ -1,0 +1,52 @@
+/* rank.h — the state of one rank program (rank.c sets it up, loop.c trains with it). */
+#ifndef CREW_TRAIN_RANK_H
+#define CREW_TRAIN_RANK_H
+
+#include "comm/comm_worker.h"
+#include "data/loader.h"
+#include "train/run.h"
+#include "train/step.h"
+#include "train/train.h"
+
+/* Doubles per rank in the per-step metrics all-reduce: loss, correct, stop, then the times. */
+#define CREW_METRIC_FIELDS (3 + CREW_STEP_TIMES_FIELDS)
+/* Tensors the drift check hashes at most (the first ones of crew_model_named_params). */
+#define CREW_DRIFT_TENSORS 256
+
+typedef struct crew_rank {
+    int rank, size;
+    const crew_run *run;
+    crew_run_sinks *sinks;          /* rank 0 only */
+    const crew_backend *be;         /* the rank's device (the context's) */
+    crew_comm comm;
+    crew_model *m;                  /* the replica, on the rank's device */
+    crew_optimizer opt;             /* its optimizer state, on the same device */
+    crew_comm_worker worker;        /* the collectives that overlap compute */
+    int has_worker;                 /* only with more than one rank */
+    crew_stepper stepper;
+    crew_loader *loader;            /* this rank's micro-batches only */
+    crew_queue *copy_q;             /* the micro-batches' uploads */
+    /* Host values all-reduced between steps (metrics, evaluation sums, drift hashes) travel through
+     * device memory, as every collective's buffers do. */
+    int64_t scratch_n;
+    double *dev_scratch;            /* [scratch_n] device */
+    double *metrics;                /* [size × CREW_METRIC_FIELDS] host */
+    crew_step_times *times;         /* [size] everyone's times of the last step (host) */
+} crew_rank;
+
+/* Values of a rank's device scratch for a run of `ranks` ranks of a model with `tensors` named
+ * tensors (the memory planner counts it too). */
+int64_t crew_rank_scratch_size(int ranks, int tensors);
+
+/* Runs every epoch of the plan on this rank; rank 0 reports. */
+crew_status crew_rank_train(crew_rank *r);
+/* Sums n host doubles over all ranks (in rank order), through the rank's device scratch: the step
+ * metrics, evaluation sums and drift hashes. The rank's own thread makes it rather than handing it
+ * to its communication thread: the rank would only wait for it, and the two hand-offs cost two
+ * thread wake-ups each time (about 30 us idle, more with every core busy). It is called only when
+ * none of the rank's requests is queued or in flight (the step's buckets have all been waited
+ * for), so the communicator is used by one thread of the rank at a time and the collectives keep
+ * the same order on every rank. */
+crew_status crew_rank_allreduce_host(crew_rank *r, double *v, int64_t n);
+
+#endif

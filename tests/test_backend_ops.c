@@ -1,0 +1,1864 @@
+/* test_backend_ops.c — every backend op, one by one, on every device kind built in
+ * (crew_device_kinds: "cpu" and "cpu-guarded" today), against naive reference loops written here
+ * in double precision (or against values worked out by hand, for the optimisers).
+ *
+ * The CPU kernels are the reference every other backend is held to: each check passes on "cpu"
+ * within the tolerance stated next to it, and every other kind runs the same check against the
+ * same reference. A tolerance is a table of rows by kind, and a kind without a row of its own is
+ * held to the first row, the CPU's; so a CUDA backend runs here unchanged, and where its kernels
+ * round differently (fused multiply-adds, another order of sums) the looser figure it needs goes
+ * in a row of its own next to the check, with the reason.
+ *
+ * Device memory: every check builds its inputs on the host, uploads them into device buffers
+ * from the backend's alloc, runs the op on device addresses, checks that sync(ctx, NULL) returns
+ * CREW_OK (a failed compute op surfaces there), downloads the outputs and compares them on the
+ * host. Nothing here reads or writes through a device address: the "cpu-guarded" kind traps any
+ * host access to device memory, so passing on it proves that the test keeps to the device seam.
+ * A host array handed to upload stays unchanged until the next sync, as backend.h asks.
+ *
+ * Tolerances: the kernels compute in float32, so a result built from K products carries a
+ * rounding error of about K·2^-24 relative to the magnitude of its terms. The problems here have
+ * K ≤ 60 and terms of magnitude ≤ 1, so 1e-5 relative (+1e-6 absolute near zero) leaves a margin
+ * of ~3x over the worst case while still catching any wrong index, which errs by O(1).
+ * Ops that only move or pick values (transfers, copy, fill, im2col, max pooling, embedding rows)
+ * must be exact, and so must what backend.h defines bit for bit: sum (in order, in double),
+ * all_finite, and the hash of equal bytes. Where the terms of a result may cancel (the
+ * normalisation ops), its tolerance is relative to the size of the terms, not of the result
+ * (first_mismatch_of_sum). */
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "check.h"
+#include "core/rng.h"
+#include "nn/window_geometry.h"
+
+#define RTOL 1e-5
+#define ATOL 1e-6
+
+/* ------------------------------------------------------------------ the device under test */
+
+typedef struct device {
+    const crew_device_kind *kind; /* its name leads every failure message */
+    crew_backend be;
+} device;
+
+/* The message of a failed check, formatted only when one fails (CHECK_MSG evaluates its
+ * arguments only then), so that the kind can lead every message. */
+static const char *say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *say(const char *fmt, ...)
+{
+    static char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+/* CHECK_MSG and CHECK_OK with the device kind in front of the message. */
+#define EXPECT(d, cond, ...) CHECK_MSG(cond, "[%s] %s", (d)->kind->name, say(__VA_ARGS__))
+#define EXPECT_OK(d, expr)                                                                         \
+    do {                                                                                           \
+        crew_status expect_s_ = (expr);                                                            \
+        CHECK_MSG(expect_s_ == CREW_OK, "[%s] %s: %s", (d)->kind->name, #expr,                     \
+                  crew_status_message(expect_s_));                                                 \
+        crew_status_free(expect_s_);                                                               \
+    } while (0)
+/* Every check ends its ops with this: a failure the backend kept for later fails here. */
+#define EXPECT_SYNCED(d) EXPECT_OK(d, (d)->be.ops->sync((d)->be.ctx, NULL))
+
+/* ------------------------------------------------------------------ tolerances by kind */
+
+/* A tolerance for one check: the first row is the CPU's; a table ends with a row of kind NULL. */
+typedef struct tolerance {
+    const char *kind;
+    double rtol, atol;
+} tolerance;
+
+static tolerance tol_for(const device *d, const tolerance *rows)
+{
+    for (const tolerance *t = rows; t->kind; t++)
+        if (strcmp(t->kind, d->kind->name) == 0) return *t;
+    return rows[0];
+}
+
+static int close_to(double got, double want, tolerance t)
+{
+    return fabs(got - want) <= t.atol + t.rtol * fmax(fabs(got), fabs(want));
+}
+
+/* Index of the first element of got[n] not within tolerance of want[n], or -1. */
+static int64_t first_mismatch(const float *got, const double *want, int64_t n, tolerance t)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!close_to(got[i], want[i], t)) return i;
+    return -1;
+}
+
+static int same_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* ------------------------------------------------------------------ host and device buffers */
+
+/* Host arrays come zeroed; a failed allocation ends the test (it is no finding about the op). */
+static void *hbuf(crew_dtype t, int64_t n)
+{
+    void *p = calloc((size_t)(n > 0 ? n : 1), crew_dtype_size(t));
+    if (!p) abort();
+    return p;
+}
+
+static float *fbuf(int64_t n) { return hbuf(CREW_DT_F32, n); }
+static double *dbuf(int64_t n) { return hbuf(CREW_DT_F64, n); }
+
+/* Frees a NULL-terminated list of host arrays or of device buffers. */
+static void host_free_list(void *const *p)
+{
+    for (; *p; p++) free(*p);
+}
+
+static void dev_free_list(const device *d, void *const *p)
+{
+    for (; *p; p++) crew_dev_free(&d->be, *p);
+}
+
+#define HOST_FREE(...) host_free_list((void *const[]){__VA_ARGS__, NULL})
+#define DEV_FREE(d, ...) dev_free_list(d, (void *const[]){__VA_ARGS__, NULL})
+
+/* n elements of device memory, zero-filled by the contract; at least one, since backend.h does not
+ * say what an allocation of none gives (a GPU's may be NULL) and the checks of empty ranges need
+ * an address to pass. */
+static void *dev_alloc(const device *d, crew_dtype t, int64_t n)
+{
+    void *p = NULL;
+    crew_status s = d->be.ops->alloc(d->be.ctx, t, n > 0 ? n : 1, &p);
+    if (s || !p) {
+        fprintf(stderr, "[%s] alloc of %lld elements failed: %s\n", d->kind->name, (long long)n,
+                crew_status_message(s));
+        abort();
+    }
+    return p;
+}
+
+/* A new device buffer holding host[n], uploaded on the compute queue. */
+static void *dev_copy_of(const device *d, crew_dtype t, const void *host, int64_t n)
+{
+    void *p = dev_alloc(d, t, n);
+    EXPECT_OK(d, d->be.ops->upload(d->be.ctx, NULL, p, host, n, t));
+    return p;
+}
+
+static float *dev_f32(const device *d, const float *h, int64_t n) { return dev_copy_of(d, CREW_DT_F32, h, n); }
+static int32_t *dev_i32(const device *d, const int32_t *h, int64_t n) { return dev_copy_of(d, CREW_DT_I32, h, n); }
+static int64_t *dev_i64(const device *d, const int64_t *h, int64_t n) { return dev_copy_of(d, CREW_DT_I64, h, n); }
+static float *dev_zeros_f32(const device *d, int64_t n) { return dev_alloc(d, CREW_DT_F32, n); }
+
+/* Downloads dev[n] into host (after everything on the compute queue). */
+static void fetch(const device *d, void *host, const void *dev, int64_t n, crew_dtype t)
+{
+    EXPECT_OK(d, d->be.ops->download(d->be.ctx, host, dev, n, t));
+}
+
+/* dev[n] downloaded into a fresh host array, which the caller frees. */
+static void *host_copy_of(const device *d, crew_dtype t, const void *dev, int64_t n)
+{
+    void *h = hbuf(t, n);
+    fetch(d, h, dev, n, t);
+    return h;
+}
+
+static float *host_f32(const device *d, const float *p, int64_t n) { return host_copy_of(d, CREW_DT_F32, p, n); }
+static int32_t *host_i32(const device *d, const int32_t *p, int64_t n) { return host_copy_of(d, CREW_DT_I32, p, n); }
+
+static void fill_uniform(float *x, int64_t n, float lo, float hi, uint64_t key)
+{
+    crew_rng r = crew_rng_make(key);
+    for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * crew_rng_next_uniform(&r);
+}
+
+/* ------------------------------------------------------------------ transfers, copy, fill */
+
+/* values[n] uploaded into the middle of a buffer of n + 4 elements: the two elements on either
+ * side stay zero (a fresh buffer is zero-filled; an upload writes n elements, not bytes or more),
+ * a download of the whole buffer and one of the middle at a device offset give the bytes back. */
+static void check_round_trip(const device *d, crew_dtype t, const void *values, int64_t n, const char *what)
+{
+    size_t size = crew_dtype_size(t);
+    char *dev = dev_alloc(d, t, n + 4);
+    EXPECT_OK(d, d->be.ops->upload(d->be.ctx, NULL, dev + 2 * size, values, n, t));
+    char *all = host_copy_of(d, t, dev, n + 4), *middle = host_copy_of(d, t, dev + 2 * size, n);
+    char *zeros = hbuf(t, 2);
+    EXPECT(d, memcmp(middle, values, n * size) == 0, "%s: the round trip changed the bytes", what);
+    EXPECT(d, memcmp(all + 2 * size, values, n * size) == 0, "%s: the whole buffer lacks the values", what);
+    EXPECT(d, memcmp(all, zeros, 2 * size) == 0 && memcmp(all + (n + 2) * size, zeros, 2 * size) == 0,
+           "%s: the neighbours of the upload are not zero", what);
+    HOST_FREE(all, middle, zeros);
+    DEV_FREE(d, dev);
+}
+
+/* Values each type must carry bit for bit: signed zeros, subnormals, extremes, NaN, integers
+ * beyond what a float or a double holds. */
+static void test_round_trips(const device *d)
+{
+    const float f32[] = {1.0f / 3.0f, -0.0f, FLT_MIN / 4.0f, FLT_MAX, -INFINITY, NAN};
+    const double f64[] = {1.0 / 3.0, 1e300, -0x1p-1074, -0.0, DBL_MAX, (double)FLT_MAX * 4.0};
+    const int32_t i32[] = {INT32_MIN, INT32_MAX, -1, 0, 16777217};
+    const int64_t i64[] = {INT64_MIN, INT64_MAX, ((int64_t)1 << 53) + 1, -1, 0};
+    check_round_trip(d, CREW_DT_F32, f32, 6, "f32");
+    check_round_trip(d, CREW_DT_F64, f64, 6, "f64");
+    check_round_trip(d, CREW_DT_I32, i32, 5, "i32");
+    check_round_trip(d, CREW_DT_I64, i64, 5, "i64");
+    EXPECT_SYNCED(d);
+}
+
+/* copy and fill on slices at device offsets: they write exactly their n elements. */
+static void test_copy_fill(const device *d)
+{
+    enum { N = 10 };
+    const crew_backend *be = &d->be;
+    float src[N], want[N];
+    fill_uniform(src, N, -1.0f, 1.0f, 1);
+    float *src_d = dev_f32(d, src, N), *dst_d = dev_zeros_f32(d, N);
+    be->ops->fill(be->ctx, dst_d, -2.5f, N);
+    be->ops->fill(be->ctx, dst_d + N - 3, 0.5f, 3);
+    be->ops->copy(be->ctx, dst_d + 2, src_d + 1, 5);
+    be->ops->fill(be->ctx, dst_d, 99.0f, 0); /* n = 0: nothing */
+    be->ops->copy(be->ctx, dst_d, src_d, 0);
+    EXPECT_SYNCED(d);
+    for (int i = 0; i < N; i++) want[i] = i < 2 ? -2.5f : i < 7 ? src[i - 1] : 0.5f;
+    float *got = host_f32(d, dst_d, N);
+    EXPECT(d, memcmp(got, want, sizeof want) == 0, "copy/fill: %g %g %g ... %g", got[0], got[2], got[6], got[N - 1]);
+    HOST_FREE(got);
+    DEV_FREE(d, src_d, dst_d);
+}
+
+/* Host staging buffers (host_alloc): host memory, which the test writes and reads directly (on
+ * "cpu-guarded" a device address there would trap), the source of an upload and the target of a
+ * download, on the compute queue and on a transfer queue; each dtype's width. Exact. */
+static void check_staging(const device *d, crew_dtype t, int64_t n)
+{
+    const crew_backend *be = &d->be;
+    size_t size = crew_dtype_size(t);
+    void *from = NULL, *to = NULL;
+    EXPECT_OK(d, be->ops->host_alloc(be->ctx, t, n, &from));
+    EXPECT_OK(d, be->ops->host_alloc(be->ctx, t, n, &to));
+    EXPECT(d, from && to, "host_alloc of %lld elements of dtype %d gave NULL", (long long)n, (int)t);
+    if (!from || !to) {
+        if (from) be->ops->host_free(be->ctx, from);
+        if (to) be->ops->host_free(be->ctx, to);
+        return;
+    }
+    unsigned char *bytes = from, *zeros = hbuf(t, 1);
+    for (size_t i = 0; i < (size_t)n * size; i++) bytes[i] = (unsigned char)crew_rng_u64(1100 + (uint64_t)t, i);
+    memset(to, 0xA5, (size_t)n * size);
+    char *dev = dev_alloc(d, t, n + 2); /* the upload lands at element 1: both neighbours stay zero */
+    EXPECT_OK(d, be->ops->upload(be->ctx, NULL, dev + size, from, n, t));
+    EXPECT_SYNCED(d);
+    EXPECT_OK(d, be->ops->download(be->ctx, to, dev + size, n, t));
+    EXPECT(d, memcmp(to, from, (size_t)n * size) == 0, "dtype %d: staging → device → staging changed the bytes",
+           (int)t);
+    char *all = host_copy_of(d, t, dev, n + 2);
+    EXPECT(d, memcmp(all, zeros, size) == 0 && memcmp(all + (n + 1) * size, zeros, size) == 0,
+           "dtype %d: an upload from staging wrote outside its %lld elements", (int)t, (long long)n);
+    /* On a transfer queue: the staging buffer stays as it is until the queue is waited on. */
+    crew_queue *q = NULL;
+    EXPECT_OK(d, be->ops->queue_create(be->ctx, &q));
+    if (q) {
+        for (size_t i = 0; i < (size_t)n * size; i++) bytes[i] ^= 0x5A;
+        EXPECT_OK(d, be->ops->upload(be->ctx, q, dev + size, from, n, t));
+        EXPECT_OK(d, be->ops->queue_wait(be->ctx, NULL, q));
+        EXPECT_OK(d, be->ops->download(be->ctx, to, dev + size, n, t));
+        EXPECT(d, memcmp(to, from, (size_t)n * size) == 0,
+               "dtype %d: an upload from staging on a transfer queue did not land", (int)t);
+        EXPECT_OK(d, be->ops->sync(be->ctx, q));
+        be->ops->queue_destroy(be->ctx, q);
+    }
+    EXPECT_SYNCED(d);
+    be->ops->host_free(be->ctx, from);
+    be->ops->host_free(be->ctx, to);
+    HOST_FREE(zeros, all);
+    DEV_FREE(d, dev);
+}
+
+static void test_host_staging(const device *d)
+{
+    check_staging(d, CREW_DT_F32, 1000);
+    check_staging(d, CREW_DT_F64, 37);
+    check_staging(d, CREW_DT_I32, 5);
+    check_staging(d, CREW_DT_I64, 1);
+    d->be.ops->host_free(d->be.ctx, NULL); /* NULL: nothing */
+    EXPECT_SYNCED(d);
+}
+
+/* crew_dev_transfer_f32 (registry.c) goes through a host buffer in slices of its TRANSFER_SLICE
+ * floats, a power of two no larger than 1 << 20 (this file cannot see it). The lengths here run
+ * past 1 << 20 by a few, so that the last slice is a partial one, and 1 << 20 itself is a whole
+ * number of slices. */
+enum { TRANSFER_BIG = 1 << 20 };
+
+/* n floats from src_off in a buffer on `from` to dst_off in a buffer on `to`, both buffers 3
+ * elements longer than the range needs: the range arrives exact and in place (values that tell
+ * positions apart: a slice landing at the wrong offset, or read from the wrong one, shows), and
+ * every element around it keeps the -1 it held. */
+static void check_transfer(const device *to, const device *from, int64_t n, int64_t src_off, int64_t dst_off)
+{
+    int64_t src_len = src_off + n + 3, dst_len = dst_off + n + 3;
+    float *src = fbuf(src_len);
+    for (int64_t i = 0; i < src_len; i++) src[i] = (float)i + 0.25f; /* exact below 2^22 */
+    float *src_d = dev_f32(from, src, src_len), *dst_d = dev_zeros_f32(to, dst_len);
+    to->be.ops->fill(to->be.ctx, dst_d, -1.0f, dst_len);
+    EXPECT_SYNCED(from);
+    EXPECT_SYNCED(to);
+    EXPECT_OK(to, crew_dev_transfer_f32(&to->be, dst_d + dst_off, &from->be, src_d + src_off, n));
+    EXPECT_SYNCED(to);
+    float *got = host_f32(to, dst_d, dst_len);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < dst_len && bad < 0; i++) {
+        float want = i >= dst_off && i < dst_off + n ? src[src_off + i - dst_off] : -1.0f;
+        if (memcmp(&got[i], &want, sizeof want) != 0) bad = i;
+    }
+    EXPECT(to, bad < 0, "transfer of %lld floats from %s (offset %lld) to here (offset %lld): dst[%lld] = %.9g",
+           (long long)n, from->kind->name, (long long)src_off, (long long)dst_off, (long long)bad,
+           bad < 0 ? 0.0 : got[bad]);
+    HOST_FREE(src, got);
+    DEV_FREE(from, src_d);
+    DEV_FREE(to, dst_d);
+}
+
+/* Between this device and one of another kind ("cpu-guarded" for "cpu", "cpu" for the others),
+ * both ways: 1 << 20 floats and a few more, the same at offsets, 1 << 20 exactly, twice that and
+ * one more, a few, none. */
+static void test_transfer(const device *d)
+{
+    device other = {crew_device_kind_find(strcmp(d->kind->name, "cpu") == 0 ? "cpu-guarded" : "cpu"), {0}};
+    if (!other.kind) return;
+    const crew_device_options o = {.blas_threads = 1};
+    EXPECT_OK(d, crew_device_open(other.kind->name, 0, &o, &other.be));
+    if (!other.be.ops) return;
+    for (int way = 0; way < 2; way++) {
+        const device *to = way ? d : &other, *from = way ? &other : d;
+        check_transfer(to, from, TRANSFER_BIG + 5, 0, 0);
+        check_transfer(to, from, TRANSFER_BIG + 3, 5, 2);
+        check_transfer(to, from, TRANSFER_BIG, 0, 1);
+        check_transfer(to, from, 2 * TRANSFER_BIG + 1, 1, 0);
+        check_transfer(to, from, 10, 3, 7);
+        check_transfer(to, from, 0, 3, 1);
+    }
+    crew_device_close(&other.be);
+}
+
+/* ------------------------------------------------------------------ queues and host_alias */
+
+/* A transfer queue ordered against the compute queue both ways: an op enqueued after
+ * queue_wait(NULL, q) reads what q uploaded, and an upload on q after queue_wait(q, NULL) lands
+ * after the op enqueued before it read the buffer. */
+static void test_queues(const device *d)
+{
+    enum { N = 64 };
+    const crew_backend *be = &d->be;
+    float old[N], fresh[N], newer[N];
+    fill_uniform(old, N, -1.0f, 1.0f, 2);
+    fill_uniform(fresh, N, 2.0f, 3.0f, 3);
+    fill_uniform(newer, N, 4.0f, 5.0f, 4);
+    float *buf_d = dev_f32(d, old, N), *seen_d = dev_zeros_f32(d, N);
+    EXPECT_SYNCED(d);
+    crew_queue *q = NULL;
+    EXPECT_OK(d, be->ops->queue_create(be->ctx, &q));
+    if (!q) {
+        DEV_FREE(d, buf_d, seen_d);
+        return;
+    }
+    EXPECT_OK(d, be->ops->upload(be->ctx, q, buf_d, fresh, N, CREW_DT_F32));
+    EXPECT_OK(d, be->ops->queue_wait(be->ctx, NULL, q));
+    be->ops->copy(be->ctx, seen_d, buf_d, N);
+    EXPECT_OK(d, be->ops->queue_wait(be->ctx, q, NULL));
+    EXPECT_OK(d, be->ops->upload(be->ctx, q, buf_d, newer, N, CREW_DT_F32));
+    EXPECT_OK(d, be->ops->sync(be->ctx, q));
+    EXPECT_SYNCED(d);
+    float *seen = host_f32(d, seen_d, N), *now = host_f32(d, buf_d, N);
+    EXPECT(d, memcmp(seen, fresh, sizeof fresh) == 0, "the op after queue_wait(NULL, q) read %g, want %g", seen[0],
+           fresh[0]);
+    EXPECT(d, memcmp(now, newer, sizeof newer) == 0, "the second upload on q left %g, want %g", now[0], newer[0]);
+    be->ops->queue_destroy(be->ctx, q);
+    HOST_FREE(seen, now);
+    DEV_FREE(d, buf_d, seen_d);
+}
+
+/* Kinds whose device memory is host-visible: host_alias must give an address there. */
+static int host_visible(const device *d)
+{
+    return strcmp(d->kind->name, "cpu") == 0 || strcmp(d->kind->name, "cpu-guarded") == 0;
+}
+
+/* What the in-process communicator relies on: reading through the alias gives the uploaded
+ * values (at an offset too), and what it writes there is what download sees. */
+static void test_host_alias(const device *d)
+{
+    enum { N = 16 };
+    const crew_backend *be = &d->be;
+    float v[N];
+    fill_uniform(v, N, -1.0f, 1.0f, 5);
+    float *buf_d = dev_f32(d, v, N);
+    EXPECT_SYNCED(d); /* the alias reads memory at once: the upload must have landed */
+    float *alias = be->ops->host_alias(be->ctx, buf_d, N, CREW_DT_F32);
+    float *tail = be->ops->host_alias(be->ctx, buf_d + 4, N - 4, CREW_DT_F32);
+    if (host_visible(d)) EXPECT(d, alias && tail, "host_alias gave NULL on host-visible memory");
+    if (alias && tail) {
+        EXPECT(d, memcmp(alias, v, sizeof v) == 0, "reading through host_alias: %g, want %g", alias[0], v[0]);
+        EXPECT(d, memcmp(tail, v + 4, sizeof(float) * (N - 4)) == 0, "host_alias at an offset: %g, want %g", tail[0],
+               v[4]);
+        alias[3] = 42.0f;
+        tail[N - 5] = -7.0f;
+        float *got = host_f32(d, buf_d, N);
+        EXPECT(d, got[3] == 42.0f && got[N - 1] == -7.0f, "writes through host_alias: download gives %g and %g",
+               got[3], got[N - 1]);
+        HOST_FREE(got);
+    }
+    DEV_FREE(d, buf_d);
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+static double dev_sum(const device *d, const float *x_d, int64_t n)
+{
+    double out = NAN;
+    EXPECT_OK(d, d->be.ops->sum(d->be.ctx, x_d, n, &out));
+    return out;
+}
+
+static double dev_sum_squares(const device *d, const float *x_d, int64_t n)
+{
+    double out = NAN;
+    EXPECT_OK(d, d->be.ops->sum_squares(d->be.ctx, x_d, n, &out));
+    return out;
+}
+
+static int dev_all_finite(const device *d, const float *x_d, int64_t n)
+{
+    int out = -1;
+    EXPECT_OK(d, d->be.ops->all_finite(d->be.ctx, x_d, n, &out));
+    return out;
+}
+
+static uint64_t dev_hash(const device *d, const void *x_d, int64_t n, crew_dtype t)
+{
+    uint64_t out = 0;
+    EXPECT_OK(d, d->be.ops->hash(d->be.ctx, x_d, n, t, &out));
+    return out;
+}
+
+static double sequential_sum(const float *x, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)x[i];
+    return s;
+}
+
+/* sum is defined in order and in double (a loss sum must not depend on the device), so it is held
+ * bitwise to the sequential loop on every kind. The values span 2^±40, so additions in double
+ * round: the first check proves that the data tell the order of additions apart. */
+static void test_sum(const device *d)
+{
+    enum { N = 4099 };
+    float *x = fbuf(N);
+    crew_rng r = crew_rng_make(81);
+    for (int i = 0; i < N; i++) { /* two statements: C leaves the order of two calls in one open */
+        float u = 2.0f * crew_rng_next_uniform(&r) - 1.0f;
+        x[i] = ldexpf(u, (int)crew_rng_next_below(&r, 81) - 40);
+    }
+    double want = sequential_sum(x, N), reversed = 0.0;
+    for (int i = N - 1; i >= 0; i--) reversed += (double)x[i];
+    EXPECT(d, !same_bits(want, reversed), "the test data sum to the same bits in both orders");
+    float *x_d = dev_f32(d, x, N);
+    double got = dev_sum(d, x_d, N), got_tail = dev_sum(d, x_d + 7, N - 7), want_tail = sequential_sum(x + 7, N - 7);
+    EXPECT(d, same_bits(got, want), "sum %.17g, want %.17g", got, want);
+    EXPECT(d, same_bits(got_tail, want_tail), "sum at an offset %.17g, want %.17g", got_tail, want_tail);
+    EXPECT(d, same_bits(dev_sum(d, x_d, 0), 0.0), "the sum of nothing is not +0");
+    EXPECT_SYNCED(d);
+    HOST_FREE(x);
+    DEV_FREE(d, x_d);
+}
+
+/* Many small values: a float accumulator would drift by ~1e-3 relative here; double in any order
+ * stays within ~1e-16·sqrt(n) of the sequential sum. */
+static const tolerance sum_squares_tol[] = {{"cpu", 1e-12, 0.0}, {NULL, 0, 0}};
+
+static void test_sum_squares(const device *d)
+{
+    enum { N = 1000 };
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = (float)(i + 1) * (i % 2 ? -1.0f : 1.0f);
+    float *x_d = dev_f32(d, x, N);
+    /* Σ i² = n(n+1)(2n+1)/6 = 333,833,500: exact in double in any order, not in float. */
+    double exact = dev_sum_squares(d, x_d, N);
+    EXPECT(d, exact == 333833500.0, "sum_squares of ±1..1000: %.17g", exact);
+    EXPECT(d, dev_sum_squares(d, x_d, 0) == 0.0, "sum_squares of nothing is not 0");
+    int64_t n = 1 << 20;
+    float *y = fbuf(n);
+    fill_uniform(y, n, -1.0f, 1.0f, 41);
+    double want = 0.0;
+    for (int64_t i = 0; i < n; i++) want += (double)y[i] * y[i];
+    float *y_d = dev_f32(d, y, n);
+    double got = dev_sum_squares(d, y_d, n);
+    EXPECT(d, close_to(got, want, tol_for(d, sum_squares_tol)), "sum_squares %.17g, want %.17g", got, want);
+    EXPECT_SYNCED(d);
+    HOST_FREE(y);
+    DEV_FREE(d, x_d, y_d);
+}
+
+/* NaN (either sign), +inf and -inf are each caught anywhere, including the first and the last
+ * element; a prefix that stops before one is finite; extremes and subnormals are finite. */
+static void test_all_finite(const device *d)
+{
+    enum { N = 37 };
+    float x[N];
+    fill_uniform(x, N, -1e30f, 1e30f, 31);
+    x[5] = FLT_MAX;
+    x[6] = -FLT_MAX;
+    x[7] = FLT_MIN / 4.0f; /* subnormal */
+    float *x_d = dev_f32(d, x, N);
+    EXPECT(d, dev_all_finite(d, x_d, N) == 1, "all finite: not seen as finite");
+    EXPECT(d, dev_all_finite(d, x_d, 0) == 1, "nothing: not seen as finite");
+    static const float specials[] = {NAN, -NAN, INFINITY, -INFINITY};
+    const int64_t where[] = {0, 17, N - 1};
+    for (int s = 0; s < 4; s++)
+        for (int w = 0; w < 3; w++) {
+            /* one element replaced on the device, then restored from x, which never changes */
+            EXPECT_OK(d, d->be.ops->upload(d->be.ctx, NULL, x_d + where[w], &specials[s], 1, CREW_DT_F32));
+            EXPECT(d, dev_all_finite(d, x_d, N) == 0, "all_finite missed special %d at %lld", s, (long long)where[w]);
+            EXPECT(d, dev_all_finite(d, x_d, where[w]) == 1, "a prefix before special %d at %lld is not finite", s,
+                   (long long)where[w]);
+            EXPECT_OK(d, d->be.ops->upload(d->be.ctx, NULL, x_d + where[w], &x[where[w]], 1, CREW_DT_F32));
+        }
+    /* inf and -inf together must not cancel into a finite sum */
+    static const float pair[] = {INFINITY, -INFINITY};
+    EXPECT_OK(d, d->be.ops->upload(d->be.ctx, NULL, x_d + 3, pair, 2, CREW_DT_F32));
+    EXPECT(d, dev_all_finite(d, x_d, N) == 0, "+inf and -inf together seen as finite");
+    EXPECT_SYNCED(d);
+    DEV_FREE(d, x_d);
+}
+
+/* n random elements of type t in two buffers hash equal; one bit flipped in the last byte of the
+ * last element changes the hash (a hash of n bytes instead of n elements would miss it), and the
+ * first n - 1 elements still hash equal. */
+static void check_hash(const device *d, crew_dtype t, int64_t n)
+{
+    size_t size = crew_dtype_size(t);
+    unsigned char *h = hbuf(t, n), *last = hbuf(t, 1);
+    for (size_t i = 0; i < (size_t)n * size; i++) h[i] = (unsigned char)crew_rng_u64(90 + (uint64_t)t, i);
+    char *a_d = dev_copy_of(d, t, h, n), *b_d = dev_copy_of(d, t, h, n);
+    uint64_t a = dev_hash(d, a_d, n, t), b = dev_hash(d, b_d, n, t);
+    EXPECT(d, a == b, "dtype %d, n %lld: equal contents hash %016llx and %016llx", (int)t, (long long)n,
+           (unsigned long long)a, (unsigned long long)b);
+    memcpy(last, h + (size_t)(n - 1) * size, size);
+    last[size - 1] ^= 0x80;
+    EXPECT_OK(d, d->be.ops->upload(d->be.ctx, NULL, b_d + (size_t)(n - 1) * size, last, 1, t));
+    EXPECT(d, dev_hash(d, b_d, n, t) != a, "dtype %d, n %lld: a flipped bit left the hash as it was", (int)t,
+           (long long)n);
+    EXPECT(d, dev_hash(d, b_d, n - 1, t) == dev_hash(d, a_d, n - 1, t),
+           "dtype %d, n %lld: equal first n - 1 elements hash differently", (int)t, (long long)n);
+    EXPECT_SYNCED(d);
+    HOST_FREE(h, last);
+    DEV_FREE(d, a_d, b_d);
+}
+
+/* The drift check compares hashes across ranks: equal values hash equal on another device of the
+ * same kind (index 1 where the kind has two). */
+static void check_hash_across_devices(const device *d)
+{
+    enum { N = 333 };
+    device other = {d->kind, {0}};
+    const crew_device_options o = {.blas_threads = 1};
+    EXPECT_OK(d, crew_device_open(d->kind->name, d->kind->available() > 1 ? 1 : 0, &o, &other.be));
+    if (!other.be.ops) return;
+    float x[N];
+    fill_uniform(x, N, -1.0f, 1.0f, 95);
+    float *x_d = dev_f32(d, x, N), *x_other = dev_f32(&other, x, N);
+    uint64_t here = dev_hash(d, x_d, N, CREW_DT_F32), there = dev_hash(&other, x_other, N, CREW_DT_F32);
+    EXPECT(d, here == there, "equal values hash %016llx on one device and %016llx on another",
+           (unsigned long long)here, (unsigned long long)there);
+    DEV_FREE(d, x_d);
+    DEV_FREE(&other, x_other);
+    crew_device_close(&other.be);
+}
+
+static void test_hash(const device *d)
+{
+    const crew_dtype types[] = {CREW_DT_F32, CREW_DT_F64, CREW_DT_I32, CREW_DT_I64};
+    const int64_t sizes[] = {1, 37, 1000};
+    for (int t = 0; t < 4; t++)
+        for (int s = 0; s < 3; s++) check_hash(d, types[t], sizes[s]);
+    check_hash_across_devices(d);
+}
+
+/* ------------------------------------------------------------------ gemm */
+
+static const tolerance gemm_tol[] = {{"cpu", RTOL, ATOL}, {NULL, 0, 0}};
+
+/* op(A) is [m, k]: A is stored [m, lda] untransposed or [k, lda] transposed. */
+static double at(const float *a, int64_t ld, int trans, int64_t r, int64_t c)
+{
+    return trans ? a[c * ld + r] : a[r * ld + c];
+}
+
+static void gemm_reference(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                           int64_t lda, const float *b, int64_t ldb, float beta, const float *c, int64_t ldc,
+                           double *want)
+{
+    for (int64_t i = 0; i < m * ldc; i++) want[i] = c[i]; /* padding must stay as it was */
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int64_t p = 0; p < k; p++) s += at(a, lda, ta, i, p) * at(b, ldb, tb, p, j);
+            want[i * ldc + j] = alpha * s + beta * (double)c[i * ldc + j];
+        }
+}
+
+static void check_gemm(const device *d, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, float beta)
+{
+    const crew_backend *be = &d->be;
+    /* Leading dimensions wider than the matrices: a kernel that ignored lda/ldb/ldc would read
+     * or write the padding columns. */
+    int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 2, ldc = n + 4;
+    int64_t a_rows = ta ? k : m, b_rows = tb ? n : k;
+    float *a = fbuf(a_rows * lda), *b = fbuf(b_rows * ldb), *c = fbuf(m * ldc);
+    double *want = dbuf(m * ldc);
+    fill_uniform(a, a_rows * lda, -1.0f, 1.0f, 11 + (uint64_t)ta);
+    fill_uniform(b, b_rows * ldb, -1.0f, 1.0f, 13 + (uint64_t)tb);
+    fill_uniform(c, m * ldc, -1.0f, 1.0f, 17);
+    gemm_reference(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, want);
+    float *a_d = dev_f32(d, a, a_rows * lda), *b_d = dev_f32(d, b, b_rows * ldb), *c_d = dev_f32(d, c, m * ldc);
+    be->ops->gemm(be->ctx, ta, tb, m, n, k, alpha, a_d, lda, b_d, ldb, beta, c_d, ldc);
+    EXPECT_SYNCED(d);
+    float *got = host_f32(d, c_d, m * ldc);
+    int64_t bad = first_mismatch(got, want, m * ldc, tol_for(d, gemm_tol));
+    EXPECT(d, bad < 0, "gemm ta=%d tb=%d m=%lld n=%lld k=%lld: c[%lld] = %.9g, want %.9g", ta, tb, (long long)m,
+           (long long)n, (long long)k, (long long)bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad]);
+    HOST_FREE(a, b, c, want, got);
+    DEV_FREE(d, a_d, b_d, c_d);
+}
+
+static void test_gemm(const device *d)
+{
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            check_gemm(d, ta, tb, 5, 7, 3, 1.0f, 0.0f);
+            check_gemm(d, ta, tb, 9, 2, 13, 1.5f, 0.5f);
+            check_gemm(d, ta, tb, 1, 11, 6, -0.75f, 1.0f);
+        }
+}
+
+/* ------------------------------------------------------------------ convolution */
+
+typedef struct conv_case {
+    int64_t batch, h, w, c, f;
+    int k_h, k_w, s_h, s_w;
+    crew_padding pad;
+    int64_t want_oh, want_ow, want_pt, want_pl; /* TensorFlow's sizes, worked out by hand */
+} conv_case;
+
+static const conv_case conv_cases[] = {
+    {2, 5, 5, 2, 3, 3, 3, 1, 1, CREW_PAD_SAME, 5, 5, 1, 1},
+    {2, 5, 6, 2, 3, 3, 3, 1, 1, CREW_PAD_VALID, 3, 4, 0, 0},
+    {2, 5, 6, 3, 2, 3, 3, 2, 2, CREW_PAD_SAME, 3, 3, 1, 0},   /* pad totals 2 (h) and 1 (w) */
+    {1, 6, 6, 2, 4, 3, 3, 2, 2, CREW_PAD_VALID, 2, 2, 0, 0},  /* last row/column unused */
+    {2, 4, 5, 2, 3, 2, 2, 1, 1, CREW_PAD_SAME, 4, 5, 0, 0},   /* odd cell at the bottom/right */
+    {3, 5, 5, 1, 2, 2, 3, 2, 1, CREW_PAD_SAME, 3, 5, 0, 1},
+};
+
+/* im2col then GEMM against a direct convolution (K ≤ 27 products). */
+static const tolerance conv_tol[] = {{"cpu", RTOL, ATOL}, {NULL, 0, 0}};
+/* <im2col(x), c> against <x, col2im(c)>: each dx value sums at most k_h·k_w float terms, so the
+ * difference is bounded relative to the sum of magnitudes (atol unused). */
+static const tolerance col2im_tol[] = {{"cpu", 1e-5, 0.0}, {NULL, 0, 0}};
+
+static crew_status plan(const conv_case *cc, crew_window *g)
+{
+    crew_shape in = crew_shape3(cc->h, cc->w, cc->c);
+    crew_status s = crew_window_plan(&in, cc->k_h, cc->k_w, cc->s_h, cc->s_w, cc->pad, g);
+    g->batch = cc->batch;
+    return s;
+}
+
+/* Direct convolution: 7 nested loops, padding taken from the hand-worked case. */
+static void conv_reference(const conv_case *cc, const float *x, const float *w, double *y)
+{
+    for (int64_t b = 0; b < cc->batch; b++)
+        for (int64_t oh = 0; oh < cc->want_oh; oh++)
+            for (int64_t ow = 0; ow < cc->want_ow; ow++)
+                for (int64_t f = 0; f < cc->f; f++) {
+                    double s = 0.0;
+                    for (int64_t kh = 0; kh < cc->k_h; kh++)
+                        for (int64_t kw = 0; kw < cc->k_w; kw++)
+                            for (int64_t c = 0; c < cc->c; c++) {
+                                int64_t ih = oh * cc->s_h - cc->want_pt + kh, iw = ow * cc->s_w - cc->want_pl + kw;
+                                if (ih < 0 || ih >= cc->h || iw < 0 || iw >= cc->w) continue;
+                                s += (double)x[((b * cc->h + ih) * cc->w + iw) * cc->c + c] *
+                                     (double)w[((kh * cc->k_w + kw) * cc->c + c) * cc->f + f];
+                            }
+                    y[((b * cc->want_oh + oh) * cc->want_ow + ow) * cc->f + f] = s;
+                }
+}
+
+static void check_conv(const device *d, const conv_case *cc, int index)
+{
+    const crew_backend *be = &d->be;
+    crew_window g;
+    EXPECT_OK(d, plan(cc, &g));
+    EXPECT(d, g.out_h == cc->want_oh && g.out_w == cc->want_ow && g.pad_top == cc->want_pt && g.pad_left == cc->want_pl,
+           "conv case %d: geometry out (%lld, %lld) pad (%lld, %lld), want (%lld, %lld) pad (%lld, %lld)", index,
+           (long long)g.out_h, (long long)g.out_w, (long long)g.pad_top, (long long)g.pad_left,
+           (long long)cc->want_oh, (long long)cc->want_ow, (long long)cc->want_pt, (long long)cc->want_pl);
+    if (g.out_h != cc->want_oh || g.out_w != cc->want_ow) return;
+    int64_t nx = cc->batch * cc->h * cc->w * cc->c, kk = cc->k_h * cc->k_w * cc->c;
+    int64_t rows = cc->batch * g.out_h * g.out_w, ny = rows * cc->f;
+    float *x = fbuf(nx), *w = fbuf(kk * cc->f), *col = fbuf(rows * kk);
+    double *want = dbuf(ny);
+    fill_uniform(x, nx, -1.0f, 1.0f, 100 + (uint64_t)index);
+    fill_uniform(w, kk * cc->f, -1.0f, 1.0f, 200 + (uint64_t)index);
+    fill_uniform(col, rows * kk, 5.0f, 6.0f, 7); /* garbage: padded taps must be overwritten with 0 */
+    conv_reference(cc, x, w, want);
+    float *x_d = dev_f32(d, x, nx), *w_d = dev_f32(d, w, kk * cc->f), *col_d = dev_f32(d, col, rows * kk);
+    float *y_d = dev_zeros_f32(d, ny);
+    be->ops->im2col(be->ctx, x_d, col_d, &g);
+    be->ops->gemm(be->ctx, 0, 0, rows, cc->f, kk, 1.0f, col_d, kk, w_d, cc->f, 0.0f, y_d, cc->f);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, ny);
+    int64_t bad = first_mismatch(y, want, ny, tol_for(d, conv_tol));
+    EXPECT(d, bad < 0, "conv case %d: y[%lld] = %.9g, want %.9g", index, (long long)bad, bad < 0 ? 0.0 : y[bad],
+           bad < 0 ? 0.0 : want[bad]);
+    HOST_FREE(x, w, col, y, want);
+    DEV_FREE(d, x_d, w_d, col_d, y_d);
+}
+
+/* col2im is the adjoint (transpose) of im2col: <im2col(x), c> = <x, col2im(c)> for all x, c. */
+static void check_col2im_adjoint(const device *d, const conv_case *cc, int index)
+{
+    const crew_backend *be = &d->be;
+    crew_window g;
+    EXPECT_OK(d, plan(cc, &g));
+    int64_t nx = cc->batch * cc->h * cc->w * cc->c, ncol = cc->batch * g.out_h * g.out_w * cc->k_h * cc->k_w * cc->c;
+    float *x = fbuf(nx), *c = fbuf(ncol), *garbage = fbuf(nx);
+    fill_uniform(x, nx, -1.0f, 1.0f, 300 + (uint64_t)index);
+    fill_uniform(c, ncol, -1.0f, 1.0f, 400 + (uint64_t)index);
+    fill_uniform(garbage, nx, 9.0f, 10.0f, 8); /* col2im overwrites, so this must vanish */
+    float *x_d = dev_f32(d, x, nx), *c_d = dev_f32(d, c, ncol), *dx_d = dev_f32(d, garbage, nx);
+    float *col_d = dev_zeros_f32(d, ncol);
+    be->ops->im2col(be->ctx, x_d, col_d, &g);
+    be->ops->col2im(be->ctx, c_d, dx_d, &g);
+    EXPECT_SYNCED(d);
+    float *col = host_f32(d, col_d, ncol), *dx = host_f32(d, dx_d, nx);
+    double lhs = 0.0, rhs = 0.0, mag = 0.0;
+    for (int64_t i = 0; i < ncol; i++) {
+        lhs += (double)col[i] * c[i];
+        mag += fabs((double)col[i] * c[i]);
+    }
+    for (int64_t i = 0; i < nx; i++) rhs += (double)x[i] * dx[i];
+    EXPECT(d, fabs(lhs - rhs) <= tol_for(d, col2im_tol).rtol * mag,
+           "col2im case %d: <im2col(x), c> = %.12g but <x, col2im(c)> = %.12g", index, lhs, rhs);
+    HOST_FREE(x, c, garbage, col, dx);
+    DEV_FREE(d, x_d, c_d, dx_d, col_d);
+}
+
+static void test_convolution(const device *d)
+{
+    for (int i = 0; i < (int)(sizeof conv_cases / sizeof conv_cases[0]); i++) {
+        check_conv(d, &conv_cases[i], i);
+        check_col2im_adjoint(d, &conv_cases[i], i);
+    }
+}
+
+/* ------------------------------------------------------------------ pooling */
+
+/* Max pooling forward and its arg-max are exact; backward sums at most k_h·k_w gradients. */
+static const tolerance maxpool_backward_tol[] = {{"cpu", RTOL, ATOL}, {NULL, 0, 0}};
+/* Average pooling: sums of at most 9 terms, divided by the cell count. */
+static const tolerance avgpool_tol[] = {{"cpu", RTOL, ATOL}, {NULL, 0, 0}};
+
+/* The naive max pooling: y and arg-max (first maximum in window order, padding never wins) and
+ * the gradient routed to the arg-max. */
+static void maxpool_reference(const conv_case *cc, const crew_window *g, const float *x, const float *dy,
+                              double *want_y, int32_t *want_argmax, double *want_dx)
+{
+    for (int64_t b = 0; b < cc->batch; b++)
+        for (int64_t oh = 0; oh < g->out_h; oh++)
+            for (int64_t ow = 0; ow < g->out_w; ow++)
+                for (int64_t c = 0; c < cc->c; c++) {
+                    double best = -INFINITY;
+                    int64_t where = -1;
+                    for (int64_t kh = 0; kh < cc->k_h; kh++)
+                        for (int64_t kw = 0; kw < cc->k_w; kw++) {
+                            int64_t ih = oh * cc->s_h - cc->want_pt + kh, iw = ow * cc->s_w - cc->want_pl + kw;
+                            if (ih < 0 || ih >= cc->h || iw < 0 || iw >= cc->w) continue;
+                            int64_t i = ((b * cc->h + ih) * cc->w + iw) * cc->c + c;
+                            if (x[i] > best) best = x[i], where = i;
+                        }
+                    int64_t o = ((b * g->out_h + oh) * g->out_w + ow) * cc->c + c;
+                    want_y[o] = best;
+                    want_argmax[o] = (int32_t)where;
+                    if (where >= 0) want_dx[where] += dy[o];
+                }
+}
+
+static void check_maxpool(const device *d, const conv_case *cc, int index)
+{
+    const crew_backend *be = &d->be;
+    crew_window g;
+    EXPECT_OK(d, plan(cc, &g));
+    EXPECT(d, g.out_h == cc->want_oh && g.out_w == cc->want_ow && g.pad_top == cc->want_pt && g.pad_left == cc->want_pl,
+           "pool case %d: geometry differs from the hand-worked one", index);
+    int64_t nx = cc->batch * cc->h * cc->w * cc->c, ny = cc->batch * g.out_h * g.out_w * cc->c;
+    float *x = fbuf(nx), *dy = fbuf(ny), *garbage = fbuf(nx);
+    double *want_y = dbuf(ny), *want_dx = dbuf(nx);
+    int32_t *want_argmax = hbuf(CREW_DT_I32, ny);
+    /* Negative inputs: a kernel that let the zero padding win would be caught. */
+    fill_uniform(x, nx, -2.0f, -1.0f, 500 + (uint64_t)index);
+    fill_uniform(dy, ny, -1.0f, 1.0f, 600 + (uint64_t)index);
+    fill_uniform(garbage, nx, 3.0f, 4.0f, 9);
+    maxpool_reference(cc, &g, x, dy, want_y, want_argmax, want_dx);
+    float *x_d = dev_f32(d, x, nx), *dy_d = dev_f32(d, dy, ny), *dx_d = dev_f32(d, garbage, nx);
+    float *y_d = dev_zeros_f32(d, ny);
+    int32_t *argmax_d = dev_alloc(d, CREW_DT_I32, ny);
+    be->ops->maxpool_forward(be->ctx, x_d, y_d, argmax_d, &g);
+    be->ops->maxpool_backward(be->ctx, dy_d, argmax_d, dx_d, &g);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, ny), *dx = host_f32(d, dx_d, nx);
+    int32_t *argmax = host_i32(d, argmax_d, ny);
+    int wrong_y = 0;
+    for (int64_t o = 0; o < ny; o++) wrong_y += y[o] != want_y[o] || argmax[o] != want_argmax[o];
+    EXPECT(d, wrong_y == 0, "maxpool case %d: %d outputs or arg-maxes differ from the naive loop", index, wrong_y);
+    int64_t bad = first_mismatch(dx, want_dx, nx, tol_for(d, maxpool_backward_tol));
+    EXPECT(d, bad < 0, "maxpool case %d backward: dx[%lld] = %.9g, want %.9g", index, (long long)bad,
+           bad < 0 ? 0.0 : dx[bad], bad < 0 ? 0.0 : want_dx[bad]);
+    HOST_FREE(x, dy, garbage, want_y, want_dx, want_argmax, y, dx, argmax);
+    DEV_FREE(d, x_d, dy_d, dx_d, y_d, argmax_d);
+}
+
+/* The naive average pooling: the mean over the window cells inside the image (padding is not
+ * counted), and each output's gradient shared among those cells. */
+static void avgpool_reference(const conv_case *cc, const crew_window *g, const float *x, const float *dy,
+                              double *want_y, double *want_dx)
+{
+    for (int64_t b = 0; b < cc->batch; b++)
+        for (int64_t oh = 0; oh < g->out_h; oh++)
+            for (int64_t ow = 0; ow < g->out_w; ow++)
+                for (int64_t c = 0; c < cc->c; c++) {
+                    int64_t o = ((b * g->out_h + oh) * g->out_w + ow) * cc->c + c;
+                    double s = 0.0;
+                    int n = 0;
+                    for (int pass = 0; pass < 2; pass++)
+                        for (int64_t kh = 0; kh < cc->k_h; kh++)
+                            for (int64_t kw = 0; kw < cc->k_w; kw++) {
+                                int64_t ih = oh * cc->s_h - cc->want_pt + kh, iw = ow * cc->s_w - cc->want_pl + kw;
+                                if (ih < 0 || ih >= cc->h || iw < 0 || iw >= cc->w) continue;
+                                int64_t i = ((b * cc->h + ih) * cc->w + iw) * cc->c + c;
+                                if (pass == 0) {
+                                    s += x[i];
+                                    n++;
+                                } else {
+                                    want_dx[i] += dy[o] / n;
+                                }
+                            }
+                    want_y[o] = s / n;
+                }
+}
+
+static void check_avgpool(const device *d, const conv_case *cc, int index)
+{
+    const crew_backend *be = &d->be;
+    crew_window g;
+    EXPECT_OK(d, plan(cc, &g));
+    int64_t nx = cc->batch * cc->h * cc->w * cc->c, ny = cc->batch * g.out_h * g.out_w * cc->c;
+    float *x = fbuf(nx), *dy = fbuf(ny), *garbage = fbuf(nx);
+    double *want_y = dbuf(ny), *want_dx = dbuf(nx);
+    fill_uniform(x, nx, -1.0f, 1.0f, 700 + (uint64_t)index);
+    fill_uniform(dy, ny, -1.0f, 1.0f, 800 + (uint64_t)index);
+    fill_uniform(garbage, nx, 3.0f, 4.0f, 10);
+    avgpool_reference(cc, &g, x, dy, want_y, want_dx);
+    float *x_d = dev_f32(d, x, nx), *dy_d = dev_f32(d, dy, ny), *dx_d = dev_f32(d, garbage, nx);
+    float *y_d = dev_zeros_f32(d, ny);
+    be->ops->avgpool_forward(be->ctx, x_d, y_d, &g);
+    be->ops->avgpool_backward(be->ctx, dy_d, dx_d, &g);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, ny), *dx = host_f32(d, dx_d, nx);
+    tolerance t = tol_for(d, avgpool_tol);
+    int64_t bad = first_mismatch(y, want_y, ny, t);
+    EXPECT(d, bad < 0, "avgpool case %d: y[%lld] = %.9g, want %.9g", index, (long long)bad, bad < 0 ? 0.0 : y[bad],
+           bad < 0 ? 0.0 : want_y[bad]);
+    bad = first_mismatch(dx, want_dx, nx, t);
+    EXPECT(d, bad < 0, "avgpool case %d backward: dx[%lld] = %.9g, want %.9g", index, (long long)bad,
+           bad < 0 ? 0.0 : dx[bad], bad < 0 ? 0.0 : want_dx[bad]);
+    HOST_FREE(x, dy, garbage, want_y, want_dx, y, dx);
+    DEV_FREE(d, x_d, dy_d, dx_d, y_d);
+}
+
+/* Pool windows: f (filters) is unused; the cases cover valid, same, stride < pool (overlap),
+ * stride > pool (gaps) and a window bigger than the padded-away border. */
+static const conv_case pool_cases[] = {
+    {2, 4, 4, 3, 0, 2, 2, 2, 2, CREW_PAD_VALID, 2, 2, 0, 0},
+    {2, 5, 5, 2, 0, 3, 3, 2, 2, CREW_PAD_SAME, 3, 3, 1, 1},
+    {1, 5, 5, 2, 0, 2, 2, 2, 2, CREW_PAD_SAME, 3, 3, 0, 0},   /* padding at the bottom/right only */
+    {2, 5, 4, 2, 0, 3, 3, 1, 1, CREW_PAD_VALID, 3, 2, 0, 0},  /* overlapping windows */
+    {1, 7, 7, 1, 0, 2, 2, 3, 3, CREW_PAD_VALID, 2, 2, 0, 0},  /* stride > pool: skipped cells */
+    {1, 4, 4, 2, 0, 3, 3, 1, 1, CREW_PAD_SAME, 4, 4, 1, 1},
+};
+
+static void test_pooling(const device *d)
+{
+    for (int i = 0; i < (int)(sizeof pool_cases / sizeof pool_cases[0]); i++) {
+        check_maxpool(d, &pool_cases[i], i);
+        check_avgpool(d, &pool_cases[i], i);
+    }
+}
+
+/* ------------------------------------------------------------------ softmax and loss */
+
+/* A row of 6 exponentials summed in float: its sum is 1 within a few ulps of 1. */
+static const tolerance softmax_row_sum_tol[] = {{"cpu", 0.0, 1e-6}, {NULL, 0, 0}};
+static const tolerance softmax_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+
+static void test_softmax(const device *d)
+{
+    enum { ROWS = 4, CLASSES = 6 };
+    const crew_backend *be = &d->be;
+    float z[ROWS * CLASSES];
+    fill_uniform(z, ROWS * CLASSES, -3.0f, 3.0f, 21);
+    /* Large logits: a softmax without the max subtraction overflows expf. */
+    const float big[CLASSES] = {80.0f, -80.0f, 0.0f, 1000.0f, -1000.0f, 999.0f};
+    memcpy(z + 2 * CLASSES, big, sizeof big);
+    for (int j = 0; j < CLASSES; j++) z[3 * CLASSES + j] = 88.5f; /* all equal: uniform */
+    float *z_d = dev_f32(d, z, ROWS * CLASSES), *p_d = dev_zeros_f32(d, ROWS * CLASSES);
+    be->ops->softmax(be->ctx, z_d, p_d, ROWS, CLASSES);
+    EXPECT_SYNCED(d);
+    float *p = host_f32(d, p_d, ROWS * CLASSES);
+    for (int r = 0; r < ROWS; r++) {
+        double sum = 0.0, zmax = -INFINITY, denom = 0.0;
+        for (int j = 0; j < CLASSES; j++) zmax = fmax(zmax, z[r * CLASSES + j]);
+        for (int j = 0; j < CLASSES; j++) denom += exp((double)z[r * CLASSES + j] - zmax);
+        double want[CLASSES];
+        for (int j = 0; j < CLASSES; j++) {
+            sum += p[r * CLASSES + j];
+            want[j] = exp((double)z[r * CLASSES + j] - zmax) / denom;
+        }
+        EXPECT(d, close_to(sum, 1.0, tol_for(d, softmax_row_sum_tol)), "softmax row %d sums to %.9g", r, sum);
+        int64_t bad = first_mismatch(p + r * CLASSES, want, CLASSES, tol_for(d, softmax_tol));
+        EXPECT(d, bad < 0, "softmax row %d: p[%lld] = %.9g, want %.9g", r, (long long)bad,
+               bad < 0 ? 0.0 : p[r * CLASSES + bad], bad < 0 ? 0.0 : want[bad]);
+    }
+    HOST_FREE(p);
+    DEV_FREE(d, z_d, p_d);
+}
+
+static const tolerance xent_loss_tol[] = {{"cpu", RTOL, ATOL}, {NULL, 0, 0}};
+static const tolerance xent_grad_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+
+enum { XENT_ROWS = 3, XENT_CLASSES = 4 };
+/* Row 0's arg-max is class 2; row 1's is class 0 (logit 80); row 2 ties, and the first maximum
+ * (class 0) wins. */
+static const float xent_logits[XENT_ROWS * XENT_CLASSES] = {0.5f, -1.0f, 2.0f, 0.0f, 80.0f, -80.0f,
+                                                            0.0f, 3.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+
+/* The loss and the gradient of (mean loss · scale) of each row against the double reference. */
+static void check_xent_values(const device *d, const int32_t *labels, float scale, const float *loss,
+                              const float *dz)
+{
+    const float *z = xent_logits;
+    for (int r = 0; r < XENT_ROWS; r++) {
+        double zmax = -INFINITY, denom = 0.0;
+        for (int j = 0; j < XENT_CLASSES; j++) zmax = fmax(zmax, z[r * XENT_CLASSES + j]);
+        for (int j = 0; j < XENT_CLASSES; j++) denom += exp((double)z[r * XENT_CLASSES + j] - zmax);
+        double want_loss = log(denom) + zmax - z[r * XENT_CLASSES + labels[r]];
+        EXPECT(d, close_to(loss[r], want_loss, tol_for(d, xent_loss_tol)), "xent row %d: loss %.9g, want %.9g", r,
+               loss[r], want_loss);
+        for (int j = 0; j < XENT_CLASSES; j++) {
+            double want = scale * (exp((double)z[r * XENT_CLASSES + j] - zmax) / denom - (j == labels[r]));
+            EXPECT(d, close_to(dz[r * XENT_CLASSES + j], want, tol_for(d, xent_grad_tol)),
+                   "xent row %d: dlogit %d = %.9g, want %.9g", r, j, dz[r * XENT_CLASSES + j], want);
+        }
+    }
+}
+
+/* softmax_xent over the first `rows` rows with these labels; returns its correct count. */
+static int64_t run_xent(const device *d, const float *z_d, const int32_t *labels, int64_t rows, float scale,
+                        float *loss_d, float *dz_d)
+{
+    int32_t *labels_d = dev_i32(d, labels, XENT_ROWS);
+    int64_t correct = -1;
+    EXPECT_OK(d, d->be.ops->softmax_xent(d->be.ctx, z_d, labels_d, rows, XENT_CLASSES, scale, loss_d, dz_d, &correct));
+    EXPECT_SYNCED(d);
+    DEV_FREE(d, labels_d);
+    return correct;
+}
+
+static void test_softmax_xent(const device *d)
+{
+    const int32_t labels[XENT_ROWS] = {2, 1, 3}, all_right[XENT_ROWS] = {2, 0, 0};
+    const float scale = 0.25f;
+    float *z_d = dev_f32(d, xent_logits, XENT_ROWS * XENT_CLASSES);
+    float *loss_d = dev_zeros_f32(d, XENT_ROWS), *dz_d = dev_zeros_f32(d, XENT_ROWS * XENT_CLASSES);
+    int64_t correct = run_xent(d, z_d, labels, XENT_ROWS, scale, loss_d, dz_d);
+    EXPECT(d, correct == 1, "xent: %lld rows correct, want 1 (row 0)", (long long)correct);
+    float *loss = host_f32(d, loss_d, XENT_ROWS), *dz = host_f32(d, dz_d, XENT_ROWS * XENT_CLASSES);
+    check_xent_values(d, labels, scale, loss, dz);
+    correct = run_xent(d, z_d, all_right, XENT_ROWS, scale, loss_d, dz_d);
+    EXPECT(d, correct == 3, "xent: %lld rows correct, want 3 (the tie goes to the first maximum)", (long long)correct);
+    correct = run_xent(d, z_d, labels, 0, scale, loss_d, dz_d);
+    EXPECT(d, correct == 0, "xent over no rows: %lld correct", (long long)correct);
+    HOST_FREE(loss, dz);
+    DEV_FREE(d, z_d, loss_d, dz_d);
+}
+
+/* ------------------------------------------------------------------ col_sum */
+
+/* Sums of 7 rows in float against double. */
+static const tolerance col_sum_tol[] = {{"cpu", RTOL, ATOL}, {NULL, 0, 0}};
+
+enum { COL_SUM_ROWS = 7, COL_SUM_COLS = 5 };
+
+/* out_d set to start, then col_sum over the first `rows` rows of x_d, against want. */
+static void check_col_sum(const device *d, const float *x_d, float *out_d, const float *start, int rows,
+                          int accumulate, const double *want, const char *what)
+{
+    enum { COLS = COL_SUM_COLS };
+    EXPECT_OK(d, d->be.ops->upload(d->be.ctx, NULL, out_d, start, COLS, CREW_DT_F32));
+    d->be.ops->col_sum(d->be.ctx, x_d, rows, COLS, out_d, accumulate);
+    EXPECT_SYNCED(d);
+    float *out = host_f32(d, out_d, COLS);
+    /* over no rows nothing is summed: exact */
+    int64_t bad = first_mismatch(out, want, COLS, rows ? tol_for(d, col_sum_tol) : (tolerance){NULL, 0, 0});
+    EXPECT(d, bad < 0, "%s: out[%lld] = %.9g, want %.9g", what, (long long)bad, bad < 0 ? 0.0 : out[bad],
+           bad < 0 ? 0.0 : want[bad]);
+    HOST_FREE(out);
+}
+
+static void test_col_sum(const device *d)
+{
+    enum { ROWS = COL_SUM_ROWS, COLS = COL_SUM_COLS };
+    float x[ROWS * COLS], start[COLS];
+    fill_uniform(x, ROWS * COLS, -1.0f, 1.0f, 51);
+    double sums[COLS] = {0}, added[COLS], kept[COLS], zeros[COLS] = {0};
+    for (int r = 0; r < ROWS; r++)
+        for (int c = 0; c < COLS; c++) sums[c] += x[r * COLS + c];
+    for (int c = 0; c < COLS; c++) {
+        start[c] = 100.0f + (float)c;
+        added[c] = sums[c] + start[c];
+        kept[c] = start[c];
+    }
+    float *x_d = dev_f32(d, x, ROWS * COLS), *out_d = dev_zeros_f32(d, COLS);
+    check_col_sum(d, x_d, out_d, start, ROWS, 0, sums, "col_sum");            /* start overwritten */
+    check_col_sum(d, x_d, out_d, start, ROWS, 1, added, "col_sum accumulate"); /* start kept and added to */
+    /* zero rows: accumulate leaves out alone, overwrite gives zeros */
+    check_col_sum(d, x_d, out_d, start, 0, 1, kept, "col_sum of no rows, accumulate");
+    check_col_sum(d, x_d, out_d, start, 0, 0, zeros, "col_sum of no rows");
+    DEV_FREE(d, x_d, out_d);
+}
+
+/* ------------------------------------------------------------------ axpby, mul, broadcast_rows */
+
+/* axpby: two float products and a sum, of terms ≤ 1.5 in magnitude: a few ulps of the terms,
+ * under 4e-7 absolute even where they cancel, and so 1e-6 relative or absolute. */
+static const tolerance axpby_tol[] = {{"cpu", 1e-6, 1e-6}, {NULL, 0, 0}};
+/* mul: the product of two floats is exact in double, and IEEE float multiplication rounds it
+ * once, so every kind gives the reference's bits (the data hold no subnormals to flush). */
+static const tolerance mul_tol[] = {{"cpu", 0.0, 0.0}, {NULL, 0, 0}};
+
+enum { VEC_N = 41, VEC_LO = 2, VEC_M = VEC_N - 5 }; /* ops on [VEC_LO, VEC_LO + VEC_M) of VEC_N */
+
+/* y[VEC_LO..] = α·x[1..] + β·y[VEC_LO..] over VEC_M elements: y outside the slice keeps y0. */
+static void check_axpby(const device *d, float alpha, float beta, const float *y0, const char *what)
+{
+    float x[VEC_N];
+    double want[VEC_N];
+    fill_uniform(x, VEC_N, -1.0f, 1.0f, 1201);
+    for (int i = 0; i < VEC_N; i++) want[i] = y0[i];
+    for (int i = 0; i < VEC_M; i++) want[VEC_LO + i] = (double)alpha * x[1 + i] + (double)beta * y0[VEC_LO + i];
+    float *x_d = dev_f32(d, x, VEC_N), *y_d = dev_f32(d, y0, VEC_N);
+    d->be.ops->axpby(d->be.ctx, VEC_M, alpha, x_d + 1, beta, y_d + VEC_LO);
+    d->be.ops->axpby(d->be.ctx, 0, alpha, x_d, beta, y_d); /* n = 0: nothing */
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, VEC_N);
+    int64_t bad = first_mismatch(y, want, VEC_N, tol_for(d, axpby_tol));
+    EXPECT(d, bad < 0, "%s (alpha %g, beta %g): y[%lld] = %.9g, want %.9g", what, alpha, beta, (long long)bad,
+           bad < 0 ? 0.0 : y[bad], bad < 0 ? 0.0 : want[bad]);
+    HOST_FREE(y);
+    DEV_FREE(d, x_d, y_d);
+}
+
+/* axpby with β = 0 on a y holding NaN and ±inf. What the CPU kernel does: it computes α·x + β·y
+ * for every element, β = 0 included, and 0·NaN and 0·inf are NaN, so y keeps its NaN and
+ * turns its infinities into NaN; it does not take BLAS's convention, under which β = 0 means y
+ * is not read and y becomes α·x whatever it held. backend.h does not say which (its callers,
+ * src/nn/layer_norm.c and src/optim/optimizer.c, use β = 0 only in place, x == y, where either
+ * gives NaN for NaN). So a poisoned element may come out NaN (the CPU) or α·x (BLAS), nothing
+ * else; and the finite elements beside them must be α·x: a NaN must not leak into a neighbour. */
+static void check_axpby_poisoned_y(const device *d)
+{
+    const float alpha = -0.75f;
+    float x[VEC_N], y0[VEC_N];
+    fill_uniform(x, VEC_N, -1.0f, 1.0f, 1202);
+    fill_uniform(y0, VEC_N, -1.0f, 1.0f, 1203);
+    const int poisoned[] = {0, 7, 8, 20, VEC_N - 1};
+    const float poison[] = {NAN, -NAN, INFINITY, -INFINITY, NAN};
+    for (int p = 0; p < 5; p++) y0[poisoned[p]] = poison[p];
+    float *x_d = dev_f32(d, x, VEC_N), *y_d = dev_f32(d, y0, VEC_N);
+    d->be.ops->axpby(d->be.ctx, VEC_N, alpha, x_d, 0.0f, y_d);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, VEC_N);
+    int wrong_finite = 0, wrong_poisoned = 0, kept_nan = 0;
+    for (int i = 0; i < VEC_N; i++) {
+        double want = (double)alpha * x[i];
+        int is_poisoned = !isfinite(y0[i]);
+        if (!is_poisoned)
+            wrong_finite += !close_to(y[i], want, tol_for(d, axpby_tol));
+        else if (isnan(y[i]))
+            kept_nan++;
+        else
+            wrong_poisoned += !close_to(y[i], want, tol_for(d, axpby_tol));
+    }
+    EXPECT(d, wrong_finite == 0, "axpby beta 0 beside NaN/inf in y: %d finite elements are not alpha*x",
+           wrong_finite);
+    EXPECT(d, wrong_poisoned == 0, "axpby beta 0 over NaN/inf in y: %d of them are neither NaN nor alpha*x",
+           wrong_poisoned);
+    EXPECT(d, kept_nan == 0 || kept_nan == 5,
+           "axpby beta 0: %d of the 5 NaN/inf elements of y came out NaN, the others alpha*x (one rule for all)",
+           kept_nan);
+    HOST_FREE(y);
+    DEV_FREE(d, x_d, y_d);
+}
+
+/* In place, x == y (how batch norm divides its sums by the count, and the optimiser clips). */
+static void check_axpby_in_place(const device *d, float alpha, float beta)
+{
+    float v[VEC_N];
+    double want[VEC_N];
+    fill_uniform(v, VEC_N, -1.0f, 1.0f, 1204);
+    for (int i = 0; i < VEC_N; i++) want[i] = ((double)alpha + beta) * v[i];
+    float *v_d = dev_f32(d, v, VEC_N);
+    d->be.ops->axpby(d->be.ctx, VEC_N, alpha, v_d, beta, v_d);
+    EXPECT_SYNCED(d);
+    float *got = host_f32(d, v_d, VEC_N);
+    int64_t bad = first_mismatch(got, want, VEC_N, tol_for(d, axpby_tol));
+    EXPECT(d, bad < 0, "axpby in place (alpha %g, beta %g): y[%lld] = %.9g, want %.9g", alpha, beta,
+           (long long)bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad]);
+    HOST_FREE(got);
+    DEV_FREE(d, v_d);
+}
+
+static void test_axpby(const device *d)
+{
+    float y0[VEC_N];
+    fill_uniform(y0, VEC_N, -1.0f, 1.0f, 1205);
+    check_axpby(d, 1.5f, -0.5f, y0, "axpby");
+    check_axpby(d, 1.0f, 1.0f, y0, "axpby accumulate"); /* the micro-batch gradient sum */
+    check_axpby(d, 0.01f, 0.99f, y0, "axpby moving average");
+    check_axpby(d, 0.25f, 0.0f, y0, "axpby beta 0");
+    check_axpby(d, 0.0f, -1.0f, y0, "axpby alpha 0");
+    check_axpby_in_place(d, 1.0f / 7.0f, 0.0f);
+    check_axpby_in_place(d, 0.5f, 0.25f);
+    check_axpby_poisoned_y(d);
+}
+
+/* out = a·b out of place on slices at offsets (out outside the slice keeps its garbage), and in
+ * place (out == a). */
+static void test_mul(const device *d)
+{
+    float a[VEC_N], b[VEC_N], garbage[VEC_N];
+    double want[VEC_N], want_in_place[VEC_N];
+    fill_uniform(a, VEC_N, -2.0f, 2.0f, 1211);
+    fill_uniform(b, VEC_N, -2.0f, 2.0f, 1212);
+    fill_uniform(garbage, VEC_N, 5.0f, 6.0f, 1213);
+    for (int i = 0; i < VEC_N; i++) {
+        want[i] = i >= VEC_LO && i < VEC_LO + VEC_M ? (float)((double)a[i + 1] * b[i + 3 - VEC_LO]) : garbage[i];
+        want_in_place[i] = (float)((double)a[i] * b[i]);
+    }
+    float *a_d = dev_f32(d, a, VEC_N), *b_d = dev_f32(d, b, VEC_N), *out_d = dev_f32(d, garbage, VEC_N);
+    d->be.ops->mul(d->be.ctx, VEC_M, a_d + VEC_LO + 1, b_d + 3, out_d + VEC_LO);
+    d->be.ops->mul(d->be.ctx, 0, a_d, b_d, out_d); /* n = 0: nothing */
+    d->be.ops->mul(d->be.ctx, VEC_N, a_d, b_d, a_d);
+    EXPECT_SYNCED(d);
+    float *out = host_f32(d, out_d, VEC_N), *in_place = host_f32(d, a_d, VEC_N);
+    int64_t bad = first_mismatch(out, want, VEC_N, tol_for(d, mul_tol));
+    EXPECT(d, bad < 0, "mul: out[%lld] = %.9g, want %.9g", (long long)bad, bad < 0 ? 0.0 : out[bad],
+           bad < 0 ? 0.0 : want[bad]);
+    bad = first_mismatch(in_place, want_in_place, VEC_N, tol_for(d, mul_tol));
+    EXPECT(d, bad < 0, "mul in place: a[%lld] = %.9g, want %.9g", (long long)bad, bad < 0 ? 0.0 : in_place[bad],
+           bad < 0 ? 0.0 : want_in_place[bad]);
+    HOST_FREE(out, in_place);
+    DEV_FREE(d, a_d, b_d, out_d);
+}
+
+/* y [rows, cols] = bias in every row, at an offset inside a buffer of garbage, from a bias at an
+ * offset: exact, and nothing outside the rows × cols is written. */
+static void test_broadcast_rows(const device *d)
+{
+    enum { ROWS = 5, COLS = 7, PAD = 3, LEN = ROWS * COLS + 2 * PAD };
+    float bias[COLS + 1], garbage[LEN], want[LEN];
+    fill_uniform(bias, COLS + 1, -1.0f, 1.0f, 1221);
+    fill_uniform(garbage, LEN, 5.0f, 6.0f, 1222);
+    for (int i = 0; i < LEN; i++)
+        want[i] = i >= PAD && i < PAD + ROWS * COLS ? bias[1 + (i - PAD) % COLS] : garbage[i];
+    float *bias_d = dev_f32(d, bias, COLS + 1), *y_d = dev_f32(d, garbage, LEN);
+    d->be.ops->broadcast_rows(d->be.ctx, y_d + PAD, bias_d + 1, ROWS, COLS);
+    d->be.ops->broadcast_rows(d->be.ctx, y_d, bias_d, 0, COLS); /* no rows: nothing */
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, LEN);
+    int wrong = 0;
+    for (int i = 0; i < LEN; i++) wrong += memcmp(&y[i], &want[i], sizeof want[i]) != 0;
+    EXPECT(d, wrong == 0, "broadcast_rows: %d of %d elements differ (y[%d] = %.9g, want %.9g)", wrong, LEN, PAD,
+           y[PAD], want[PAD]);
+    HOST_FREE(y);
+    DEV_FREE(d, bias_d, y_d);
+}
+
+/* ------------------------------------------------------------------ normalisation */
+
+/* Reference loops for one group of n values normalised together: a channel's column over the
+ * rows for batch norm, one row over its c channels for layer norm. Both are the same function of
+ * the group (src/nn/layer_norm.c): mean, biased variance, r = 1/sqrt(var + eps), xhat =
+ * (x − mean)·r, y = gamma·xhat + beta. */
+typedef struct norm_stats {
+    double mean, var, rstd;
+} norm_stats;
+
+static norm_stats norm_stats_of(int64_t n, const double *x, double eps)
+{
+    double m = 0.0, v = 0.0;
+    for (int64_t i = 0; i < n; i++) m += x[i];
+    m /= (double)n;
+    for (int64_t i = 0; i < n; i++) v += (x[i] - m) * (x[i] - m);
+    v /= (double)n;
+    return (norm_stats){m, v, 1.0 / sqrt(v + eps)};
+}
+
+/* L = Σ_j g_j·xhat_j(x) with g = dy·gamma: the part of Σ dy·y that depends on x. */
+static double norm_loss(int64_t n, const double *x, const double *g, double eps)
+{
+    norm_stats s = norm_stats_of(n, x, eps);
+    double l = 0.0;
+    for (int64_t j = 0; j < n; j++) l += g[j] * (x[j] - s.mean) * s.rstd;
+    return l;
+}
+
+/* dx = dL/dx from first principles: with ∂mean/∂x_i = 1/n, ∂var/∂x_i = 2(x_i − mean)/n (the
+ * deviations sum to zero) and so ∂r/∂x_i = −r³(x_i − mean)/n, the Jacobian of the normalised
+ * values is ∂xhat_j/∂x_i = r·(δ_ij − 1/n) − r·xhat_i·xhat_j/n, and dx_i = Σ_j g_j·∂xhat_j/∂x_i,
+ * summed here term by term over the whole n × n Jacobian (the kernels use a factored form).
+ * mag_i receives the size of the three pieces that factored form adds, r·(|g_i| + Σ|g|/n +
+ * |xhat_i|·Σ|g·xhat|/n): float rounding errs relative to it, not to dx_i, which may cancel to 0. */
+static void norm_grad_reference(int64_t n, const double *x, const double *g, double eps, double *dx, double *mag)
+{
+    norm_stats s = norm_stats_of(n, x, eps);
+    double abs_g = 0.0, abs_gx = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        abs_g += fabs(g[j]);
+        abs_gx += fabs(g[j] * (x[j] - s.mean) * s.rstd);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        double xhat_i = (x[i] - s.mean) * s.rstd, sum = 0.0;
+        for (int64_t j = 0; j < n; j++) {
+            double xhat_j = (x[j] - s.mean) * s.rstd;
+            sum += g[j] * (s.rstd * ((i == j) - 1.0 / (double)n) - s.rstd * xhat_i * xhat_j / (double)n);
+        }
+        dx[i] = sum;
+        mag[i] = s.rstd * (fabs(g[i]) + abs_g / (double)n + fabs(xhat_i) * abs_gx / (double)n);
+    }
+}
+
+/* The reference checks itself: central differences of norm_loss in double (h = 1e-5: truncation
+ * ~h²·r³ and rounding ~1e-16·|L|/h, both far below 1e-6 of the gradient's size). */
+static int norm_grad_agrees_with_differences(int64_t n, double *x, const double *g, double eps, const double *dx,
+                                             const double *mag)
+{
+    const double h = 1e-5;
+    for (int64_t i = 0; i < n; i++) {
+        double keep = x[i];
+        x[i] = keep + h;
+        double up = norm_loss(n, x, g, eps);
+        x[i] = keep - h;
+        double down = norm_loss(n, x, g, eps);
+        x[i] = keep;
+        if (fabs((up - down) / (2.0 * h) - dx[i]) > 1e-6 * (mag[i] + 1.0)) return 0;
+    }
+    return 1;
+}
+
+/* Index of the first element of got[n] farther from want[n] than atol + rtol·max(|want|, mag[i]):
+ * for results whose terms may cancel, mag[i] is the size of those terms. -1 when none. */
+static int64_t first_mismatch_of_sum(const float *got, const double *want, const double *mag, int64_t n,
+                                     tolerance t)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs(got[i] - want[i]) <= t.atol + t.rtol * fmax(fabs(want[i]), mag[i]))) return i;
+    return -1;
+}
+
+/* got[n] against want[n] within tol, sizes mag[n] (first_mismatch_of_sum), for output `what` of
+ * op `op` on shape `shape`. */
+static void expect_match(const device *d, const float *got, const double *want, const double *mag, int64_t n,
+                         const tolerance *tol, const char *op, const char *shape, const char *what)
+{
+    tolerance t = tol_for(d, tol);
+    int64_t bad = first_mismatch_of_sum(got, want, mag, n, t);
+    EXPECT(d, bad < 0, "%s (%s): %s[%lld] = %.9g, want %.9g (terms of size %.3g)", op, shape, what, (long long)bad,
+           bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad], bad < 0 ? 0.0 : mag[bad]);
+}
+
+/* Batch norm's tolerances, all relative to the size of the terms (mag): each result is a sum
+ * over at most 7 rows, or a few float operations per element, each term carrying ≤ 4 roundings
+ * of 2^-24: under 2e-6 of its size, so 1e-5 leaves a margin of 5x. */
+static const tolerance col_sqdev_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+/* y = x·scale + shift in the CPU kernel, shift = beta − mean·scale: x·scale and mean·scale cancel */
+static const tolerance bn_forward_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+static const tolerance bn_sums_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+static const tolerance bn_param_grads_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+/* dx: about 8 float operations on the sums per element, and the sums' own rounding to float */
+static const tolerance bn_backward_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+
+typedef struct bn_case {
+    int64_t rows, c;
+} bn_case;
+
+/* A few channels; and more than 256 over few rows (the CPU kernels work on 256 channels at a
+ * time: a chunk's offset must not be lost). */
+static const bn_case bn_cases[] = {{7, 5}, {3, 300}, {1, 4}};
+
+/* The four batch-norm ops of one training step, as src/nn/layer_norm.c runs them, each from
+ * inputs made on the host (so that one op's error does not hide in another's): the batch
+ * statistics in double, rounded to float, feed col_sqdev, bn_forward and the backward ops;
+ * the backward sums feed bn_backward and bn_param_grads. Outputs start as garbage (the ops that
+ * overwrite must) or as start values (bn_param_grads accumulates). */
+static void check_batch_norm(const device *d, const bn_case *bc, int index)
+{
+    const crew_backend *be = &d->be;
+    const int64_t rows = bc->rows, c = bc->c, n = rows * c;
+    const float eps = 1e-3f; /* the layer's default */
+    float *x = fbuf(n), *dy = fbuf(n), *gamma = fbuf(c), *beta = fbuf(c), *garbage = fbuf(n + 2 * c), *start = fbuf(2 * c);
+    float *mean_f = fbuf(c), *var_f = fbuf(c), *sums_f = fbuf(2 * c); /* sums: sum_dy | sum_dy_xmu */
+    double *col = dbuf(rows), *g = dbuf(rows), *dx_col = dbuf(rows), *mag_col = dbuf(rows);
+    double *want_sqdev = dbuf(c), *mag_sqdev = dbuf(c), *want_y = dbuf(n), *mag_y = dbuf(n);
+    double *want_sums = dbuf(2 * c), *mag_sums = dbuf(2 * c), *want_grads = dbuf(2 * c), *mag_grads = dbuf(2 * c);
+    double *want_dx = dbuf(n), *mag_dx = dbuf(n);
+    fill_uniform(x, n, -1.0f, 1.0f, 1300 + (uint64_t)index);
+    for (int64_t r = 0; r < rows; r++) /* channel means away from zero, and not all the same */
+        for (int64_t j = 0; j < c; j++) x[r * c + j] += 0.5f * (float)(j % 5) - 1.0f;
+    fill_uniform(dy, n, -1.0f, 1.0f, 1400 + (uint64_t)index);
+    fill_uniform(gamma, c, 0.5f, 1.5f, 1500 + (uint64_t)index);
+    fill_uniform(beta, c, -0.5f, 0.5f, 1600 + (uint64_t)index);
+    fill_uniform(garbage, n + 2 * c, 5.0f, 6.0f, 1700); /* enough for y, dx and the two sums */
+    fill_uniform(start, 2 * c, -1.0f, 1.0f, 1800 + (uint64_t)index);
+    int reference_ok = 1;
+    for (int64_t j = 0; j < c; j++) {
+        for (int64_t r = 0; r < rows; r++) {
+            col[r] = x[r * c + j];
+            g[r] = (double)dy[r * c + j] * gamma[j];
+        }
+        norm_stats s = norm_stats_of(rows, col, eps);
+        mean_f[j] = (float)s.mean;
+        var_f[j] = (float)s.var;
+        /* col_sqdev and bn_forward: of the mean and variance they are given */
+        double m = mean_f[j], scale = gamma[j] / sqrt((double)var_f[j] + eps);
+        double sum_dy = 0.0, sum_dy_xmu = 0.0, abs_dy = 0.0, abs_dy_xmu = 0.0, dgamma = 0.0, abs_dgamma = 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            double xr = x[r * c + j], dyr = dy[r * c + j], xhat = (xr - s.mean) * s.rstd;
+            want_sqdev[j] += (xr - m) * (xr - m);
+            want_y[r * c + j] = (xr - m) * scale + beta[j];
+            mag_y[r * c + j] = fabs(xr * scale) + fabs(m * scale) + fabs(beta[j]);
+            sum_dy += dyr;
+            abs_dy += fabs(dyr);
+            sum_dy_xmu += dyr * (xr - m);
+            abs_dy_xmu += fabs(dyr * (xr - m));
+            dgamma += dyr * xhat; /* dL/dgamma = Σ dy·xhat, from y = gamma·xhat + beta */
+            abs_dgamma += fabs(dyr * xhat);
+        }
+        mag_sqdev[j] = want_sqdev[j];
+        want_sums[j] = sum_dy, want_sums[c + j] = sum_dy_xmu;
+        mag_sums[j] = abs_dy, mag_sums[c + j] = abs_dy_xmu;
+        sums_f[j] = (float)sum_dy, sums_f[c + j] = (float)sum_dy_xmu;
+        want_grads[j] = start[j] + dgamma, want_grads[c + j] = start[c + j] + sum_dy;
+        mag_grads[j] = fabs(start[j]) + abs_dgamma, mag_grads[c + j] = fabs(start[c + j]) + abs_dy;
+        /* dx over the whole batch: the mean and variance are functions of every row */
+        norm_grad_reference(rows, col, g, eps, dx_col, mag_col);
+        reference_ok &= norm_grad_agrees_with_differences(rows, col, g, eps, dx_col, mag_col);
+        for (int64_t r = 0; r < rows; r++) want_dx[r * c + j] = dx_col[r], mag_dx[r * c + j] = mag_col[r];
+    }
+    EXPECT(d, reference_ok, "batch norm case %d: the reference dx disagrees with finite differences", index);
+
+    float *x_d = dev_f32(d, x, n), *dy_d = dev_f32(d, dy, n), *gamma_d = dev_f32(d, gamma, c);
+    float *beta_d = dev_f32(d, beta, c), *mean_d = dev_f32(d, mean_f, c), *var_d = dev_f32(d, var_f, c);
+    float *sums_in_d = dev_f32(d, sums_f, 2 * c), *grads_d = dev_f32(d, start, 2 * c);
+    float *sqdev_d = dev_f32(d, garbage, c), *y_d = dev_f32(d, garbage, n), *sums_d = dev_f32(d, garbage, 2 * c);
+    float *dx_d = dev_f32(d, garbage, n), *dx_split_d = dev_f32(d, garbage, n);
+    be->ops->col_sqdev(be->ctx, x_d, mean_d, rows, c, sqdev_d);
+    be->ops->bn_forward(be->ctx, x_d, mean_d, var_d, gamma_d, beta_d, eps, y_d, rows, c);
+    be->ops->bn_backward_sums(be->ctx, dy_d, x_d, mean_d, rows, c, sums_d, sums_d + c);
+    be->ops->bn_param_grads(be->ctx, var_d, eps, sums_in_d, sums_in_d + c, grads_d, grads_d + c, c);
+    be->ops->bn_backward(be->ctx, dy_d, x_d, mean_d, var_d, gamma_d, eps, sums_in_d, sums_in_d + c, (double)rows,
+                         dx_d, rows, c);
+    /* Synchronised batch norm: two replicas' rows, each from the sums over all of them and their
+     * count (not its own rows), give the full batch's dx between them. */
+    int64_t half = rows / 2;
+    be->ops->bn_backward(be->ctx, dy_d, x_d, mean_d, var_d, gamma_d, eps, sums_in_d, sums_in_d + c, (double)rows,
+                         dx_split_d, half, c);
+    be->ops->bn_backward(be->ctx, dy_d + half * c, x_d + half * c, mean_d, var_d, gamma_d, eps, sums_in_d,
+                         sums_in_d + c, (double)rows, dx_split_d + half * c, rows - half, c);
+    EXPECT_SYNCED(d);
+    float *sqdev = host_f32(d, sqdev_d, c), *y = host_f32(d, y_d, n), *sums = host_f32(d, sums_d, 2 * c);
+    float *grads = host_f32(d, grads_d, 2 * c), *dx = host_f32(d, dx_d, n), *dx_split = host_f32(d, dx_split_d, n);
+    char shape[48];
+    snprintf(shape, sizeof shape, "rows %lld, c %lld", (long long)rows, (long long)c);
+    expect_match(d, sqdev, want_sqdev, mag_sqdev, c, col_sqdev_tol, "col_sqdev", shape, "out");
+    expect_match(d, y, want_y, mag_y, n, bn_forward_tol, "bn_forward", shape, "y");
+    expect_match(d, sums, want_sums, mag_sums, c, bn_sums_tol, "bn_backward_sums", shape, "sum_dy");
+    expect_match(d, sums + c, want_sums + c, mag_sums + c, c, bn_sums_tol, "bn_backward_sums", shape, "sum_dy_xmu");
+    expect_match(d, grads, want_grads, mag_grads, c, bn_param_grads_tol, "bn_param_grads", shape, "dgamma");
+    expect_match(d, grads + c, want_grads + c, mag_grads + c, c, bn_param_grads_tol, "bn_param_grads", shape,
+                 "dbeta");
+    expect_match(d, dx, want_dx, mag_dx, n, bn_backward_tol, "bn_backward", shape, "dx");
+    expect_match(d, dx_split, want_dx, mag_dx, n, bn_backward_tol, "bn_backward in two calls (replicas)", shape,
+                 "dx");
+    HOST_FREE(x, dy, gamma, beta, garbage, start, mean_f, var_f, sums_f, col, g, dx_col, mag_col, want_sqdev,
+              mag_sqdev, want_y, mag_y, want_sums, mag_sums, want_grads, mag_grads, want_dx, mag_dx, sqdev, y, sums,
+              grads, dx, dx_split);
+    DEV_FREE(d, x_d, dy_d, gamma_d, beta_d, mean_d, var_d, sums_in_d, grads_d, sqdev_d, y_d, sums_d, dx_d,
+             dx_split_d);
+}
+
+/* Over no rows the reductions that overwrite give zeros (exact), and the others touch nothing. */
+static void check_batch_norm_no_rows(const device *d)
+{
+    enum { C = 6 };
+    float garbage[3 * C], zeros[3 * C] = {0};
+    fill_uniform(garbage, 3 * C, 5.0f, 6.0f, 1900);
+    float *x_d = dev_f32(d, garbage, C), *mean_d = dev_f32(d, garbage, C), *out_d = dev_f32(d, garbage, 3 * C);
+    d->be.ops->col_sqdev(d->be.ctx, x_d, mean_d, 0, C, out_d);
+    d->be.ops->bn_backward_sums(d->be.ctx, x_d, x_d, mean_d, 0, C, out_d + C, out_d + 2 * C);
+    EXPECT_SYNCED(d);
+    float *out = host_f32(d, out_d, 3 * C);
+    EXPECT(d, memcmp(out, zeros, sizeof zeros) == 0, "col_sqdev / bn_backward_sums over no rows: %g %g %g, want 0",
+           out[0], out[C], out[2 * C]);
+    HOST_FREE(out);
+    DEV_FREE(d, x_d, mean_d, out_d);
+}
+
+static void test_batch_norm(const device *d)
+{
+    for (int i = 0; i < (int)(sizeof bn_cases / sizeof bn_cases[0]); i++) check_batch_norm(d, &bn_cases[i], i);
+    check_batch_norm_no_rows(d);
+}
+
+/* Layer norm's tolerances, relative to the size of the terms (mag), as batch norm's: the mean and
+ * variance are float sums of c = 37 terms in the CPU kernel (≤ 37·2^-24 = 2.2e-6 of their size),
+ * y and dx a few float operations more. */
+static const tolerance ln_mean_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+static const tolerance ln_rstd_tol[] = {{"cpu", RTOL, 0.0}, {NULL, 0, 0}};
+static const tolerance ln_forward_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+static const tolerance ln_backward_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+static const tolerance ln_param_grads_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+
+/* Per row over c channels: y, and the mean and rstd saved for backward, against the double
+ * reference; backward from the saved statistics (the reference's, rounded to float), dx against
+ * the first-principles gradient, dgamma and dbeta accumulated onto start values. Rows have
+ * different offsets (a kernel that mixed rows' statistics would show), and one is constant
+ * (0.5 throughout: its mean is exact, its variance 0, y is beta, rstd 1/sqrt(eps)). */
+static void test_layer_norm(const device *d)
+{
+    enum { ROWS = 6, C = 37, N = ROWS * C, CONSTANT_ROW = 4 };
+    const crew_backend *be = &d->be;
+    const float eps = 1e-3f;
+    float x[N], dy[N], gamma[C], beta[C], garbage[N], start[2 * C], stats_f[2 * ROWS]; /* mean | rstd */
+    double want_y[N], mag_y[N], want_stats[2 * ROWS], mag_stats[2 * ROWS], want_dx[N], mag_dx[N];
+    double want_grads[2 * C] = {0}, mag_grads[2 * C] = {0}, row[C], g[C];
+    fill_uniform(x, N, -1.0f, 1.0f, 2001);
+    for (int r = 0; r < ROWS; r++)
+        for (int j = 0; j < C; j++) x[r * C + j] = r == CONSTANT_ROW ? 0.5f : x[r * C + j] + 0.4f * (float)(r - 2);
+    fill_uniform(dy, N, -1.0f, 1.0f, 2002);
+    fill_uniform(gamma, C, 0.5f, 1.5f, 2003);
+    fill_uniform(beta, C, -0.5f, 0.5f, 2004);
+    fill_uniform(garbage, N, 5.0f, 6.0f, 2005);
+    fill_uniform(start, 2 * C, -1.0f, 1.0f, 2006);
+    for (int j = 0; j < 2 * C; j++) want_grads[j] = start[j], mag_grads[j] = fabs(start[j]);
+    int reference_ok = 1;
+    for (int r = 0; r < ROWS; r++) {
+        double abs_x = 0.0;
+        for (int j = 0; j < C; j++) {
+            row[j] = x[r * C + j];
+            g[j] = (double)dy[r * C + j] * gamma[j];
+            abs_x += fabs(row[j]);
+        }
+        norm_stats s = norm_stats_of(C, row, eps);
+        want_stats[r] = s.mean, mag_stats[r] = abs_x / C;
+        want_stats[ROWS + r] = s.rstd, mag_stats[ROWS + r] = s.rstd;
+        stats_f[r] = (float)s.mean, stats_f[ROWS + r] = (float)s.rstd;
+        for (int j = 0; j < C; j++) {
+            double xhat = (row[j] - s.mean) * s.rstd, dyr = dy[r * C + j];
+            want_y[r * C + j] = gamma[j] * xhat + beta[j];
+            /* the float mean errs by ~C·2^-24 of Σ|x|/C, which y sees times gamma·rstd */
+            mag_y[r * C + j] = fabs(gamma[j]) * s.rstd * (fabs(row[j] - s.mean) + abs_x / C) + fabs(beta[j]);
+            want_grads[j] += dyr * xhat; /* dgamma = Σ dy·xhat, dbeta = Σ dy, over the rows */
+            mag_grads[j] += fabs(dyr * xhat);
+            want_grads[C + j] += dyr;
+            mag_grads[C + j] += fabs(dyr);
+        }
+        norm_grad_reference(C, row, g, eps, want_dx + r * C, mag_dx + r * C);
+        reference_ok &= norm_grad_agrees_with_differences(C, row, g, eps, want_dx + r * C, mag_dx + r * C);
+    }
+    EXPECT(d, reference_ok, "layer norm: the reference dx disagrees with finite differences");
+
+    float *x_d = dev_f32(d, x, N), *dy_d = dev_f32(d, dy, N), *gamma_d = dev_f32(d, gamma, C);
+    float *beta_d = dev_f32(d, beta, C), *stats_in_d = dev_f32(d, stats_f, 2 * ROWS);
+    float *y_d = dev_f32(d, garbage, N), *stats_d = dev_f32(d, garbage, 2 * ROWS), *dx_d = dev_f32(d, garbage, N);
+    float *grads_d = dev_f32(d, start, 2 * C);
+    be->ops->layernorm_forward(be->ctx, x_d, gamma_d, beta_d, eps, y_d, stats_d, stats_d + ROWS, ROWS, C);
+    be->ops->layernorm_backward(be->ctx, dy_d, x_d, gamma_d, stats_in_d, stats_in_d + ROWS, dx_d, grads_d,
+                                grads_d + C, ROWS, C);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, N), *stats = host_f32(d, stats_d, 2 * ROWS), *dx = host_f32(d, dx_d, N);
+    float *grads = host_f32(d, grads_d, 2 * C);
+    const char *shape = "rows 6, c 37";
+    expect_match(d, y, want_y, mag_y, N, ln_forward_tol, "layernorm_forward", shape, "y");
+    expect_match(d, stats, want_stats, mag_stats, ROWS, ln_mean_tol, "layernorm_forward", shape, "mean");
+    expect_match(d, stats + ROWS, want_stats + ROWS, mag_stats + ROWS, ROWS, ln_rstd_tol, "layernorm_forward", shape,
+                 "rstd");
+    expect_match(d, dx, want_dx, mag_dx, N, ln_backward_tol, "layernorm_backward", shape, "dx");
+    expect_match(d, grads, want_grads, mag_grads, C, ln_param_grads_tol, "layernorm_backward", shape, "dgamma");
+    expect_match(d, grads + C, want_grads + C, mag_grads + C, C, ln_param_grads_tol, "layernorm_backward", shape,
+                 "dbeta");
+    /* the constant row's mean is exact in any order of summation */
+    EXPECT(d, stats[CONSTANT_ROW] == 0.5f, "layernorm_forward of a row of 0.5: mean %.9g", stats[CONSTANT_ROW]);
+    HOST_FREE(y, stats, dx, grads);
+    DEV_FREE(d, x_d, dy_d, gamma_d, beta_d, stats_in_d, y_d, stats_d, dx_d, grads_d);
+}
+
+/* ------------------------------------------------------------------ optimisers */
+
+/* The updates are a few float operations per step on values ≤ 1. */
+static const tolerance sgd_tol[] = {{"cpu", 1e-6, 1e-7}, {NULL, 0, 0}};
+static const tolerance adamw_p_tol[] = {{"cpu", 1e-6, 1e-7}, {NULL, 0, 0}};
+static const tolerance adamw_m_tol[] = {{"cpu", 1e-6, 1e-9}, {NULL, 0, 0}};
+/* v's 3e-5: 1 − 0.999f is 0.000999987 in float32, 1.3e-5 away from the exact 0.001. */
+static const tolerance adamw_v_tol[] = {{"cpu", 3e-5, 1e-10}, {NULL, 0, 0}};
+
+/* One parameter (twice), gradients 0.5, -0.25, 1.0 in steps 1..3, lr 0.1, starting at 1.0. The
+ * expected values follow torch.optim.SGD step by step (worked out by hand, checked in double):
+ *   d = g + wd·p;  buf = d (step 1) or μ·buf + d;  d = nesterov ? d + μ·buf : buf;  p −= lr·d. */
+static void check_sgd(const device *d, float momentum, int nesterov, float wd, const double want[3], const char *what)
+{
+    const float p0[2] = {1.0f, 1.0f}, grads[6] = {0.5f, 0.5f, -0.25f, -0.25f, 1.0f, 1.0f};
+    float *p_d = dev_f32(d, p0, 2), *g_d = dev_f32(d, grads, 6), *v_d = dev_zeros_f32(d, 2);
+    for (int t = 0; t < 3; t++) {
+        d->be.ops->sgd_update(d->be.ctx, p_d, g_d + 2 * t, v_d, 2, 0.1f, momentum, nesterov, wd);
+        EXPECT_SYNCED(d);
+        float p[2];
+        fetch(d, p, p_d, 2, CREW_DT_F32);
+        EXPECT(d, close_to(p[0], want[t], tol_for(d, sgd_tol)) && p[1] == p[0], "%s step %d: p = %.9g, want %.9g",
+               what, t + 1, p[0], want[t]);
+    }
+    DEV_FREE(d, p_d, g_d, v_d);
+}
+
+static void test_sgd(const device *d)
+{
+    check_sgd(d, 0.0f, 0, 0.01f, (const double[]){0.949, 0.973051, 0.872077949}, "sgd");
+    check_sgd(d, 0.9f, 0, 0.01f, (const double[]){0.949, 0.927151, 0.806559749}, "sgd momentum");
+    check_sgd(d, 0.9f, 1, 0.01f, (const double[]){0.9031, 0.90757411, 0.698189208191}, "sgd nesterov");
+    /* wd 0: buf = 0.5, p = 0.95; buf = 0.45 − 0.25 = 0.2, p = 0.93; buf = 0.18 + 1 = 1.18, p = 0.812 */
+    check_sgd(d, 0.9f, 0, 0.0f, (const double[]){0.95, 0.93, 0.812}, "sgd momentum, no decay");
+}
+
+typedef struct adamw_case {
+    float lr, b1, b2, eps, wd, p0;
+    double want_p[3], want_m[3], want_v[3];
+    const char *what;
+} adamw_case;
+
+/* torch.optim.AdamW: p ·= 1 − lr·wd; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
+ * p −= lr/(1−β1^t) · m / (sqrt(v)/sqrt(1−β2^t) + eps). Values from that formula in double. */
+static const adamw_case adamw_cases[] = {
+    {0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, {0.899000002, 0.871467298706, 0.804784672376}, {0.05, 0.02, 0.118},
+     {0.00025, 0.00031225, 0.00131193775}, "adamw"},
+    {0.01f, 0.8f, 0.99f, 1e-3f, 0.1f, -2.0f, {-2.00798003992, -2.00807809442, -2.01297938452}, {0.1, 0.03, 0.224},
+     {0.0025, 0.0031, 0.013069}, "adamw eps 1e-3"},
+};
+
+static void check_adamw(const device *d, const adamw_case *ac)
+{
+    const float grads[3] = {0.5f, -0.25f, 1.0f};
+    float *p_d = dev_f32(d, &ac->p0, 1), *g_d = dev_f32(d, grads, 3), *m_d = dev_zeros_f32(d, 1);
+    float *v_d = dev_zeros_f32(d, 1);
+    for (int t = 1; t <= 3; t++) {
+        float c1 = 1.0f - powf(ac->b1, (float)t), c2 = 1.0f - powf(ac->b2, (float)t);
+        d->be.ops->adamw_update(d->be.ctx, p_d, g_d + t - 1, m_d, v_d, 1, ac->lr, ac->b1, ac->b2, ac->eps, ac->wd, c1,
+                                c2);
+        EXPECT_SYNCED(d);
+        float p, m, v;
+        fetch(d, &p, p_d, 1, CREW_DT_F32);
+        fetch(d, &m, m_d, 1, CREW_DT_F32);
+        fetch(d, &v, v_d, 1, CREW_DT_F32);
+        EXPECT(d, close_to(p, ac->want_p[t - 1], tol_for(d, adamw_p_tol)), "%s step %d: p = %.9g, want %.9g",
+               ac->what, t, p, ac->want_p[t - 1]);
+        EXPECT(d, close_to(m, ac->want_m[t - 1], tol_for(d, adamw_m_tol)) &&
+                      close_to(v, ac->want_v[t - 1], tol_for(d, adamw_v_tol)),
+               "%s step %d: m = %.9g v = %.9g, want %.9g %.9g", ac->what, t, m, v, ac->want_m[t - 1],
+               ac->want_v[t - 1]);
+    }
+    DEV_FREE(d, p_d, g_d, m_d, v_d);
+}
+
+static void test_adamw(const device *d)
+{
+    for (size_t i = 0; i < sizeof adamw_cases / sizeof adamw_cases[0]; i++) check_adamw(d, &adamw_cases[i]);
+}
+
+/* ------------------------------------------------------------------ elementwise ops */
+
+/* float against double for each function; backward multiplies by dy and loses a little more in
+ * the derivatives built from y (1 − y², y(1 − y)). */
+static const tolerance act_forward_tol[] = {{"cpu", 1e-5, 1e-6}, {NULL, 0, 0}};
+static const tolerance act_backward_tol[] = {{"cpu", 1e-4, 1e-6}, {NULL, 0, 0}};
+
+static void act_reference(crew_activation act, double v, double *f, double *df)
+{
+    switch (act) {
+    case CREW_ACT_RELU: *f = v > 0 ? v : 0, *df = v > 0; break;
+    case CREW_ACT_GELU:
+        *f = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
+        *df = 0.5 * (1.0 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
+        break;
+    case CREW_ACT_TANH: *f = tanh(v), *df = 1.0 - *f * *f; break;
+    case CREW_ACT_SIGMOID: *f = 1.0 / (1.0 + exp(-v)), *df = *f * (1.0 - *f); break;
+    default: *f = v, *df = 1.0; break;
+    }
+}
+
+static void check_activation(const device *d, crew_activation act, const float *x, const float *dy,
+                             const float *x_d, const float *dy_d, float *y_d, float *dx_d, int n)
+{
+    d->be.ops->act_forward(d->be.ctx, act, x_d, y_d, n);
+    d->be.ops->act_backward(d->be.ctx, act, x_d, y_d, dy_d, dx_d, n);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, n), *dx = host_f32(d, dx_d, n);
+    int bad_y = -1, bad_dx = -1;
+    for (int i = 0; i < n; i++) {
+        double f, df;
+        act_reference(act, x[i], &f, &df);
+        if (bad_y < 0 && !close_to(y[i], f, tol_for(d, act_forward_tol))) bad_y = i;
+        if (bad_dx < 0 && !close_to(dx[i], df * dy[i], tol_for(d, act_backward_tol))) bad_dx = i;
+    }
+    EXPECT(d, bad_y < 0, "activation %d: y at x = %.9g is %.9g", (int)act, bad_y < 0 ? 0.0 : x[bad_y],
+           bad_y < 0 ? 0.0 : y[bad_y]);
+    EXPECT(d, bad_dx < 0, "activation %d: dx at x = %.9g is %.9g", (int)act, bad_dx < 0 ? 0.0 : x[bad_dx],
+           bad_dx < 0 ? 0.0 : dx[bad_dx]);
+    HOST_FREE(y, dx);
+}
+
+static void test_activations(const device *d)
+{
+    enum { N = 64 };
+    float x[N], dy[N];
+    fill_uniform(x, N, -4.0f, 4.0f, 61);
+    fill_uniform(dy, N, -1.0f, 1.0f, 62);
+    x[0] = 0.0f;
+    x[1] = -30.0f; /* sigmoid and tanh saturate without overflow */
+    x[2] = 30.0f;
+    float *x_d = dev_f32(d, x, N), *dy_d = dev_f32(d, dy, N), *y_d = dev_zeros_f32(d, N), *dx_d = dev_zeros_f32(d, N);
+    const crew_activation acts[] = {CREW_ACT_NONE, CREW_ACT_RELU, CREW_ACT_GELU, CREW_ACT_TANH, CREW_ACT_SIGMOID};
+    for (int a = 0; a < 5; a++) check_activation(d, acts[a], x, dy, x_d, dy_d, y_d, dx_d, N);
+    DEV_FREE(d, x_d, dy_d, y_d, dx_d);
+}
+
+/* backend.h: act_forward may run in place (y == x), and then act_backward gets x == y; relu, tanh
+ * and sigmoid take their derivative from y. So in place must give the bits of out of place, y and
+ * dx alike (exact: the same float operations on the same values). A kernel that took tanh's or
+ * sigmoid's derivative from x would read y there and differ; one that tested relu's x >= 0
+ * would pass the gradient of the negative inputs, whose y is 0. */
+static void check_activation_in_place(const device *d, crew_activation act, const float *x, const float *x_d,
+                                      const float *dy_d, int n)
+{
+    const crew_backend *be = &d->be;
+    float *y_d = dev_zeros_f32(d, n), *dx_d = dev_zeros_f32(d, n), *v_d = dev_f32(d, x, n);
+    float *dv_d = dev_zeros_f32(d, n);
+    be->ops->act_forward(be->ctx, act, x_d, y_d, n);
+    be->ops->act_backward(be->ctx, act, x_d, y_d, dy_d, dx_d, n);
+    be->ops->act_forward(be->ctx, act, v_d, v_d, n);
+    be->ops->act_backward(be->ctx, act, v_d, v_d, dy_d, dv_d, n);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, n), *dx = host_f32(d, dx_d, n), *v = host_f32(d, v_d, n), *dv = host_f32(d, dv_d, n);
+    int bad_y = -1, bad_dx = -1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (memcmp(&y[i], &v[i], sizeof y[i]) != 0) bad_y = i;
+        if (memcmp(&dx[i], &dv[i], sizeof dx[i]) != 0) bad_dx = i;
+    }
+    EXPECT(d, bad_y < 0, "activation %d in place: y at x = %.9g is %.9g, out of place %.9g", (int)act,
+           bad_y < 0 ? 0.0 : x[bad_y], bad_y < 0 ? 0.0 : v[bad_y], bad_y < 0 ? 0.0 : y[bad_y]);
+    EXPECT(d, bad_dx < 0, "activation %d in place: dx at x = %.9g is %.9g, out of place %.9g", (int)act,
+           bad_dx < 0 ? 0.0 : x[bad_dx], bad_dx < 0 ? 0.0 : dv[bad_dx], bad_dx < 0 ? 0.0 : dx[bad_dx]);
+    HOST_FREE(y, dx, v, dv);
+    DEV_FREE(d, y_d, dx_d, v_d, dv_d);
+}
+
+static void test_activations_in_place(const device *d)
+{
+    enum { N = 64 };
+    float x[N], dy[N];
+    fill_uniform(x, N, -4.0f, 4.0f, 63);
+    fill_uniform(dy, N, -1.0f, 1.0f, 64);
+    x[0] = 0.0f;
+    x[1] = -0.0f;
+    x[2] = -30.0f;
+    x[3] = 30.0f;
+    float *x_d = dev_f32(d, x, N), *dy_d = dev_f32(d, dy, N);
+    const crew_activation acts[] = {CREW_ACT_RELU, CREW_ACT_TANH, CREW_ACT_SIGMOID};
+    for (int a = 0; a < 3; a++) check_activation_in_place(d, acts[a], x, x_d, dy_d, N);
+    DEV_FREE(d, x_d, dy_d);
+}
+
+/* Dropout, with the sample ids in device memory: each mask value is 0 or 1/(1 − rate) and y is x
+ * times it exactly; a sample's mask depends on the sample, not on its row (sample 7 in rows 0
+ * and 3); about 1 − rate of the values are kept. */
+static void test_dropout(const device *d)
+{
+    enum { ROWS = 4, COLS = 500 };
+    const float rate = 0.25f, scale = 1.0f / (1.0f - rate);
+    const int64_t samples[ROWS] = {7, 2, 11, 7};
+    float *x = fbuf(ROWS * COLS);
+    fill_uniform(x, ROWS * COLS, -1.0f, 1.0f, 65);
+    float *x_d = dev_f32(d, x, ROWS * COLS), *y_d = dev_zeros_f32(d, ROWS * COLS);
+    float *mask_d = dev_zeros_f32(d, ROWS * COLS);
+    int64_t *samples_d = dev_i64(d, samples, ROWS);
+    d->be.ops->dropout_forward(d->be.ctx, x_d, y_d, mask_d, ROWS, COLS, rate, crew_rng_key(5, 9, 0, 0), samples_d);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, ROWS * COLS), *mask = host_f32(d, mask_d, ROWS * COLS);
+    int odd = 0, kept = 0;
+    for (int i = 0; i < ROWS * COLS; i++) {
+        odd += (mask[i] != 0.0f && mask[i] != scale) || y[i] != x[i] * mask[i];
+        kept += mask[i] != 0.0f;
+    }
+    EXPECT(d, odd == 0, "dropout: %d values are not 0 or x/(1 - rate)", odd);
+    EXPECT(d, memcmp(mask, mask + 3 * COLS, sizeof(float) * COLS) == 0, "dropout: sample 7's mask depends on its row");
+    /* 2000 values kept with p = 0.75, 500 of them twice over (sample 7): mean 1500, sd 24, so
+     * ±100 is over 4 sd (and the key is fixed: the count is the same on every run) */
+    EXPECT(d, kept > 1400 && kept < 1600, "dropout kept %d of %d at rate %.2f", kept, ROWS * COLS, rate);
+    HOST_FREE(x, y, mask);
+    DEV_FREE(d, x_d, y_d, mask_d, samples_d);
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+enum { EMB_VOCAB = 4, EMB_DIM = 3 };
+
+/* embedding_forward of `rows` ids into a y prefilled with garbage (rejected rows must become
+ * zeros, not stay as they were); returns the bad count and leaves y downloaded in `y`. */
+static int64_t run_embedding(const device *d, const float *ids_d, const float *table_d, int64_t rows, float *y)
+{
+    float *garbage = fbuf(rows * EMB_DIM);
+    fill_uniform(garbage, rows * EMB_DIM, 5.0f, 6.0f, 73);
+    float *y_d = dev_f32(d, garbage, rows * EMB_DIM);
+    int64_t bad = -1;
+    EXPECT_OK(d, d->be.ops->embedding_forward(d->be.ctx, ids_d, table_d, EMB_VOCAB, y_d, rows, EMB_DIM, &bad));
+    EXPECT_SYNCED(d);
+    fetch(d, y, y_d, rows * EMB_DIM, CREW_DT_F32);
+    HOST_FREE(garbage);
+    DEV_FREE(d, y_d);
+    return bad;
+}
+
+static int rows_are_zero(const float *y, int from, int to)
+{
+    int zeros = 1;
+    for (int j = from * EMB_DIM; j < to * EMB_DIM; j++) zeros &= y[j] == 0.0f;
+    return zeros;
+}
+
+static void test_embedding_ids(const device *d)
+{
+    enum { ROWS = 7 };
+    float table[EMB_VOCAB * EMB_DIM], y[ROWS * EMB_DIM], dy[ROWS * EMB_DIM], dtable[EMB_VOCAB * EMB_DIM];
+    fill_uniform(table, EMB_VOCAB * EMB_DIM, -1.0f, 1.0f, 71);
+    fill_uniform(dy, ROWS * EMB_DIM, -1.0f, 1.0f, 72);
+    const float ids[ROWS] = {3.0f, 0.0f, 3.0f, -1.0f, 4.0f, 1.5f, NAN};
+    /* -0 is id 0; ±inf and 1e10 are out of range (and must not be cast to an integer first) */
+    const float more_ids[5] = {2.0f, -0.0f, INFINITY, -INFINITY, 1e10f};
+    float *table_d = dev_f32(d, table, EMB_VOCAB * EMB_DIM), *ids_d = dev_f32(d, ids, ROWS);
+    float *more_d = dev_f32(d, more_ids, 5), *dy_d = dev_f32(d, dy, ROWS * EMB_DIM);
+    float *dtable_d = dev_zeros_f32(d, EMB_VOCAB * EMB_DIM);
+    int64_t bad = run_embedding(d, ids_d, table_d, ROWS, y);
+    EXPECT(d, bad == 4, "embedding: %lld bad ids, want 4", (long long)bad);
+    EXPECT(d, memcmp(y, table + 3 * EMB_DIM, sizeof(float) * EMB_DIM) == 0 &&
+                  memcmp(y + EMB_DIM, table, sizeof(float) * EMB_DIM) == 0,
+           "embedding: rows 0 and 1 are not table rows 3 and 0");
+    EXPECT(d, rows_are_zero(y, 3, ROWS), "embedding: the rows of bad ids are not zeros");
+    bad = run_embedding(d, more_d, table_d, 5, y);
+    EXPECT(d, bad == 3, "embedding: %lld of 2, -0, inf, -inf, 1e10 bad, want 3", (long long)bad);
+    EXPECT(d, memcmp(y, table + 2 * EMB_DIM, sizeof(float) * EMB_DIM) == 0 &&
+                  memcmp(y + EMB_DIM, table, sizeof(float) * EMB_DIM) == 0 && rows_are_zero(y, 2, 5),
+           "embedding: ids 2 and -0 did not give table rows 2 and 0, or the others are not zeros");
+    EXPECT(d, run_embedding(d, ids_d, table_d, 0, y) == 0, "embedding of no rows: bad is not 0");
+    /* Backward over every row: the rows whose id forward rejected add nothing. */
+    d->be.ops->embedding_backward(d->be.ctx, ids_d, dy_d, dtable_d, EMB_VOCAB, ROWS, EMB_DIM);
+    EXPECT_SYNCED(d);
+    fetch(d, dtable, dtable_d, EMB_VOCAB * EMB_DIM, CREW_DT_F32);
+    int wrong = 0;
+    for (int j = 0; j < EMB_DIM; j++) {
+        wrong += dtable[3 * EMB_DIM + j] != dy[j] + dy[2 * EMB_DIM + j]; /* id 3 twice: accumulated */
+        wrong += dtable[j] != dy[EMB_DIM + j];
+        wrong += dtable[EMB_DIM + j] != 0.0f || dtable[2 * EMB_DIM + j] != 0.0f;
+    }
+    EXPECT(d, wrong == 0, "embedding backward: %d values differ", wrong);
+    DEV_FREE(d, table_d, ids_d, more_d, dy_d, dtable_d);
+}
+
+/* ------------------------------------------------------------------ every check on every kind */
+
+static void run_checks(const device *d)
+{
+    test_round_trips(d);
+    test_copy_fill(d);
+    test_host_staging(d);
+    test_transfer(d);
+    test_queues(d);
+    test_host_alias(d);
+    test_sum(d);
+    test_sum_squares(d);
+    test_all_finite(d);
+    test_hash(d);
+    test_gemm(d);
+    test_convolution(d);
+    test_pooling(d);
+    test_softmax(d);
+    test_softmax_xent(d);
+    test_col_sum(d);
+    test_axpby(d);
+    test_mul(d);
+    test_broadcast_rows(d);
+    test_batch_norm(d);
+    test_layer_norm(d);
+    test_sgd(d);
+    test_adamw(d);
+    test_activations(d);
+    test_activations_in_place(d);
+    test_dropout(d);
+    test_embedding_ids(d);
+}
+
+static void run_kind(const crew_device_kind *kind)
+{
+    device d = {kind, {0}};
+    const crew_device_options o = {.blas_threads = 1}; /* results independent of the machine */
+    int passed = check_passed_, failed = check_failed_;
+    EXPECT_OK(&d, crew_device_open(kind->name, 0, &o, &d.be));
+    if (d.be.ops) run_checks(&d);
+    crew_device_close(&d.be);
+    printf("%s: %d passed, %d failed\n", kind->name, check_passed_ - passed, check_failed_ - failed);
+}
+
+int main(void)
+{
+    int n = 0;
+    const crew_device_kind *kinds = crew_device_kinds(&n);
+    for (int i = 0; i < n; i++) run_kind(&kinds[i]);
+    return check_report();
+}
