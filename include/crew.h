@@ -162,6 +162,8 @@ typedef struct crew_compile_options {
 /* Fills opts with the loss and optimizer the model file named, or crew's defaults
  * (softmax cross-entropy, AdamW at lr 1e-3). */
 void crew_model_default_compile(const crew_model *m, crew_compile_options *opts);
+/* Checks and records the loss and optimizer that fits of m use; the optimizer's state itself is
+ * made by each fit, on each replica's device. */
 crew_status crew_model_compile(crew_model *m, const crew_compile_options *opts);
 
 /* ---------------------------------------------------------------- data */
