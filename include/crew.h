@@ -310,6 +310,7 @@ typedef struct crew_fit_options {
     int64_t warmup_steps;       /* overrides the warmup when >= 0 (0 = none); -1 = compiled or automatic */
     double warmup_epochs;       /* warmup as a number of epochs, when > 0 (wins over warmup_steps) */
     const crew_dataset *test;   /* evaluated at the end of each epoch when not NULL */
+    /* Progress, called by replica 0's thread (not the caller's), one call at a time: */
     void (*on_step)(void *user, const crew_step_info *info);
     void (*on_epoch)(void *user, const crew_epoch_info *info);
     void (*on_event)(void *user, const crew_event_info *info);

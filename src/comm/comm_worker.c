@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "core/thread_name.h"
 #include "core/timer.h"
 
 crew_status crew_comm_request_run(const crew_comm *comm, const crew_comm_request *r, double timeout_s)
@@ -15,6 +16,7 @@ crew_status crew_comm_request_run(const crew_comm *comm, const crew_comm_request
 static void *worker_main(void *arg)
 {
     crew_comm_worker *w = arg;
+    crew_thread_name("comm", w->comm.rank);
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->head && !w->stop) pthread_cond_wait(&w->cv, &w->mu);

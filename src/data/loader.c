@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "core/thread_name.h"
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
@@ -49,6 +50,7 @@ struct crew_loader {
     pthread_mutex_t mu;
     pthread_cond_t changed;      /* a slot became ready, a step was freed, an epoch began */
     int stop;
+    int joined;                  /* the producers have been joined (crew_loader_shutdown) */
     pthread_t *threads;
     int n_threads;
 };
@@ -120,6 +122,7 @@ static void fill(crew_loader *l, slot *sl, int epoch, int64_t step, int slot_ind
 static void *producer(void *arg)
 {
     crew_loader *l = arg;
+    crew_thread_name("loader", l->first / (l->count > 0 ? l->count : 1)); /* the rank it serves */
     float *scratch = malloc((size_t)l->sample_size * sizeof(float));
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
@@ -277,14 +280,22 @@ void crew_loader_release(crew_loader *l, int epoch, int64_t step, int index)
     pthread_mutex_unlock(&l->mu);
 }
 
-void crew_loader_free(crew_loader *l)
+void crew_loader_shutdown(crew_loader *l)
 {
     if (!l) return;
     pthread_mutex_lock(&l->mu);
     l->stop = 1;
     pthread_cond_broadcast(&l->changed);
+    int join = !l->joined;
+    l->joined = 1;
     pthread_mutex_unlock(&l->mu);
-    for (int i = 0; i < l->n_threads; i++) pthread_join(l->threads[i], NULL);
+    for (int i = 0; join && i < l->n_threads; i++) pthread_join(l->threads[i], NULL);
+}
+
+void crew_loader_free(crew_loader *l)
+{
+    if (!l) return;
+    crew_loader_shutdown(l);
     for (int i = 0; l->ring && i < l->o.prefetch; i++) {
         for (int j = 0; l->ring[i].slots && j < l->count; j++) {
             free(l->ring[i].slots[j].x);

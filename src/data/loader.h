@@ -60,7 +60,11 @@ crew_status crew_loader_start_epoch(crew_loader *l, int epoch, int64_t first);
 crew_status crew_loader_take(crew_loader *l, int epoch, int64_t step, int index, crew_loader_batch *out,
                              double *wait_s);
 void crew_loader_release(crew_loader *l, int epoch, int64_t step, int index);
-/* Stops the producers and frees everything. */
+/* Stops the producers and waits for them to end: from then on nothing reads the dataset; a take
+ * returns CREW_CODE_CANCELLED and a release does nothing. Safe from any thread, while the loader's
+ * user may still call it; again, a no-op. */
+void crew_loader_shutdown(crew_loader *l);
+/* Shuts down and frees everything. */
 void crew_loader_free(crew_loader *l);
 
 /* Measures what the loader alone can produce: samples per second over `steps` steps with K

@@ -8,6 +8,8 @@
  * then across ranks in rank order, so the result equals one replica accumulating all of them in
  * order, bit for bit (docs/ARCHITECTURE.md, determinism). */
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,21 +143,35 @@ crew_status crew_fit_run(crew_fit *f, crew_fit_result *result)
         result->resumed_from_step = f->run.start_step;
         snprintf(result->resume_note, sizeof result->resume_note, "%s", f->resume_note);
     }
-    crew_run_sinks sinks = {.model = f->m, .result = result, .last_checkpoint_time = crew_now()};
-    crew_status s = open_monitor(f, result, &sinks.monitor);
+    /* On the heap: a rank 0 that never returns keeps a pointer to the sinks, so they stay (leaked)
+     * when it is left behind. */
+    crew_run_sinks *sinks = calloc(1, sizeof *sinks);
+    if (!sinks) return CREW_OOM();
+    *sinks = (crew_run_sinks){.model = f->m, .result = result, .last_checkpoint_time = crew_now()};
+    pthread_mutex_init(&sinks->lock, NULL);
+    crew_status s = open_monitor(f, result, &sinks->monitor);
     if (s) {
-        crew_monitor_close(sinks.monitor);
+        crew_monitor_close(sinks->monitor);
+        pthread_mutex_destroy(&sinks->lock);
+        free(sinks);
         return s;
     }
     double start = crew_now();
-    s = crew_launch_threads(&f->run, &sinks);
+    s = crew_launch_threads(&f->run, sinks);
     result->wall_s = crew_now() - start;
     result->samples_per_s =
-        sinks.train_s > 0 ? (double)result->steps * (double)f->run.plan.global_batch / sinks.train_s : 0;
+        sinks->train_s > 0 ? (double)result->steps * (double)f->run.plan.global_batch / sinks->train_s : 0;
+    if (sinks->monitor_lost) /* rank 0 stopped half-way through writing the record: leave it alone */
+        return crew_error_prefix(s, "%s", "metrics.jsonl was left as it was (rank 0 stopped while writing it); ");
     /* The summary is written even when the run failed: it says how far it got. */
-    crew_status fin = crew_monitor_finish(sinks.monitor, result);
-    result->events = crew_monitor_events(sinks.monitor);
-    crew_monitor_close(sinks.monitor);
+    crew_status fin = crew_monitor_finish(sinks->monitor, result);
+    result->events = crew_monitor_events(sinks->monitor);
+    crew_monitor_close(sinks->monitor);
+    sinks->monitor = NULL;
+    if (!sinks->rank0_left) { /* else its thread may still wait for the lock the launcher holds */
+        pthread_mutex_destroy(&sinks->lock);
+        free(sinks);
+    }
     if (!s) return fin;
     crew_status_free(fin);
     return s;

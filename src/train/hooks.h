@@ -18,6 +18,9 @@ typedef struct crew_fit_faults {
     double slow_s;
     int stall_rank;            /* this rank stops arriving at collectives from stall_step on (-1: none) */
     int64_t stall_step;        /* 1-based; 0: never */
+    int freeze_rank;           /* this rank stops for good at the start of freeze_step, and its thread
+                                  never returns (-1: none) */
+    int64_t freeze_step;       /* 1-based; 0: never */
     int corrupt_rank;          /* this rank's first parameter changes at corrupt_step (-1: none) */
     int64_t corrupt_step;
     int64_t nan_step;          /* the gradients of this step become NaN (all ranks); 0: never */

@@ -1,94 +1,261 @@
 /* launch_threads.c — the threads launcher: every rank of a run as a thread of this process.
  *
- * It opens one device per rank (never shared), one in-process communicator with each rank's
- * device attached to its handle, and runs the rank program on each: rank 0 on the calling thread
- * (which then also runs the caller's callbacks), the others on threads of their own. A rank that
- * fails aborts the communicator, so the others stop at their next collective instead of waiting
- * for its deadline. */
+ * It opens one device per rank (never shared) and one in-process communicator with each rank's
+ * device attached to its handle, and runs the rank program on a thread per rank. The calling
+ * thread supervises: a rank that fails aborts the communicator, so the others stop at their next
+ * collective instead of waiting for its deadline, and a rank waiting for one that never comes
+ * fails by the collective deadline and names it.
+ *
+ * A rank that never returns (a thread stopped by a debugger, stuck in a driver or in the kernel)
+ * must not hold the run: once one rank has failed, the others get a grace to come back, and any
+ * that does not is left behind. Its loader is shut down first (its producer threads end), so
+ * nothing of it reads the caller's dataset any more; what it may still touch stays alive: the
+ * launch itself (devices, loaders, communicator, the copy of the run's description) is freed by
+ * whoever leaves last, and a rank 0 left behind finds the sinks locked for good (the launcher
+ * takes their lock) should it wake. Its thread is detached and its memory leaked: the run is over
+ * and has failed, and a process that ends then (the CLI exits 1) ends the thread too. A rank that
+ * stopped inside its evaluation, reading the test set, is the one case left unguarded. */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/status.h"
+#include "core/thread_name.h"
+#include "core/timer.h"
+#include "data/loader.h"
 #include "train/run.h"
+
+/* How long the other ranks may take to return once one has failed: a healthy rank told by the
+ * aborted communicator returns at its next collective, within a step; longer means stuck. At
+ * most the collective deadline, the time a rank may take to reach a collective at all. */
+#define GRACE_S 5.0
+/* How long the launcher tries to enter rank 0's sink section when rank 0 was left behind: a rank
+ * 0 stopped inside one (writing metrics, a checkpoint) holds it. */
+#define SINKS_WAIT_S 1.0
+
+typedef struct launch launch;
 
 typedef struct rank_slot {
     crew_rank_ctx ctx;
+    launch *l;
     int opened;                 /* ctx.device is open */
+    int started;                /* thread runs */
+    int finished;               /* the rank program returned (under l->mu) */
     crew_status status;
     pthread_t thread;
 } rank_slot;
 
+/* Everything a rank thread may touch besides the caller's objects (model, dataset, callbacks):
+ * on the heap, freed by the last of the launcher and the rank threads to leave. */
+struct launch {
+    pthread_mutex_t mu;
+    pthread_cond_t changed;     /* a rank finished */
+    int users;                  /* the launcher + the rank threads still running */
+    int n, finished;
+    rank_slot *ranks;           /* [n] */
+    crew_local_comm *lc;
+    crew_run run;               /* the ranks' copy of the run's description */
+    crew_fit_options opts;      /* and of its options */
+};
+
+static void launch_free(launch *l)
+{
+    for (int i = 0; l->ranks && i < l->n; i++) {
+        crew_loader_free(l->ranks[i].ctx.loader);
+        if (l->ranks[i].opened) crew_device_close(&l->ranks[i].ctx.device);
+        crew_status_free(l->ranks[i].status);
+    }
+    free(l->ranks);
+    crew_local_comm_free(l->lc);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->changed);
+    free(l);
+}
+
+/* One user leaves; the last one frees the launch. */
+static void launch_leave(launch *l)
+{
+    pthread_mutex_lock(&l->mu);
+    int last = --l->users == 0;
+    pthread_mutex_unlock(&l->mu);
+    if (last) launch_free(l);
+}
+
 static void *rank_thread(void *arg)
 {
     rank_slot *r = arg;
-    r->status = crew_rank_main(&r->ctx);
-    if (r->status) r->ctx.comm.ops->abort(r->ctx.comm.ctx, r->ctx.rank);
+    launch *l = r->l;
+    crew_thread_name("rank", r->ctx.rank);
+    crew_status s = crew_rank_main(&r->ctx);
+    if (s) r->ctx.comm.ops->abort(r->ctx.comm.ctx, r->ctx.rank);
+    pthread_mutex_lock(&l->mu);
+    r->status = s;
+    r->finished = 1;
+    l->finished++;
+    pthread_cond_broadcast(&l->changed);
+    pthread_mutex_unlock(&l->mu);
+    launch_leave(l);
     return NULL;
 }
 
-/* The first real error: a rank that failed by itself, not one that was told another failed. */
-static crew_status first_error(rank_slot *ranks, int n)
+/* The first real error: a rank that failed by itself, not one that was told another failed.
+ * Takes the statuses of the finished ranks. */
+static crew_status first_error(launch *l)
 {
     crew_status keep = CREW_OK;
-    for (int i = 0; i < n; i++) {
-        if (!ranks[i].status) continue;
-        if (!keep || (crew_status_code(keep) == CREW_CODE_TIMEOUT && crew_status_code(ranks[i].status) != CREW_CODE_TIMEOUT)) {
+    for (int i = 0; i < l->n; i++) {
+        rank_slot *r = &l->ranks[i];
+        if (!r->finished || !r->status) continue;
+        if (!keep || (crew_status_code(keep) == CREW_CODE_TIMEOUT && crew_status_code(r->status) != CREW_CODE_TIMEOUT)) {
             crew_status_free(keep);
-            keep = ranks[i].status;
+            keep = r->status;
         } else {
-            crew_status_free(ranks[i].status);
+            crew_status_free(r->status);
         }
-        ranks[i].status = CREW_OK;
+        r->status = CREW_OK;
     }
     return keep;
 }
 
-/* Opens rank i's device and attaches it to its communicator handle. */
-static crew_status open_rank(const crew_run *run, crew_local_comm *lc, rank_slot *r, int i)
+static void deadline_after(double seconds, struct timespec *ts)
 {
-    crew_device_options dev = {.blas_threads = run->plan.threads_per_device};
-    CREW_TRY(crew_device_open(run->plan.device_kind, i, &dev, &r->ctx.device));
+    clock_gettime(CLOCK_REALTIME, ts);
+    double whole = (double)(long)seconds;
+    ts->tv_sec += (time_t)whole;
+    ts->tv_nsec += (long)((seconds - whole) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+/* Waits until every started rank has finished, or for a grace after the first one failed.
+ * Returns how many ranks were left behind. Called with l->mu held. */
+static int supervise(launch *l, int started)
+{
+    const double grace = l->run.timeout_s < GRACE_S ? l->run.timeout_s : GRACE_S;
+    double grace_until = 0.0;
+    for (;;) {
+        int failed = 0;
+        for (int i = 0; i < started; i++) failed |= l->ranks[i].finished && l->ranks[i].status;
+        if (l->finished == started) return 0;
+        if (failed && grace_until == 0.0) grace_until = crew_now() + grace;
+        if (grace_until > 0.0 && crew_now() >= grace_until) return started - l->finished;
+        struct timespec ts;
+        deadline_after(grace_until > 0.0 ? grace_until - crew_now() : 3600.0, &ts);
+        pthread_cond_timedwait(&l->changed, &l->mu, &ts);
+    }
+}
+
+/* "ranks 0, 2" of the ranks not finished, into buf. */
+static void left_behind(const launch *l, int started, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < started && used < len; i++)
+        if (!l->ranks[i].finished) used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", i);
+}
+
+/* A rank 0 left behind: take its sinks for good, or find it stopped inside them. */
+static void hold_sinks(crew_run_sinks *sinks, crew_status s)
+{
+    struct timespec ts;
+    deadline_after(SINKS_WAIT_S, &ts);
+    sinks->rank0_left = 1;
+    if (pthread_mutex_timedlock(&sinks->lock, &ts) != 0) {
+        sinks->monitor_lost = 1;
+        return;
+    }
+    /* Rank 0 cannot say that it hung: say it for it. */
+    if (sinks->monitor)
+        crew_status_free(crew_monitor_event(sinks->monitor, CREW_EVENT_HANG, -1, 0, NAN, "%s", crew_status_message(s)));
+}
+
+/* Opens rank i's device, attaches it to its communicator handle and makes its loader. */
+static crew_status open_rank(launch *l, rank_slot *r, int i)
+{
+    crew_device_options dev = {.blas_threads = l->run.plan.threads_per_device};
+    CREW_TRY(crew_device_open(l->run.plan.device_kind, i, &dev, &r->ctx.device));
     r->opened = 1;
-    CREW_TRY(crew_local_comm_attach(lc, i, &r->ctx.device));
-    r->ctx.comm = crew_local_comm_rank(lc, i);
+    CREW_TRY(crew_local_comm_attach(l->lc, i, &r->ctx.device));
+    r->ctx.comm = crew_local_comm_rank(l->lc, i);
+    return crew_run_open_loader(&l->run, i, l->n, &r->ctx.loader);
+}
+
+static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, launch **out)
+{
+    const int n = run->plan.devices;
+    launch *l = calloc(1, sizeof *l);
+    if (!l) return CREW_OOM();
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->changed, NULL);
+    l->users = 1;
+    l->n = n;
+    l->run = *run;
+    l->opts = *run->opts;
+    l->run.opts = &l->opts;
+    l->ranks = calloc((size_t)n, sizeof *l->ranks);
+    crew_status s = l->ranks ? crew_local_comm_create(n, &l->lc) : CREW_OOM();
+    for (int i = 0; i < n && !s; i++) {
+        rank_slot *r = &l->ranks[i];
+        r->l = l;
+        r->ctx = (crew_rank_ctx){.rank = i, .size = n, .run = &l->run, .sinks = i == 0 ? sinks : NULL};
+        s = open_rank(l, r, i);
+    }
+    if (s) {
+        launch_free(l);
+        return s;
+    }
+    *out = l;
     return CREW_OK;
 }
 
 crew_status crew_launch_threads(const crew_run *run, crew_run_sinks *sinks)
 {
-    const int n = run->plan.devices;
-    crew_local_comm *lc;
-    CREW_TRY(crew_local_comm_create(n, &lc));
-    rank_slot *ranks = calloc((size_t)n, sizeof *ranks);
-    if (!ranks) {
-        crew_local_comm_free(lc);
-        return CREW_OOM();
-    }
+    launch *l = NULL;
+    CREW_TRY(launch_create(run, sinks, &l));
     crew_status s = CREW_OK;
-    for (int i = 0; i < n && !s; i++) {
-        ranks[i].ctx = (crew_rank_ctx){.rank = i, .size = n, .run = run, .sinks = i == 0 ? sinks : NULL};
-        s = open_rank(run, lc, &ranks[i], i);
-    }
-    int started = 0; /* ranks 1 .. started run on threads of their own */
-    for (int i = 1; i < n && !s; i++) {
-        if (pthread_create(&ranks[i].thread, NULL, rank_thread, &ranks[i]) != 0)
+    int started = 0;
+    for (int i = 0; i < l->n && !s; i++) {
+        pthread_mutex_lock(&l->mu);
+        l->users++; /* before the thread can leave */
+        pthread_mutex_unlock(&l->mu);
+        if (pthread_create(&l->ranks[i].thread, NULL, rank_thread, &l->ranks[i]) != 0) {
+            launch_leave(l); /* drop the thread's share again: it never ran */
             s = crew_errorf(CREW_CODE_INTERNAL, "could not start the thread of rank %d", i);
-        else
-            started = i;
+        } else {
+            l->ranks[i].started = 1;
+            started = i + 1;
+        }
     }
-    if (!s)
-        rank_thread(&ranks[0]);
-    else if (started)
-        crew_local_comm_rank(lc, 0).ops->abort(lc, 0);
-    for (int i = 1; i <= started; i++) pthread_join(ranks[i].thread, NULL);
-    if (!s)
-        s = first_error(ranks, n);
-    else
-        crew_status_free(first_error(ranks, n));
-    for (int i = 0; i < n; i++)
-        if (ranks[i].opened) crew_device_close(&ranks[i].ctx.device);
-    free(ranks);
-    crew_local_comm_free(lc);
+    if (s && started) l->ranks[0].ctx.comm.ops->abort(l->ranks[0].ctx.comm.ctx, 0);
+    pthread_mutex_lock(&l->mu);
+    int stuck = supervise(l, started);
+    char who[256];
+    left_behind(l, started, who, sizeof who);
+    crew_status err = first_error(l);
+    int rank0_stuck = started > 0 && !l->ranks[0].finished;
+    pthread_mutex_unlock(&l->mu);
+    /* The finished threads are about to exit (or have); the others are left behind. */
+    for (int i = 0; i < started; i++) {
+        if (l->ranks[i].finished)
+            pthread_join(l->ranks[i].thread, NULL);
+        else
+            pthread_detach(l->ranks[i].thread);
+    }
+    /* Every loader's producers end before the caller may free the dataset, also those whose rank
+     * finished: the launch, and so their memory, may outlive this call. */
+    for (int i = 0; i < l->n; i++) crew_loader_shutdown(l->ranks[i].ctx.loader);
+    if (!s) s = err;
+    else crew_status_free(err);
+    if (stuck) {
+        /* Only a failure starts the grace, so there is one to report. */
+        s = crew_error_prefix(s, "rank%s %s never returned after the run failed and %s left behind; ",
+                              stuck > 1 ? "s" : "", who, stuck > 1 ? "were" : "was");
+        if (rank0_stuck) hold_sinks(sinks, s);
+    }
+    launch_leave(l);
     return s;
 }

@@ -54,9 +54,12 @@ static crew_status phase_error(crew_rank *r, crew_status s, int64_t step, const 
 {
     if (!s) return s;
     s = crew_error_prefix(s, "step %lld, %s: ", (long long)step, phase);
-    if (r->sinks && crew_status_code(s) == CREW_CODE_TIMEOUT && r->sinks->monitor)
+    if (r->sinks && crew_status_code(s) == CREW_CODE_TIMEOUT && r->sinks->monitor) {
+        crew_rank_sink_enter(r);
         crew_status_free(crew_monitor_event(r->sinks->monitor, CREW_EVENT_HANG, step, -1, NAN, "%s",
                                             crew_status_message(s)));
+        crew_rank_sink_leave(r);
+    }
     return s;
 }
 
@@ -70,6 +73,18 @@ static crew_status inject_stall(crew_rank *r, int64_t step)
     /* A timeout, like the others' errors: the run's error is then rank 0's report of the missing replica. */
     return crew_errorf(CREW_CODE_TIMEOUT, "replica %d stalled on purpose at step %lld (test fault)", r->rank,
                        (long long)step);
+}
+
+/* Test fault: a rank that stops for good at the start of a step, as a thread stopped by a
+ * debugger or stuck in a driver would: it never reaches another collective and never returns. */
+static void inject_freeze(const crew_rank *r, int64_t step)
+{
+    const crew_fit_faults *f = &r->run->hooks.faults;
+    if (f->freeze_step != step || f->freeze_rank != r->rank) return;
+    for (;;) {
+        struct timespec ts = {3600, 0};
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* Test fault: host code reading a parameter straight from device memory, the bug the guarded
@@ -93,10 +108,14 @@ static crew_status check_finite(crew_rank *r, float *grad, int64_t step, int *sk
     CREW_TRY(o->all_finite(r->be->ctx, grad, m->n_params, &finite));
     if (finite) return CREW_OK;
     int stop = r->run->opts->on_nan == CREW_ON_NAN_STOP;
-    if (r->sinks)
-        CREW_TRY(crew_monitor_event(r->sinks->monitor, stop ? CREW_EVENT_NAN : CREW_EVENT_SKIPPED_UPDATE, step, -1, NAN,
-                                    "step %lld: the gradients hold NaN or infinity; %s", (long long)step,
-                                    stop ? "stopping before the update" : "this update is skipped"));
+    if (r->sinks) {
+        crew_rank_sink_enter(r);
+        crew_status e = crew_monitor_event(r->sinks->monitor, stop ? CREW_EVENT_NAN : CREW_EVENT_SKIPPED_UPDATE, step,
+                                           -1, NAN, "step %lld: the gradients hold NaN or infinity; %s", (long long)step,
+                                           stop ? "stopping before the update" : "this update is skipped");
+        crew_rank_sink_leave(r);
+        CREW_TRY(e);
+    }
     if (stop)
         return crew_errorf(CREW_CODE_NUMERIC, "step %lld: the gradients hold NaN or infinity; stopped before the update "
                            "(--on-nan skip would skip such steps instead)", (long long)step);
@@ -144,9 +163,12 @@ static crew_status check_drift(crew_rank *r, int64_t step)
             if (a[0] == b[0] && a[1] == b[1]) continue;
             s = crew_errorf(CREW_CODE_DIVERGED, "step %lld: replicas diverged: tensor '%s' differs between replica 0 "
                             "and replica %d", (long long)step, names[i].name, q);
-            if (r->sinks)
+            if (r->sinks) {
+                crew_rank_sink_enter(r);
                 crew_status_free(crew_monitor_event(r->sinks->monitor, CREW_EVENT_DIVERGENCE, step, q, NAN, "%s",
                                                     crew_status_message(s)));
+                crew_rank_sink_leave(r);
+            }
             break;
         }
     free(h);
@@ -172,14 +194,27 @@ static crew_status report_step(crew_rank *r, int epoch, int64_t epoch_step, int6
     crew_step_record rec = {step, epoch, crew_unix_now(), (float)(*loss / (double)p->global_batch),
                             (float)(*correct / (double)p->global_batch), lr, p->global_batch, step_s, skipped, n,
                             r->times};
-    CREW_TRY(crew_monitor_step(r->sinks->monitor, &rec));
-    if (!run->opts->on_step) return CREW_OK;
-    const crew_step_times *t = &r->times[0];
-    crew_step_info info = {step, p->total_steps, epoch, epoch_step + 1, p->steps_per_epoch, rec.loss, rec.accuracy,
-                           lr, step_s, crew_now() - epoch_start, t->data_s, t->forward_s, t->backward_s,
-                           t->comm_exposed_s, t->comm_hidden_s, t->optimizer_s};
-    run->opts->on_step(run->opts->user, &info);
-    return CREW_OK;
+    crew_rank_sink_enter(r);
+    crew_status s = crew_monitor_step(r->sinks->monitor, &rec);
+    if (!s && run->opts->on_step) {
+        const crew_step_times *t = &r->times[0];
+        crew_step_info info = {step, p->total_steps, epoch, epoch_step + 1, p->steps_per_epoch, rec.loss, rec.accuracy,
+                               lr, step_s, crew_now() - epoch_start, t->data_s, t->forward_s, t->backward_s,
+                               t->comm_exposed_s, t->comm_hidden_s, t->optimizer_s};
+        run->opts->on_step(run->opts->user, &info);
+    }
+    crew_rank_sink_leave(r);
+    return s;
+}
+
+/* Rank 0 reads the caller's cancel flag inside a sink section: it is the caller's memory. */
+static int cancel_requested(const crew_rank *r)
+{
+    if (!r->sinks || !r->run->opts->cancel) return 0;
+    crew_rank_sink_enter(r);
+    int stop = *r->run->opts->cancel != 0;
+    crew_rank_sink_leave(r);
+    return stop;
 }
 
 typedef struct step_result {
@@ -196,6 +231,7 @@ static crew_status train_step(crew_rank *r, int epoch, int64_t epoch_step, int64
     crew_model *m = r->m;
     double t0 = crew_now();
     CREW_TRY(inject_stall(r, step));
+    inject_freeze(r, step);
     inject_host_touch(r, step);
     crew_step_totals tot = {0};
     crew_step_times times = {0};
@@ -211,7 +247,7 @@ static crew_status train_step(crew_rank *r, int epoch, int64_t epoch_step, int64
     double *row = r->metrics + (size_t)r->rank * METRIC_FIELDS;
     row[M_LOSS] = tot.loss_sum;
     row[M_CORRECT] = tot.correct;
-    row[M_STOP] = r->rank == 0 && run->opts->cancel && *run->opts->cancel;
+    row[M_STOP] = cancel_requested(r);
     memcpy(row + M_TIMES, &times, sizeof times);
     crew_status ms = crew_rank_allreduce_host(r, r->metrics, (int64_t)r->size * METRIC_FIELDS);
     CREW_TRY(phase_error(r, ms, step, "metrics all-reduce"));
@@ -241,15 +277,17 @@ static crew_status finish_epoch(crew_rank *r, crew_epoch_info *info, int64_t ste
     const crew_fit_options *o = r->run->opts;
     if (o->test) CREW_TRY(evaluate_shared(r, o->test, step, &info->test_loss, &info->test_accuracy));
     if (!r->sinks) return CREW_OK;
+    crew_rank_sink_enter(r);
     crew_fit_result *res = r->sinks->result;
     res->epochs = info->epoch + 1;
     res->train_loss = info->train_loss;
     res->train_accuracy = info->train_accuracy;
     res->test_loss = info->test_loss;
     res->test_accuracy = info->test_accuracy;
-    CREW_TRY(crew_monitor_epoch(r->sinks->monitor, info));
-    if (o->on_epoch) o->on_epoch(o->user, info);
-    return CREW_OK;
+    crew_status s = crew_monitor_epoch(r->sinks->monitor, info);
+    if (!s && o->on_epoch) o->on_epoch(o->user, info);
+    crew_rank_sink_leave(r);
+    return s;
 }
 
 /* Rank 0 saves a checkpoint when one is due: every N steps, every so many seconds, when the
@@ -265,10 +303,12 @@ static crew_status maybe_checkpoint(crew_rank *r, int64_t step, int stopping)
               (o->checkpoint_every_s > 0 && crew_now() - out->last_checkpoint_time >= o->checkpoint_every_s);
     if (!due) return CREW_OK;
     crew_checkpoint_state st = {.step = step, .plan = run->plan, .lr = run->lr};
-    CREW_TRY(crew_checkpoint_write(o->checkpoint_dir, r->m, &r->opt, &st, o->keep_checkpoints,
-                                   out->result->last_checkpoint, sizeof out->result->last_checkpoint));
+    crew_rank_sink_enter(r);
+    crew_status s = crew_checkpoint_write(o->checkpoint_dir, r->m, &r->opt, &st, o->keep_checkpoints,
+                                          out->result->last_checkpoint, sizeof out->result->last_checkpoint);
     out->last_checkpoint_time = crew_now();
-    return CREW_OK;
+    crew_rank_sink_leave(r);
+    return s;
 }
 
 static crew_status run_epoch(crew_rank *r, int epoch, int64_t *step, int *stopped)
@@ -287,13 +327,21 @@ static crew_status run_epoch(crew_rank *r, int epoch, int64_t *step, int *stoppe
         loss += sr.loss;
         correct += sr.correct;
         steps++;
-        if (r->sinks) r->sinks->result->skipped_updates += sr.skipped;
+        if (r->sinks) {
+            crew_rank_sink_enter(r);
+            r->sinks->result->skipped_updates += sr.skipped;
+            crew_rank_sink_leave(r);
+        }
         *stopped = sr.stop;
         CREW_TRY(maybe_checkpoint(r, *step, *stopped));
     }
     crew_epoch_info info = {.epoch = epoch, .epochs = p->epochs, .steps = steps, .test_loss = NAN, .test_accuracy = NAN};
     info.wall_s = crew_now() - start;
-    if (r->sinks) r->sinks->train_s += info.wall_s;
+    if (r->sinks) {
+        crew_rank_sink_enter(r);
+        r->sinks->train_s += info.wall_s;
+        crew_rank_sink_leave(r);
+    }
     double samples = (double)steps * (double)p->global_batch;
     info.train_loss = steps ? (float)(loss / samples) : NAN;
     info.train_accuracy = steps ? (float)(correct / samples) : NAN;
@@ -309,6 +357,10 @@ crew_status crew_rank_train(crew_rank *r)
     int stopped = 0;
     for (int epoch = (int)(step / p->steps_per_epoch); epoch < p->epochs && step < p->total_steps && !stopped; epoch++)
         CREW_TRY(run_epoch(r, epoch, &step, &stopped));
-    if (r->sinks) r->sinks->result->steps = step;
+    if (r->sinks) {
+        crew_rank_sink_enter(r);
+        r->sinks->result->steps = step;
+        crew_rank_sink_leave(r);
+    }
     return CREW_OK;
 }

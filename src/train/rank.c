@@ -1,8 +1,8 @@
 /* rank.c — the rank program: one rank owns one device and trains its share of every step.
  *
  * It takes everything from the context its launcher gave it: the device (its replica of the
- * model, its optimizer state, its scratch buffers all live there), the communicator handle, and
- * the run's shared description, from which it makes its own loader for its own micro-batches.
+ * model, its optimizer state, its scratch buffers all live there), the communicator handle, the
+ * loader of its own micro-batches, and the run's shared description.
  * It reads and writes tensors only through the backend, so the same program runs on a GPU, and
  * whether its peers are threads or processes makes no difference to it. */
 #include <stdlib.h>
@@ -50,29 +50,6 @@ static crew_status broadcast_start(crew_rank *r)
     return CREW_OK;
 }
 
-/* Loader threads of this rank: the run's K shared out, at least one each. */
-static int loader_threads(const crew_rank *r)
-{
-    int k = r->run->opts->loader_threads > 0 ? r->run->opts->loader_threads : 1;
-    int mine = k / r->size + (r->rank < k % r->size);
-    return mine > 0 ? mine : 1;
-}
-
-static crew_status open_loader(crew_rank *r)
-{
-    const crew_run *run = r->run;
-    const crew_fit_options *o = run->opts;
-    int k = run->plan.accumulation;
-    crew_loader_options lo = {.threads = loader_threads(r),
-                              .prefetch = o->prefetch > 0 ? o->prefetch : 2,
-                              .augment = crew_augment_of(&o->augment, run->hooks.loader_slow_s),
-                              .pad_last = o->pad_last_batch,
-                              .reverse_rows = run->hooks.reverse_batch_rows};
-    crew_loader_range range = {.batch = run->plan.batch_per_device, .micro = r->size * k, .first = r->rank * k,
-                               .count = k};
-    return crew_loader_create(run->train, &lo, &range, run->plan.seed, &r->loader);
-}
-
 /* Everything the rank owns, on its device and in host memory. */
 static crew_status set_up(crew_rank *r)
 {
@@ -97,12 +74,11 @@ static crew_status set_up(crew_rank *r)
     CREW_TRY(crew_stepper_init(&r->stepper, r->m, r->has_worker ? &r->worker : NULL, r->rank, r->size,
                                p->batch_per_device, p->accumulation, run->bucket_mb, run->sync_bn));
     if (run->hooks.faults.slow_rank == r->rank) r->stepper.delay_s = run->hooks.faults.slow_s;
-    return open_loader(r);
+    return CREW_OK;
 }
 
 static void tear_down(crew_rank *r)
 {
-    crew_loader_free(r->loader); /* first: its threads stop before anything they might wait on goes */
     crew_comm_worker_stop(&r->worker);
     crew_stepper_release(&r->stepper);
     if (r->copy_q) r->be->ops->queue_destroy(r->be->ctx, r->copy_q);
@@ -116,11 +92,15 @@ static void tear_down(crew_rank *r)
 crew_status crew_rank_main(const crew_rank_ctx *ctx)
 {
     crew_rank r = {.rank = ctx->rank, .size = ctx->size, .run = ctx->run, .sinks = ctx->sinks, .be = &ctx->device,
-                   .comm = ctx->comm};
+                   .comm = ctx->comm, .loader = ctx->loader};
     crew_status s = set_up(&r);
     if (!s) s = crew_rank_train(&r);
     /* The caller's model gets the trained values, a cancelled run's included. */
-    if (!s && r.sinks) s = crew_model_copy_values(r.sinks->model, r.m);
+    if (!s && r.sinks) {
+        crew_rank_sink_enter(&r);
+        s = crew_model_copy_values(r.sinks->model, r.m);
+        crew_rank_sink_leave(&r);
+    }
     tear_down(&r);
     return s;
 }

@@ -24,7 +24,7 @@ typedef struct crew_rank {
     crew_comm_worker worker;        /* the collectives that overlap compute */
     int has_worker;                 /* only with more than one rank */
     crew_stepper stepper;
-    crew_loader *loader;            /* this rank's micro-batches only */
+    crew_loader *loader;            /* this rank's micro-batches only (the launcher's) */
     crew_queue *copy_q;             /* the micro-batches' uploads */
     /* Host values all-reduced between steps (metrics, evaluation sums, drift hashes) travel through
      * device memory, as every collective's buffers do. */
@@ -33,6 +33,20 @@ typedef struct crew_rank {
     double *metrics;                /* [size × CREW_METRIC_FIELDS] host */
     crew_step_times *times;         /* [size] everyone's times of the last step (host) */
 } crew_rank;
+
+/* Rank 0's writes to the run's sinks (the monitor, the result, the caller's callbacks and model)
+ * happen inside a sink section. The launcher takes the same lock, and keeps it, when it leaves
+ * behind a rank 0 that never returned, so that its thread cannot write into a finished run should
+ * it ever wake (launch_threads.c). No-ops on the other ranks, which have no sinks. */
+static inline void crew_rank_sink_enter(const crew_rank *r)
+{
+    if (r->sinks) pthread_mutex_lock(&r->sinks->lock);
+}
+
+static inline void crew_rank_sink_leave(const crew_rank *r)
+{
+    if (r->sinks) pthread_mutex_unlock(&r->sinks->lock);
+}
 
 /* Values of a rank's device scratch for a run of `ranks` ranks of a model with `tensors` named
  * tensors (the memory planner counts it too). */

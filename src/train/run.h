@@ -2,14 +2,16 @@
  * program.
  *
  * A launcher (launch_threads.c: threads of this process; an MPI launcher, one rank per process,
- * plugs in beside it) opens one device per rank, gives every rank a handle of one communicator,
- * and runs crew_rank_main for each with a crew_rank_ctx. The rank program takes everything from
- * that context: it builds its replica on its own device, feeds it from a loader of its own
- * micro-batches, and touches tensors only through the backend. What a run shares (crew_run) is
+ * plugs in beside it) opens one device and one loader per rank, gives every rank a handle of one
+ * communicator, and runs crew_rank_main for each with a crew_rank_ctx. The rank program takes
+ * everything from that context: it builds its replica on its own device, feeds it from the loader
+ * of its own micro-batches, and touches tensors only through the backend. What a run shares (crew_run) is
  * read-only while ranks run; what it produces goes to rank 0's sinks alone, so nothing above
  * assumes that ranks share memory. */
 #ifndef CREW_TRAIN_RUN_H
 #define CREW_TRAIN_RUN_H
+
+#include <pthread.h>
 
 #include "backend/backend.h"
 #include "comm/comm.h"
@@ -35,31 +37,47 @@ typedef struct crew_run {
     int64_t drift_every;            /* 0: off */
 } crew_run;
 
-/* What a run produces; only rank 0 writes here (other ranks get NULL). */
+/* What a run produces; only rank 0 writes here (other ranks get NULL), inside sink sections
+ * (crew_rank_sink_enter in rank.h) under `lock`. */
 typedef struct crew_run_sinks {
+    pthread_mutex_t lock;
     crew_model *model;              /* the caller's: the trained values are copied back into it */
     crew_monitor *monitor;
     crew_fit_result *result;
     double train_s;                 /* time in training steps, evaluation excluded */
     double last_checkpoint_time;    /* crew_now() of the last checkpoint */
+    /* set by the launcher when rank 0 never returned: */
+    int rank0_left;                 /* 1: its thread was left behind; the launcher holds `lock` for good */
+    int monitor_lost;               /* 1: rank 0 stopped inside a sink section, so the monitor may be
+                                       half-way through a write: nobody may touch it (or `lock`) again */
 } crew_run_sinks;
+
+struct crew_loader;
 
 /* What a launcher hands each rank program. */
 typedef struct crew_rank_ctx {
     int rank, size;
     crew_backend device;            /* opened for this rank alone */
     crew_comm comm;                 /* its handle of the run's communicator */
+    struct crew_loader *loader;     /* this rank's micro-batches of every step (crew_run_open_loader) */
     const crew_run *run;
     crew_run_sinks *sinks;          /* rank 0: the run's outputs; NULL on every other rank */
 } crew_rank_ctx;
 
+/* The loader of rank `rank` of `size`: its micro-batches r·k … r·k+k−1 of every step, with its share
+ * of the run's loader threads (at least one). For launchers: the launcher owns it, so that it can
+ * stop it (crew_loader_shutdown) when the rank never returns. */
+crew_status crew_run_open_loader(const crew_run *run, int rank, int size, struct crew_loader **out);
+
 /* The rank program: trains this rank's share of every step of the run. */
 crew_status crew_rank_main(const crew_rank_ctx *ctx);
 
-/* The threads launcher: run->plan.devices ranks as threads of this process (rank 0 on the calling
- * thread, which therefore also runs the caller's callbacks), each with a device of
- * run->plan.device_kind and a handle of one in-process communicator. Returns the first rank's
- * own failure (a rank that failed by itself, not one told that another failed). */
+/* The threads launcher: run->plan.devices ranks, each on a thread of its own with a device of
+ * run->plan.device_kind and a handle of one in-process communicator (rank 0's thread also runs
+ * the caller's callbacks); the calling thread supervises. Returns the first rank's own failure (a
+ * rank that failed by itself, not one told that another failed). When a rank fails, the others
+ * get a short grace to return; a rank that never does (a stopped thread, a stuck driver) is left
+ * behind with what it may still touch, and the run ends anyway, with an error naming it. */
 crew_status crew_launch_threads(const crew_run *run, crew_run_sinks *sinks);
 
 #endif

@@ -1,0 +1,24 @@
+/* run.c — what every launcher does for the ranks it starts, whatever they run on. */
+#include "data/loader.h"
+#include "train/run.h"
+
+/* The run's K loader threads shared out over the ranks, at least one each. */
+static int loader_threads(const crew_run *run, int rank, int size)
+{
+    int k = run->opts->loader_threads > 0 ? run->opts->loader_threads : 1;
+    int mine = k / size + (rank < k % size);
+    return mine > 0 ? mine : 1;
+}
+
+crew_status crew_run_open_loader(const crew_run *run, int rank, int size, crew_loader **out)
+{
+    const crew_fit_options *o = run->opts;
+    int k = run->plan.accumulation;
+    crew_loader_options lo = {.threads = loader_threads(run, rank, size),
+                              .prefetch = o->prefetch > 0 ? o->prefetch : 2,
+                              .augment = crew_augment_of(&o->augment, run->hooks.loader_slow_s),
+                              .pad_last = o->pad_last_batch,
+                              .reverse_rows = run->hooks.reverse_batch_rows};
+    crew_loader_range range = {.batch = run->plan.batch_per_device, .micro = size * k, .first = rank * k, .count = k};
+    return crew_loader_create(run->train, &lo, &range, run->plan.seed, out);
+}
