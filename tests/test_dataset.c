@@ -283,6 +283,16 @@ static void test_bad_manifests(void)
     edit_manifest(dir, "name", NULL);
     expect_open_error(dir, "train", "manifest.json: name is missing");
 
+    /* cJSON ends a string at \u0000, so "train\u0000x" would read as "train": refused before parsing. */
+    crew_manifest m;
+    const char nul_name[] = "{\"format\": \"crew-dataset\", \"version\": 1, \"name\": \"a\\u0000b\"}";
+    CHECK_ERR(crew_manifest_parse(nul_name, sizeof nul_name - 1, "m.json", &m),
+              "m.json: line 1, column 52: a string holds \\u0000 (NUL)");
+    const char nul_split[] = "{\"format\": \"crew-dataset\",\n \"splits\": {\"train\\u0000x\": {}}}";
+    CHECK_ERR(crew_manifest_parse(nul_split, sizeof nul_split - 1, "m.json", &m), "m.json: line 2, column 19");
+    const char raw_nul[] = "{\"format\": \"crew-\0dataset\"}";
+    CHECK_ERR(crew_manifest_parse(raw_nul, sizeof raw_nul - 1, "m.json", &m), "m.json: line 1, column 18: a NUL byte");
+
     /* A split the manifest does not have, and one that was removed. */
     tmp_path(dir, sizeof dir, "good");
     expect_open_error(dir, "valid", "good/manifest.json has no split 'valid' (it has: train, test)");
@@ -300,7 +310,7 @@ static void test_bad_manifests(void)
 
     expect_open_error("", "train", "empty directory name");
     tmp_path(dir, sizeof dir, "nowhere");
-    expect_open_error(dir, "train", "nowhere/manifest.json: No such file or directory");
+    expect_open_error(dir, "train", "nowhere/manifest.json: cannot open: No such file or directory");
 }
 
 static void rewrite_npy(const char *dir, const char *file, crew_npy_dtype t, int ndim, const int64_t *shape, const void *data)

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "nn/model.h"
+#include "core/json_text.h"
 #include "io/model_file.h"
 
 static char tmp_dir[256];
@@ -287,6 +288,43 @@ static void test_bad_crew_files(void)
     expect_bad("nolayers.json", "{\"input_shape\": [3], \"layers\": []}", "key 'layers'", NULL);
 }
 
+/* cJSON decodes \u0000 into a NUL and returns C strings, so "a\u0000b" would read as "a" and pass
+ * the name rule (1-63 of A-Z a-z 0-9 _ . -) checked on what it returns. A NUL anywhere in a
+ * string is refused before parsing, so every name is checked on all its decoded bytes. */
+static void test_nul_in_strings(void)
+{
+    expect_bad("nulname.json", "{\"name\": \"a\\u0000b\", \"input_shape\": [3], \"layers\": [{\"type\": \"flatten\"}]}",
+               "line 1, column 12", "\\u0000");
+    expect_bad("nullayer.json", crew_text("{\"type\": \"flatten\", \"name\": \"f\\u0000../x\"}", ""), "\\u0000", NULL);
+    expect_bad("nulonly.json", crew_text("{\"type\": \"flatten\", \"name\": \"\\u0000\"}", ""), "\\u0000", NULL);
+    expect_bad("nultype.json", crew_text("{\"type\": \"flatten\\u0000junk\"}", ""), "\\u0000", NULL);
+    expect_bad("nulkey.json", crew_text("{\"type\": \"dense\", \"units\": 4, \"units\\u0000\": 5}", ""), "\\u0000",
+               NULL);
+    expect_bad("nulline.json", "{\"input_shape\": [3],\n \"layers\": [{\"type\": \"flatten\",\n  \"name\": \"x\\u0000\"}]}",
+               "line 3, column 13", NULL);
+    expect_bad("nulkeras.json",
+               keras_text("{\"class_name\": \"Flatten\", \"config\": {\"name\": \"flat\\u0000ten\"}}"), "\\u0000", NULL);
+    /* Other escapes stay what they are: "\\u0000" is a backslash and "u0000", which the name rule
+     * refuses as a backslash; in an ignored Keras string it is harmless. */
+    expect_bad("backslash.json", crew_text("{\"type\": \"flatten\", \"name\": \"a\\\\u0000\"}", ""), "key 'name'",
+               "a\\u0000");
+    crew_model *m = load_ok(write_tmp("module.json", keras_text("{\"module\": \"keras\\\\u0000layers\", \"class_name\": "
+                                                                "\"Flatten\", \"config\": {\"name\": \"f\"}}")));
+    CHECK(m != NULL);
+    crew_model_free(m);
+    remove_tmp("module.json");
+    /* The scanner alone: raw and escaped NULs, escaped quotes and backslashes, NULs outside strings. */
+    int esc = -1;
+    CHECK(crew_json_find_nul("{\"a\": \"b\"}", 10, &esc) == (size_t)-1);
+    CHECK(crew_json_find_nul("\"\\u0000\"", 8, &esc) == 1 && esc == 1);
+    CHECK(crew_json_find_nul("\"\\\\u0000\"", 9, &esc) == (size_t)-1);
+    CHECK(crew_json_find_nul("\"\\\"\\u0000\"", 10, &esc) == 3 && esc == 1);
+    CHECK(crew_json_find_nul("\"\\\\\\u0000\"", 10, &esc) == 3 && esc == 1);
+    CHECK(crew_json_find_nul("\"\\u0001\" \\u0000", 15, &esc) == (size_t)-1); /* outside a string: JSON's error */
+    CHECK(crew_json_find_nul("\"ab\0\"", 5, &esc) == 3 && esc == 0);
+    CHECK(crew_json_find_nul("\"\\u000", 6, &esc) == (size_t)-1);
+}
+
 static void test_bad_crew_compile(void)
 {
     const char *flat = "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 10}";
@@ -390,6 +428,7 @@ int main(void)
     test_keras_fixtures();
     test_keras_compile_unmapped();
     test_bad_crew_files();
+    test_nul_in_strings();
     test_bad_crew_compile();
     test_bad_keras_files();
     test_io_and_api();

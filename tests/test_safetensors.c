@@ -210,6 +210,10 @@ static void test_bad_headers(void)
     expect_bad("{\"__metadata__\":[]}", 0, "'__metadata__' is not an object");
     expect_bad("{\"__metadata__\":{},\"__metadata__\":{}}", 0, "'__metadata__' appears twice");
     expect_bad("{" OK_ENTRY "," OK_ENTRY "}", 32, "appears twice"); /* caught by overlap or name */
+    /* cJSON ends a string at \u0000: "t\u0000x" would name tensor "t". */
+    expect_bad("{\"t\\u0000x\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", 16,
+               "header byte 3: a string holds \\u0000 (NUL)");
+    expect_bad("{\"__metadata__\":{\"format\":\"pt\\u0000\"}," OK_ENTRY "}", 16, "\\u0000");
 
     char longname[300] = "{\"";
     memset(longname + 2, 'n', 200);
@@ -278,7 +282,7 @@ static void test_bad_lengths(void)
     CHECK(crew_status_code(s) == CREW_CODE_IO);
     CHECK(s && strstr(crew_status_message(s), "short.safetensors: cannot open") != NULL);
     crew_status_free(s);
-    CHECK_ERR(crew_st_read(dir, &f), "is not a regular file");
+    CHECK_ERR(crew_st_read(dir, &f), "not a regular file (a directory)");
 }
 
 int main(void)

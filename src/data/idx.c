@@ -7,13 +7,12 @@
  * stream, which is where zlib checks the gzip CRC and length trailer. */
 #include "data/idx.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <zlib.h>
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 
 #define DEFLATE_MAX_RATIO 1032
@@ -186,41 +185,14 @@ crew_status crew_idx_parse(const void *buf, size_t len, const char *what, crew_i
     return st;
 }
 
-/* The whole file into memory: compressed MNIST-family files are tens of megabytes. */
-static crew_status read_file(const char *path, uint8_t **buf, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > CREW_IDX_MAX_BYTES + 64) {
-        fclose(f);
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a regular file of at most %lld bytes", path,
-                           (long long)CREW_IDX_MAX_BYTES);
-    }
-    *len = (size_t)st.st_size;
-    *buf = malloc(*len ? *len : 1);
-    if (!*buf) {
-        fclose(f);
-        return CREW_OOM();
-    }
-    size_t got = fread(*buf, 1, *len, f);
-    int err = ferror(f) ? errno : 0;
-    fclose(f);
-    if (got != *len) {
-        free(*buf);
-        *buf = NULL;
-        return crew_errorf(CREW_CODE_IO, "%s: read: %s", path, err ? strerror(err) : "file shrank while reading");
-    }
-    return CREW_OK;
-}
-
 crew_status crew_idx_read(const char *path, crew_idx *out)
 {
     if (!path || !out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_idx_read: NULL argument");
     memset(out, 0, sizeof *out);
     uint8_t *buf = NULL;
     size_t len = 0;
-    CREW_TRY(read_file(path, &buf, &len));
+    /* The whole file into memory: compressed MNIST-family files are tens of megabytes. */
+    CREW_TRY(crew_read_file(path, CREW_IDX_MAX_BYTES + 64, "an IDX file", &buf, &len));
     crew_status s = crew_idx_parse(buf, len, path, out);
     free(buf);
     return s;

@@ -7,15 +7,14 @@
  * CREW_IMAGE_MAX_PIXELS before any pixel buffer is allocated. */
 #include "data/image_decode.h"
 
-#include <errno.h>
 #include <stdio.h> /* before jpeglib.h, which uses FILE without including it */
 #include <jpeglib.h>
 #include <png.h>
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 
 /* More scans than any encoder writes; a hostile progressive file could otherwise take ages. */
@@ -196,22 +195,10 @@ crew_status crew_image_read(const char *path, crew_image *out)
 {
     if (!path || !out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_image_read: NULL argument");
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    crew_status s = CREW_OK;
-    if (fstat(fileno(f), &st) != 0) s = crew_errorf(CREW_CODE_IO, "%s: stat: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a regular file", path);
-    else if (st.st_size > CREW_IMAGE_MAX_FILE_BYTES)
-        s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: %lld bytes is more than the %lld an image file may have", path,
-                        (long long)st.st_size, (long long)CREW_IMAGE_MAX_FILE_BYTES);
-    size_t len = s ? 0 : (size_t)st.st_size;
-    uint8_t *buf = s ? NULL : malloc(len ? len : 1);
-    if (!s && !buf) s = CREW_OOM();
-    if (!s && fread(buf, 1, len, f) != len)
-        s = crew_errorf(CREW_CODE_IO, "%s: read failed%s", path, ferror(f) ? "" : " (the file shrank while reading)");
-    fclose(f);
-    if (!s) s = crew_image_decode(buf, len, path, out);
+    uint8_t *buf;
+    size_t len;
+    CREW_TRY(crew_read_file(path, CREW_IMAGE_MAX_FILE_BYTES, "an image file", &buf, &len));
+    crew_status s = crew_image_decode(buf, len, path, out);
     free(buf);
     return s;
 }

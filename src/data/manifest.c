@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "core/file_hash.h"
+#include "core/json_text.h"
+#include "core/mapped_file.h"
 #include "core/status.h"
 
 #define MAX_EXACT_INT ((int64_t)1 << 53) /* JSON numbers are doubles: integers are exact up to here */
@@ -395,6 +397,16 @@ crew_status crew_manifest_parse(const char *text, size_t len, const char *what, 
     if (!out || (!text && len)) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_manifest_parse: NULL argument");
     if (!what) what = CREW_MANIFEST_FILE;
     memset(out, 0, sizeof *out);
+    /* cJSON would end a string at a NUL: "train\u0000x" would read as "train". */
+    int escaped;
+    size_t nul = len ? crew_json_find_nul(text, len, &escaped) : (size_t)-1;
+    if (nul != (size_t)-1) {
+        int line, col;
+        crew_json_locate(text, nul, &line, &col);
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: line %d, column %d: %s", what, line, col,
+                           escaped ? "a string holds \\u0000 (NUL), which no key or value may contain"
+                                   : "a NUL byte; not a JSON text file");
+    }
     const char *end = NULL;
     cJSON *root = len ? cJSON_ParseWithLengthOpts(text, len, &end, 0) : NULL;
     if (root && end) {
@@ -422,20 +434,10 @@ crew_status crew_manifest_read(const char *dir, crew_manifest *out)
     char path[1024];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, CREW_MANIFEST_FILE) >= sizeof path)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: path too long", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
-    char *buf = malloc(MAX_MANIFEST_BYTES + 1);
-    if (!buf) {
-        fclose(f);
-        return CREW_OOM();
-    }
-    size_t n = fread(buf, 1, MAX_MANIFEST_BYTES + 1, f);
-    int failed = ferror(f);
-    fclose(f);
-    crew_status s = CREW_OK;
-    if (failed) s = crew_errorf(CREW_CODE_IO, "%s: read failed", path);
-    else if (n > MAX_MANIFEST_BYTES) s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: larger than %d bytes", path, MAX_MANIFEST_BYTES);
-    else s = crew_manifest_parse(buf, n, path, out);
+    uint8_t *buf;
+    size_t n;
+    CREW_TRY(crew_read_file(path, MAX_MANIFEST_BYTES, "a manifest", &buf, &n));
+    crew_status s = crew_manifest_parse((const char *)buf, n, path, out);
     free(buf);
     return s;
 }

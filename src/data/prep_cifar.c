@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "data/prep_common.h"
 
@@ -39,7 +41,8 @@ static crew_status find_batches(const char *dir, cifar_files *f)
             return crew_errorf(errno == ENOENT ? CREW_CODE_BAD_INPUT : CREW_CODE_IO,
                                "%s: %s (CIFAR-10 needs data_batch_1.bin .. data_batch_5.bin and test_batch.bin)",
                                f->path[i], strerror(errno));
-        if (!S_ISREG(st.st_mode)) return crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a regular file", f->path[i]);
+        if (!S_ISREG(st.st_mode))
+            return crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a regular file (%s)", f->path[i], crew_file_kind(st.st_mode));
         if (st.st_size == 0 || st.st_size % RECORD)
             return crew_errorf(CREW_CODE_BAD_INPUT, "%s: %lld bytes is not a positive multiple of the %d-byte record "
                                "(truncated?)", f->path[i], (long long)st.st_size, RECORD);
@@ -49,13 +52,31 @@ static crew_status find_batches(const char *dir, cifar_files *f)
     return CREW_OK;
 }
 
+/* path opened as every reader of outside data opens a file (core/mapped_file.h), as a stream. */
+static crew_status open_stream(const char *path, FILE **out, int64_t *size)
+{
+    int fd;
+    CREW_TRY(crew_open_regular(path, &fd, size));
+    *out = fdopen(fd, "rb");
+    if (!*out) {
+        crew_status s = crew_errorf(CREW_CODE_IO, "%s: fdopen: %s", path, strerror(errno));
+        close(fd);
+        return s;
+    }
+    return CREW_OK;
+}
+
 /* Reads one batch and appends its records, transposed to [n][32][32][3], at x and y. */
 static crew_status read_batch(const char *path, int64_t records, uint8_t *x, uint8_t *y)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
+    FILE *f;
+    int64_t size;
+    CREW_TRY(open_stream(path, &f, &size));
     uint8_t rec[RECORD];
     crew_status s = CREW_OK;
+    if (size != records * RECORD)
+        s = crew_errorf(CREW_CODE_IO, "%s: changed size since it was checked (%lld bytes, now %lld)", path,
+                        (long long)(records * RECORD), (long long)size);
     for (int64_t r = 0; r < records && !s; r++) {
         if (fread(rec, 1, RECORD, f) != RECORD) {
             s = crew_errorf(CREW_CODE_IO, "%s: read failed at record %lld%s", path, (long long)r,
@@ -81,8 +102,11 @@ static crew_status read_names(const char *dir, char names[CLASSES][64], int *fou
     *found = 0;
     if ((size_t)snprintf(path, sizeof path, "%s/batches.meta.txt", dir) >= sizeof path)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: path too long", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return errno == ENOENT ? CREW_OK : crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return CREW_OK; /* absent: CIFAR-10's own names */
+    FILE *f;
+    int64_t size;
+    CREW_TRY(open_stream(path, &f, &size));
     char line[256];
     int n = 0;
     crew_status s = CREW_OK;

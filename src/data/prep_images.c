@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "data/image_decode.h"
 #include "data/prep_common.h"
@@ -82,6 +83,8 @@ static crew_status list_dir(const char *dir, int want_dirs, name_list *out)
             s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s/%s: path too long", dir, e->d_name);
         else if (stat(path, &st) != 0) s = crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
         else if (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) s = list_add(out, e->d_name);
+        else if (!want_dirs && !S_ISDIR(st.st_mode)) /* named as an image, so it must be one; folders are skipped */
+            s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a regular file (%s)", path, crew_file_kind(st.st_mode));
     }
     closedir(d);
     if (s) list_free(out);

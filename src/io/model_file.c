@@ -6,83 +6,27 @@
  * naming the file, the layer index and the key, so a typo never silently falls back to a default. */
 #include "io/model_file.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------------------------------ reading */
+#include "core/json_text.h"
+#include "core/mapped_file.h"
 
-static crew_status read_whole_file(const char *path, char **text, size_t *len)
-{
-    *text = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, used = 0;
-    char *buf = malloc(cap);
-    crew_status s = buf ? CREW_OK : CREW_OOM();
-    while (!s) {
-        if (used == cap) {
-            /* Read at most one byte past the limit: enough to know the file is too big. */
-            size_t grown = cap * 2 > (size_t)CREW_MF_MAX_FILE_BYTES + 1 ? (size_t)CREW_MF_MAX_FILE_BYTES + 1 : cap * 2;
-            if (grown == cap) {
-                s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: larger than %d MiB; not a model file", path,
-                                CREW_MF_MAX_FILE_BYTES >> 20);
-                break;
-            }
-            char *g = realloc(buf, grown);
-            if (!g) {
-                s = CREW_OOM();
-                break;
-            }
-            buf = g;
-            cap = grown;
-        }
-        size_t n = fread(buf + used, 1, cap - used, f);
-        used += n;
-        if (n == 0) {
-            if (ferror(f)) s = crew_errorf(CREW_CODE_IO, "%s: %s", path, strerror(errno ? errno : EIO));
-            break;
-        }
-    }
-    fclose(f);
-    if (s) {
-        free(buf);
-        return s;
-    }
-    *text = buf;
-    *len = used;
-    return CREW_OK;
-}
+/* ------------------------------------------------------------------ reading */
 
 crew_status crew_model_load_file(const char *path, crew_model **out)
 {
     if (!out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_load_file: out is NULL");
     *out = NULL;
     if (!path) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_load_file: path is NULL");
-    char *text;
+    uint8_t *text;
     size_t len;
-    CREW_TRY(read_whole_file(path, &text, &len));
-    crew_status s = crew_model_parse_json(text, len, path, out);
+    CREW_TRY(crew_read_file(path, CREW_MF_MAX_FILE_BYTES, "a model file", &text, &len));
+    crew_status s = crew_model_parse_json((const char *)text, len, path, out);
     free(text);
     return s;
-}
-
-/* Where cJSON stopped, as a line and column for the message. */
-static void locate(const char *text, size_t offset, int *line, int *col)
-{
-    *line = 1;
-    *col = 1;
-    for (size_t i = 0; i < offset; i++) {
-        if (text[i] == '\n') {
-            ++*line;
-            *col = 1;
-        } else {
-            ++*col;
-        }
-    }
 }
 
 static crew_status dispatch(const cJSON *root, const char *what, crew_model **out)
@@ -107,8 +51,16 @@ crew_status crew_model_parse_json(const char *text, size_t len, const char *what
     crew_mf_where w = {what, "", 0};
     if (len > (size_t)CREW_MF_MAX_FILE_BYTES)
         return crew_mf_error(&w, "larger than %d MiB; not a model file", CREW_MF_MAX_FILE_BYTES >> 20);
-    const char *nul = len ? memchr(text, '\0', len) : NULL;
-    if (nul) return crew_mf_error(&w, "byte %zu is NUL: not a JSON text file", (size_t)(nul - text));
+    /* cJSON would end a string at a NUL: "a\u0000b" would read as "a" and pass the name rules. */
+    int escaped;
+    size_t nul = len ? crew_json_find_nul(text, len, &escaped) : (size_t)-1;
+    if (nul != (size_t)-1 && !escaped) return crew_mf_error(&w, "byte %zu is NUL: not a JSON text file", nul);
+    if (nul != (size_t)-1) {
+        int line, col;
+        crew_json_locate(text, nul, &line, &col);
+        return crew_mf_error(&w, "line %d, column %d: a string holds \\u0000 (NUL), which no name, key or value may "
+                             "contain", line, col);
+    }
     size_t start = 0;
     while (start < len && (text[start] == ' ' || text[start] == '\t' || text[start] == '\r' || text[start] == '\n'))
         start++;
@@ -124,7 +76,7 @@ crew_status crew_model_parse_json(const char *text, size_t len, const char *what
     if (!root) {
         size_t offset = end && end >= buf && end <= buf + len ? (size_t)(end - buf) : 0;
         int line, col;
-        locate(buf, offset, &line, &col);
+        crew_json_locate(buf, offset, &line, &col);
         s = crew_mf_error(&w, "not valid JSON (line %d, column %d)", line, col);
     } else {
         s = dispatch(root, what, out);

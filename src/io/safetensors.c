@@ -23,11 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "core/json_text.h"
+#include "core/mapped_file.h"
 #include "core/status.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -155,6 +156,13 @@ static crew_status parse_header_json(const uint8_t *h, size_t n, const char *wha
     if (!header_text_ok(h, n, &bad))
         return crew_errorf(CREW_CODE_BAD_INPUT,
                            "%s: header byte %zu (0x%02x) is not valid UTF-8 JSON text", what, bad, h[bad]);
+    /* cJSON would end a string at \u0000: "t\u0000x" would name tensor "t". */
+    int escaped;
+    size_t nul = crew_json_find_nul((const char *)h, n, &escaped);
+    if (nul != (size_t)-1)
+        return crew_errorf(CREW_CODE_BAD_INPUT,
+                           "%s: header byte %zu: a string holds \\u0000 (NUL), which no tensor name, key or value may "
+                           "contain", what, nul);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)h, n, &end, 0);
     if (!root) {
@@ -436,32 +444,6 @@ crew_status crew_st_parse(const uint8_t *bytes, size_t len, const char *what, cr
     return CREW_OK;
 }
 
-static crew_status read_all(const char *path, uint8_t **bytes, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return crew_errorf(CREW_CODE_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    crew_status s = CREW_OK;
-    if (fstat(fileno(f), &st) != 0) s = crew_errorf(CREW_CODE_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode)) s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: is not a regular file", path);
-    else if ((uint64_t)st.st_size > (uint64_t)SIZE_MAX - 1)
-        s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: file too large", path);
-    size_t n = s ? 0 : (size_t)st.st_size;
-    uint8_t *buf = s ? NULL : malloc(n ? n : 1);
-    if (!s && !buf) s = crew_errorf(CREW_CODE_OUT_OF_MEMORY, "%s: out of memory for %zu bytes", path, n);
-    if (!s && fread(buf, 1, n, f) != n)
-        s = ferror(f) ? crew_errorf(CREW_CODE_IO, "%s: read failed: %s", path, strerror(errno))
-                      : crew_errorf(CREW_CODE_IO, "%s: file shrank while being read", path);
-    fclose(f);
-    if (s) {
-        free(buf);
-        return s;
-    }
-    *bytes = buf;
-    *len = n;
-    return CREW_OK;
-}
-
 crew_status crew_st_read(const char *path, crew_st_file *out)
 {
     if (!out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_st_read: NULL output");
@@ -469,7 +451,7 @@ crew_status crew_st_read(const char *path, crew_st_file *out)
     if (!path) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_st_read: NULL path");
     uint8_t *bytes = NULL;
     size_t len = 0;
-    CREW_TRY(read_all(path, &bytes, &len));
+    CREW_TRY(crew_read_file(path, INT64_MAX, NULL, &bytes, &len));
     crew_status s = crew_st_parse(bytes, len, path, out);
     if (s) {
         free(bytes);
