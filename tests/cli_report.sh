@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # cli_report.sh — crew report RUN_DIR: usage and bad input (one line, exit 2), a report from a
-# synthetic two-replica run, and, when Chromium is installed, that a real browser renders it:
+# synthetic two-replica run, reports of a torn last line and of a resumed run's file, and, when
+# Chromium is installed, that a real browser renders it:
 # the DOM holds the five charts with their shapes drawn, no script error is logged, and a
 # screenshot is a picture rather than a blank page. (Chromium: apt-get install -y chromium.)
 . "$(dirname "$0")/lib_cli.sh"
@@ -33,6 +34,22 @@ mkdir -p "$TMP/bad"
 expect_exit 2 "metrics.jsonl line 4" -- "$CREW" report "$TMP/bad"
 [ ! -e "$TMP/bad/report.html" ] && ok || fail "a failed report left report.html behind"
 expect_exit 2 "no-such-dir" -- "$CREW" report "$RUN" --out "$TMP/no-such-dir/r.html"
+
+# A run still writing (or killed): its torn last line, without a newline, is left out, and said.
+mkdir -p "$TMP/torn"
+{ head -n 3 "$RUN/metrics.jsonl"; printf '%s' '{"type":"step","step":3,"lo'; } > "$TMP/torn/metrics.jsonl"
+"$CREW" report "$TMP/torn" > /dev/null 2> "$TMP/err" && ok || fail "crew report of a torn last line: $(cat "$TMP/err")"
+grep -q "The last line of metrics.jsonl is incomplete (27 bytes)" "$TMP/torn/report.html" && ok ||
+  fail "the report does not say that it left a torn last line out"
+# What a resumed run of an earlier build left: a run line appended to the killed run's torn line,
+# steps 2-3 logged twice. One report, each step once.
+mkdir -p "$TMP/legacy"
+{ head -n 4 "$RUN/metrics.jsonl"; printf '%s' '{"type":"step","step":4,"lo'; head -n 1 "$RUN/metrics.jsonl"
+  sed -n 3,20p "$RUN/metrics.jsonl"; } > "$TMP/legacy/metrics.jsonl"
+"$CREW" report "$TMP/legacy" > /dev/null 2> "$TMP/err" && ok || fail "crew report of a resumed run's file: $(cat "$TMP/err")"
+grep -q "restarted from step 1: steps 2-3 were logged twice" "$TMP/legacy/report.html" && ok ||
+  fail "the report does not say which steps were run again"
+grep -q "A torn line (at line 5) was left out" "$TMP/legacy/report.html" && ok || fail "the report does not count the torn line"
 
 # A good run: the default place, then --out
 "$CREW" report "$RUN" > "$TMP/out" 2> "$TMP/err" || fail "crew report of a good run: $(cat "$TMP/err")"

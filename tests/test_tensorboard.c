@@ -2,7 +2,8 @@
  * reader round trips bit for bit, damaged files (truncation, flipped CRC and length bytes,
  * absurd lengths) and malformed protobuf each giving an error that names the file and the
  * record, unknown fields of every wire type skipped, and write failures (an unwritable
- * directory, a full disk) reported as IO errors.
+ * directory, a full disk) reported as IO errors. A restart (SessionLog START) read back the way
+ * TensorBoard shows a run: re-run steps once, a killed writer's torn last record left out.
  *
  * With CREW_TB_KEEP=DIR in the environment, the round-trip run is also written to DIR and left
  * there, for tools/read_tensorboard.py to check that real TensorBoard reads it. */
@@ -497,6 +498,104 @@ static void test_malformed_protobuf(void)
     expect_bad_event(&ev, "summary field 1 (value) has wire type varint");
 }
 
+/* ---------------------------------------------------------------- restarts */
+
+typedef struct starts {
+    int n;
+    int64_t step;
+    int64_t points_before; /* scalars seen before the first START */
+    int64_t points;
+} starts;
+
+static crew_status on_start(int64_t step, double wall_time, void *user)
+{
+    starts *st = user;
+    if (!st->n++) {
+        st->step = step;
+        st->points_before = st->points;
+    }
+    return CREW_OK;
+}
+
+static crew_status count_point(const crew_tb_point *p, void *user)
+{
+    ((starts *)user)->points++;
+    return CREW_OK;
+}
+
+/* A killed run's file (steps 1-7, its last record cut short) and the resumed run's (START at step
+ * 5, then steps 5-9) in one directory: read as a run, each step once, with the re-run's values. */
+static void test_restart(void)
+{
+    char dir[128], a[192], b[192];
+    snprintf(dir, sizeof dir, "%s/restart", tmp_dir);
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(a, sizeof a, "%s/events.out.tfevents.1000000000.x.1.crew", dir);
+    snprintf(b, sizeof b, "%s/events.out.tfevents.1000000100.x.2.crew", dir);
+    crew_tb_writer *w = NULL;
+    CHECK_OK(crew_tb_open_file(a, &w));
+    for (int s = 1; w && s <= 7; s++) CHECK_OK(crew_tb_scalar(w, "train/loss", s, 1.0 + s, 1.0f + (float)s));
+    crew_tb_close(w);
+    struct stat st;
+    CHECK(stat(a, &st) == 0 && truncate(a, st.st_size - 5) == 0); /* killed inside step 7's record */
+    CHECK_OK(crew_tb_open_file(b, &w));
+    CHECK_OK(crew_tb_session_start(w, 5, 200.0, "resumed from the checkpoint at step 4"));
+    for (int s = 5; w && s <= 9; s++) CHECK_OK(crew_tb_scalar(w, "train/loss", s, 200.0 + s, 10.0f + (float)s));
+    CHECK_OK(crew_tb_flush(w));
+    crew_tb_close(w);
+
+    /* The START is reported, before the scalars that follow it; one file alone is not purged. */
+    size_t n = 0;
+    uint8_t *img = read_file(b, &n);
+    starts sc = {0};
+    crew_tb_parse_options o = {.on_scalar = count_point, .on_start = on_start, .user = &sc};
+    int64_t records = 0;
+    CHECK_OK(crew_tb_parse_with(img, n, b, &o, &records, NULL));
+    CHECK(sc.n == 1 && sc.step == 5 && sc.points_before == 0 && sc.points == 5 && records == 7);
+    CHECK_OK(crew_tb_parse(img, n, b, NULL, NULL, NULL)); /* a reader that does not ask is not told */
+    free(img);
+
+    /* The torn record: an error for the strict reader, the end of the file for a run's. */
+    CHECK_ERR(crew_tb_read(a, NULL, NULL), "truncated");
+    img = read_file(a, &n);
+    size_t torn = 0;
+    crew_tb_parse_options lax = {.torn_tail_ok = 1};
+    CHECK_OK(crew_tb_parse_with(img, n, a, &lax, &records, &torn));
+    size_t last = record_offset(img, n, 7);
+    CHECK_MSG(records == 7 && last < n && torn == n - last, "%lld records, %zu torn bytes", (long long)records, torn);
+    img[record_offset(img, n, 2) + 14] ^= 0x20; /* damage inside a whole record stays an error */
+    CHECK_ERR(crew_tb_parse_with(img, n, a, &lax, NULL, NULL), "record 2 at offset");
+    free(img);
+
+    crew_tb_scalar_list l;
+    CHECK_OK(crew_tb_read_run(dir, &l));
+    CHECK(l.files == 2 && l.restarts == 1 && l.purged == 2 && l.torn_bytes == (int64_t)torn);
+    int ok = l.count == 9;
+    for (int64_t i = 0; ok && i < l.count; i++) {
+        const crew_tb_point *p = &l.points[i];
+        float want = p->step <= 4 ? 1.0f + (float)p->step : 10.0f + (float)p->step;
+        ok = p->step == i + 1 && p->value == want && !strcmp(p->tag, "train/loss");
+    }
+    CHECK_MSG(ok, "%lld points; expected steps 1-4 of the killed run, 5-9 of the resumed one", (long long)l.count);
+    crew_tb_scalar_list_free(&l);
+
+    char missing[160];
+    snprintf(missing, sizeof missing, "%s/no-such-dir", tmp_dir);
+    CHECK_ERR(crew_tb_read_run(missing, &l), "no-such-dir");
+    CHECK(l.count == 0 && l.points == NULL);
+
+    /* A malformed SessionLog is named like any other field. */
+    bytes ev = {.n = 0}, log = {.n = 0};
+    put_key(&log, 1, 5);
+    put_le(&log, 1, 4);
+    put_len_field(&ev, 7, log.b, log.n);
+    expect_bad_event(&ev, "session_log field 1 (status) has wire type fixed32, expected varint");
+    ev.n = 0;
+    put_key(&ev, 7, 0);
+    put_varint(&ev, 1);
+    expect_bad_event(&ev, "event field 7 (session_log) has wire type varint");
+}
+
 /* ---------------------------------------------------------------- write failures */
 
 static void test_write_errors(void)
@@ -590,6 +689,7 @@ int main(void)
     if (event_path[0]) test_damaged(event_path);
     test_unknown_fields();
     test_malformed_protobuf();
+    test_restart();
     test_write_errors();
     nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return check_report();

@@ -10,8 +10,11 @@ tensorboard.backend.event_processing.event_file_loader, which checks both CRCs o
 then every scalar tag with its number of points and its first and last (step, value), as
 TensorBoard's EventAccumulator loads them (size_guidance 0: keep every point).
 
-Exits 1 when a tag named in --expect-tags is missing, or when a tag (each expected tag, or every
-tag if none are named) has fewer than --expect-steps points; 2 when there are no event files.
+Exits 1 when a tag named in --expect-tags is missing, when a tag (each expected tag, or every
+tag if none are named) has fewer than --expect-steps points, or when a tag has two points at one
+step; 2 when there are no event files. Two points at a step are what a resumed run leaves when
+its restart is not marked: crew writes a SessionLog START at the first step it runs again, and
+TensorBoard then drops the earlier points from that step on (docs/TENSORBOARD.md, "Resumed runs").
 It is a check that real TensorBoard reads what crew writes; crew's own tests do not need it.
 """
 import argparse
@@ -92,6 +95,13 @@ def main():
             n = len(scalars.get(tag, []))
             if tag in scalars and n < args.expect_steps:
                 failures.append(f"tag {tag!r} has {n} points, expected at least {args.expect_steps}")
+    for tag in sorted(scalars):
+        steps = [p.step for p in scalars[tag]]
+        twice = len(steps) - len(set(steps))
+        if twice:
+            first = next(s for i, s in enumerate(steps) if s in steps[:i])
+            failures.append(f"tag {tag!r} has {twice} points at steps it already had (the first at step {first}): "
+                            "a restart that TensorBoard was not told of")
     for msg in failures:
         print(f"FAIL: {msg}", file=sys.stderr)
     if not failures:

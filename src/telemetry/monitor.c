@@ -1,14 +1,19 @@
 /* monitor.c — metrics.jsonl, events, and the end-of-run summary (the detectors are in
- * detectors.c). One JSON object per line, written with fprintf: a line per step must be cheap. */
+ * detectors.c, what a resumed run appends in monitor_resume.c). One JSON object per line, formatted
+ * in memory and written when it ends (crew_text_file): a line per step must be cheap, a killed run
+ * must leave whole lines, and a full disk must be reported with its real reason (text_file.h says
+ * why not stdio). */
 #include "telemetry/monitor.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/status.h"
 #include "core/timer.h"
@@ -29,42 +34,54 @@ const char *crew_event_kind_name(crew_event_kind kind)
 }
 
 /* A number, or null when it is not finite (JSON has no NaN). */
-static void json_num(FILE *f, const char *key, double v, int comma)
+static void json_num(crew_text_file *f, const char *key, double v, int comma)
 {
     if (isfinite(v))
-        fprintf(f, "\"%s\":%.7g%s", key, v, comma ? "," : "");
+        crew_text_printf(f, "\"%s\":%.7g%s", key, v, comma ? "," : "");
     else
-        fprintf(f, "\"%s\":null%s", key, comma ? "," : "");
+        crew_text_printf(f, "\"%s\":null%s", key, comma ? "," : "");
 }
 
-static crew_status write_error(crew_monitor *m)
-{
-    return crew_errorf(CREW_CODE_IO, "%s: write failed: %s", m->path, strerror(errno));
-}
-
-static crew_status check_file(crew_monitor *m)
-{
-    if (m->jsonl && ferror(m->jsonl)) return write_error(m);
-    return CREW_OK;
-}
-
-static void write_run_line(crew_monitor *m)
+static crew_status write_run_line(crew_monitor *m)
 {
     const crew_fit_plan *p = &m->plan;
-    FILE *f = m->jsonl;
-    fprintf(f, "{\"type\":\"run\",\"time\":%.3f,\"crew_version\":", crew_unix_now());
-    crew_json_write_string(f, crew_version());
+    crew_text_file *f = &m->jsonl;
+    crew_text_printf(f, "{\"type\":\"run\",\"time\":%.3f,\"crew_version\":", crew_unix_now());
+    crew_text_json_string(f, crew_version());
     char blas[256]; /* which kernels computed this run: speed figures are read against them */
     crew_blas_describe(blas, sizeof blas);
-    fprintf(f, ",\"blas\":");
-    crew_json_write_string(f, blas);
-    fprintf(f, ",\"devices\":%d,\"batch_per_device\":%lld,\"accumulation\":%d,\"global_batch\":%lld,"
-               "\"steps_per_epoch\":%lld,\"total_steps\":%lld,\"epochs\":%d,",
-            p->devices, (long long)p->batch_per_device, p->accumulation, (long long)p->global_batch,
-            (long long)p->steps_per_epoch, (long long)p->total_steps, p->epochs);
+    crew_text_puts(f, ",\"blas\":");
+    crew_text_json_string(f, blas);
+    crew_text_printf(f, ",\"devices\":%d,\"batch_per_device\":%lld,\"accumulation\":%d,\"global_batch\":%lld,"
+                        "\"steps_per_epoch\":%lld,\"total_steps\":%lld,\"epochs\":%d,",
+                     p->devices, (long long)p->batch_per_device, p->accumulation, (long long)p->global_batch,
+                     (long long)p->steps_per_epoch, (long long)p->total_steps, p->epochs);
     json_num(f, "base_lr", p->base_lr, 1);
     json_num(f, "scaled_lr", p->scaled_lr, 1);
-    fprintf(f, "\"warmup_steps\":%lld}\n", (long long)p->warmup_steps);
+    crew_text_printf(f, "\"warmup_steps\":%lld}", (long long)p->warmup_steps);
+    return crew_text_end_line(f);
+}
+
+/* metrics.jsonl, new or (a resumed run) to append to after its last complete line. */
+static crew_status open_record(crew_monitor *m)
+{
+    int flags = O_CLOEXEC | O_CREAT | (m->cfg.append ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC);
+    int fd = open(m->path, flags, 0644);
+    if (fd < 0) return crew_errorf(CREW_CODE_IO, "cannot create %s: %s", m->path, strerror(errno));
+    if (m->cfg.append) {
+        crew_status s = crew_monitor_resume_scan(m, fd);
+        if (s) {
+            close(fd);
+            return s;
+        }
+    }
+    CREW_TRY(crew_text_attach(&m->jsonl, fd, m->path));
+    m->has_file = 1;
+    if (m->torn_completed) {
+        crew_text_putc(&m->jsonl, '\n'); /* the last line lacked only its newline */
+        CREW_TRY(crew_text_flush(&m->jsonl));
+    }
+    return CREW_OK;
 }
 
 crew_status crew_monitor_open(const crew_monitor_config *cfg, const crew_fit_plan *plan, crew_monitor **out)
@@ -72,6 +89,7 @@ crew_status crew_monitor_open(const crew_monitor_config *cfg, const crew_fit_pla
     *out = NULL;
     crew_monitor *m = calloc(1, sizeof *m);
     if (!m) return CREW_OOM();
+    m->jsonl.fd = -1;
     m->cfg = *cfg;
     m->plan = *plan;
     m->n = plan->devices;
@@ -86,20 +104,14 @@ crew_status crew_monitor_open(const crew_monitor_config *cfg, const crew_fit_pla
         return CREW_OOM();
     }
     if (cfg->run_dir) {
-        if (mkdir(cfg->run_dir, 0755) != 0 && errno != EEXIST) {
-            crew_status s = crew_errorf(CREW_CODE_IO, "cannot create run directory %s: %s", cfg->run_dir, strerror(errno));
-            crew_monitor_close(m);
-            return s;
-        }
-        snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", cfg->run_dir);
-        m->jsonl = fopen(m->path, cfg->append ? "a" : "w");
-        if (!m->jsonl) {
-            crew_status s = crew_errorf(CREW_CODE_IO, "cannot create %s: %s", m->path, strerror(errno));
-            crew_monitor_close(m);
-            return s;
-        }
-        write_run_line(m);
-        crew_status s = crew_monitor_tb_open(m);
+        crew_status s = CREW_OK;
+        if (mkdir(cfg->run_dir, 0755) != 0 && errno != EEXIST)
+            s = crew_errorf(CREW_CODE_IO, "cannot create run directory %s: %s", cfg->run_dir, strerror(errno));
+        else if ((size_t)snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", cfg->run_dir) >= sizeof m->path)
+            s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "run directory %s: path too long", cfg->run_dir);
+        if (!s) s = open_record(m);
+        if (!s) s = write_run_line(m);
+        if (!s) s = crew_monitor_tb_open(m);
         if (s) {
             crew_monitor_close(m);
             return s;
@@ -109,57 +121,59 @@ crew_status crew_monitor_open(const crew_monitor_config *cfg, const crew_fit_pla
     return CREW_OK;
 }
 
-static void write_step_line(crew_monitor *m, const crew_step_record *r)
+static crew_status write_step_line(crew_monitor *m, const crew_step_record *r)
 {
-    FILE *f = m->jsonl;
-    fprintf(f, "{\"type\":\"step\",\"step\":%lld,\"epoch\":%d,\"time\":%.3f,", (long long)r->step, r->epoch, r->time);
+    crew_text_file *f = &m->jsonl;
+    crew_text_printf(f, "{\"type\":\"step\",\"step\":%lld,\"epoch\":%d,\"time\":%.3f,", (long long)r->step, r->epoch,
+                     r->time);
     json_num(f, "loss", r->loss, 1);
     json_num(f, "accuracy", r->accuracy, 1);
     json_num(f, "lr", r->lr, 1);
-    fprintf(f, "\"global_batch\":%lld,", (long long)r->global_batch);
+    crew_text_printf(f, "\"global_batch\":%lld,", (long long)r->global_batch);
     json_num(f, "step_s", r->step_s, 1);
     json_num(f, "samples_per_s", r->step_s > 0 ? (double)r->global_batch / r->step_s : NAN, 1);
-    if (r->skipped) fprintf(f, "\"skipped\":true,");
-    fprintf(f, "\"replicas\":[");
+    if (r->skipped) crew_text_puts(f, "\"skipped\":true,");
+    crew_text_puts(f, "\"replicas\":[");
     for (int i = 0; i < r->n_replicas; i++) {
         const crew_step_times *t = &r->replicas[i];
-        fprintf(f, "%s{\"rank\":%d,", i ? "," : "", i);
+        crew_text_printf(f, "%s{\"rank\":%d,", i ? "," : "", i);
         json_num(f, "data_s", t->data_s, 1);
         json_num(f, "forward_s", t->forward_s, 1);
         json_num(f, "backward_s", t->backward_s, 1);
         json_num(f, "comm_exposed_s", t->comm_exposed_s, 1);
         json_num(f, "comm_hidden_s", t->comm_hidden_s, 1);
         json_num(f, "optimizer_s", t->optimizer_s, 0);
-        fputc('}', f);
+        crew_text_putc(f, '}');
     }
-    fprintf(f, "]}\n");
+    crew_text_puts(f, "]}");
+    return crew_text_end_line(f);
 }
 
 crew_status crew_monitor_step(crew_monitor *m, const crew_step_record *r)
 {
-    if (m->jsonl) {
-        write_step_line(m, r);
+    if (m->resume_pending) CREW_TRY(crew_monitor_resume_line(m, r->step));
+    m->last_step = r->step;
+    if (m->has_file) {
+        CREW_TRY(write_step_line(m, r));
         CREW_TRY(crew_monitor_tb_step(m, r));
     }
-    CREW_TRY(crew_detect_step(m, r));
-    return check_file(m);
+    return crew_detect_step(m, r);
 }
 
 crew_status crew_monitor_epoch(crew_monitor *m, const crew_epoch_info *e)
 {
-    if (!m->jsonl) return CREW_OK;
-    FILE *f = m->jsonl;
-    fprintf(f, "{\"type\":\"epoch\",\"epoch\":%d,\"steps\":%lld,", e->epoch, (long long)e->steps);
+    if (!m->has_file) return CREW_OK;
+    crew_text_file *f = &m->jsonl;
+    crew_text_printf(f, "{\"type\":\"epoch\",\"epoch\":%d,\"steps\":%lld,", e->epoch, (long long)e->steps);
     json_num(f, "train_loss", e->train_loss, 1);
     json_num(f, "train_accuracy", e->train_accuracy, 1);
     json_num(f, "test_loss", e->test_loss, 1);
     json_num(f, "test_accuracy", e->test_accuracy, 1);
     json_num(f, "wall_s", e->wall_s, 1);
     json_num(f, "samples_per_s", e->samples_per_s, 0);
-    fprintf(f, "}\n");
-    CREW_TRY(crew_monitor_tb_epoch(m, e));
-    if (fflush(f) != 0) return write_error(m);
-    return CREW_OK;
+    crew_text_putc(f, '}');
+    CREW_TRY(crew_text_end_line(f));
+    return crew_monitor_tb_epoch(m, e);
 }
 
 crew_status crew_monitor_event(crew_monitor *m, crew_event_kind kind, int64_t step, int rank, double value,
@@ -171,24 +185,27 @@ crew_status crew_monitor_event(crew_monitor *m, crew_event_kind kind, int64_t st
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     m->events++;
-    if (m->jsonl) {
-        FILE *f = m->jsonl;
-        fprintf(f, "{\"type\":\"event\",\"step\":%lld,\"kind\":\"%s\",", (long long)step, crew_event_kind_name(kind));
+    crew_status s = CREW_OK;
+    if (m->has_file) {
+        crew_text_file *f = &m->jsonl;
+        crew_text_printf(f, "{\"type\":\"event\",\"step\":%lld,\"kind\":\"%s\",", (long long)step,
+                         crew_event_kind_name(kind));
         if (rank >= 0)
-            fprintf(f, "\"rank\":%d,", rank);
+            crew_text_printf(f, "\"rank\":%d,", rank);
         else
-            fprintf(f, "\"rank\":null,");
+            crew_text_puts(f, "\"rank\":null,");
         json_num(f, "value", value, 1);
-        fprintf(f, "\"message\":");
-        crew_json_write_string(f, msg);
-        fprintf(f, "}\n");
-        fflush(f); /* an event may be the last thing a failing run writes */
+        crew_text_puts(f, "\"message\":");
+        crew_text_json_string(f, msg);
+        crew_text_putc(f, '}');
+        s = crew_text_end_line(f);
     }
+    /* The person hears of the event even when the record could not take it. */
     if (m->cfg.on_event) {
         crew_event_info e = {kind, crew_event_kind_name(kind), step, rank, value, msg};
         m->cfg.on_event(m->cfg.user, &e);
     }
-    return check_file(m);
+    return s;
 }
 
 int crew_monitor_events(const crew_monitor *m) { return m->events; }
@@ -196,9 +213,10 @@ int crew_monitor_events(const crew_monitor *m) { return m->events; }
 crew_status crew_monitor_finish(crew_monitor *m, crew_fit_result *res)
 {
     crew_summarize(m, res);
-    if (!m->jsonl) return CREW_OK;
-    FILE *f = m->jsonl;
-    fprintf(f, "{\"type\":\"summary\",\"steps\":%lld,\"epochs\":%d,", (long long)res->steps, res->epochs);
+    if (!m->has_file) return CREW_OK;
+    if (m->resume_pending) CREW_TRY(crew_monitor_resume_line(m, 0)); /* no step ran after the restart */
+    crew_text_file *f = &m->jsonl;
+    crew_text_printf(f, "{\"type\":\"summary\",\"steps\":%lld,\"epochs\":%d,", (long long)res->steps, res->epochs);
     json_num(f, "wall_s", res->wall_s, 1);
     json_num(f, "samples_per_s", res->samples_per_s, 1);
     json_num(f, "test_accuracy", res->test_accuracy, 1);
@@ -207,17 +225,19 @@ crew_status crew_monitor_finish(crew_monitor *m, crew_fit_result *res)
     json_num(f, "compute_fraction", res->compute_fraction, 1);
     json_num(f, "comm_exposed_fraction", res->comm_exposed_fraction, 1);
     json_num(f, "optimizer_fraction", res->optimizer_fraction, 1);
-    fprintf(f, "\"skipped_updates\":%lld,\"events\":%d,\"bottleneck\":", (long long)res->skipped_updates, m->events);
-    crew_json_write_string(f, res->bottleneck);
-    fprintf(f, "}\n");
-    if (fflush(f) != 0) return write_error(m);
+    crew_text_printf(f, "\"skipped_updates\":%lld,\"events\":%d,\"bottleneck\":", (long long)res->skipped_updates,
+                     m->events);
+    crew_text_json_string(f, res->bottleneck);
+    crew_text_putc(f, '}');
+    CREW_TRY(crew_text_end_line(f));
     return crew_monitor_tb_flush(m);
 }
 
 void crew_monitor_close(crew_monitor *m)
 {
     if (!m) return;
-    if (m->jsonl) fclose(m->jsonl);
+    /* Nothing is left to report a failure to: finish flushed everything that mattered. */
+    crew_status_free(crew_text_close(&m->jsonl, 0));
     crew_monitor_tb_close(m);
     free(m->win_compute);
     free(m->total_compute);

@@ -13,7 +13,10 @@
 
 typedef struct crew_monitor_config {
     const char *run_dir;            /* NULL: no files */
-    int append;                     /* a resumed run: metrics.jsonl goes on where it stopped */
+    /* A resumed run: metrics.jsonl goes on after its last complete line (a torn last line is cut
+     * off), and a "resume" line before the first step record says which logged steps are run
+     * again (monitor_resume.c; docs/METRICS.md, "Resumed runs"). */
+    int append;
     double straggler_threshold;     /* fraction above the others' median [0.2] */
     int64_t straggler_window;       /* steps per verdict [50] */
     double input_bound_fraction;    /* data waiting above this fraction of a step [0.05] */

@@ -37,7 +37,16 @@ crew_status crew_monitor_tb_epoch(crew_monitor *m, const crew_epoch_info *e)
     if (!m->tb) return CREW_OK;
     static const char *const tags[] = {"test/loss", "test/accuracy"};
     float v[] = {e->test_loss, e->test_accuracy};
-    CREW_TRY(crew_tb_scalars(m->tb, m->steps, crew_unix_now(), tags, v, 2));
+    /* At the step the epoch ended: m->steps counts only this run's steps, and a resumed run
+     * started after its checkpoint. */
+    CREW_TRY(crew_tb_scalars(m->tb, m->last_step, crew_unix_now(), tags, v, 2));
+    return crew_tb_flush(m->tb);
+}
+
+crew_status crew_monitor_tb_restart(crew_monitor *m, int64_t step, const char *msg)
+{
+    if (!m->tb) return CREW_OK;
+    CREW_TRY(crew_tb_session_start(m->tb, step, crew_unix_now(), msg));
     return crew_tb_flush(m->tb);
 }
 

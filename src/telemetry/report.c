@@ -5,6 +5,7 @@
 #include "telemetry/report.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "core/status.h"
 #include "telemetry/monitor.h"
+#include "telemetry/text_file.h"
 
 /* ---------------------------------------------------------------- the page */
 
@@ -142,6 +144,31 @@ static void write_facts(FILE *f, const crew_report_data *d)
     fputs("</div>\n", f);
 }
 
+/* Restarts, and lines that were left out: the page says what it does not show, and why. */
+static void write_restarts(FILE *f, const crew_report_data *d)
+{
+    for (int i = 0; i < d->n_resumes; i++) {
+        fputs("<p class=\"note resume\"><b>Resumed:</b> ", f);
+        crew_report_escape(f, d->resumes[i].message);
+        fprintf(f, " (line %lld).</p>\n", (long long)d->resumes[i].line);
+    }
+    if (d->total_resumes > d->n_resumes)
+        fprintf(f, "<p class=\"note resume\">… and %lld more restarts.</p>\n", (long long)(d->total_resumes - d->n_resumes));
+    if (d->replaced_lines > 0)
+        fprintf(f, "<p class=\"how\">%lld lines about steps that were run again after a restart are replaced by the "
+                   "re-run's lines: each step is shown once.</p>\n", (long long)d->replaced_lines);
+    if (d->torn_lines == 1)
+        fprintf(f, "<p class=\"warn\">A torn line (at line %lld) was left out: a run was killed while writing it, "
+                   "and a resumed run's line was appended to it.</p>\n", (long long)d->first_torn_line);
+    else if (d->torn_lines > 1)
+        fprintf(f, "<p class=\"warn\">%lld torn lines (the first at line %lld) were left out: a run was killed while "
+                   "writing each, and a resumed run's line was appended to it.</p>\n",
+                (long long)d->torn_lines, (long long)d->first_torn_line);
+    if (d->torn_bytes > 0)
+        fprintf(f, "<p class=\"warn\">The last line of metrics.jsonl is incomplete (%lld bytes): the run is still "
+                   "writing it, or was killed while writing it. It was left out.</p>\n", (long long)d->torn_bytes);
+}
+
 static void write_header(FILE *f, const char *run_dir, const crew_report_data *d)
 {
     fputs("<h1>crew training report</h1>\n<p class=\"sub\">", f);
@@ -167,6 +194,7 @@ static void write_header(FILE *f, const char *run_dir, const crew_report_data *d
         fputs("<p class=\"warn\">No summary line: the run did not finish (it may still be running, or it "
               "failed or was stopped). The report shows what was recorded.</p>\n", f);
     if (d->step_lines == 0) fputs("<p class=\"warn\">metrics.jsonl holds no steps: there is nothing to chart.</p>\n", f);
+    write_restarts(f, d);
     if (d->skipped_steps > 0)
         fprintf(f, "<p class=\"warn\">%lld updates were skipped (NaN or infinite gradients).</p>\n",
                 (long long)d->skipped_steps);
@@ -271,17 +299,35 @@ static void write_page(FILE *f, const char *run_dir, const crew_report_data *d)
           "</main>\n</body>\n</html>\n", f);
 }
 
-/* Writes the page into tmp, flushed to disk; the caller renames it. */
-static crew_status write_file(const char *tmp, const char *run_dir, const crew_report_data *d)
+/* Writes the page into tmp, synced to disk; the caller renames it. The page is drawn into memory
+ * first and written with crew_text_file, so that a full disk or a file-size limit is reported with
+ * its reason (stdio's error flag carries none: text_file.h). out names the report in messages. */
+static crew_status write_file(const char *tmp, const char *out, const char *run_dir, const crew_report_data *d)
 {
-    FILE *f = fopen(tmp, "w");
-    if (!f) return crew_errorf(CREW_CODE_IO, "cannot create %s: %s", tmp, strerror(errno));
-    write_page(f, run_dir, d);
-    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int err = errno;
-    if (fclose(f) != 0 && !bad) bad = 1, err = errno;
-    if (bad) return crew_errorf(CREW_CODE_IO, "%s: write failed: %s", tmp, strerror(err));
-    return CREW_OK;
+    char *page = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&page, &len);
+    if (!mem) return CREW_OOM();
+    write_page(mem, run_dir, d);
+    int bad = ferror(mem);
+    if (fclose(mem) != 0 || bad) { /* only memory can run out here */
+        free(page);
+        return CREW_OOM();
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        crew_status s = crew_errorf(CREW_CODE_IO, "cannot create %s: %s", tmp, strerror(errno));
+        free(page);
+        return s;
+    }
+    crew_text_file t;
+    crew_status s = crew_text_attach(&t, fd, out);
+    if (!s) {
+        crew_text_puts(&t, page);
+        s = crew_text_close(&t, 1);
+    }
+    free(page);
+    return s;
 }
 
 crew_status crew_report_write(const char *run_dir, const char *out_path)
@@ -302,7 +348,7 @@ crew_status crew_report_write(const char *run_dir, const char *out_path)
         return s;
     }
     crew_report_read_config(run_dir, d);
-    s = write_file(tmp, run_dir, d);
+    s = write_file(tmp, out, run_dir, d);
     if (!s && rename(tmp, out) != 0)
         s = crew_errorf(CREW_CODE_IO, "cannot rename %s to %s: %s", tmp, out, strerror(errno));
     if (s) unlink(tmp);

@@ -19,6 +19,8 @@
 #define CREW_REPORT_MAX_EVENTS 1000    /* events kept for the table; the rest are only counted */
 #define CREW_REPORT_MAX_EPOCHS 1000    /* epoch lines kept; the rest are only counted */
 #define CREW_REPORT_MAX_LINE (4 << 20) /* bytes in one line of metrics.jsonl */
+#define CREW_REPORT_MAX_RESUMES 20     /* restarts described on the page; the rest are only counted */
+#define CREW_REPORT_MAX_RESTARTS 65536 /* restarts in one file, at most (each costs 16 bytes to read) */
 
 /* The parts of a step, in the stacking order of the breakdown chart. */
 enum {
@@ -59,6 +61,14 @@ typedef struct crew_report_epoch {
     double train_loss, train_accuracy, test_loss, test_accuracy, wall_s, samples_per_s; /* NaN: missing */
 } crew_report_epoch;
 
+/* A restart from a checkpoint: a "resume" line, or (files of an older crew, which wrote none) a
+ * run line followed by a step that had been logged already. */
+typedef struct crew_report_resume {
+    int64_t line;            /* of its run line (or of the resume line, if no run line came before) */
+    int64_t checkpoint_step; /* -1: unknown (no step ran after the restart) */
+    char message[400];
+} crew_report_resume;
+
 /* Everything the page shows. Numbers are NaN and counts -1 where the file did not say. */
 typedef struct crew_report_data {
     /* the run line */
@@ -96,9 +106,19 @@ typedef struct crew_report_data {
     double sum_wall_s, sum_samples_per_s, sum_test_accuracy, sum_test_loss;
     double sum_fraction[4];          /* data, compute, comm_exposed, optimizer */
     char bottleneck[512];
+
+    /* what was left out, and why (docs/METRICS.md, "Resumed runs" and "Torn lines") */
+    crew_report_resume resumes[CREW_REPORT_MAX_RESUMES]; /* [n_resumes] */
+    int n_resumes;
+    int64_t total_resumes;
+    int64_t replaced_lines;          /* lines about re-run steps that later lines replaced */
+    int64_t torn_bytes;              /* the torn last line (a run still writing, or killed), 0: none */
+    int64_t torn_lines, first_torn_line; /* torn lines inside the file, each with a line appended to it */
 } crew_report_data;
 
-/* Reads path (RUN_DIR/metrics.jsonl) into d. On error d is released. */
+/* Reads path (RUN_DIR/metrics.jsonl) into d. On error d is released. The file is read twice: once
+ * for its restarts, then for the figures, leaving out the lines that a restart replaced; a file
+ * still being written is read up to where the first reading ended. */
 crew_status crew_report_read(const char *path, crew_report_data *d);
 void crew_report_data_free(crew_report_data *d);
 /* Fills d->model and d->data from RUN_DIR/config.json where the run line left them empty. Never

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,27 +23,39 @@
 /* ---------------------------------------------------------------- reading lines */
 
 /* Lines of a file, each at most CREW_REPORT_MAX_LINE bytes, without reading more than that into
- * memory however the file looks (one endless line of binary data included). */
+ * memory however the file looks (one endless line of binary data included), and no further than
+ * `limit` bytes into the file. */
 typedef struct line_reader {
     FILE *f;
     char chunk[65536];
     size_t pos, end;
     char *line; /* [cap]: the current line, NUL-terminated */
     size_t len, cap;
-    int64_t number; /* 1-based number of the current line */
+    int64_t number;    /* 1-based number of the current line */
+    int terminated;    /* the current line ended with a newline (else it is the file's last) */
+    uint64_t consumed; /* bytes read from the file */
+    uint64_t limit;    /* UINT64_MAX: to the end */
+    int err;           /* errno of a failed read, taken at the read */
 } line_reader;
 
-/* 1: a line is in r->line; 0: end of file; -1: a line too long; -2: a read error. */
+/* 1: a line is in r->line; 0: end of file; -1: a line too long; -2: a read error; -3: no memory. */
 static int next_line(line_reader *r)
 {
     r->len = 0;
+    r->terminated = 0;
     int got_any = 0;
     for (;;) {
         if (r->pos == r->end) {
-            r->end = fread(r->chunk, 1, sizeof r->chunk, r->f);
+            size_t want = sizeof r->chunk;
+            if (r->limit - r->consumed < want) want = (size_t)(r->limit - r->consumed);
+            r->end = want ? fread(r->chunk, 1, want, r->f) : 0;
+            if (want && r->end < want && ferror(r->f)) {
+                r->err = errno;
+                return -2;
+            }
+            r->consumed += r->end;
             r->pos = 0;
             if (r->end == 0) {
-                if (ferror(r->f)) return -2;
                 if (!got_any) return 0;
                 break;
             }
@@ -63,11 +76,38 @@ static int next_line(line_reader *r)
         memcpy(r->line + r->len, start, take);
         r->len += take;
         r->pos += take + (nl ? 1 : 0);
-        if (nl) break;
+        if (nl) {
+            r->terminated = 1;
+            break;
+        }
     }
     r->line[r->len] = '\0';
     r->number++;
     return 1;
+}
+
+/* A line as JSON. A line that is not JSON but holds a line of ours after a torn start
+ * ({"type":... cut off, then {"type":... whole: earlier builds appended a resumed run's lines after
+ * a killed run's half-written one) gives the whole line; *salvaged says so. NULL when it is not
+ * JSON at all, *err_at then the offset where parsing stopped. crew's lines hold {"type": only at
+ * their start (a quote inside a string is escaped), so only its next occurrence is tried: a
+ * hostile line of them costs two parses, not one per occurrence. */
+static cJSON *parse_line(const char *text, size_t len, int *salvaged, size_t *err_at)
+{
+    static const char start[] = "{\"type\":";
+    const char *end = NULL;
+    *salvaged = 0;
+    cJSON *o = cJSON_ParseWithOpts(text, &end, 1);
+    *err_at = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+    if (o || len < sizeof start || memcmp(text, start, sizeof start - 1) != 0) return o;
+    const char *p = strstr(text + 1, start);
+    cJSON *rest = p ? cJSON_ParseWithOpts(p, NULL, 1) : NULL;
+    if (cJSON_IsObject(rest)) {
+        *salvaged = 1;
+        return rest;
+    }
+    cJSON_Delete(rest);
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- typed values */
@@ -76,6 +116,10 @@ typedef struct read_ctx {
     const char *path;
     int64_t line;
     crew_report_data *d;
+    /* Steps above this were run again after a later restart: this line's figures about them are
+     * replaced by later lines (INT64_MAX: none). */
+    int64_t cutoff;
+    int64_t raw_step;  /* the step of the latest step line, replaced or not */
 } read_ctx;
 
 /* The number under key: NaN when absent, null or not finite (1e999); an error for other types. */
@@ -262,12 +306,13 @@ static crew_status read_replicas(const read_ctx *c, const cJSON *arr, int b, dou
     return CREW_OK;
 }
 
-static crew_status read_step(const read_ctx *c, const cJSON *o)
+static crew_status read_step(read_ctx *c, const cJSON *o)
 {
     crew_report_data *d = c->d;
     int64_t step, batch;
     double loss, lr, step_s, time;
     CREW_TRY(get_int(c, o, "step", 1, MAX_STEP, 1, 0, &step));
+    c->raw_step = step;
     CREW_TRY(get_int(c, o, "global_batch", 0, MAX_STEP, 0, -1, &batch));
     CREW_TRY(get_num(c, o, "loss", &loss));
     CREW_TRY(get_num(c, o, "lr", &lr));
@@ -278,6 +323,10 @@ static crew_status read_step(const read_ctx *c, const cJSON *o)
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: \"replicas\" is not an array", c->path,
                            (long long)c->line);
     if (batch < 0) batch = d->global_batch;
+    if (step > c->cutoff) { /* run again after a restart: the later line counts */
+        d->replaced_lines++;
+        return CREW_OK;
+    }
 
     int b = bucket_of(d, step);
     crew_report_bucket *k = &d->bucket[b];
@@ -316,8 +365,6 @@ static crew_status read_step(const read_ctx *c, const cJSON *o)
 static crew_status read_epoch(const read_ctx *c, const cJSON *o)
 {
     crew_report_data *d = c->d;
-    d->total_epochs++;
-    if (d->n_epochs >= CREW_REPORT_MAX_EPOCHS) return CREW_OK;
     crew_report_epoch e = {.end_step = d->recent_step};
     int64_t epoch;
     CREW_TRY(get_int(c, o, "epoch", 0, 1e9, 0, -1, &epoch));
@@ -329,6 +376,12 @@ static crew_status read_epoch(const read_ctx *c, const cJSON *o)
     CREW_TRY(get_num(c, o, "test_accuracy", &e.test_accuracy));
     CREW_TRY(get_num(c, o, "wall_s", &e.wall_s));
     CREW_TRY(get_num(c, o, "samples_per_s", &e.samples_per_s));
+    if (c->raw_step > c->cutoff) { /* it ended after the checkpoint a later run restarted from */
+        d->replaced_lines++;
+        return CREW_OK;
+    }
+    d->total_epochs++;
+    if (d->n_epochs >= CREW_REPORT_MAX_EPOCHS) return CREW_OK;
     if (!d->epochs_seen) {
         d->epochs_seen = calloc(CREW_REPORT_MAX_EPOCHS, sizeof *d->epochs_seen);
         if (!d->epochs_seen) return CREW_OOM();
@@ -358,6 +411,10 @@ static crew_status read_event(const read_ctx *c, const cJSON *o)
     CREW_TRY(get_str(c, o, "kind", &kind));
     CREW_TRY(get_str(c, o, "message", &message));
     e.rank = (int)rank;
+    if (e.step > c->cutoff) { /* about a step that was run again */
+        d->replaced_lines++;
+        return CREW_OK;
+    }
     copy_str(e.kind, sizeof e.kind, kind ? kind : "info");
     d->total_events++;
     d->event_kinds[kind_index(e.kind)]++;
@@ -378,6 +435,10 @@ static crew_status read_summary(const read_ctx *c, const cJSON *o)
                                              "optimizer_fraction"};
     crew_report_data *d = c->d;
     const char *bottleneck, *message;
+    if (c->cutoff != INT64_MAX) { /* the run went on after it: a later summary, or none, counts */
+        d->replaced_lines++;
+        return CREW_OK;
+    }
     d->has_summary = 1;
     CREW_TRY(get_int(c, o, "steps", 0, MAX_STEP, 0, -1, &d->sum_steps));
     CREW_TRY(get_int(c, o, "epochs", 0, MAX_STEP, 0, -1, &d->sum_epochs));
@@ -393,8 +454,21 @@ static crew_status read_summary(const read_ctx *c, const cJSON *o)
     return CREW_OK;
 }
 
-/* One line: blank lines are skipped, lines of unknown type ignored (newer writers may add some). */
-static crew_status read_line(const read_ctx *c, const char *text, size_t len)
+/* A resume line: its figures were taken in the first reading (scan_restarts); here its types are
+ * checked, like every other line's. */
+static crew_status read_resume(const read_ctx *c, const cJSON *o)
+{
+    int64_t v;
+    const char *message;
+    CREW_TRY(get_int(c, o, "checkpoint_step", 0, MAX_STEP, 0, -1, &v));
+    CREW_TRY(get_int(c, o, "logged_through", 0, MAX_STEP, 0, -1, &v));
+    CREW_TRY(get_str(c, o, "message", &message));
+    return CREW_OK;
+}
+
+/* One line: blank lines are skipped, lines of unknown type ignored (newer writers may add some).
+ * `last` says that it is the file's last line and lacks its newline. */
+static crew_status read_line(read_ctx *c, const char *text, size_t len, int last)
 {
     size_t i = 0;
     while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r')) i++;
@@ -402,13 +476,17 @@ static crew_status read_line(const read_ctx *c, const char *text, size_t len)
     if (memchr(text, '\0', len))
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: holds a NUL byte (not a text file?)", c->path,
                            (long long)c->line);
-    const char *end = NULL;
-    cJSON *o = cJSON_ParseWithOpts(text, &end, 1);
-    if (!o) {
-        long long col = end && end >= text && end <= text + len ? (long long)(end - text) + 1 : 1;
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: not valid JSON (at column %lld)", c->path,
-                           (long long)c->line, col);
+    int salvaged;
+    size_t err_at;
+    cJSON *o = parse_line(text, len, &salvaged, &err_at);
+    if (!o && last) { /* being written, or cut off by a crash: not a line yet */
+        c->d->torn_bytes = (int64_t)len;
+        return CREW_OK;
     }
+    if (!o)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: not valid JSON (at column %lld)", c->path,
+                           (long long)c->line, (long long)err_at + 1);
+    if (salvaged && !c->d->torn_lines++) c->d->first_torn_line = c->line;
     crew_status s = CREW_OK;
     const char *type = NULL;
     if (!cJSON_IsObject(o))
@@ -420,8 +498,151 @@ static crew_status read_line(const read_ctx *c, const char *text, size_t len)
         else if (!strcmp(type, "epoch")) s = read_epoch(c, o);
         else if (!strcmp(type, "event")) s = read_event(c, o);
         else if (!strcmp(type, "summary")) s = read_summary(c, o);
+        else if (!strcmp(type, "resume")) s = read_resume(c, o);
     }
     cJSON_Delete(o);
+    return s;
+}
+
+/* ---------------------------------------------------------------- restarts (the first reading) */
+
+/* The restarts of a file, each as the line of its run line and the checkpoint's step: every line
+ * before it about a later step was run again, and later lines replace it. */
+typedef struct restart {
+    int64_t line, cutoff;
+} restart;
+
+typedef struct restart_scan {
+    const char *path;
+    crew_report_data *d;
+    restart *list;
+    int n, cap;
+    int64_t max_step;          /* over every step line so far */
+    /* the run (segment) being read: from its run line to the next */
+    int64_t seg_line;          /* -1: no run line yet */
+    int64_t seg_max_before;    /* max_step when it started */
+    int64_t seg_first_step;    /* its first step line's step, -1: none yet */
+    int64_t seg_checkpoint;    /* from its resume line, -1: none (or null) */
+    int seg_resume_line;       /* it has a resume line */
+    char seg_message[400];
+} restart_scan;
+
+static crew_status end_segment(restart_scan *r)
+{
+    if (r->seg_line < 0) return CREW_OK;
+    int64_t ckpt = r->seg_checkpoint;
+    int implied = 0;
+    if (ckpt < 0 && r->seg_first_step >= 1 && r->seg_first_step <= r->seg_max_before) {
+        ckpt = r->seg_first_step - 1; /* no resume line (an older crew), but a logged step came again */
+        implied = 1;
+    }
+    crew_report_data *d = r->d;
+    if (r->seg_resume_line || implied) {
+        d->total_resumes++;
+        if (d->n_resumes < CREW_REPORT_MAX_RESUMES) {
+            crew_report_resume *e = &d->resumes[d->n_resumes++];
+            e->line = r->seg_line;
+            e->checkpoint_step = ckpt;
+            if (implied)
+                snprintf(e->message, sizeof e->message,
+                         "restarted from step %lld: steps %lld-%lld were logged twice (this file has no resume line; "
+                         "an older crew wrote it), and the later lines are shown",
+                         (long long)ckpt, (long long)ckpt + 1, (long long)r->seg_max_before);
+            else
+                snprintf(e->message, sizeof e->message, "%s", r->seg_message[0] ? r->seg_message : "resumed");
+        }
+    }
+    if (ckpt < 0) return CREW_OK;
+    if (r->n == CREW_REPORT_MAX_RESTARTS)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s: more than %d restarts (not a metrics file?)", r->path,
+                           CREW_REPORT_MAX_RESTARTS);
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 16;
+        restart *l = realloc(r->list, sizeof *l * (size_t)cap);
+        if (!l) return CREW_OOM();
+        r->list = l;
+        r->cap = cap;
+    }
+    r->list[r->n++] = (restart){r->seg_line, ckpt};
+    return CREW_OK;
+}
+
+static void start_segment(restart_scan *r, int64_t line)
+{
+    r->seg_line = line;
+    r->seg_max_before = r->max_step;
+    r->seg_first_step = r->seg_checkpoint = -1;
+    r->seg_resume_line = 0;
+    r->seg_message[0] = '\0';
+}
+
+static void saw_step(restart_scan *r, int64_t step)
+{
+    if (r->seg_first_step < 0) r->seg_first_step = step;
+    if (step > r->max_step) r->max_step = step;
+}
+
+/* A whole integer at key in [0, MAX_STEP], or -1. */
+static int64_t int_at(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || v->valuedouble > MAX_STEP || v->valuedouble != floor(v->valuedouble))
+        return -1;
+    return (int64_t)v->valuedouble;
+}
+
+/* One line of the first reading. Lines that are not JSON are left for the second to report. */
+static crew_status scan_line(restart_scan *r, int64_t number, const char *text, size_t len)
+{
+    static const char step_start[] = "{\"type\":\"step\",\"step\":"; /* how crew writes them */
+    size_t k = sizeof step_start - 1;
+    /* (A torn step line with a run line appended to it starts the same way: parse_line below.) */
+    if (len > k && !memcmp(text, step_start, k) && text[k] >= '1' && text[k] <= '9' && !strstr(text + 1, "{\"type\":")) {
+        int64_t step = 0;
+        for (size_t i = k; i < len && i < k + 16 && text[i] >= '0' && text[i] <= '9'; i++) step = step * 10 + (text[i] - '0');
+        saw_step(r, step);
+        return CREW_OK;
+    }
+    /* Only run, resume and step lines matter here, and JSON strings escape their quotes, so a line
+     * without these quoted words cannot be one. */
+    if (!strstr(text, "\"run\"") && !strstr(text, "\"resume\"") && !strstr(text, "\"step\"")) return CREW_OK;
+    if (memchr(text, '\0', len)) return CREW_OK;
+    int salvaged;
+    size_t err_at;
+    cJSON *o = parse_line(text, len, &salvaged, &err_at);
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "type");
+    crew_status s = CREW_OK;
+    if (cJSON_IsString(type) && !strcmp(type->valuestring, "run")) {
+        s = end_segment(r);
+        start_segment(r, number);
+    } else if (cJSON_IsString(type) && !strcmp(type->valuestring, "resume")) {
+        if (r->seg_line < 0) start_segment(r, number);
+        r->seg_resume_line = 1;
+        r->seg_checkpoint = int_at(o, "checkpoint_step");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "message");
+        if (cJSON_IsString(m)) snprintf(r->seg_message, sizeof r->seg_message, "%s", m->valuestring);
+    } else if (cJSON_IsString(type) && !strcmp(type->valuestring, "step")) {
+        int64_t step = int_at(o, "step");
+        if (step >= 1) saw_step(r, step);
+    }
+    cJSON_Delete(o);
+    return s;
+}
+
+/* The first reading: the restarts, and how many bytes the second reading is to take. */
+static crew_status scan_restarts(line_reader *lr, restart_scan *r, uint64_t *bytes)
+{
+    crew_status s = CREW_OK;
+    int got;
+    *bytes = UINT64_MAX;
+    while (!s && (got = next_line(lr)) != 0) {
+        if (got == -3) return CREW_OOM();
+        if (got == -2) return crew_errorf(CREW_CODE_IO, "%s: read failed: %s", r->path, strerror(lr->err));
+        if (got == -1) return CREW_OK; /* too long: the second reading, not limited, says so at this line */
+        s = scan_line(r, lr->number, lr->line, lr->len);
+    }
+    if (!s) s = end_segment(r);
+    *bytes = lr->consumed;
     return s;
 }
 
@@ -456,29 +677,47 @@ crew_status crew_report_read(const char *path, crew_report_data *d)
     data_init(d);
     FILE *f = fopen(path, "rb");
     if (!f) return crew_errorf(CREW_CODE_IO, "cannot open %s: %s", path, strerror(errno));
-    line_reader *r = calloc(1, sizeof *r);
-    if (!r) {
+    line_reader *lr = calloc(1, sizeof *lr);
+    if (!lr) {
         fclose(f);
         return CREW_OOM();
     }
-    r->f = f;
-    read_ctx c = {path, 0, d};
-    crew_status s = CREW_OK;
-    int got;
-    while (!s && (got = next_line(r)) != 0) {
-        c.line = r->number + (got < 0 ? 1 : 0);
+    lr->f = f;
+    lr->limit = UINT64_MAX;
+    restart_scan rs = {.path = path, .d = d, .seg_line = -1};
+    uint64_t bytes = 0;
+    crew_status s = scan_restarts(lr, &rs, &bytes);
+    /* Suffix minima: a line is replaced above the lowest checkpoint of the restarts after it. */
+    for (int i = rs.n - 2; i >= 0; i--)
+        if (rs.list[i + 1].cutoff < rs.list[i].cutoff) rs.list[i].cutoff = rs.list[i + 1].cutoff;
+
+    if (!s && fseek(f, 0, SEEK_SET) != 0) s = crew_errorf(CREW_CODE_IO, "%s: cannot read it again: %s", path, strerror(errno));
+    char *keep_line = lr->line;
+    size_t keep_cap = lr->cap;
+    memset(lr, 0, sizeof *lr);
+    lr->f = f;
+    lr->line = keep_line;
+    lr->cap = keep_cap;
+    lr->limit = bytes; /* the same bytes as the first reading, however far the writer has gone since */
+    read_ctx c = {path, 0, d, INT64_MAX, 0};
+    int next = 0, got;
+    while (!s && (got = next_line(lr)) != 0) {
+        c.line = lr->number + (got < 0 ? 1 : 0);
+        while (next < rs.n && rs.list[next].line <= c.line) next++;
+        c.cutoff = next < rs.n ? rs.list[next].cutoff : INT64_MAX;
         if (got == -1)
             s = crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: longer than %d MiB (not a metrics file?)", path,
                             (long long)c.line, CREW_REPORT_MAX_LINE >> 20);
         else if (got == -2)
-            s = crew_errorf(CREW_CODE_IO, "%s: read failed: %s", path, strerror(errno));
+            s = crew_errorf(CREW_CODE_IO, "%s: read failed: %s", path, strerror(lr->err));
         else if (got == -3)
             s = CREW_OOM();
         else
-            s = read_line(&c, r->line, r->len);
+            s = read_line(&c, lr->line, lr->len, !lr->terminated);
     }
-    free(r->line);
-    free(r);
+    free(rs.list);
+    free(lr->line);
+    free(lr);
     fclose(f);
     if (s) crew_report_data_free(d);
     return s;

@@ -1,9 +1,11 @@
 /* tb_reader.c — event files from memory: TFRecord framing checked record by record, then a
- * minimal protobuf walk of Event -> Summary -> Value. No recursion: only those three message
- * types are looked into, everything else is skipped by its wire type, so nesting depth in the
- * input costs nothing. Every read is bounds-checked against the end of its enclosing message. */
+ * minimal protobuf walk of Event -> Summary -> Value and Event -> SessionLog. No recursion: only
+ * those message types are looked into, everything else is skipped by its wire type, so nesting
+ * depth in the input costs nothing. Every read is bounds-checked against the end of its enclosing
+ * message. crew_tb_read_run reads a run's directory the way TensorBoard shows it. */
 #include "telemetry/tb_reader.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -98,6 +100,7 @@ typedef struct parse_state {
     int64_t index;       /* the record being parsed */
     size_t offset;       /* its byte offset in the file */
     crew_tb_callback cb;
+    crew_tb_start_callback on_start;
     void *user;
     char *tag;           /* [tag_cap] scratch: the current tag, NUL-terminated */
     size_t tag_cap;
@@ -134,7 +137,27 @@ static crew_status expect_wire(const parse_state *st, const char *msg, const cha
 typedef struct event_head {
     double wall_time;
     int64_t step;
+    int session_start;   /* it holds a SessionLog whose status is START */
 } event_head;
+
+/* A SessionLog: its status (a varint enum) and msg (a string) are checked; the rest is skipped. */
+static crew_status parse_session_log(const parse_state *st, const uint8_t *p, const uint8_t *end, event_head *h)
+{
+    uint64_t status = 0;
+    while (p < end) {
+        pb_field f;
+        const char *err = pb_next(&p, end, &f);
+        if (err) return rec_error(st, "session_log: %s", err);
+        if (f.number == CREW_TB_SESSION_STATUS) {
+            CREW_TRY(expect_wire(st, "session_log", "status", &f, WIRE_VARINT));
+            status = f.u;
+        } else if (f.number == CREW_TB_SESSION_MSG) {
+            CREW_TRY(expect_wire(st, "session_log", "msg", &f, WIRE_LEN));
+        }
+    }
+    if (status == CREW_TB_SESSION_START) h->session_start = 1;
+    return CREW_OK;
+}
 
 /* Validates the Event's top-level fields and takes wall_time and step (the last of each wins,
  * as in protobuf; they may come after the summary). */
@@ -142,6 +165,7 @@ static crew_status parse_event_head(const parse_state *st, const uint8_t *p, con
 {
     h->wall_time = 0;
     h->step = 0;
+    h->session_start = 0;
     while (p < end) {
         pb_field f;
         const char *err = pb_next(&p, end, &f);
@@ -156,6 +180,9 @@ static crew_status parse_event_head(const parse_state *st, const uint8_t *p, con
             CREW_TRY(expect_wire(st, "event", "file_version", &f, WIRE_LEN));
         } else if (f.number == CREW_TB_EVENT_SUMMARY) {
             CREW_TRY(expect_wire(st, "event", "summary", &f, WIRE_LEN));
+        } else if (f.number == CREW_TB_EVENT_SESSION_LOG) {
+            CREW_TRY(expect_wire(st, "event", "session_log", &f, WIRE_LEN));
+            CREW_TRY(parse_session_log(st, f.data, f.data + f.len, h));
         }
     }
     return CREW_OK;
@@ -226,11 +253,16 @@ static crew_status parse_summaries(parse_state *st, const uint8_t *p, const uint
     return CREW_OK;
 }
 
-/* The framing of the record at st->offset; on success *data_len is its event's length. */
-static crew_status check_record(const parse_state *st, const uint8_t *b, size_t left, size_t *data_len)
+/* The framing of the record at st->offset; on success *data_len is its event's length. *cut_short
+ * says that the error is only that the file ends inside the record, which is what a writer still
+ * at work, or one that was killed, leaves. */
+static crew_status check_record(const parse_state *st, const uint8_t *b, size_t left, size_t *data_len, int *cut_short)
 {
-    if (left < CREW_TB_RECORD_HEADER)
+    *cut_short = 0;
+    if (left < CREW_TB_RECORD_HEADER) {
+        *cut_short = 1;
         return rec_error(st, "truncated: %zu bytes left, a record header needs %d", left, CREW_TB_RECORD_HEADER);
+    }
     uint64_t n = le64(b);
     uint32_t stored = le32(b + 8), computed = crew_crc32c_mask(crew_crc32c(b, 8));
     if (stored != computed)
@@ -240,9 +272,11 @@ static crew_status check_record(const parse_state *st, const uint8_t *b, size_t 
         return rec_error(st, "length %llu is absurd (the limit is %llu bytes)", (unsigned long long)n,
                          (unsigned long long)CREW_TB_MAX_RECORD);
     size_t body = left - CREW_TB_RECORD_HEADER;
-    if (n > body || body - n < CREW_TB_RECORD_FOOTER)
+    if (n > body || body - n < CREW_TB_RECORD_FOOTER) {
+        *cut_short = 1;
         return rec_error(st, "truncated: the record's data and CRC need %llu bytes after its header, only %zu are left",
                          (unsigned long long)n + CREW_TB_RECORD_FOOTER, body);
+    }
     stored = le32(b + CREW_TB_RECORD_HEADER + n);
     computed = crew_crc32c_mask(crew_crc32c(b + CREW_TB_RECORD_HEADER, (size_t)n));
     if (stored != computed)
@@ -252,20 +286,35 @@ static crew_status check_record(const parse_state *st, const uint8_t *b, size_t 
     return CREW_OK;
 }
 
-crew_status crew_tb_parse(const void *buf, size_t len, const char *what, crew_tb_callback cb, void *user,
-                          int64_t *records)
+crew_status crew_tb_parse_with(const void *buf, size_t len, const char *what, const crew_tb_parse_options *o,
+                               int64_t *records, size_t *torn_bytes)
 {
+    if (torn_bytes) *torn_bytes = 0;
     if (!buf && len) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_tb_parse: no buffer");
-    parse_state st = {.what = what ? what : "event file", .cb = cb, .user = user};
+    parse_state st = {.what = what ? what : "event file"};
+    if (o) {
+        st.cb = o->on_scalar;
+        st.on_start = o->on_start;
+        st.user = o->user;
+    }
     const uint8_t *b = buf;
     crew_status s = CREW_OK;
     while (!s && st.offset < len) {
         size_t n = 0;
-        s = check_record(&st, b + st.offset, len - st.offset, &n);
+        int cut_short;
+        s = check_record(&st, b + st.offset, len - st.offset, &n, &cut_short);
+        if (s && cut_short && o && o->torn_tail_ok) {
+            crew_status_free(s);
+            s = CREW_OK;
+            if (torn_bytes) *torn_bytes = len - st.offset;
+            break;
+        }
         if (s) break;
         const uint8_t *data = b + st.offset + CREW_TB_RECORD_HEADER;
         event_head h;
         s = parse_event_head(&st, data, data + n, &h);
+        /* A restart is reported before the event's own scalars, which belong to the new run. */
+        if (!s && h.session_start && st.on_start) s = st.on_start(h.step, h.wall_time, st.user);
         if (!s) s = parse_summaries(&st, data, data + n, &h);
         st.offset += CREW_TB_RECORD_HEADER + n + CREW_TB_RECORD_FOOTER;
         st.index++;
@@ -275,21 +324,32 @@ crew_status crew_tb_parse(const void *buf, size_t len, const char *what, crew_tb
     return s;
 }
 
+crew_status crew_tb_parse(const void *buf, size_t len, const char *what, crew_tb_callback cb, void *user,
+                          int64_t *records)
+{
+    crew_tb_parse_options o = {.on_scalar = cb, .user = user};
+    return crew_tb_parse_with(buf, len, what, &o, records, NULL);
+}
+
 /* ---------------------------------------------------------------- files */
 
-/* Maps the file and parses it; *records as crew_tb_parse. */
-static crew_status read_file(const char *path, crew_tb_callback cb, void *user, int64_t *records)
+/* Maps the file and parses it; *records and *torn_bytes as crew_tb_parse_with. */
+static crew_status read_file(const char *path, const crew_tb_parse_options *o, int64_t *records, size_t *torn_bytes)
 {
     if (!path) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_tb_read: no path");
     void *map;
     size_t len;
     CREW_TRY(crew_map_file(path, &map, &len));
-    crew_status s = crew_tb_parse(map, len, path, cb, user, records);
+    crew_status s = crew_tb_parse_with(map, len, path, o, records, torn_bytes);
     crew_unmap_file(map, len);
     return s;
 }
 
-crew_status crew_tb_read(const char *path, crew_tb_callback cb, void *user) { return read_file(path, cb, user, NULL); }
+crew_status crew_tb_read(const char *path, crew_tb_callback cb, void *user)
+{
+    crew_tb_parse_options o = {.on_scalar = cb, .user = user};
+    return read_file(path, &o, NULL, NULL);
+}
 
 typedef struct list_builder {
     crew_tb_scalar_list *list;
@@ -320,7 +380,69 @@ crew_status crew_tb_read_all(const char *path, crew_tb_scalar_list *out)
     if (!out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_tb_read_all: no output list");
     memset(out, 0, sizeof *out);
     list_builder lb = {.list = out};
-    crew_status s = read_file(path, append_point, &lb, &out->records);
+    crew_tb_parse_options o = {.on_scalar = append_point, .user = &lb};
+    crew_status s = read_file(path, &o, &out->records, NULL);
+    if (s) crew_tb_scalar_list_free(out);
+    return s;
+}
+
+/* A restart at `step`: the points read so far at that step or later are dropped, as TensorBoard
+ * does (EventAccumulator's purge of orphaned data). */
+static crew_status purge_from(int64_t step, double wall_time, void *user)
+{
+    list_builder *lb = user;
+    crew_tb_scalar_list *l = lb->list;
+    int64_t kept = 0;
+    for (int64_t i = 0; i < l->count; i++) {
+        if (l->points[i].step < step) l->points[kept++] = l->points[i];
+        else free((char *)l->points[i].tag);
+    }
+    l->purged += l->count - kept;
+    l->count = kept;
+    l->restarts++;
+    return CREW_OK;
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+crew_status crew_tb_read_run(const char *dir, crew_tb_scalar_list *out)
+{
+    if (!dir || !out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_tb_read_run: a directory and out are required");
+    memset(out, 0, sizeof *out);
+    DIR *d = opendir(dir);
+    if (!d) return crew_errorf(CREW_CODE_IO, "cannot open %s: %s", dir, strerror(errno));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    crew_status s = CREW_OK;
+    errno = 0;
+    for (struct dirent *e; !s && (e = readdir(d));) {
+        if (!strstr(e->d_name, "tfevents")) continue; /* what TensorBoard takes for an event file */
+        if (n == cap) {
+            cap = cap ? 2 * cap : 8;
+            char **nn = realloc(names, cap * sizeof *nn);
+            if (!nn) s = CREW_OOM();
+            else names = nn;
+        }
+        if (!s && !(names[n] = malloc(strlen(dir) + strlen(e->d_name) + 2))) s = CREW_OOM();
+        if (!s) sprintf(names[n++], "%s/%s", dir, e->d_name);
+        errno = 0;
+    }
+    if (!s && errno) s = crew_errorf(CREW_CODE_IO, "cannot list %s: %s", dir, strerror(errno));
+    closedir(d);
+    /* In name order, as TensorBoard reads a directory: crew's names start with the Unix time. */
+    if (n) qsort(names, n, sizeof *names, by_name);
+    list_builder lb = {.list = out};
+    crew_tb_parse_options o = {.on_scalar = append_point, .on_start = purge_from, .user = &lb, .torn_tail_ok = 1};
+    for (size_t i = 0; i < n && !s; i++) {
+        int64_t records = 0;
+        size_t torn = 0;
+        s = read_file(names[i], &o, &records, &torn);
+        out->records += records;
+        out->torn_bytes += (int64_t)torn;
+        out->files++;
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
     if (s) crew_tb_scalar_list_free(out);
     return s;
 }

@@ -9,8 +9,9 @@
  * written by TensorFlow or PyTorch read fine. Errors name the file, the record's index and its
  * byte offset: "x.tfevents: record 7 at offset 412: data CRC mismatch (...)".
  *
- * Only simple_value scalars are reported. Values of other kinds (histograms, images, and the
- * tensor-valued scalars of TF2's tf.summary) are skipped without looking inside. */
+ * Only simple_value scalars are reported, and (to a reader that asks) SessionLog START events,
+ * which mark a restart. Values of other kinds (histograms, images, and the tensor-valued scalars of
+ * TF2's tf.summary) are skipped without looking inside. */
 #ifndef CREW_TELEMETRY_TB_READER_H
 #define CREW_TELEMETRY_TB_READER_H
 
@@ -35,6 +36,23 @@ typedef struct crew_tb_point {
 /* Called for every scalar in file order; returning an error stops the read and passes it on. */
 typedef crew_status (*crew_tb_callback)(const crew_tb_point *p, void *user);
 
+/* Called for every SessionLog START event (a restart from a checkpoint at `step`), before the
+ * event's own scalars, if it has any. */
+typedef crew_status (*crew_tb_start_callback)(int64_t step, double wall_time, void *user);
+
+typedef struct crew_tb_parse_options {
+    crew_tb_callback on_scalar;   /* may be NULL */
+    crew_tb_start_callback on_start; /* may be NULL */
+    void *user;
+    /* A last record that the file ends inside (a writer still at work, or one that was killed)
+     * ends the file instead of being an error, as in TensorBoard. Damage is still an error. */
+    int torn_tail_ok;
+} crew_tb_parse_options;
+
+/* crew_tb_parse with options; *torn_bytes (if not NULL) is the size of a torn last record that
+ * was left out (0: none). */
+crew_status crew_tb_parse_with(const void *buf, size_t len, const char *what, const crew_tb_parse_options *o,
+                               int64_t *records, size_t *torn_bytes);
 /* Parses an event file image in memory; `what` names it in errors. cb may be NULL to only
  * validate. On success *records (if not NULL) is the number of records. */
 crew_status crew_tb_parse(const void *buf, size_t len, const char *what, crew_tb_callback cb, void *user,
@@ -46,11 +64,21 @@ crew_status crew_tb_read(const char *path, crew_tb_callback cb, void *user);
 typedef struct crew_tb_scalar_list {
     crew_tb_point *points; /* [count]; each tag is a malloc'd copy */
     int64_t count;
-    int64_t records;       /* records in the file */
+    int64_t records;       /* records in the file(s) */
+    /* crew_tb_read_run only: */
+    int files;             /* event files read */
+    int64_t restarts;      /* SessionLog START events */
+    int64_t purged;        /* points dropped by them */
+    int64_t torn_bytes;    /* bytes of torn last records left out */
 } crew_tb_scalar_list;
 
 /* Reads every scalar of the file at path. On error *out is empty. */
 crew_status crew_tb_read_all(const char *path, crew_tb_scalar_list *out);
+/* Reads a run's event files (every file in dir whose name holds "tfevents", in name order) the way
+ * TensorBoard shows them: a SessionLog START at step s drops the points read before it at step s
+ * or later (a resumed run's re-run steps are then there once, with the re-run's values), and a
+ * file's torn last record is left out. On error *out is empty. */
+crew_status crew_tb_read_run(const char *dir, crew_tb_scalar_list *out);
 void crew_tb_scalar_list_free(crew_tb_scalar_list *l);
 
 #endif

@@ -180,6 +180,25 @@ crew_status crew_tb_scalars(crew_tb_writer *w, int64_t step, double wall_time, c
     return write_record(w, len);
 }
 
+crew_status crew_tb_session_start(crew_tb_writer *w, int64_t step, double wall_time, const char *msg)
+{
+    if (!w) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_tb_session_start: no writer");
+    CREW_TRY(check_writable(w));
+    size_t mlen = msg ? strlen(msg) : 0;
+    if (mlen > 4096) mlen = 4096; /* a note for people; TensorBoard only looks at the status */
+    size_t session = 1 + varint_len(CREW_TB_SESSION_START) + (mlen ? len_field_size(mlen) : 0);
+    size_t len = event_head_size(step) + len_field_size(session);
+    CREW_TRY(reserve(w, len));
+    uint8_t *p = put_event_head(w->buf + CREW_TB_RECORD_HEADER, wall_time, step);
+    p = put_len_prefix(p, CREW_TB_EVENT_SESSION_LOG, session);
+    p = put_varint(put_key(p, CREW_TB_SESSION_STATUS, WIRE_VARINT), CREW_TB_SESSION_START);
+    if (mlen) {
+        p = put_len_prefix(p, CREW_TB_SESSION_MSG, mlen);
+        memcpy(p, msg, mlen);
+    }
+    return write_record(w, len);
+}
+
 crew_status crew_tb_scalar(crew_tb_writer *w, const char *tag, int64_t step, double wall_time, float value)
 {
     return crew_tb_scalars(w, step, wall_time, &tag, &value, 1);

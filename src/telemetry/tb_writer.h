@@ -12,9 +12,11 @@
  *   uint64 length (little-endian) | uint32 masked CRC-32C of those 8 bytes |
  *   length bytes of data          | uint32 masked CRC-32C of the data
  * and each record's data is a serialized tensorflow.Event (tensorflow/core/util/event.proto):
- *   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
- *   Summary { repeated Value value = 1; }
- *   Value   { string tag = 1; float simple_value = 2; }
+ *   Event      { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5;
+ *                SessionLog session_log = 7; }
+ *   Summary    { repeated Value value = 1; }
+ *   Value      { string tag = 1; float simple_value = 2; }
+ *   SessionLog { SessionStatus status = 1; string msg = 3; }   // START = 1
  * The first record carries file_version "brain.Event:2" and no summary.
  *
  * Writes are buffered (stdio); TensorBoard sees them after crew_tb_flush or crew_tb_close. After
@@ -33,6 +35,10 @@ enum {
     CREW_TB_EVENT_STEP = 2,         /* int64, wire type varint */
     CREW_TB_EVENT_FILE_VERSION = 3, /* string */
     CREW_TB_EVENT_SUMMARY = 5,      /* Summary message */
+    CREW_TB_EVENT_SESSION_LOG = 7,  /* SessionLog message */
+    CREW_TB_SESSION_STATUS = 1,     /* SessionLog.status, an enum (varint) */
+    CREW_TB_SESSION_MSG = 3,        /* SessionLog.msg, a string */
+    CREW_TB_SESSION_START = 1,      /* SessionLog.SessionStatus START */
     CREW_TB_SUMMARY_VALUE = 1,      /* repeated Value message */
     CREW_TB_VALUE_TAG = 1,          /* string */
     CREW_TB_VALUE_SIMPLE_VALUE = 2, /* float, wire type fixed32 */
@@ -65,6 +71,12 @@ crew_status crew_tb_scalar(crew_tb_writer *w, const char *tag, int64_t step, dou
  * separate events, and TensorBoard shows them the same way. */
 crew_status crew_tb_scalars(crew_tb_writer *w, int64_t step, double wall_time, const char *const *tags,
                             const float *values, int n);
+
+/* A SessionLog START event at `step` (msg may be NULL): a restart from a checkpoint. TensorBoard
+ * then drops every point it has read at `step` or later, from this file and the ones before it,
+ * so the steps a resumed run runs again are drawn once (TensorFlow marks its restarts the same
+ * way). */
+crew_status crew_tb_session_start(crew_tb_writer *w, int64_t step, double wall_time, const char *msg);
 
 /* Hands buffered records to the operating system, so TensorBoard can read them. */
 crew_status crew_tb_flush(crew_tb_writer *w);

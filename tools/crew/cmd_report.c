@@ -11,7 +11,9 @@ static const char *usage_text =
     "facts and bottleneck, loss and learning rate, throughput, where each step's time went,\n"
     "per-replica compute time with stragglers marked, and the events and epochs. The page needs\n"
     "no network and no script. By default it goes to RUN_DIR/report.html (crew train writes it\n"
-    "at the end of every run); see docs/REPORT.md.\n";
+    "at the end of every run); see docs/REPORT.md. A run that is still going, or was killed, gives\n"
+    "a report of what it recorded (a torn last line is left out); a run resumed from a checkpoint\n"
+    "shows each step once, as the re-run logged it, and says which steps were run again.\n";
 
 typedef struct report_args {
     const char *out;
