@@ -39,10 +39,11 @@ fuzz:
 	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
 	ctest --test-dir build-fuzz -L fuzz --output-on-failure -j $(JOBS)
 
-# Prepares Fashion-MNIST once, then trains the CNN data-parallel on all cores.
+# Prepares Fashion-MNIST once, then trains the CNN data-parallel on all cores (a new run in runs/demo
+# each time: --replace removes the previous one).
 demo: build
 	@[ -f $(DATA)/manifest.json ] || $(BUILD)/crew prep fashion-mnist --out $(DATA)
-	$(BUILD)/crew train $(MODEL) --data $(DATA) --run-dir $(RUN_DIR)
+	$(BUILD)/crew train $(MODEL) --data $(DATA) --run-dir $(RUN_DIR) --replace
 
 # The test suite under AddressSanitizer + UndefinedBehaviorSanitizer, and under ThreadSanitizer.
 asan: deps

@@ -334,8 +334,11 @@ typedef struct crew_fit_options {
     double checkpoint_every_s;      /* seconds; 0: not by time */
     int keep_checkpoints;           /* newest complete ones kept [3] */
     /* Continue from the newest complete checkpoint in checkpoint_dir (an older one when the newest
-     * is damaged). The global batch, per-device batch, seed and learning-rate plan are the
-     * checkpoint's; devices may differ (the accumulation is recomputed). */
+     * is damaged; an intact one of another model is refused, untouched). The global batch,
+     * per-device batch, length, seed and learning-rate plan are the checkpoint's, and so are
+     * threads_per_device, augment, pad_last_batch, sync_batch_norm and on_nan (crew_fit_get_plan
+     * shows them); devices may differ (the accumulation is recomputed), except for a model with
+     * batch normalization. docs/CHECKPOINTS.md. */
     int resume;
     void *user;
     volatile int *cancel;       /* when it becomes non-zero the run stops after the step */
@@ -387,6 +390,12 @@ typedef struct crew_fit_plan {
     int64_t warmup_steps;
     float warmup_start_lr;
     crew_schedule_type schedule;
+    /* The other settings that change the numbers a run computes. A checkpoint stores them with
+     * the rest of the plan, and a resumed run takes them from it (docs/CHECKPOINTS.md). */
+    crew_augment_options augment;
+    int pad_last_batch;
+    int sync_batch_norm;        /* as resolved: 1 when replicas share batch-norm statistics */
+    crew_nan_policy on_nan;
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With
@@ -491,6 +500,16 @@ crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const cr
  * Keras layouts (dense kernel [in, out], conv kernel [kh, kw, cin, cout]). */
 crew_status crew_model_save_weights(const crew_model *m, const char *path);
 crew_status crew_model_load_weights(crew_model *m, const char *path);
+/* The weights of a run that has done `steps` of its `total_steps` optimizer steps: saved as
+ * crew_model_save_weights does, with metadata "steps", "total_steps" and "finished" ("true" when
+ * steps == total_steps, else "false"), so that nobody takes an interrupted run's weights for
+ * final ones (docs/WEIGHTS.md). */
+crew_status crew_model_save_weights_progress(const crew_model *m, const char *path, int64_t steps,
+                                             int64_t total_steps);
+/* How far the run that wrote a weights file had got: *steps and *total_steps from its metadata,
+ * both -1 when the file does not say (written by crew_model_save_weights or another tool).
+ * Errors name the file. */
+crew_status crew_weights_progress(const char *path, int64_t *steps, int64_t *total_steps);
 
 /* ---------------------------------------------------------------- advice (docs/ADVISOR.md) */
 

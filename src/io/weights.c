@@ -6,7 +6,9 @@
  *
  * Loading demands an exact match — the same set of names, each with dtype F32 and the model's
  * shape — and checks everything before it writes anything, so a failed load leaves the model's
- * weights as they were. Metadata is not checked: files from other tools load when they match. */
+ * weights as they were. Metadata is not checked: files from other tools load when they match.
+ * A run's weights also say how far it got ("steps", "total_steps", "finished"), which crew eval
+ * reads to warn about an unfinished run's weights. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +63,8 @@ static crew_status gather(const crew_model *m, const crew_named_param *np, int n
     return CREW_OK;
 }
 
-crew_status crew_model_save_weights(const crew_model *m, const char *path)
+/* extra: metadata key/value pairs after format and model, NULL-terminated (or NULL). */
+static crew_status save_weights(const crew_model *m, const char *path, const char *const *extra)
 {
     if (!m || !path) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_save_weights: NULL argument");
     if (!m->laid_out || !m->initialized)
@@ -74,12 +77,52 @@ crew_status crew_model_save_weights(const crew_model *m, const char *path)
     crew_st_tensor *t = calloc((size_t)n + 1, sizeof *t);
     float *host = NULL;
     crew_status s = t ? gather(m, np, n, t, &host) : CREW_OOM();
-    const char *meta[] = {"format", "crew", "model", m->name, NULL};
+    const char *meta[16] = {"format", "crew", "model", m->name};
+    for (int i = 0; extra && extra[i] && i < 10; i++) meta[4 + i] = extra[i];
     if (!s) s = crew_st_write(path, t, n, meta);
     free(host);
     free(t);
     free(np);
     return s;
+}
+
+crew_status crew_model_save_weights(const crew_model *m, const char *path) { return save_weights(m, path, NULL); }
+
+crew_status crew_model_save_weights_progress(const crew_model *m, const char *path, int64_t steps, int64_t total_steps)
+{
+    if (steps < 0 || total_steps < steps)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: step %lld of %lld is not a run's progress", path ? path : "?",
+                           (long long)steps, (long long)total_steps);
+    char done[24], total[24];
+    snprintf(done, sizeof done, "%lld", (long long)steps);
+    snprintf(total, sizeof total, "%lld", (long long)total_steps);
+    const char *extra[] = {"steps", done, "total_steps", total, "finished", steps == total_steps ? "true" : "false",
+                           NULL};
+    return save_weights(m, path, extra);
+}
+
+/* A metadata value that is a non-negative decimal integer, else -1. */
+static int64_t meta_count(const crew_st_file *f, const char *key)
+{
+    const char *v = crew_st_metadata(f, key);
+    if (!v || !*v || strlen(v) > 18 || strspn(v, "0123456789") != strlen(v)) return -1;
+    return (int64_t)strtoll(v, NULL, 10);
+}
+
+crew_status crew_weights_progress(const char *path, int64_t *steps, int64_t *total_steps)
+{
+    if (!path || !steps || !total_steps) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_weights_progress: NULL argument");
+    *steps = *total_steps = -1;
+    crew_st_file f;
+    crew_status s = crew_st_read(path, &f);
+    int64_t done = s ? -1 : meta_count(&f, "steps"), total = s ? -1 : meta_count(&f, "total_steps");
+    crew_st_free(&f); /* as crew_model_load_weights: safe after a failed read too */
+    if (s) return s;
+    if (done >= 0 && total >= done) { /* anything else is not a progress this file can vouch for */
+        *steps = done;
+        *total_steps = total;
+    }
+    return CREW_OK;
 }
 
 /* ------------------------------------------------------------------ load */

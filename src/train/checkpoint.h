@@ -25,17 +25,25 @@ typedef struct crew_checkpoint_state {
     int64_t step;        /* optimizer steps completed */
     crew_fit_plan plan;  /* as the run was planned when saved */
     crew_lr_plan lr;
+    int has_options;     /* read: 1 when state.json holds plan.threads_per_device, augment, pad_last_batch,
+                            sync_batch_norm and on_nan (0: written by an older crew) */
 } crew_checkpoint_state;
 
 /* Writes ROOT/step-<step>/ from m and opt (on any device: their values are downloaded) and
- * removes all but the newest `keep` complete checkpoints. path receives the directory written. */
+ * removes all but the newest `keep` complete checkpoints. path receives the directory once it is
+ * committed (or when that step was saved already); after a failure path is left as it was, so it
+ * still names the last checkpoint that exists. */
 crew_status crew_checkpoint_write(const char *root, const crew_model *m, const crew_optimizer *opt,
                                   const crew_checkpoint_state *st, int keep, char *path, size_t path_len);
 
 /* Loads the newest usable checkpoint under ROOT into m (parameters and state), opt (its state and
  * update count; opt lives on m's device, made for the model's compiled optimizer) and st.
- * A checkpoint that is incomplete, fails a checksum, misses a file or does not match the model is
- * refused, and the next older one is tried; note says which was used and what was refused. */
+ * A damaged checkpoint (no COMPLETE marker, state.json not matching it, a file missing or failing
+ * its size or checksum) is set aside as step-XXXXXXXX.refused-<time> and the next older one is
+ * tried. An intact checkpoint that cannot be used (it belongs to another model or optimizer, or a
+ * state.json this crew cannot read) ends the search with an error naming what differs, and is left
+ * exactly as it was: the run it belongs to can still be resumed with the right model. note says
+ * which was used and what was set aside. */
 crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_optimizer *opt, crew_checkpoint_state *st,
                                    char *note, size_t note_len);
 

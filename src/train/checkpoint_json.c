@@ -1,5 +1,6 @@
 /* checkpoint_json.c — state.json: the step, the plan (floats with all their digits, the seed as a
- * string because JSON numbers stop being exact at 2^53) and the checksums of the other files. */
+ * string because JSON numbers stop being exact at 2^53), a description of the model it belongs
+ * to, and the checksums of the other files. */
 #include "train/checkpoint_json.h"
 
 #include <cjson/cJSON.h>
@@ -9,6 +10,8 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "nn/layer.h"
+#include "nn/model.h"
 
 const char *const crew_checkpoint_file_names[CREW_CHECKPOINT_FILES] = {"model.safetensors", "optimizer.safetensors"};
 
@@ -26,7 +29,212 @@ static void add_int(cJSON *o, const char *name, int64_t v)
     cJSON_AddRawToObject(o, name, buf);
 }
 
-char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_checkpoint_file_sum *sums)
+/* ---- the model a checkpoint belongs to: what its tensors' names and shapes cannot tell (an
+ * activation, a dropout rate, the optimizer's hyperparameters). Numbers are written as state.json
+ * writes them (floats with 9 digits, integers whole); the model at hand is described the same way
+ * and read back, so equal values compare equal. Zero fields of a layer are left out, so that a
+ * key's absence means 0. */
+
+static const char *activation_name(crew_activation a)
+{
+    static const char *const names[] = {"linear", "relu", "gelu", "tanh", "sigmoid", "softmax"};
+    return (unsigned)a < sizeof names / sizeof names[0] ? names[a] : "unknown";
+}
+
+static void add_nonzero(cJSON *o, const char *key, int64_t v)
+{
+    if (v) add_int(o, key, v);
+}
+
+static void add_nonzero_float(cJSON *o, const char *key, float v)
+{
+    if (v != 0.0f) add_float(o, key, v);
+}
+
+static void add_pair(cJSON *o, const char *key, const int v[2])
+{
+    char buf[32];
+    if (!v[0] && !v[1]) return;
+    snprintf(buf, sizeof buf, "%dx%d", v[0], v[1]);
+    cJSON_AddStringToObject(o, key, buf);
+}
+
+static cJSON *layer_json(const crew_layer *l)
+{
+    const crew_layer_spec *sp = &l->spec;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", crew_layer_type_name(sp->type));
+    cJSON_AddStringToObject(o, "name", l->name);
+    if (sp->activation != CREW_ACT_NONE) cJSON_AddStringToObject(o, "activation", activation_name(sp->activation));
+    add_nonzero(o, "units", sp->units);
+    add_nonzero(o, "filters", sp->filters);
+    add_pair(o, "kernel", sp->kernel);
+    add_pair(o, "strides", sp->strides);
+    add_pair(o, "pool", sp->pool);
+    if (sp->padding == CREW_PAD_SAME) cJSON_AddStringToObject(o, "padding", "same");
+    add_nonzero(o, "no_bias", sp->no_bias);
+    add_nonzero_float(o, "rate", sp->rate);
+    add_nonzero_float(o, "momentum", sp->momentum);
+    add_nonzero_float(o, "epsilon", sp->epsilon);
+    add_nonzero(o, "vocab", sp->vocab);
+    add_nonzero(o, "dim", sp->dim);
+    return o;
+}
+
+static cJSON *optimizer_json(const crew_optimizer_spec *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", s->type == CREW_OPT_ADAMW ? "adamw" : "sgd");
+    add_float(o, "lr", s->lr);
+    add_int(o, "base_batch", s->base_batch);
+    add_int(o, "scaling", s->scaling);
+    add_float(o, "momentum", s->momentum);
+    add_int(o, "nesterov", s->nesterov);
+    add_float(o, "beta1", s->beta1);
+    add_float(o, "beta2", s->beta2);
+    add_float(o, "eps", s->eps);
+    add_float(o, "weight_decay", s->weight_decay);
+    add_float(o, "clip_norm", s->clip_norm);
+    add_int(o, "schedule", s->schedule);
+    add_int(o, "warmup_steps", s->warmup_steps);
+    add_float(o, "warmup_epochs", s->warmup_epochs);
+    add_int(o, "step_size", s->step_size);
+    add_float(o, "gamma", s->gamma);
+    add_float(o, "min_lr", s->min_lr);
+    return o;
+}
+
+static cJSON *model_json(const crew_model *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    char shape[64];
+    crew_shape_format(&m->input, shape, sizeof shape);
+    cJSON_AddStringToObject(o, "input", shape);
+    cJSON *layers = cJSON_AddArrayToObject(o, "layers");
+    for (int i = 0; i < m->n_layers; i++) cJSON_AddItemToArray(layers, layer_json(m->layers[i]));
+    cJSON_AddStringToObject(o, "loss", m->compile.loss == CREW_LOSS_SOFTMAX_CROSS_ENTROPY ? "softmax_cross_entropy" : "unknown");
+    cJSON_AddItemToObject(o, "optimizer", optimizer_json(&m->compile.optimizer));
+    return o;
+}
+
+/* A scalar's text for messages: "16", "relu", "none" for an absent key. */
+static void value_text(const cJSON *v, char *buf, size_t len)
+{
+    if (!v) snprintf(buf, len, "none");
+    else if (cJSON_IsString(v)) snprintf(buf, len, "%s", v->valuestring);
+    else if (cJSON_IsNumber(v)) snprintf(buf, len, "%.9g", v->valuedouble);
+    else snprintf(buf, len, "?");
+}
+
+static int same_value(const cJSON *a, const cJSON *b)
+{
+    if (!a || !b) return !a && !b;
+    if (cJSON_IsString(a) && cJSON_IsString(b)) return strcmp(a->valuestring, b->valuestring) == 0;
+    return cJSON_IsNumber(a) && cJSON_IsNumber(b) && a->valuedouble == b->valuedouble;
+}
+
+/* The first key of two flat objects whose values differ (a key missing from one counts); NULL
+ * when they agree. */
+static const char *first_difference(const cJSON *saved, const cJSON *now)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *from = pass ? now : saved, *other = pass ? saved : now;
+        for (const cJSON *k = from->child; k; k = k->next)
+            if (!same_value(k, cJSON_GetObjectItemCaseSensitive(other, k->string))) return k->string;
+    }
+    return NULL;
+}
+
+static crew_status difference(const char *what, const char *where, const char *key, const cJSON *saved,
+                              const cJSON *now)
+{
+    char a[128], b[128];
+    value_text(cJSON_GetObjectItemCaseSensitive(saved, key), a, sizeof a);
+    value_text(cJSON_GetObjectItemCaseSensitive(now, key), b, sizeof b);
+    return crew_errorf(CREW_CODE_BAD_INPUT, "%s belongs to another model: %s%s is %s in the checkpoint's run, %s in "
+                       "this one", what, where, key, a, b);
+}
+
+static crew_status compare_models(const char *what, const cJSON *saved, const cJSON *now)
+{
+    const char *key;
+    cJSON *top_saved = cJSON_Duplicate(saved, 1), *top_now = cJSON_Duplicate(now, 1);
+    crew_status s = CREW_OK;
+    if (!top_saved || !top_now) s = CREW_OOM();
+    /* the layers and the optimizer are compared one by one below */
+    for (int pass = 0; !s && pass < 2; pass++) {
+        cJSON *o = pass ? top_now : top_saved;
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "layers");
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "optimizer");
+    }
+    if (!s && (key = first_difference(top_saved, top_now))) s = difference(what, "", key, top_saved, top_now);
+    cJSON_Delete(top_saved);
+    cJSON_Delete(top_now);
+    if (s) return s;
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(saved, "layers"), *ln = cJSON_GetObjectItemCaseSensitive(now, "layers");
+    int n_saved = cJSON_GetArraySize(ls), n_now = cJSON_GetArraySize(ln);
+    for (int i = 0; i < n_saved && i < n_now; i++) {
+        const cJSON *a = cJSON_GetArrayItem(ls, i), *b = cJSON_GetArrayItem(ln, i);
+        if (!cJSON_IsObject(a)) return crew_errorf(CREW_CODE_BAD_INPUT, "%s: layer %d is not an object", what, i);
+        key = "type"; /* the layer's kind first, when that differs */
+        if (same_value(cJSON_GetObjectItemCaseSensitive(a, key), cJSON_GetObjectItemCaseSensitive(b, key)))
+            key = first_difference(a, b);
+        if (key) {
+            char where[160];
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+            snprintf(where, sizeof where, "layer %d (%s): ", i, cJSON_IsString(name) ? name->valuestring : "?");
+            return difference(what, where, key, a, b);
+        }
+    }
+    if (n_saved != n_now)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s belongs to another model: the checkpoint's run has %d layers, this "
+                           "one %d", what, n_saved, n_now);
+    const cJSON *os = cJSON_GetObjectItemCaseSensitive(saved, "optimizer"), *on = cJSON_GetObjectItemCaseSensitive(now, "optimizer");
+    if (!cJSON_IsObject(os)) return crew_errorf(CREW_CODE_BAD_INPUT, "%s: key 'optimizer' is missing", what);
+    if ((key = first_difference(os, on))) return difference(what, "optimizer ", key, os, on);
+    return CREW_OK;
+}
+
+crew_status crew_checkpoint_check_model(const char *text, const char *what, const crew_model *m)
+{
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *saved = cJSON_GetObjectItemCaseSensitive(root, "model");
+    crew_status s = CREW_OK;
+    if (!root) {
+        s = crew_errorf(CREW_CODE_BAD_INPUT, "%s: not a JSON object", what);
+    } else if (saved) {
+        /* the model at hand through the same text as the saved one */
+        cJSON *built = model_json(m);
+        char *text_now = built ? cJSON_PrintUnformatted(built) : NULL;
+        cJSON *now = text_now ? cJSON_Parse(text_now) : NULL;
+        s = !cJSON_IsObject(saved) ? crew_errorf(CREW_CODE_BAD_INPUT, "%s: key 'model' is not an object", what)
+            : now ? compare_models(what, saved, now) : CREW_OOM();
+        cJSON_Delete(now);
+        free(text_now);
+        cJSON_Delete(built);
+    }
+    cJSON_Delete(root);
+    return s;
+}
+
+/* ---- state.json */
+
+static const char *const nan_policies[] = {"stop", "skip"}; /* crew_nan_policy's order */
+
+/* What else shapes the numbers, besides the batch and learning-rate plan. */
+static void add_options(cJSON *plan, const crew_fit_plan *p)
+{
+    add_int(plan, "threads_per_device", p->threads_per_device);
+    cJSON *aug = cJSON_AddObjectToObject(plan, "augment");
+    add_int(aug, "crop_padding", p->augment.crop_padding);
+    cJSON_AddBoolToObject(aug, "flip", p->augment.flip != 0);
+    cJSON_AddBoolToObject(plan, "pad_last_batch", p->pad_last_batch != 0);
+    cJSON_AddBoolToObject(plan, "sync_batch_norm", p->sync_batch_norm != 0);
+    cJSON_AddStringToObject(plan, "on_nan", (unsigned)p->on_nan < 2 ? nan_policies[p->on_nan] : "stop");
+}
+
+char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_model *m,
+                                 const crew_checkpoint_file_sum *sums)
 {
     const crew_fit_plan *p = &st->plan;
     const crew_lr_plan *l = &st->lr;
@@ -50,6 +258,7 @@ char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_che
     add_int(plan, "base_batch", p->base_batch);
     add_int(plan, "scaling", p->scaling);
     add_float(plan, "lr_factor", p->lr_factor);
+    add_options(plan, p);
     cJSON *lr = cJSON_AddObjectToObject(root, "lr");
     add_int(lr, "schedule", l->schedule);
     add_float(lr, "start_lr", l->start_lr);
@@ -59,6 +268,7 @@ char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_che
     add_int(lr, "total_steps", l->total_steps);
     add_int(lr, "step_size", l->step_size);
     add_float(lr, "gamma", l->gamma);
+    cJSON_AddItemToObject(root, "model", model_json(m));
     cJSON *files = cJSON_AddObjectToObject(root, "files");
     for (int i = 0; i < CREW_CHECKPOINT_FILES; i++) {
         cJSON *f = cJSON_AddObjectToObject(files, crew_checkpoint_file_names[i]);
@@ -131,6 +341,38 @@ static void parse_plan(reader *r, const cJSON *p, crew_fit_plan *plan)
     plan->lr_factor = get_float(r, p, "lr_factor");
 }
 
+static int get_bool(reader *r, const cJSON *o, const char *key)
+{
+    const cJSON *v = member(r, o, key);
+    if (v && !cJSON_IsBool(v)) {
+        if (!r->err) r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: key '%s' must be true or false", r->what, key);
+        return 0;
+    }
+    return cJSON_IsTrue(v);
+}
+
+/* The options of add_options; a plan without them is an older crew's (st->has_options stays 0). */
+static void parse_options(reader *r, const cJSON *p, crew_checkpoint_state *st)
+{
+    crew_fit_plan *plan = &st->plan;
+    if (!cJSON_GetObjectItemCaseSensitive(p, "augment")) return;
+    st->has_options = 1;
+    plan->threads_per_device = (int)get_int(r, p, "threads_per_device");
+    const cJSON *aug = member(r, p, "augment");
+    if (aug) {
+        plan->augment.crop_padding = (int)get_int(r, aug, "crop_padding");
+        plan->augment.flip = get_bool(r, aug, "flip");
+    }
+    plan->pad_last_batch = get_bool(r, p, "pad_last_batch");
+    plan->sync_batch_norm = get_bool(r, p, "sync_batch_norm");
+    const char *nan = get_string(r, p, "on_nan");
+    if (!strcmp(nan, "skip")) plan->on_nan = CREW_ON_NAN_SKIP;
+    else if (strcmp(nan, "stop") != 0 && !r->err)
+        r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: key 'on_nan' must be \"stop\" or \"skip\"", r->what);
+    if (!r->err && (plan->threads_per_device < 1 || plan->augment.crop_padding > 1024))
+        r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: threads_per_device or augment out of range", r->what);
+}
+
 static void parse_lr(reader *r, const cJSON *l, crew_lr_plan *lr)
 {
     lr->schedule = (crew_schedule_type)get_int(r, l, "schedule");
@@ -160,6 +402,7 @@ crew_status crew_checkpoint_state_parse(const char *text, const char *what, crew
     st->step = get_int(&r, root, "step");
     const cJSON *plan = member(&r, root, "plan"), *lr = member(&r, root, "lr"), *files = member(&r, root, "files");
     if (plan) parse_plan(&r, plan, &st->plan);
+    if (plan) parse_options(&r, plan, st);
     if (lr) parse_lr(&r, lr, &st->lr);
     for (int i = 0; files && i < CREW_CHECKPOINT_FILES; i++) {
         const cJSON *f = member(&r, files, crew_checkpoint_file_names[i]);

@@ -14,10 +14,15 @@ typedef struct crew_checkpoint_file_sum {
     uint64_t xxh3;
 } crew_checkpoint_file_sum;
 
-/* A malloc'd JSON text. */
-char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_checkpoint_file_sum *sums);
+/* A malloc'd JSON text: st, a description of m (its input, layers, loss and optimizer) and sums. */
+char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_model *m,
+                                 const crew_checkpoint_file_sum *sums);
 /* Parses state.json text; `what` names the file in errors. */
 crew_status crew_checkpoint_state_parse(const char *text, const char *what, crew_checkpoint_state *st,
                                         crew_checkpoint_file_sum *sums);
+/* Whether state.json text describes m: an error naming the first difference (the input shape, the
+ * layer count, a layer's key, the loss, an optimizer key) when it does not. A state.json without a
+ * description (an older crew's) is not checked here; its tensors still are, when they load. */
+crew_status crew_checkpoint_check_model(const char *text, const char *what, const crew_model *m);
 
 #endif

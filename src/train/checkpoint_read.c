@@ -1,5 +1,7 @@
 /* checkpoint_read.c — finding the newest usable checkpoint and loading it, falling back to older
- * ones when the newest is incomplete, damaged or does not fit the model. */
+ * ones when the newest is incomplete or damaged. A checkpoint that is intact but does not fit the
+ * model (another model file, another optimizer) stops the search and is left alone: it is the
+ * caller who is wrong, not the checkpoint. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -31,9 +33,17 @@ static crew_status read_text(const char *path, char **out)
     return CREW_OK;
 }
 
-static crew_status check_state(const char *dir, crew_checkpoint_state *st, crew_checkpoint_file_sum *sums)
+/* Damage: what a crash, a full disk or a person's mistake can do to a checkpoint that crew wrote
+ * whole. Such a checkpoint is set aside; any other refusal leaves it untouched. */
+typedef enum verdict { USABLE, DAMAGED, REFUSED } verdict;
+
+/* The marker and state.json: damage when either is missing or they disagree; state.json that
+ * matches its marker but cannot be used (another version, another model) is refused. text
+ * receives state.json (malloc'd) when the marker checks out. */
+static crew_status check_marker(const char *dir, char **text)
 {
-    char path[4200], *text = NULL, *complete = NULL;
+    char path[4200], *complete = NULL;
+    *text = NULL;
     snprintf(path, sizeof path, "%s/COMPLETE", dir);
     crew_status s = read_text(path, &complete);
     if (s) {
@@ -41,19 +51,37 @@ static crew_status check_state(const char *dir, crew_checkpoint_state *st, crew_
         return crew_errorf(CREW_CODE_BAD_INPUT, "%s is incomplete: it has no COMPLETE marker", dir);
     }
     snprintf(path, sizeof path, "%s/state.json", dir);
-    s = read_text(path, &text);
-    if (!s && strtoull(complete, NULL, 16) != (uint64_t)XXH3_64bits(text, strlen(text)))
+    s = read_text(path, text);
+    if (!s && strtoull(complete, NULL, 16) != (uint64_t)XXH3_64bits(*text, strlen(*text)))
         s = crew_errorf(CREW_CODE_BAD_INPUT, "%s does not match its COMPLETE marker (checksum)", path);
-    if (!s) s = crew_checkpoint_state_parse(text, path, st, sums);
-    free(text);
     free(complete);
+    if (s) {
+        free(*text);
+        *text = NULL;
+    }
+    return s;
+}
+
+/* m NULL: the model is not compared. */
+static crew_status check_state(const char *dir, const crew_model *m, crew_checkpoint_state *st,
+                               crew_checkpoint_file_sum *sums, verdict *v)
+{
+    char path[4200], *text;
+    *v = DAMAGED;
+    CREW_TRY(check_marker(dir, &text));
+    *v = REFUSED;
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    crew_status s = crew_checkpoint_state_parse(text, path, st, sums);
+    if (!s && m) s = crew_checkpoint_check_model(text, dir, m);
+    free(text);
     return s;
 }
 
 crew_status crew_checkpoint_read_state(const char *dir, crew_checkpoint_state *st)
 {
     crew_checkpoint_file_sum sums[CREW_CHECKPOINT_FILES];
-    return check_state(dir, st, sums);
+    verdict v;
+    return check_state(dir, NULL, st, sums, &v);
 }
 
 static crew_status check_files(const char *dir, const crew_checkpoint_file_sum *sums)
@@ -99,11 +127,15 @@ static crew_status check_optimizer(const char *path, const crew_optimizer *o, co
     return CREW_OK;
 }
 
-static crew_status try_load(const char *dir, crew_model *m, crew_optimizer *opt, crew_checkpoint_state *st)
+/* Once every file matches its checksum, whatever fails is a mismatch with this model, never
+ * damage: *v says which. */
+static crew_status try_load(const char *dir, crew_model *m, crew_optimizer *opt, crew_checkpoint_state *st, verdict *v)
 {
     crew_checkpoint_file_sum sums[CREW_CHECKPOINT_FILES];
-    CREW_TRY(check_state(dir, st, sums));
+    CREW_TRY(check_state(dir, m, st, sums, v));
+    *v = DAMAGED;
     CREW_TRY(check_files(dir, sums));
+    *v = REFUSED;
     char opt_path[4200], model_path[4200];
     snprintf(opt_path, sizeof opt_path, "%s/optimizer.safetensors", dir);
     snprintf(model_path, sizeof model_path, "%s/model.safetensors", dir);
@@ -125,6 +157,7 @@ static crew_status try_load(const char *dir, crew_model *m, crew_optimizer *opt,
     if (!s) memcpy(&opt->t, crew_st_find(&f, "t")->data, sizeof opt->t);
     free(host);
     crew_st_free(&f);
+    if (!s) *v = USABLE;
     return s;
 }
 
@@ -225,10 +258,17 @@ crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_optimiz
     for (int i = 0; i < n; i++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/step-%08lld", root, steps[i]);
-        crew_status s = try_load(dir, m, opt, st);
+        verdict v;
+        crew_status s = try_load(dir, m, opt, st, &v);
         if (!s) {
             append(note, note_len, "%sresumed from %s (step %lld)", note[0] ? "; " : "", dir, (long long)st->step);
             return CREW_OK;
+        }
+        if (v == REFUSED) { /* every older checkpoint is of the same run: no use trying them */
+            crew_status e = crew_errorf(crew_status_code(s), "%s%scannot resume: %s (the checkpoint is intact and was "
+                                        "left as it is)", note, note[0] ? "; " : "", crew_status_message(s));
+            crew_status_free(s);
+            return e;
         }
         append(note, note_len, "%srefused %s: %s", note[0] ? "; " : "", dir, crew_status_message(s));
         crew_status_free(s);

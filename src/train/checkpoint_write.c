@@ -64,10 +64,10 @@ static crew_status write_files(const crew_atomic_dir *ad, const crew_model *m, c
         CREW_TRY(crew_atomic_dir_file(ad, crew_checkpoint_file_names[i], paths[i], sizeof paths[i]));
     CREW_TRY(crew_atomic_dir_file(ad, "state.json", state_path, sizeof state_path));
     CREW_TRY(crew_atomic_dir_file(ad, "COMPLETE", complete_path, sizeof complete_path));
-    CREW_TRY(crew_model_save_weights(m, paths[0]));
+    CREW_TRY(crew_model_save_weights_progress(m, paths[0], st->step, st->plan.total_steps));
     CREW_TRY(write_optimizer(paths[1], opt, &m->be));
     for (int i = 0; i < CREW_CHECKPOINT_FILES; i++) CREW_TRY(crew_file_hash(paths[i], &sums[i].bytes, &sums[i].xxh3));
-    char *text = crew_checkpoint_state_json(st, sums);
+    char *text = crew_checkpoint_state_json(st, m, sums);
     if (!text) return CREW_OOM();
     crew_status s = write_text(state_path, text);
     char complete[32];
@@ -128,9 +128,11 @@ crew_status crew_checkpoint_write(const char *root, const crew_model *m, const c
 {
     char final[600];
     snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)st->step);
-    snprintf(path, path_len, "%s", final);
     struct stat sb;
-    if (stat(final, &sb) == 0) return CREW_OK; /* this step was saved already (a run resumed right here) */
+    if (stat(final, &sb) == 0) { /* this step was saved already (a run resumed right here) */
+        snprintf(path, path_len, "%s", final);
+        return CREW_OK;
+    }
     crew_atomic_dir ad;
     CREW_TRY(crew_atomic_dir_begin(final, &ad));
     crew_status s = write_files(&ad, m, opt, st);
@@ -140,6 +142,9 @@ crew_status crew_checkpoint_write(const char *root, const crew_model *m, const c
     }
     s = crew_atomic_dir_commit(&ad);
     if (s) return crew_error_prefix(s, "checkpoint %s: ", final);
+    /* Only now does the checkpoint exist: a caller told of a failure above still names the
+     * previous one as the last. */
+    snprintf(path, path_len, "%s", final);
     prune(root, keep > 0 ? keep : 3);
     return CREW_OK;
 }

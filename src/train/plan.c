@@ -107,27 +107,47 @@ static float scale_factor(crew_lr_scaling rule, int64_t global, int64_t base)
     }
 }
 
+/* "cannot resume on 3 devices: ...; choose 1, 2, 4 devices" */
+static crew_status device_count_error(const crew_fit_options *o, const crew_checkpoint_state *st, int64_t rounds)
+{
+    char choices[256] = "";
+    size_t used = 0;
+    for (int64_t d = 1; d <= rounds && d <= 1024 && used < sizeof choices; d++)
+        if (rounds % d == 0)
+            used += (size_t)snprintf(choices + used, sizeof choices - used, "%s%lld", used ? ", " : "", (long long)d);
+    return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
+                       "cannot resume on %d devices: the run's global batch of %lld at %lld per device is %lld "
+                       "micro-batches per step, which %d devices cannot share; choose %s devices",
+                       o->devices, (long long)st->plan.global_batch, (long long)st->plan.batch_per_device,
+                       (long long)rounds, o->devices, choices);
+}
+
 crew_status crew_resume_options(crew_fit_options *o, const crew_checkpoint_state *st)
 {
     int64_t rounds = st->plan.global_batch / st->plan.batch_per_device;
-    if (o->devices < 1 || rounds % o->devices != 0) {
-        char choices[256] = "";
-        size_t used = 0;
-        for (int64_t d = 1; d <= rounds && d <= 1024 && used < sizeof choices; d++)
-            if (rounds % d == 0)
-                used += (size_t)snprintf(choices + used, sizeof choices - used, "%s%lld", used ? ", " : "", (long long)d);
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
-                           "cannot resume on %d devices: the run's global batch of %lld at %lld per device is %lld "
-                           "micro-batches per step, which %d devices cannot share; choose %s devices",
-                           o->devices, (long long)st->plan.global_batch, (long long)st->plan.batch_per_device,
-                           (long long)rounds, o->devices, choices);
-    }
+    if (o->devices < 1 || rounds % o->devices != 0) return device_count_error(o, st, rounds);
     o->seed = st->plan.seed;
     o->batch_per_device = st->plan.batch_per_device;
     o->global_batch = st->plan.global_batch;
     o->epochs = st->plan.epochs;
     o->max_steps = st->plan.total_steps;
+    /* Everything else that changes the numbers comes back from the run too, so that a resume
+     * needs no flag repeated. A checkpoint of an older crew does not hold it: the caller's stay. */
+    if (st->has_options) {
+        o->threads_per_device = st->plan.threads_per_device;
+        o->augment = st->plan.augment;
+        o->pad_last_batch = st->plan.pad_last_batch;
+        o->sync_batch_norm = st->plan.sync_batch_norm;
+        o->on_nan = st->plan.on_nan;
+    }
     return CREW_OK;
+}
+
+static int has_batch_norm(const crew_model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i]->spec.type == CREW_LAYER_BATCH_NORM) return 1;
+    return 0;
 }
 
 /* The plan of a checkpoint's run on this run's devices: o takes the checkpoint's settings, the
@@ -135,13 +155,24 @@ crew_status crew_resume_options(crew_fit_options *o, const crew_checkpoint_state
 crew_status crew_plan_resumed(crew_model *m, const crew_dataset *train, crew_fit_options *o,
                               const crew_checkpoint_state *st, crew_fit_plan *p)
 {
+    /* Batch norm is the one layer whose numbers depend on the split: each replica's moving
+     * statistics follow its own micro-batches, and synchronised statistics are summed over the
+     * replicas. Another device count would continue another run. */
+    if (has_batch_norm(m) && o->devices != st->plan.devices)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
+                           "cannot resume on %d device%s: the run trained its batch normalization on %d, and batch-norm "
+                           "statistics depend on how the global batch is split; resume it on %d devices",
+                           o->devices, o->devices == 1 ? "" : "s", st->plan.devices, st->plan.devices);
     CREW_TRY(crew_resume_options(o, st));
     CREW_TRY(crew_plan_fit_resolved(m, train, o, p));
-    if (p->steps_per_epoch != st->plan.steps_per_epoch)
-        return crew_errorf(CREW_CODE_BAD_INPUT, "cannot resume: the checkpoint's run had %lld steps per epoch, this "
-                           "dataset gives %lld (a different dataset?)", (long long)st->plan.steps_per_epoch,
-                           (long long)p->steps_per_epoch);
+    if (p->train_samples != st->plan.train_samples || p->steps_per_epoch != st->plan.steps_per_epoch)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "cannot resume: the checkpoint's run trained on %lld samples (%lld steps "
+                           "per epoch), this dataset has %lld (%lld steps per epoch): a different dataset?",
+                           (long long)st->plan.train_samples, (long long)st->plan.steps_per_epoch,
+                           (long long)p->train_samples, (long long)p->steps_per_epoch);
     p->base_lr = st->plan.base_lr;
+    p->base_batch = st->plan.base_batch;
+    p->scaling = st->plan.scaling;
     p->scaled_lr = st->lr.peak_lr;
     p->lr_factor = st->plan.lr_factor;
     p->warmup_steps = st->lr.warmup_steps;
@@ -231,6 +262,11 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     }
     /* Gradual warmup rises from the base rate (Goyal et al.) when scaling raised it, else from 0. */
     p->warmup_start_lr = p->lr_factor > 1.0f ? p->base_lr : 0.0f;
+    /* The rest of what shapes the numbers, so that checkpoints carry it (crew_resume_options). */
+    p->augment = o->augment;
+    p->pad_last_batch = o->pad_last_batch != 0;
+    p->sync_batch_norm = o->sync_batch_norm < 0 ? o->devices > 1 : o->sync_batch_norm != 0;
+    p->on_nan = o->on_nan;
     return CREW_OK;
 }
 

@@ -52,19 +52,34 @@ static const char *usage_text =
     "                             on SIGINT/SIGTERM\n"
     "  --keep-checkpoints K       newest checkpoints kept [3]\n"
     "  --resume RUN_DIR           continue the run in RUN_DIR from its newest complete checkpoint,\n"
-    "                             on any number of devices that shares its global batch\n"
-    "  --run-dir DIR              where config.json, metrics.jsonl, tb/, checkpoints/ and\n"
-    "                             weights.safetensors go\n"
-    "                             [runs/<model>-<date>-<time>]\n"
+    "                             on any number of devices that shares its global batch; the\n"
+    "                             checkpoint decides everything that changes the numbers (batch,\n"
+    "                             length, seed, learning rate, --augment, --pad-last, --sync-bn,\n"
+    "                             --on-nan, --threads-per-device): such a flag may be repeated\n"
+    "                             with the run's value, any other value is refused\n"
+    "  --run-dir DIR              where config.json, metrics.jsonl, tb/, checkpoints/, report.html\n"
+    "                             and weights.safetensors go; a directory holding another run is\n"
+    "                             refused [runs/<model>-<date>-<time>]\n"
+    "  --replace                  start anew in a --run-dir that holds another run: deletes that\n"
+    "                             run's config.json, metrics.jsonl, tb/, checkpoints/, report.html\n"
+    "                             and weights.safetensors (nothing else) once the new plan holds\n"
     "  --json                     end with one JSON line: test_accuracy, test_loss, train_loss,\n"
     "                             epochs, steps, samples_per_s, wall_s, weights, run_dir\n"
-    "  --quiet                    no progress output\n";
+    "  --quiet                    no progress output (a run stopped by a signal still says on\n"
+    "                             stderr how to resume it)\n"
+    "\n"
+    "Stopped by SIGINT or SIGTERM before its end, a run saves a checkpoint, prints the command that\n"
+    "resumes it and exits with status 1; its weights.safetensors is marked unfinished (metadata\n"
+    "\"finished\": \"false\", docs/WEIGHTS.md), and crew eval says so.\n";
 
 typedef struct train_args {
     const char *model, *data, *run_dir, *init_weights, *devices_text;
     char device_kind[32];
-    int json, quiet;
-    /* epochs and batch 0, seed -1: not given, the model file's */
+    int json, quiet, replace;
+    int argc;
+    char **argv;                /* as given, for the command that resumes the run */
+    /* 0 (seed, lr_scaling, sync_bn, on_nan, warmup_steps: -1): not given, the model file's or
+     * the library's default; a resumed run's checkpoint decides these unless given */
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int lr_scaling, sync_bn, on_nan;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
@@ -109,6 +124,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_SWITCH_FLAG(train_args, "--json", json),
     CLI_SWITCH_FLAG(train_args, "--quiet", quiet),
     CLI_SWITCH_FLAG(train_args, "--pad-last", pad_last),
+    CLI_SWITCH_FLAG(train_args, "--replace", replace),
     CLI_STRING_FLAG(train_args, "--data", data),
     CLI_STRING_FLAG(train_args, "--run-dir", run_dir),
     CLI_STRING_FLAG(train_args, "--init-weights", init_weights),
@@ -139,22 +155,39 @@ static const cli_flag_spec train_flags[] = {
     CLI_FLOAT_FLAG(train_args, "--collective-timeout", timeout, 0.001, 1e7),
 };
 
+/* Combinations that cannot mean anything: 0, or the exit status after the error. */
+static int check_combinations(const train_args *a)
+{
+    if (a->run_dir && !*a->run_dir) return cli_usage_error("train", "--run-dir needs a directory, got ''");
+    if (a->resume && !*a->resume) return cli_usage_error("train", "--resume needs the run directory to continue, got ''");
+    if (a->resume && a->run_dir && strcmp(a->resume, a->run_dir) != 0)
+        return cli_usage_error("train", "--resume RUN_DIR continues in RUN_DIR; --run-dir cannot name another");
+    if (a->resume && a->replace)
+        return cli_usage_error("train", "--replace starts a new run and --resume continues one: give one of them");
+    if (a->resume && a->init_weights)
+        return cli_usage_error("train", "--init-weights starts a new run from weights; --resume continues from the "
+                                        "run's checkpoint");
+    if (a->replace && !a->run_dir) return cli_usage_error("train", "--replace needs the --run-dir it replaces");
+    return 0;
+}
+
 /* Returns 0 to go on, -1 after --help, or the exit status. */
 static int parse_args(int argc, char **argv, train_args *a)
 {
     memset(a, 0, sizeof *a);
+    a->argc = argc;
+    a->argv = argv;
     a->devices_text = "cpu";
-    a->threads = 1;
     a->seed = -1;
     a->lr_scaling = -1;
     a->sync_bn = -1;
+    a->on_nan = -1;
     a->warmup_steps = -1;
     a->drift_every = -2; /* not given */
     int parsed = cli_parse_args("train", usage_text, train_flags, CLI_COUNT(train_flags), argc, argv, a, &a->model);
     if (parsed) return parsed;
     if (!a->model) return cli_usage_error("train", "missing MODEL.json");
-    if (a->resume && a->run_dir && strcmp(a->resume, a->run_dir) != 0)
-        return cli_usage_error("train", "--resume RUN_DIR continues in RUN_DIR; --run-dir cannot name another");
+    if ((parsed = check_combinations(a))) return parsed;
     if (a->resume) a->run_dir = a->resume;
     if (!a->checkpoint_every && !a->checkpoint_every_s) a->checkpoint_every_s = 600.0;
     if (!a->data) return cli_usage_error("train", "missing --data DIR");
@@ -272,7 +305,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->global_batch = a->global_batch;
     o->device_kind = a->device_kind;
     o->devices = (int)a->devices;
-    o->threads_per_device = (int)a->threads;
+    if (a->threads) o->threads_per_device = (int)a->threads;
     o->lr = (float)a->lr;
     o->base_batch = a->base_batch;
     o->lr_scaling = a->lr_scaling;
@@ -281,7 +314,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->bucket_mb = a->bucket_mb;
     o->sync_batch_norm = a->sync_bn;
     o->collective_timeout_s = a->timeout;
-    o->on_nan = (crew_nan_policy)a->on_nan;
+    if (a->on_nan >= 0) o->on_nan = (crew_nan_policy)a->on_nan;
     o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;
     o->straggler_threshold = a->straggler_threshold;
     o->straggler_window = a->straggler_window;
@@ -293,14 +326,261 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     if (a->prefetch) o->prefetch = (int)a->prefetch;
     if (a->have_augment) o->augment = a->augment;
     o->pad_last_batch = a->pad_last;
-    /* The run directory is chosen now and created once the plan holds: a command that fails
-     * its plan leaves nothing behind. A resumed run reads its checkpoint there. */
-    run_dir_choose(a->run_dir, a->model, st->run_dir, sizeof st->run_dir);
+    /* The run directory was checked before (run_dir_check_*) and is created once the plan holds:
+     * a command that fails its plan leaves nothing behind. A resumed run reads its checkpoint. */
     snprintf(st->checkpoints, sizeof st->checkpoints, "%s/checkpoints", st->run_dir);
     o->run_dir = st->run_dir;
     o->checkpoint_dir = st->checkpoints;
     o->test = st->test;
     return CREW_OK;
+}
+
+/* The directory before anything is loaded: a new run may not land on another run's files, a
+ * resumed one needs its directory. 0, or 2 after the error. */
+static int check_run_dir(const train_args *a, train_state *st)
+{
+    char err[1400];
+    run_dir_choose(a->run_dir, a->model, st->run_dir, sizeof st->run_dir);
+    int bad = a->resume ? run_dir_check_resume(st->run_dir, err, sizeof err)
+                        : run_dir_check_new(st->run_dir, a->replace, err, sizeof err);
+    if (!bad) return 0;
+    fprintf(stderr, "crew train: %s\n", err);
+    return 2;
+}
+
+/* ---- resuming: the checkpoint decides what changes the numbers; a flag may repeat it */
+
+static void augment_text(const crew_augment_options *g, char *buf, size_t len)
+{
+    if (!g->crop_padding && !g->flip) snprintf(buf, len, "none");
+    else if (!g->flip) snprintf(buf, len, "crop=%d", g->crop_padding);
+    else if (!g->crop_padding) snprintf(buf, len, "flip");
+    else snprintf(buf, len, "crop=%d,flip", g->crop_padding);
+}
+
+/* One refused flag: exit status 2. */
+static int conflict(const char *run_dir, const char *flag, const char *given, const char *runs)
+{
+    fprintf(stderr,
+            "crew train: cannot resume with %s %s: the run in %s has %s, and a resumed run keeps its own (leave the "
+            "flag out, or start a new run)\n",
+            flag, given, run_dir, runs);
+    return 2;
+}
+
+/* The batch, the length and the seed. */
+static int check_plan_flags(const train_args *a, const crew_fit_options *o, const crew_fit_plan *p, const char *dir)
+{
+    char g[64], r[96];
+#define INT_FLAG(cond, flag, given, runs)                                     \
+    if (cond) {                                                               \
+        snprintf(g, sizeof g, "%lld", (long long)(given));                    \
+        snprintf(r, sizeof r, "%lld", (long long)(runs));                     \
+        return conflict(dir, flag, g, r);                                     \
+    }
+    INT_FLAG(a->seed >= 0 && (uint64_t)a->seed != p->seed, "--seed", a->seed, p->seed)
+    INT_FLAG(a->batch && a->batch != p->batch_per_device, "--batch-per-device", a->batch, p->batch_per_device)
+    INT_FLAG(a->global_batch && a->global_batch != p->global_batch, "--global-batch", a->global_batch, p->global_batch)
+    INT_FLAG(a->threads && a->threads != p->threads_per_device, "--threads-per-device", a->threads, p->threads_per_device)
+#undef INT_FLAG
+    /* --epochs and --max-steps ask for a length: the steps they make on this dataset. */
+    int64_t steps = (int64_t)o->epochs * p->steps_per_epoch;
+    if (o->max_steps && o->max_steps < steps) steps = o->max_steps;
+    if ((a->epochs || a->max_steps) && steps != p->total_steps) {
+        snprintf(g, sizeof g, "%lld", a->max_steps ? (long long)a->max_steps : (long long)a->epochs);
+        snprintf(r, sizeof r, "%lld steps (%d epoch%s); these flags make %lld", (long long)p->total_steps, p->epochs,
+                 p->epochs == 1 ? "" : "s", (long long)steps);
+        return conflict(dir, a->max_steps ? "--max-steps" : "--epochs", g, r);
+    }
+    return 0;
+}
+
+/* The learning-rate rule and warmup. */
+static int check_lr_flags(const train_args *a, const crew_fit_plan *p, const char *dir)
+{
+    static const char *const rules[] = {"none", "linear", "sqrt"};
+    char g[64], r[64];
+    if (a->lr > 0 && (float)a->lr != p->base_lr) {
+        snprintf(g, sizeof g, "%g", a->lr);
+        snprintf(r, sizeof r, "%g", (double)p->base_lr);
+        return conflict(dir, "--lr", g, r);
+    }
+    if (a->base_batch && a->base_batch != p->base_batch) {
+        snprintf(g, sizeof g, "%lld", (long long)a->base_batch);
+        snprintf(r, sizeof r, "%lld", (long long)p->base_batch);
+        return conflict(dir, "--base-batch", g, r);
+    }
+    if (a->lr_scaling >= 0 && a->lr_scaling != (int)p->scaling)
+        return conflict(dir, "--lr-scaling", rules[a->lr_scaling], (unsigned)p->scaling < 3 ? rules[p->scaling] : "?");
+    int64_t warmup = a->warmup_epochs > 0 ? (int64_t)ceil(a->warmup_epochs * (double)p->steps_per_epoch) : a->warmup_steps;
+    if ((a->warmup_epochs > 0 || a->warmup_steps >= 0) && warmup != p->warmup_steps) {
+        snprintf(g, sizeof g, "%g (%lld steps)", a->warmup_epochs > 0 ? a->warmup_epochs : (double)a->warmup_steps,
+                 (long long)warmup);
+        snprintf(r, sizeof r, "%lld warmup steps", (long long)p->warmup_steps);
+        return conflict(dir, a->warmup_epochs > 0 ? "--warmup-epochs" : "--warmup-steps", g, r);
+    }
+    return 0;
+}
+
+/* Augmentation, the last batch, batch norm and NaN handling. */
+static int check_data_flags(const train_args *a, const crew_fit_plan *p, const char *dir)
+{
+    static const char *const off_on_text[] = {"off", "on"}, *const nan_text[] = {"stop", "skip"};
+    char g[64], r[64];
+    if (a->have_augment && (a->augment.crop_padding != p->augment.crop_padding || !a->augment.flip != !p->augment.flip)) {
+        augment_text(&a->augment, g, sizeof g);
+        augment_text(&p->augment, r, sizeof r);
+        return conflict(dir, "--augment", g, r);
+    }
+    if (a->pad_last && !p->pad_last_batch) return conflict(dir, "--pad-last", "", "the last partial batch dropped");
+    if (a->sync_bn >= 0 && a->sync_bn != (p->sync_batch_norm != 0))
+        return conflict(dir, "--sync-bn", off_on_text[a->sync_bn], off_on_text[p->sync_batch_norm != 0]);
+    if (a->on_nan >= 0 && a->on_nan != (int)p->on_nan)
+        return conflict(dir, "--on-nan", nan_text[a->on_nan], nan_text[p->on_nan == CREW_ON_NAN_SKIP]);
+    return 0;
+}
+
+/* Every flag that changes the numbers, against the resumed run's plan: 0, or 2 after the error. */
+static int check_resume_flags(const train_args *a, const crew_fit_options *o, const crew_fit_plan *p, const char *dir)
+{
+    int rc = check_plan_flags(a, o, p, dir);
+    if (!rc) rc = check_lr_flags(a, p, dir);
+    if (!rc) rc = check_data_flags(a, p, dir);
+    return rc;
+}
+
+/* ---- stopping: the command that resumes the run is the one given, with --resume RUN_DIR in
+ * place of what only a new run takes (--run-dir, --replace, --init-weights). */
+
+/* Writes arg to f, in single quotes unless it is plain. */
+static void put_shell_word(FILE *f, const char *arg)
+{
+    if (*arg && strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+=.,/:@%") == strlen(arg)) {
+        fputs(arg, f);
+        return;
+    }
+    fputc('\'', f);
+    for (const char *c = arg; *c; c++)
+        if (*c == '\'') fputs("'\\''", f);
+        else fputc(*c, f);
+    fputc('\'', f);
+}
+
+/* 1 when argv[i] is one of the flags the resume command leaves out; *skip: arguments it takes. */
+static int dropped_flag(const char *arg, int *skip)
+{
+    static const char *const with_value[] = {"--run-dir", "--resume", "--init-weights"};
+    *skip = 0;
+    if (!strcmp(arg, "--replace")) return 1;
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) {
+        size_t n = strlen(with_value[k]);
+        if (strncmp(arg, with_value[k], n) != 0) continue;
+        if (arg[n] == '=') return 1;
+        if (arg[n] == '\0') {
+            *skip = 1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void print_resume_command(const train_args *a, const char *run_dir)
+{
+    fprintf(stderr, "crew train: resume with: crew train");
+    for (int i = 1; i < a->argc; i++) {
+        int skip;
+        if (dropped_flag(a->argv[i], &skip)) {
+            i += skip;
+            continue;
+        }
+        fputc(' ', stderr);
+        put_shell_word(stderr, a->argv[i]);
+    }
+    fputs(" --resume ", stderr);
+    put_shell_word(stderr, run_dir);
+    fputc('\n', stderr);
+}
+
+/* A run stopped by a signal before its end says so on stderr, --quiet or not. */
+static void report_stop(const train_args *a, const crew_fit_result *res, const crew_fit_plan *plan, const char *run_dir)
+{
+    fprintf(stderr, "crew train: stopped by signal after step %lld of %lld; the last checkpoint is %s\n",
+            (long long)res->steps, (long long)plan->total_steps,
+            res->last_checkpoint[0] ? res->last_checkpoint : "(none)");
+    print_resume_command(a, run_dir);
+}
+
+/* The run failed: which checkpoint it can resume from. Only a committed checkpoint is named. */
+static void report_failure(const crew_fit_result *res)
+{
+    if (res->last_checkpoint[0]) fprintf(stderr, "crew train: the last checkpoint is %s\n", res->last_checkpoint);
+    else if (res->resumed_from_step > 0)
+        fprintf(stderr, "crew train: the last checkpoint is still the one this run resumed from (step %lld)\n",
+                (long long)res->resumed_from_step);
+}
+
+static void print_summary(const crew_fit_result *res, const crew_fit_plan *plan, const char *run_dir, int finished)
+{
+    char weights[700], report[700], hint[512];
+    snprintf(weights, sizeof weights, "%s/weights.safetensors", run_dir);
+    snprintf(report, sizeof report, "%s/report.html", run_dir);
+    printf("%s after %lld steps in %.1fs (%.0f samples/s): test accuracy %.4f, test loss %.4f\n",
+           finished ? "trained" : "stopped by signal", (long long)res->steps, res->wall_s, res->samples_per_s,
+           (double)res->test_accuracy, (double)res->test_loss);
+    printf("%s\n", res->bottleneck);
+    if (crew_fit_scaling_hint(res, plan, hint, sizeof hint)) printf("%s\n", hint);
+    if (finished) printf("weights: %s\n", weights);
+    else printf("weights: %s (unfinished: %lld of %lld steps)\n", weights, (long long)res->steps, (long long)plan->total_steps);
+    printf("report: %s\nrun directory: %s (config.json, metrics.jsonl, tb/, checkpoints/)\n", report, run_dir);
+}
+
+/* After the plan holds and before anything is written: the flags a resume may not change, and
+ * for --replace the old run's files. 0, or the exit status after the error. */
+static int make_run_dir(const train_args *a, const crew_fit_options *o, const crew_fit_plan *plan, const char *run_dir)
+{
+    char err[1400];
+    if (a->resume) {
+        int rc = check_resume_flags(a, o, plan, run_dir);
+        if (rc) return rc;
+    }
+    if ((a->replace && run_dir_clear(run_dir, err, sizeof err) != 0) || run_dir_create(run_dir, err, sizeof err) != 0) {
+        fprintf(stderr, "crew train: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
+/* Trains the prepared fit, then writes its weights (marked with how far it got) and report.
+ * Returns the exit status. */
+static int run_and_save(const train_args *a, train_state *st, train_view *view)
+{
+    const crew_fit_plan *plan = crew_fit_get_plan(st->fit);
+    const char *run_dir = st->run_dir;
+    char weights[700];
+    cli_progress_init(&view->bar, !a->quiet);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    crew_fit_result res;
+    crew_status s = crew_fit_run(st->fit, &res);
+    snprintf(weights, sizeof weights, "%s/weights.safetensors", run_dir);
+    if (!s && res.steps > 0) s = crew_model_save_weights_progress(st->m, weights, res.steps, plan->total_steps);
+    if (s) {
+        /* An input error is the user's (2); anything failing once training ran, disk full
+         * included, is a failed run (1). */
+        int ran = crew_status_code(s) == CREW_CODE_IO || crew_status_code(s) == CREW_CODE_NUMERIC;
+        int rc = cli_fail("train", s);
+        report_failure(&res);
+        return ran ? 1 : rc;
+    }
+    /* The report is written at the end of every run; failing to write it fails nothing else. */
+    crew_status rs = crew_report_write(run_dir, NULL);
+    if (rs) fprintf(stderr, "crew train: no report: %s\n", crew_status_message(rs));
+    crew_status_free(rs);
+    int finished = res.steps == plan->total_steps;
+    if (!finished) report_stop(a, &res, plan, run_dir);
+    if (!a->quiet) print_summary(&res, plan, run_dir, finished);
+    if (a->json) print_result_json(&res, weights, run_dir);
+    return finished ? 0 : 1;
 }
 
 int cli_train(int argc, char **argv)
@@ -309,8 +589,9 @@ int cli_train(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;
     train_state st = {0};
+    if ((rc = check_run_dir(&a, &st))) return rc;
     crew_fit_options o;
-    char err[1024], weights[700], devices[48];
+    char err[1024], devices[48];
     crew_status s = load_inputs(&a, &st, &o);
     train_view view = {.quiet = a.quiet, .json = a.json};
     o.on_step = on_step;
@@ -324,60 +605,19 @@ int cli_train(int argc, char **argv)
         goto done;
     }
     const crew_fit_plan *plan = crew_fit_get_plan(st.fit);
-    const char *run_dir = st.run_dir;
     snprintf(devices, sizeof devices, "%s:%lld", a.device_kind, (long long)a.devices);
-    if (run_dir_create(run_dir, err, sizeof err) != 0) {
-        fprintf(stderr, "crew train: %s\n", err);
-        rc = 2;
-        goto done;
-    }
+    if ((rc = make_run_dir(&a, &o, plan, st.run_dir))) goto done;
     run_config cfg = {a.model, a.data, devices, a.init_weights, plan};
-    if (run_dir_write_config(run_dir, &cfg, err, sizeof err) != 0) {
+    if (run_dir_write_config(st.run_dir, &cfg, err, sizeof err) != 0) {
         fprintf(stderr, "crew train: %s\n", err);
         rc = 1;
         goto done;
     }
     if (!a.quiet) {
         cli_print_plan(plan, devices);
-        printf("run directory: %s\n", run_dir);
+        printf("run directory: %s\n", st.run_dir);
     }
-    cli_progress_init(&view.bar, !a.quiet);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    crew_fit_result res;
-    s = crew_fit_run(st.fit, &res);
-    snprintf(weights, sizeof weights, "%s/weights.safetensors", run_dir);
-    if (!s && res.steps > 0) s = crew_model_save_weights(st.m, weights);
-    if (s) {
-        /* An input error is the user's (2); anything failing once training ran, disk full
-         * included, is a failed run (1). */
-        int ran = crew_status_code(s) == CREW_CODE_IO || crew_status_code(s) == CREW_CODE_NUMERIC;
-        rc = cli_fail("train", s);
-        if (ran) rc = 1;
-        if (res.last_checkpoint[0]) fprintf(stderr, "crew train: the last checkpoint is %s\n", res.last_checkpoint);
-        goto done;
-    }
-    /* The report is written at the end of every run; failing to write it fails nothing else. */
-    char report[700];
-    snprintf(report, sizeof report, "%s/report.html", run_dir);
-    crew_status rs = crew_report_write(run_dir, NULL);
-    if (rs) fprintf(stderr, "crew train: no report: %s\n", crew_status_message(rs));
-    crew_status_free(rs);
-    if (cancel_requested && !a.quiet)
-        printf("stopped by signal after step %lld; checkpoint %s\nresume with: crew train %s --data %s --resume %s\n",
-               (long long)res.steps, res.last_checkpoint[0] ? res.last_checkpoint : "(none)", a.model, a.data, run_dir);
-    if (!a.quiet) {
-        printf("%s after %lld steps in %.1fs (%.0f samples/s): test accuracy %.4f, test loss %.4f\n",
-               cancel_requested ? "stopped by signal" : "trained", (long long)res.steps, res.wall_s, res.samples_per_s,
-               (double)res.test_accuracy, (double)res.test_loss);
-        printf("%s\n", res.bottleneck);
-        char hint[512];
-        if (crew_fit_scaling_hint(&res, plan, hint, sizeof hint)) printf("%s\n", hint);
-        printf("weights: %s\nreport: %s\nrun directory: %s (config.json, metrics.jsonl, tb/, checkpoints/)\n", weights,
-               report, run_dir);
-    }
-    if (a.json) print_result_json(&res, weights, run_dir);
-    rc = cancel_requested ? 1 : 0;
+    rc = run_and_save(&a, &st, &view);
 done:
     crew_fit_free(st.fit);
     crew_dataset_free(st.test);

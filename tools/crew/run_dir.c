@@ -1,13 +1,19 @@
-/* run_dir.c — creating the run directory and writing its config.json. */
+/* run_dir.c — the run directory: choosing it, refusing one that holds another run, clearing it
+ * for --replace, creating it and writing its config.json. */
 #include "run_dir.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+const char *const run_dir_owned[] = {"config.json", "metrics.jsonl", "tb", "checkpoints", "report.html",
+                                     "weights.safetensors", NULL};
 
 static int mkdir_p(const char *path)
 {
@@ -25,27 +31,136 @@ static int mkdir_p(const char *path)
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+static int exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
 void run_dir_choose(const char *wanted, const char *model_path, char *out, size_t len)
 {
-    if (wanted && *wanted) {
+    if (wanted) {
         snprintf(out, len, "%s", wanted);
-    } else {
-        const char *base = strrchr(model_path, '/');
-        base = base ? base + 1 : model_path;
-        size_t stem = strcspn(base, ".");
-        char stamp[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        localtime_r(&now, &tm);
-        strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-        snprintf(out, len, "runs/%.*s-%s", (int)(stem < 64 ? stem : 64), base, stamp);
+        return;
     }
+    const char *base = strrchr(model_path, '/');
+    base = base ? base + 1 : model_path;
+    size_t stem = strcspn(base, ".");
+    char stamp[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(out, len, "runs/%.*s-%s", (int)(stem < 64 ? stem : 64), base, stamp);
+    /* Two runs started in the same second get directories of their own. */
+    size_t at = strlen(out);
+    for (int n = 2; exists(out) && n < 1000 && at + 8 < len; n++) snprintf(out + at, len - at, "-%d", n);
+}
+
+/* "config.json, checkpoints/": crew's files that path holds; returns how many. */
+static int owned_present(const char *path, char *list, size_t len)
+{
+    int n = 0;
+    size_t used = 0;
+    list[0] = '\0';
+    for (int i = 0; run_dir_owned[i]; i++) {
+        char p[1200];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", path, run_dir_owned[i]);
+        if (lstat(p, &sb) != 0) continue;
+        if (used < len)
+            used += (size_t)snprintf(list + used, len - used, "%s%s%s", n ? ", " : "", run_dir_owned[i],
+                                     S_ISDIR(sb.st_mode) ? "/" : "");
+        n++;
+    }
+    return n;
+}
+
+int run_dir_check_new(const char *path, int replace, char *err, size_t err_len)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        if (errno == ENOENT) return 0;
+        snprintf(err, err_len, "cannot use run directory %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(err, err_len, "run directory %s exists and is not a directory", path);
+        return -1;
+    }
+    char held[256];
+    if (replace || owned_present(path, held, sizeof held) == 0) return 0;
+    snprintf(err, err_len,
+             "run directory %s holds another run (%s): continue it with --resume %s, or start a new one there with "
+             "--replace, which deletes those",
+             path, held, path);
+    return -1;
+}
+
+int run_dir_check_resume(const char *path, char *err, size_t err_len)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        snprintf(err, err_len, "cannot resume %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(err, err_len, "cannot resume %s: it is not a run directory (not a directory)", path);
+        return -1;
+    }
+    return 0;
+}
+
+static int remove_failed(const char *path, char *err, size_t err_len)
+{
+    snprintf(err, err_len, "--replace: cannot remove %s: %s", path, strerror(errno));
+    return -1;
+}
+
+/* Removes path and, when it is a directory (not a link to one), everything in it. */
+static int remove_tree(const char *path, char *err, size_t err_len)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : remove_failed(path, err, err_len);
+    if (!S_ISDIR(sb.st_mode)) return unlink(path) == 0 ? 0 : remove_failed(path, err, err_len);
+    DIR *d = opendir(path);
+    if (!d) return remove_failed(path, err, err_len);
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char child[4096];
+        if (snprintf(child, sizeof child, "%s/%s", path, e->d_name) >= (int)sizeof child) {
+            errno = ENAMETOOLONG;
+            rc = remove_failed(path, err, err_len);
+        } else {
+            rc = remove_tree(child, err, err_len);
+        }
+    }
+    closedir(d);
+    if (rc) return rc;
+    return rmdir(path) == 0 ? 0 : remove_failed(path, err, err_len);
+}
+
+int run_dir_clear(const char *path, char *err, size_t err_len)
+{
+    for (int i = 0; run_dir_owned[i]; i++) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", path, run_dir_owned[i]);
+        if (remove_tree(p, err, err_len) != 0) return -1;
+    }
+    return 0;
 }
 
 int run_dir_create(const char *path, char *err, size_t err_len)
 {
+    struct stat sb;
     if (mkdir_p(path) != 0) {
         snprintf(err, err_len, "cannot create run directory %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) { /* mkdir says EEXIST for a file too */
+        snprintf(err, err_len, "run directory %s exists and is not a directory", path);
         return -1;
     }
     return 0;
@@ -92,6 +207,12 @@ static cJSON *plan_json(const crew_fit_plan *p)
     cJSON_AddNumberToObject(lr, "warmup_steps", (double)p->warmup_steps);
     add_float(lr, "warmup_start", p->warmup_start_lr);
     cJSON_AddStringToObject(lr, "schedule", schedule_name(p->schedule));
+    cJSON *aug = cJSON_AddObjectToObject(o, "augment");
+    cJSON_AddNumberToObject(aug, "crop_padding", p->augment.crop_padding);
+    cJSON_AddBoolToObject(aug, "flip", p->augment.flip != 0);
+    cJSON_AddBoolToObject(o, "pad_last_batch", p->pad_last_batch != 0);
+    cJSON_AddBoolToObject(o, "sync_batch_norm", p->sync_batch_norm != 0);
+    cJSON_AddStringToObject(o, "on_nan", p->on_nan == CREW_ON_NAN_SKIP ? "skip" : "stop");
     return o;
 }
 

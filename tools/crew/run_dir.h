@@ -1,4 +1,8 @@
-/* run_dir.h — the run directory: where a training run leaves config.json, weights and logs. */
+/* run_dir.h — the run directory: where a training run leaves config.json, weights and logs.
+ *
+ * A run directory belongs to one run. crew owns what it writes there (run_dir_owned) and nothing
+ * else; a new run is never started on top of another one's files, which would mix the two (the
+ * old checkpoints would outrank the new ones, and a later --resume continue the old run). */
 #ifndef CREW_CLI_RUN_DIR_H
 #define CREW_CLI_RUN_DIR_H
 
@@ -6,9 +10,22 @@
 
 #include "crew.h"
 
-/* The run directory's path: `wanted` when given, else runs/<model file stem>-<YYYYmmdd-HHMMSS>.
- * Creates nothing. */
+/* config.json, metrics.jsonl, tb, checkpoints, report.html, weights.safetensors; NULL-terminated. */
+extern const char *const run_dir_owned[];
+
+/* The run directory's path: `wanted` when given, else runs/<model file stem>-<YYYYmmdd-HHMMSS>
+ * (with -2, -3, ... when a run started in the same second has it). Creates nothing. */
 void run_dir_choose(const char *wanted, const char *model_path, char *out, size_t len);
+/* Whether a new run may start in path: it does not exist, or it is a directory holding none of
+ * crew's files (any directory with replace, whose crew files run_dir_clear then removes).
+ * Returns 0, or -1 with one line in err: not a directory, or the files of another run and the
+ * two ways on (--resume, --replace). */
+int run_dir_check_new(const char *path, int replace, char *err, size_t err_len);
+/* Whether path is a directory a run can be resumed in. Returns 0, or -1 with a message. */
+int run_dir_check_resume(const char *path, char *err, size_t err_len);
+/* Removes crew's files from path (tb/ and checkpoints/ with all they hold), nothing else; a
+ * symbolic link is removed, never followed. Returns 0, or -1 with a message naming the file. */
+int run_dir_clear(const char *path, char *err, size_t err_len);
 /* Creates the directory (and its parents). Returns 0, or -1 with a message in err. */
 int run_dir_create(const char *path, char *err, size_t err_len);
 

@@ -1,0 +1,221 @@
+/* test_checkpoint.c — checkpoints as a resumed run meets them (docs/CHECKPOINTS.md):
+ * - state.json carries, besides the batch and learning-rate plan, everything else that changes
+ *   the numbers (augmentation, the last partial batch, synchronised batch norm, the NaN policy,
+ *   BLAS threads per replica) and reads it back the same;
+ * - a write that fails (a file size limit stands for a full disk) leaves the out-parameter naming
+ *   the last checkpoint that was committed, and no partial checkpoint behind;
+ * - a damaged checkpoint (no COMPLETE marker) is set aside and the previous one used;
+ * - an intact checkpoint of another model whose tensors have the same names and shapes (another
+ *   activation, dropout rate or weight decay) is refused with the difference named, and neither
+ *   it nor any older checkpoint is renamed, moved or tried. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "fs_helpers.h"
+#include "nn/model.h"
+#include "optim/optimizer.h"
+#include "synthetic.h"
+#include "train/checkpoint.h"
+
+typedef struct model_variant {
+    crew_activation activation;
+    float dropout;
+    float weight_decay;
+} model_variant;
+
+static const model_variant base_model = {CREW_ACT_RELU, 0.25f, 1e-4f};
+
+/* dense(12, activation) → dropout → dense(10) on vectors of 6, AdamW, initialised from a seed. */
+static crew_model *make_model(model_variant v)
+{
+    crew_model *m = NULL;
+    crew_layer_spec layers[] = {
+        {.type = CREW_LAYER_DENSE, .units = 12, .activation = v.activation},
+        {.type = CREW_LAYER_DROPOUT, .rate = v.dropout},
+        {.type = CREW_LAYER_DENSE, .units = 10},
+    };
+    crew_status s = crew_model_create((int64_t[]){6}, 1, &m);
+    for (size_t i = 0; !s && i < sizeof layers / sizeof *layers; i++) s = crew_model_add(m, &layers[i]);
+    crew_compile_options c = {.loss = CREW_LOSS_SOFTMAX_CROSS_ENTROPY,
+                              .optimizer = {.type = CREW_OPT_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
+                                            .eps = 1e-8f, .weight_decay = v.weight_decay}};
+    if (!s) s = crew_model_compile(m, &c);
+    if (!s) s = crew_model_layout(m);
+    if (!s) s = crew_model_init_params(m, 5);
+    CHECK_OK(s);
+    return m;
+}
+
+static crew_checkpoint_state make_state(int64_t step)
+{
+    crew_checkpoint_state st = {.step = step};
+    crew_fit_plan *p = &st.plan;
+    snprintf(p->device_kind, sizeof p->device_kind, "cpu");
+    p->devices = 1;
+    p->threads_per_device = 2;
+    p->batch_per_device = 4;
+    p->accumulation = 1;
+    p->global_batch = 4;
+    p->train_samples = 42;
+    p->steps_per_epoch = 11;
+    p->epochs = 10;
+    p->total_steps = 110;
+    p->seed = 7;
+    p->base_lr = 1e-3f;
+    p->base_batch = 4;
+    p->lr_factor = 1.0f;
+    p->augment = (crew_augment_options){.crop_padding = 2, .flip = 1};
+    p->pad_last_batch = 1;
+    p->sync_batch_norm = 1;
+    p->on_nan = CREW_ON_NAN_SKIP;
+    st.lr = (crew_lr_plan){.schedule = CREW_SCHED_COSINE, .peak_lr = 1e-3f, .total_steps = 110};
+    return st;
+}
+
+typedef struct fixture {
+    char dir[256], root[300];
+    crew_model *m;
+    crew_optimizer opt;
+} fixture;
+
+static int fixture_open(fixture *fx)
+{
+    snprintf(fx->dir, sizeof fx->dir, "/tmp/crew-test-checkpoint-XXXXXX");
+    if (!mkdtemp(fx->dir)) return -1;
+    snprintf(fx->root, sizeof fx->root, "%s/checkpoints", fx->dir);
+    fx->m = make_model(base_model);
+    if (!fx->m) return -1;
+    crew_status s = crew_optimizer_init(&fx->opt, &fx->m->compile.optimizer, &fx->m->be, fx->m->n_params);
+    CHECK_OK(s);
+    return s ? -1 : 0;
+}
+
+static void fixture_close(fixture *fx)
+{
+    crew_optimizer_release(&fx->opt, &fx->m->be);
+    crew_model_free(fx->m);
+    syn_remove(fx->dir);
+}
+
+static void write_step(fixture *fx, int64_t step, char *path, size_t len)
+{
+    crew_checkpoint_state st = make_state(step);
+    CHECK_OK(crew_checkpoint_write(fx->root, fx->m, &fx->opt, &st, 5, path, len));
+}
+
+static void test_state_round_trip(fixture *fx)
+{
+    char path[700], dir[700];
+    write_step(fx, 11, path, sizeof path);
+    snprintf(dir, sizeof dir, "%s/step-00000011", fx->root);
+    CHECK(strcmp(path, dir) == 0);
+    crew_checkpoint_state want = make_state(11), got;
+    CHECK_OK(crew_checkpoint_read_state(dir, &got));
+    CHECK(got.has_options == 1);
+    CHECK(got.step == 11 && got.plan.total_steps == 110 && got.plan.seed == 7);
+    CHECK(got.plan.threads_per_device == want.plan.threads_per_device);
+    CHECK(got.plan.augment.crop_padding == 2 && got.plan.augment.flip == 1);
+    CHECK(got.plan.pad_last_batch == 1 && got.plan.sync_batch_norm == 1 && got.plan.on_nan == CREW_ON_NAN_SKIP);
+}
+
+/* A file size limit makes the next checkpoint's first file fail, as a full disk would. */
+static void test_failed_write_names_the_last_committed(fixture *fx)
+{
+    char path[700], want[700];
+    write_step(fx, 22, path, sizeof path);
+    snprintf(want, sizeof want, "%s/step-00000022", fx->root);
+    CHECK(strcmp(path, want) == 0);
+    struct rlimit old, tiny;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    tiny = old;
+    tiny.rlim_cur = 64;
+    signal(SIGXFSZ, SIG_IGN); /* the write fails with EFBIG instead of killing the test */
+    CHECK(setrlimit(RLIMIT_FSIZE, &tiny) == 0);
+    crew_checkpoint_state st = make_state(33);
+    crew_status s = crew_checkpoint_write(fx->root, fx->m, &fx->opt, &st, 5, path, sizeof path);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    CHECK_MSG(s != CREW_OK, "a checkpoint was written past a 64-byte file size limit");
+    crew_status_free(s);
+    CHECK_MSG(strcmp(path, want) == 0, "after the failed write the last checkpoint is reported as %s, not %s", path, want);
+    char failed[700];
+    snprintf(failed, sizeof failed, "%s/step-00000033", fx->root);
+    CHECK(!path_exists(failed));
+    CHECK(temp_dirs_in(fx->root) == 0);
+}
+
+/* How many entries of root have ".refused-" in their name. */
+static int set_aside_in(const char *root)
+{
+    DIR *d = opendir(root);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".refused-")) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void expect_refused(fixture *fx, model_variant v, const char *needle)
+{
+    crew_model *other = make_model(v);
+    crew_optimizer opt;
+    if (!other) return;
+    CHECK_OK(crew_optimizer_init(&opt, &other->compile.optimizer, &other->be, other->n_params));
+    crew_checkpoint_state st;
+    char note[1024];
+    crew_status s = crew_checkpoint_resume(fx->root, other, &opt, &st, note, sizeof note);
+    CHECK_MSG(s != CREW_OK, "a checkpoint of another model (%s) was loaded", needle);
+    if (s) {
+        const char *msg = crew_status_message(s);
+        CHECK_MSG(strstr(msg, "belongs to another model") && strstr(msg, needle), "message: %s", msg);
+        CHECK_MSG(crew_status_code(s) == CREW_CODE_BAD_INPUT, "code %d", (int)crew_status_code(s));
+    }
+    crew_status_free(s);
+    char dir[700];
+    for (int step = 11; step <= 22; step += 11) {
+        snprintf(dir, sizeof dir, "%s/step-%08d/COMPLETE", fx->root, step);
+        CHECK_MSG(path_exists(dir), "%s is gone after a refusal", dir);
+    }
+    CHECK(set_aside_in(fx->root) == 0);
+    crew_optimizer_release(&opt, &other->be);
+    crew_model_free(other);
+}
+
+static void test_other_model_refused_untouched(fixture *fx)
+{
+    expect_refused(fx, (model_variant){CREW_ACT_TANH, 0.25f, 1e-4f}, "activation is relu in the checkpoint's run, tanh");
+    expect_refused(fx, (model_variant){CREW_ACT_RELU, 0.5f, 1e-4f}, "rate");
+    expect_refused(fx, (model_variant){CREW_ACT_RELU, 0.25f, 1e-2f}, "weight_decay");
+}
+
+static void test_damaged_set_aside(fixture *fx)
+{
+    char marker[700];
+    snprintf(marker, sizeof marker, "%s/step-00000022/COMPLETE", fx->root);
+    CHECK(unlink(marker) == 0);
+    crew_checkpoint_state st;
+    char note[1024];
+    CHECK_OK(crew_checkpoint_resume(fx->root, fx->m, &fx->opt, &st, note, sizeof note));
+    CHECK_MSG(st.step == 11, "resumed from step %lld", (long long)st.step);
+    CHECK_MSG(strstr(note, "incomplete") && strstr(note, "falling back"), "note: %s", note);
+    CHECK(set_aside_in(fx->root) == 1);
+}
+
+int main(void)
+{
+    fixture fx;
+    if (fixture_open(&fx) != 0) {
+        check_report();
+        return 1;
+    }
+    test_state_round_trip(&fx);
+    test_failed_write_names_the_last_committed(&fx);
+    test_other_model_refused_untouched(&fx);
+    test_damaged_set_aside(&fx);
+    fixture_close(&fx);
+    return check_report();
+}
