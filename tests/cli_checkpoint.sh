@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # cli_checkpoint.sh — a crash loses minutes, never the run:
-# - training killed with SIGKILL at random moments and resumed each time ends with weights
+# - training killed with SIGKILL mid-run, three times, and resumed each time ends with weights
 #   bitwise equal to an uninterrupted run; also when a run started on 4 replicas is resumed on 1,
-#   and one started on 1 is resumed on 4;
+#   and one started on 1 is resumed on 4. Each kill is set off by the run's own progress, not by a
+#   clock: the moment a given checkpoint appears the run is killed, wherever it then is in the
+#   steps after it (computing, writing its metrics, writing the next checkpoint), so the test
+#   behaves the same on a fast, a slow and a loaded machine;
 # - a damaged newest checkpoint (truncated, a flipped byte, a deleted file) is refused, named,
-#   and the previous one is used;
+#   and the previous one is used; a checkpoint a kill left half-written (its temporary directory)
+#   is passed over;
 # - a disk that fills while a checkpoint is written leaves the previous checkpoint intact;
 # - SIGINT finishes the step, saves a checkpoint and says how to resume.
 . "$(dirname "$0")/lib_cli.sh"
@@ -15,34 +19,76 @@ COMMON=(--data "$DATA" --max-steps 48 --batch-per-device 8 --global-batch 32 --c
 "$CREW" train $MODEL "${COMMON[@]}" --devices cpu:4 --run-dir "$TMP/ref" > /dev/null || fail "the uninterrupted run"
 REF="$TMP/ref/weights.safetensors"
 
-# Starts (or resumes) a run in the background and kills it with SIGKILL after a random delay,
-# until one attempt finishes. $1: run dir; $2: devices of the first start; $3: devices of resumes.
-kill_and_resume() {
-  local dir=$1 first=$2 later=$3 attempt=0 kills=0
-  while [ ! -f "$dir/weights.safetensors" ] && [ $attempt -lt 40 ]; do
-    # Killed before its first checkpoint, a run starts afresh (--resume needs one to resume from).
-    if ! ls -d "$dir"/checkpoints/step-???????? > /dev/null 2>&1; then
-      rm -rf "$dir"
-      "$CREW" train $MODEL "${COMMON[@]}" --devices "$first" --run-dir "$dir" > /dev/null 2>&1 &
-    else
-      "$CREW" train $MODEL "${COMMON[@]}" --devices "$later" --resume "$dir" > /dev/null 2>&1 &
-    fi
-    local pid=$!
-    # 0.2 to 1.2 s: long enough to get past start-up, short enough to land mid-run.
-    sleep "0.$((RANDOM % 10 + 2))"
-    if [ $((attempt % 3)) -ne 2 ] && kill -9 $pid 2> /dev/null; then kills=$((kills + 1)); fi
-    wait $pid 2> /dev/null
-    attempt=$((attempt + 1))
-  done
-  echo "$dir: $kills kills in $attempt attempts" >&2
-  [ "$kills" -ge 2 ] && ok || fail "$dir: only $kills kills landed (the run is too fast for this test?)"
+# running PID: the process exists and has not ended (a child that ended but was not waited for
+# yet is a zombie, which kill -0 still finds).
+running() { local st; st=$(cut -d ' ' -f 3 "/proc/$1/stat" 2> /dev/null); [ -n "$st" ] && [ "$st" != Z ]; }
+
+# newest_checkpoint DIR: the step of the newest complete checkpoint in DIR/checkpoints, or 0.
+newest_checkpoint() {
+  local newest; newest=$(ls "$1/checkpoints" 2> /dev/null | grep -x 'step-[0-9]\{8\}' | sort | tail -n 1)
+  [ -n "$newest" ] && echo $((10#${newest#step-})) || echo 0
 }
 
-kill_and_resume "$TMP/same" cpu:4 cpu:4
+# wait_for_checkpoint DIR K PID: waits until DIR holds a complete checkpoint of step K or later;
+# fails when process PID ended first (or after 60000 polls, 10 minutes or more: a run that makes
+# no progress at all). Polling, not timing: how long it takes does not matter.
+wait_for_checkpoint() {
+  local polls=0
+  while [ "$(newest_checkpoint "$1")" -lt "$2" ]; do
+    running "$3" || { [ "$(newest_checkpoint "$1")" -ge "$2" ]; return; }
+    polls=$((polls + 1))
+    [ $polls -lt 60000 ] || return 1
+    sleep 0.01
+  done
+}
+
+# kill_and_resume DIR FIRST LATER K...: starts a run on FIRST devices; for each K, kills it with
+# SIGKILL as soon as its checkpoint of step K (or a later one) is in place, then resumes it on
+# LATER devices; the last resume runs to the end. Each kill must land mid-run (exit by SIGKILL, no
+# weights written), and each resume must start from a checkpoint at or after its kill point.
+kill_and_resume() {
+  local dir=$1 first=$2 later=$3 n=0 at pid rc
+  shift 3
+  rm -rf "$dir"
+  local how=(--devices "$first" --run-dir "$dir")
+  for at in "$@"; do
+    n=$((n + 1))
+    "$CREW" train $MODEL "${COMMON[@]}" "${how[@]}" > "$TMP/attempt.out" 2> "$TMP/attempt-$n.err" &
+    pid=$!
+    if ! wait_for_checkpoint "$dir" "$at" $pid; then
+      kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
+      fail "$dir: attempt $n ended before its checkpoint of step $at: $(tail -n 3 "$TMP/attempt-$n.err")"
+      return
+    fi
+    kill -9 $pid 2> /dev/null
+    wait $pid 2> /dev/null
+    rc=$?
+    [ $rc -eq 137 ] && [ ! -e "$dir/weights.safetensors" ] && ok ||
+      fail "$dir: the kill after the checkpoint of step $at did not land mid-run (exit $rc)"
+    how=(--devices "$later" --resume "$dir")
+  done
+  "$CREW" train $MODEL "${COMMON[@]}" "${how[@]}" > "$TMP/attempt.out" 2> "$TMP/attempt-last.err" ||
+    { fail "$dir: the last resume failed: $(cat "$TMP/attempt-last.err")"; return; }
+  # Every resume started where a kill left it: from the checkpoint of step K or a later one.
+  n=0
+  local froms=""
+  for at in "$@"; do
+    n=$((n + 1))
+    local file=$TMP/attempt-$((n + 1)).err
+    [ $n -eq $# ] && file=$TMP/attempt-last.err
+    local from; from=$(sed -n 's/.*resumed from .*(step \([0-9]*\)).*/\1/p' "$file" | tail -n 1)
+    [ -n "$from" ] && [ "$from" -ge "$at" ] && [ "$from" -lt 48 ] && ok ||
+      fail "$dir: resume $n, after the kill at the checkpoint of step $at, resumed from step '${from}': $(cat "$file")"
+    froms="$froms $from"
+  done
+  echo "$dir: killed once the checkpoints of steps $* were in place; resumed from steps$froms" >&2
+}
+
+kill_and_resume "$TMP/same" cpu:4 cpu:4 4 16 28
 cmp -s "$REF" "$TMP/same/weights.safetensors" && ok || fail "killed and resumed on 4 replicas: weights differ"
-kill_and_resume "$TMP/down" cpu:4 cpu:1
+kill_and_resume "$TMP/down" cpu:4 cpu:1 8 20 28
 cmp -s "$REF" "$TMP/down/weights.safetensors" && ok || fail "started on 4, resumed on 1: weights differ"
-kill_and_resume "$TMP/up" cpu:1 cpu:4
+kill_and_resume "$TMP/up" cpu:1 cpu:4 4 12 24
 cmp -s "$REF" "$TMP/up/weights.safetensors" && ok || fail "started on 1, resumed on 4: weights differ"
 
 # Resuming on a device count that cannot share the global batch says what to choose.
@@ -68,6 +114,19 @@ for how in truncate flip delete; do
   cmp -s "$REF" "$TMP/dmg/weights.safetensors" && ok || fail "$how: the fallback run ended with other weights"
 done
 
+# A kill while a checkpoint is being written leaves its temporary directory with partial files
+# (the kills above land there only by chance): one planted in place of the newest checkpoint is
+# passed over, and the run resumes from the one before and ends equal.
+rm -rf "$TMP/half"; cp -r "$TMP/ref" "$TMP/half"; rm "$TMP/half/weights.safetensors"
+rm -rf "$TMP/half/checkpoints/step-00000048"
+mv "$TMP/half/checkpoints/step-00000044" "$TMP/half/checkpoints/step-00000044.tmp-99999"
+truncate -s 1000 "$TMP/half/checkpoints/step-00000044.tmp-99999/optimizer.safetensors"
+rm "$TMP/half/checkpoints/step-00000044.tmp-99999/COMPLETE"
+"$CREW" train $MODEL "${COMMON[@]}" --devices cpu:2 --resume "$TMP/half" > /dev/null 2> "$TMP/half.err" ||
+  fail "resume past a half-written checkpoint: $(cat "$TMP/half.err")"
+grep -q "resumed from .*step-00000040" "$TMP/half.err" && ok || fail "half-written checkpoint: $(cat "$TMP/half.err")"
+cmp -s "$REF" "$TMP/half/weights.safetensors" && ok || fail "half-written checkpoint: the run ended with other weights"
+
 # A disk that fills while the next checkpoint is written: the run fails (exit 1), the previous
 # checkpoint is intact, and resuming from it finishes the run.
 rm -rf "$TMP/full"; cp -r "$TMP/ref" "$TMP/full"; rm "$TMP/full/weights.safetensors"
@@ -81,11 +140,17 @@ rc=$?
 "$CREW" train $MODEL "${COMMON[@]}" --devices cpu:2 --resume "$TMP/full" > /dev/null 2>&1 || fail "resume after the full disk"
 cmp -s "$REF" "$TMP/full/weights.safetensors" && ok || fail "disk full: resumed run ended with other weights"
 
-# SIGINT: the current step finishes, a checkpoint is written, the message says how to resume.
+# SIGINT: the current step finishes, a checkpoint is written, the message says how to resume. The
+# signal is sent once the run is training (a step line in metrics.jsonl), not after a guessed delay.
 "$CREW" train $MODEL --data "$DATA" --max-steps 100000 --batch-per-device 8 --devices cpu:2 --checkpoint-every 100000 \
   --run-dir "$TMP/int" > "$TMP/int.out" 2>&1 &
 pid=$!
-sleep 1.5
+polls=0
+until grep -q '"type":"step"' "$TMP/int/metrics.jsonl" 2> /dev/null || ! running $pid || [ $polls -ge 60000 ]; do
+  polls=$((polls + 1))
+  sleep 0.01
+done
+grep -q '"type":"step"' "$TMP/int/metrics.jsonl" 2> /dev/null && ok || fail "SIGINT: the run never started training"
 kill -INT $pid
 wait $pid
 rc=$?

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # cli_scale.sh — crew scale: a short run at 1 and 2 replicas on a small made-up dataset (its
-# JSON line holds the trials, the recommendation and the reason), and bad usage.
+# JSON line holds the trials, the recommendation and the reason), and bad usage. It holds the
+# answer to its shape, never to its figures (they are this machine's speed at that moment, which
+# other work changes): how good the advisor's predictions are is bench/bench_advisor.c's question.
 . "$(dirname "$0")/lib_cli.sh"
 
 # 640 random 28x28 images of 10 classes, as IDX files.
