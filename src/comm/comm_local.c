@@ -71,18 +71,6 @@ static crew_status resolve(struct crew_local_comm *c, int rank, const void *p, i
     return s;
 }
 
-static void deadline_after(double seconds, struct timespec *ts)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    double whole = (double)(long)seconds;
-    ts->tv_sec += (time_t)whole;
-    ts->tv_nsec += (long)((seconds - whole) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Lists the ranks missing from the barrier, "1, 3", into buf. Called with mu held. */
 static void missing_ranks(const struct crew_local_comm *c, char *buf, size_t len)
 {
@@ -120,7 +108,7 @@ static crew_status barrier(struct crew_local_comm *c, int rank, double timeout_s
         pthread_mutex_lock(&c->mu);
     }
     struct timespec deadline;
-    deadline_after(timeout_s, &deadline);
+    crew_deadline_after(timeout_s, &deadline);
     int rc = 0;
     while (c->generation == gen && c->failed_rank < 0 && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&c->cv, &c->mu, &deadline);

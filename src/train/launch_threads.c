@@ -119,18 +119,6 @@ static crew_status first_error(launch *l)
     return keep;
 }
 
-static void deadline_after(double seconds, struct timespec *ts)
-{
-    clock_gettime(CLOCK_REALTIME, ts);
-    double whole = (double)(long)seconds;
-    ts->tv_sec += (time_t)whole;
-    ts->tv_nsec += (long)((seconds - whole) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 /* Waits until every started rank has finished, or for a grace after the first one failed.
  * Returns how many ranks were left behind. Called with l->mu held. */
 static int supervise(launch *l, int started)
@@ -144,7 +132,7 @@ static int supervise(launch *l, int started)
         if (failed && grace_until == 0.0) grace_until = crew_now() + grace;
         if (grace_until > 0.0 && crew_now() >= grace_until) return started - l->finished;
         struct timespec ts;
-        deadline_after(grace_until > 0.0 ? grace_until - crew_now() : 3600.0, &ts);
+        crew_deadline_after(grace_until > 0.0 ? grace_until - crew_now() : 3600.0, &ts);
         pthread_cond_timedwait(&l->changed, &l->mu, &ts);
     }
 }
@@ -162,7 +150,7 @@ static void left_behind(const launch *l, int started, char *buf, size_t len)
 static void hold_sinks(crew_run_sinks *sinks, crew_status s)
 {
     struct timespec ts;
-    deadline_after(SINKS_WAIT_S, &ts);
+    crew_deadline_after(SINKS_WAIT_S, &ts);
     sinks->rank0_left = 1;
     if (pthread_mutex_timedlock(&sinks->lock, &ts) != 0) {
         sinks->monitor_lost = 1;
