@@ -3,20 +3,14 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "core/json_text.h"
 #include "crew.h"
 
 void crew_json_write_string(FILE *f, const char *s)
 {
+    char e[8];
     fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
+    for (; s && *s; s++) fwrite(e, 1, (size_t)crew_json_escape_byte((unsigned char)*s, e), f);
     fputc('"', f);
 }
 

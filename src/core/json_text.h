@@ -9,6 +9,7 @@
 #ifndef CREW_CORE_JSON_TEXT_H
 #define CREW_CORE_JSON_TEXT_H
 
+#include <stdio.h>
 #include <stddef.h>
 
 /* The offset of the first NUL the text holds, raw (a 0 byte anywhere) or escaped (\u0000 inside
@@ -18,5 +19,17 @@ size_t crew_json_find_nul(const char *text, size_t len, int *escaped);
 
 /* Line and column (both from 1) of offset in text, for messages. */
 void crew_json_locate(const char *text, size_t offset, int *line, int *col);
+
+/* How byte c stands inside a JSON string: itself, \" or \\, or \u00XX for a control character.
+ * Writes it into out (with a NUL) and returns its length. The one rule crew_json_write_string and
+ * the telemetry's text writer both follow. */
+static inline int crew_json_escape_byte(unsigned char c, char out[8])
+{
+    if (c == '"' || c == '\\') return snprintf(out, 8, "\\%c", c);
+    if (c < 0x20) return snprintf(out, 8, "\\u%04x", c);
+    out[0] = (char)c;
+    out[1] = '\0';
+    return 1;
+}
 
 #endif

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/json_text.h"
+
 
 crew_status crew_text_attach(crew_text_file *t, int fd, const char *path)
 {
@@ -81,15 +83,11 @@ void crew_text_putc(crew_text_file *t, char c)
 
 void crew_text_json_string(crew_text_file *t, const char *s)
 {
+    char e[8];
     crew_text_putc(t, '"');
     for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            crew_text_printf(t, "\\%c", c);
-        else if (c < 0x20)
-            crew_text_printf(t, "\\u%04x", c);
-        else
-            crew_text_putc(t, (char)c);
+        crew_json_escape_byte((unsigned char)*s, e);
+        crew_text_printf(t, "%s", e);
     }
     crew_text_putc(t, '"');
 }
