@@ -142,7 +142,9 @@ typedef struct crew_optimizer_spec {
     crew_lr_scaling scaling;
     float momentum;      /* sgd */
     int nesterov;        /* sgd */
-    float beta1, beta2, eps; /* adamw [0.9, 0.999, 1e-8] */
+    double beta1, beta2;  /* adamw [0.9, 0.999]: double, as written in the model file, so that 1 − β
+                             and 1 − βᵗ are the constants PyTorch computes from the same numbers */
+    float eps;            /* adamw [1e-8] */
     float weight_decay;  /* decoupled for adamw; added to the gradient for sgd */
     float clip_norm;     /* clip gradients to this global L2 norm; 0 = off */
     crew_schedule_type schedule;

@@ -401,7 +401,9 @@ static int64_t run_every_other_op(const crew_backend *be, float *out)
     o->sgd_update(ctx, param, b, NULL, RC, 0.1f, 0.0f, 0, 0.0f);
     keep(&r, param, RC);
     keep(&r, velocity, RC);
-    o->adamw_update(ctx, param, b, m, v, RC, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.001f);
+    const crew_adamw_consts k = {.decay = 0.9999f, .one_minus_beta1 = 0.1f, .beta2 = 0.999f, .one_minus_beta2 = 0.001f,
+                                 .step_size = 0.1f, .bias_c2_sqrt = 0.0316f, .eps = 1e-8f};
+    o->adamw_update(ctx, param, b, m, v, RC, &k);
     keep(&r, param, RC);
     keep(&r, m, RC);
     keep(&r, v, RC);

@@ -36,6 +36,7 @@
 #include "check.h"
 #include "core/rng.h"
 #include "nn/window_geometry.h"
+#include "optim/optimizer.h"
 
 #define RTOL 1e-5
 #define ATOL 1e-6
@@ -1570,7 +1571,9 @@ static void test_sgd(const device *d)
 }
 
 typedef struct adamw_case {
-    float lr, b1, b2, eps, wd, p0;
+    float lr;
+    double b1, b2;
+    float eps, wd, p0;
     double want_p[3], want_m[3], want_v[3];
     const char *what;
 } adamw_case;
@@ -1578,9 +1581,9 @@ typedef struct adamw_case {
 /* torch.optim.AdamW: p ·= 1 − lr·wd; m = β1·m + (1−β1)·g; v = β2·v + (1−β2)·g²;
  * p −= lr/(1−β1^t) · m / (sqrt(v)/sqrt(1−β2^t) + eps). Values from that formula in double. */
 static const adamw_case adamw_cases[] = {
-    {0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, {0.899000002, 0.871467298706, 0.804784672376}, {0.05, 0.02, 0.118},
+    {0.1f, 0.9, 0.999, 1e-8f, 0.01f, 1.0f, {0.899000002, 0.871467298706, 0.804784672376}, {0.05, 0.02, 0.118},
      {0.00025, 0.00031225, 0.00131193775}, "adamw"},
-    {0.01f, 0.8f, 0.99f, 1e-3f, 0.1f, -2.0f, {-2.00798003992, -2.00807809442, -2.01297938452}, {0.1, 0.03, 0.224},
+    {0.01f, 0.8, 0.99, 1e-3f, 0.1f, -2.0f, {-2.00798003992, -2.00807809442, -2.01297938452}, {0.1, 0.03, 0.224},
      {0.0025, 0.0031, 0.013069}, "adamw eps 1e-3"},
 };
 
@@ -1590,9 +1593,11 @@ static void check_adamw(const device *d, const adamw_case *ac)
     float *p_d = dev_f32(d, &ac->p0, 1), *g_d = dev_f32(d, grads, 3), *m_d = dev_zeros_f32(d, 1);
     float *v_d = dev_zeros_f32(d, 1);
     for (int t = 1; t <= 3; t++) {
-        float c1 = 1.0f - powf(ac->b1, (float)t), c2 = 1.0f - powf(ac->b2, (float)t);
-        d->be.ops->adamw_update(d->be.ctx, p_d, g_d + t - 1, m_d, v_d, 1, ac->lr, ac->b1, ac->b2, ac->eps, ac->wd, c1,
-                                c2);
+        const crew_optimizer_spec spec = {
+            .type = CREW_OPT_ADAMW, .lr = ac->lr, .beta1 = ac->b1, .beta2 = ac->b2, .eps = ac->eps, .weight_decay = ac->wd};
+        crew_adamw_consts k;
+        crew_adamw_consts_at(&spec, ac->lr, t, &k);
+        d->be.ops->adamw_update(d->be.ctx, p_d, g_d + t - 1, m_d, v_d, 1, &k);
         EXPECT_SYNCED(d);
         float p, m, v;
         fetch(d, &p, p_d, 1, CREW_DT_F32);

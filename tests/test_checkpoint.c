@@ -41,7 +41,7 @@ static crew_model *make_model(model_variant v)
     crew_status s = crew_model_create((int64_t[]){6}, 1, &m);
     for (size_t i = 0; !s && i < sizeof layers / sizeof *layers; i++) s = crew_model_add(m, &layers[i]);
     crew_compile_options c = {.loss = CREW_LOSS_SOFTMAX_CROSS_ENTROPY,
-                              .optimizer = {.type = CREW_OPT_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f,
+                              .optimizer = {.type = CREW_OPT_ADAMW, .lr = 1e-3f, .beta1 = 0.9, .beta2 = 0.999,
                                             .eps = 1e-8f, .weight_decay = v.weight_decay}};
     if (!s) s = crew_model_compile(m, &c);
     if (!s) s = crew_model_layout(m);

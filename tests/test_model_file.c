@@ -114,7 +114,7 @@ static void test_fashion_mlp(void)
     CHECK(d->compile.optimizer.type == CREW_OPT_ADAMW);
     CHECK(fabsf(d->compile.optimizer.lr - 1e-3f) < 1e-9f);
     CHECK(d->compile.optimizer.base_batch == 128 && d->compile.optimizer.scaling == CREW_SCALE_SQRT);
-    CHECK(d->compile.optimizer.beta1 == 0.9f && d->compile.optimizer.beta2 == 0.999f);
+    CHECK(d->compile.optimizer.beta1 == 0.9 && d->compile.optimizer.beta2 == 0.999);
     CHECK(d->epochs == 10 && d->batch_per_device == 128 && d->has_seed && d->seed == 1);
     crew_model_free(m);
 }

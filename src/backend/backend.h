@@ -51,6 +51,17 @@ typedef struct crew_window {
     int64_t pad_top, pad_left;  /* zero padding before the first row/column */
 } crew_window;
 
+/* One AdamW step's scalars, computed in double by the optimiser (crew_adamw_consts_at) and
+ * rounded to float once, so that every backend applies the same numbers. */
+typedef struct crew_adamw_consts {
+    float decay;           /* 1 − lr·weight_decay */
+    float one_minus_beta1; /* the weight of m's lerp towards the gradient */
+    float beta2, one_minus_beta2;
+    float step_size;       /* lr / (1 − β1ᵗ) */
+    float bias_c2_sqrt;    /* √(1 − β2ᵗ) */
+    float eps;
+} crew_adamw_consts;
+
 typedef struct crew_backend_ops {
     const char *name;           /* the backend's name, for messages: "cpu", "cpu-guarded" */
 
@@ -193,8 +204,7 @@ typedef struct crew_backend_ops {
     void (*sgd_update)(void *ctx, float *param, const float *grad, float *velocity, int64_t n, float lr,
                        float momentum, int nesterov, float weight_decay);
     void (*adamw_update)(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n,
-                         float lr, float beta1, float beta2, float eps, float weight_decay,
-                         float bias_c1, float bias_c2);
+                         const crew_adamw_consts *k);
 } crew_backend_ops;
 
 typedef struct crew_backend {

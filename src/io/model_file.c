@@ -324,8 +324,8 @@ static crew_status parse_optimizer(const char *file, const cJSON *v, crew_optimi
         CREW_TRY(crew_mf_real(&w, v, "beta1", 0, 0.0, 1.0, "()", &b1));
         CREW_TRY(crew_mf_real(&w, v, "beta2", 0, 0.0, 1.0, "()", &b2));
         CREW_TRY(crew_mf_real(&w, v, "eps", 0, 0.0, 1.0, "(]", &eps));
-        o->beta1 = (float)b1;
-        o->beta2 = (float)b2;
+        o->beta1 = b1;
+        o->beta2 = b2;
         o->eps = (float)eps;
     }
     CREW_TRY(parse_common(&w, v, o));

@@ -355,8 +355,8 @@ static int keras_optimizer(const cJSON *opt, crew_optimizer_spec *o)
             return 0;
         if (!(b1 > 0 && b1 < 1 && b2 > 0 && b2 < 1 && eps > 0)) return 0;
         o->type = CREW_OPT_ADAMW;
-        o->beta1 = (float)b1;
-        o->beta2 = (float)b2;
+        o->beta1 = b1;
+        o->beta2 = b2;
         o->eps = (float)eps;
     } else if (strcmp(c, "SGD") == 0) {
         const cJSON *nesterov = cJSON_GetObjectItemCaseSensitive(cfg, "nesterov");

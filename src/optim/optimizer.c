@@ -12,8 +12,8 @@ crew_status crew_optimizer_spec_check(crew_optimizer_spec *s)
     if (s->type != CREW_OPT_SGD && s->type != CREW_OPT_ADAMW)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: unknown type %d", (int)s->type);
     if (s->type == CREW_OPT_ADAMW) {
-        if (s->beta1 == 0.0f) s->beta1 = 0.9f;
-        if (s->beta2 == 0.0f) s->beta2 = 0.999f;
+        if (s->beta1 == 0.0) s->beta1 = 0.9;
+        if (s->beta2 == 0.0) s->beta2 = 0.999;
         if (s->eps == 0.0f) s->eps = 1e-8f;
     }
     if (!(s->lr > 0.0f && isfinite(s->lr)))
@@ -23,7 +23,7 @@ crew_status crew_optimizer_spec_check(crew_optimizer_spec *s)
                            (double)s->momentum);
     if (s->nesterov && s->momentum == 0.0f)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'nesterov' needs a momentum above 0");
-    if (!(s->beta1 >= 0.0f && s->beta1 < 1.0f) || !(s->beta2 >= 0.0f && s->beta2 < 1.0f))
+    if (!(s->beta1 >= 0.0 && s->beta1 < 1.0) || !(s->beta2 >= 0.0 && s->beta2 < 1.0))
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: keys 'beta1' and 'beta2' must be in [0, 1)");
     if (!(s->eps >= 0.0f)) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'eps' must be >= 0");
     if (!(s->weight_decay >= 0.0f))
@@ -117,6 +117,23 @@ float crew_lr_at(const crew_lr_plan *p, int64_t step)
     }
 }
 
+/* The step's constants in double, from the model file's numbers, each rounded to float once: what
+ * torch.optim.AdamW does with Python floats. In float, 1 − 0.999f is 0.0009999871 (1.3e-5 off), and
+ * the error grew with t through powf; the weights drifted away from PyTorch's for no reason. */
+void crew_adamw_consts_at(const crew_optimizer_spec *s, float lr, int64_t t, crew_adamw_consts *k)
+{
+    double c1 = 1.0 - pow(s->beta1, (double)t), c2 = 1.0 - pow(s->beta2, (double)t);
+    *k = (crew_adamw_consts){
+        .decay = (float)(1.0 - (double)lr * (double)s->weight_decay),
+        .one_minus_beta1 = (float)(1.0 - s->beta1),
+        .beta2 = (float)s->beta2,
+        .one_minus_beta2 = (float)(1.0 - s->beta2),
+        .step_size = (float)((double)lr / c1),
+        .bias_c2_sqrt = (float)sqrt(c2),
+        .eps = s->eps,
+    };
+}
+
 crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,
                                 double *grad_norm)
 {
@@ -135,9 +152,9 @@ crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, flo
     if (s->type == CREW_OPT_SGD) {
         o->sgd_update(be->ctx, params, grads, opt->slot[0], opt->n, lr, s->momentum, s->nesterov, s->weight_decay);
     } else {
-        float c1 = 1.0f - powf(s->beta1, (float)opt->t), c2 = 1.0f - powf(s->beta2, (float)opt->t);
-        o->adamw_update(be->ctx, params, grads, opt->slot[0], opt->slot[1], opt->n, lr, s->beta1, s->beta2, s->eps,
-                        s->weight_decay, c1, c2);
+        crew_adamw_consts k;
+        crew_adamw_consts_at(s, lr, opt->t, &k);
+        o->adamw_update(be->ctx, params, grads, opt->slot[0], opt->slot[1], opt->n, &k);
     }
     return CREW_OK;
 }

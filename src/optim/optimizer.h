@@ -36,6 +36,8 @@ typedef struct crew_lr_plan {
 /* Learning rate for the update with 0-based index step. */
 float crew_lr_at(const crew_lr_plan *plan, int64_t step);
 
+/* AdamW's constants for step t (counted from 1) at learning rate lr. */
+void crew_adamw_consts_at(const crew_optimizer_spec *s, float lr, int64_t t, crew_adamw_consts *k);
 /* One update: clips grads to spec.clip_norm (global L2 norm, in place), then steps.
  * *grad_norm receives the norm before clipping. */
 crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,

@@ -22,6 +22,13 @@ static void add_float(cJSON *o, const char *name, float v)
     cJSON_AddRawToObject(o, name, buf);
 }
 
+static void add_double(cJSON *o, const char *name, double v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.17g", v); /* 17 digits round-trip any double */
+    cJSON_AddRawToObject(o, name, buf);
+}
+
 static void add_int(cJSON *o, const char *name, int64_t v)
 {
     char buf[32];
@@ -90,8 +97,8 @@ static cJSON *optimizer_json(const crew_optimizer_spec *s)
     add_int(o, "scaling", s->scaling);
     add_float(o, "momentum", s->momentum);
     add_int(o, "nesterov", s->nesterov);
-    add_float(o, "beta1", s->beta1);
-    add_float(o, "beta2", s->beta2);
+    add_double(o, "beta1", s->beta1);
+    add_double(o, "beta2", s->beta2);
     add_float(o, "eps", s->eps);
     add_float(o, "weight_decay", s->weight_decay);
     add_float(o, "clip_norm", s->clip_norm);

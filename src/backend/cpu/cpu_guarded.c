@@ -768,8 +768,8 @@ static void guard_sgd_update(void *ctx, float *param, const float *grad, float *
     if (c.ok) crew_cpu_ops.sgd_update(c.cpu, sp, sg, sv, n, lr, momentum, nesterov, weight_decay);
 }
 
-static void guard_adamw_update(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n, float lr,
-                               float beta1, float beta2, float eps, float weight_decay, float bias_c1, float bias_c2)
+static void guard_adamw_update(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n,
+                               const crew_adamw_consts *k)
 {
     op_call c = begin(ctx, "adamw_update");
     float *sp = f32(&c, "param", param, n);
@@ -777,7 +777,7 @@ static void guard_adamw_update(void *ctx, float *param, const float *grad, float
     float *sm = f32(&c, "m", m, n);
     float *sv = f32(&c, "v", v, n);
     if (c.ok)
-        crew_cpu_ops.adamw_update(c.cpu, sp, sg, sm, sv, n, lr, beta1, beta2, eps, weight_decay, bias_c1, bias_c2);
+        crew_cpu_ops.adamw_update(c.cpu, sp, sg, sm, sv, n, k);
 }
 
 static const crew_backend_ops guarded_ops = {

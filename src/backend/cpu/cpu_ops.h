@@ -51,8 +51,7 @@ void cpu_embedding_backward(void *ctx, const float *ids, const float *dy, float 
 /* cpu_optim.c */
 void cpu_sgd_update(void *ctx, float *param, const float *grad, float *velocity, int64_t n, float lr,
                     float momentum, int nesterov, float weight_decay);
-void cpu_adamw_update(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, float bias_c1,
-                      float bias_c2);
+void cpu_adamw_update(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n,
+                      const crew_adamw_consts *k);
 
 #endif
