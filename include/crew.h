@@ -344,6 +344,10 @@ typedef struct crew_fit_options {
     int resume;
     void *user;
     volatile int *cancel;       /* when it becomes non-zero the run stops after the step */
+    /* Processes (crew_process_group, below): this process runs `devices` replicas of the run's
+     * devices × processes, numbered process by process. Process 0 owns the outputs (monitor,
+     * checkpoints, the trained values); the others write nothing. NULL: this process alone. */
+    const struct crew_process_group *group;
 } crew_fit_options;
 
 typedef struct crew_fit_result {
@@ -398,6 +402,7 @@ typedef struct crew_fit_plan {
     int pad_last_batch;
     int sync_batch_norm;        /* as resolved: 1 when replicas share batch-norm statistics */
     crew_nan_policy on_nan;
+    int processes;              /* of a process group: devices / processes replicas each [1] */
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With
@@ -743,4 +748,35 @@ int crew_blas_check(char *buf, size_t len);
 #ifdef __cplusplus
 }
 #endif
+/* ---- processes: a run across processes and machines (MPI)
+ *
+ * The application starts MPI (MPI_Init_thread with at least MPI_THREAD_SERIALIZED: crew calls MPI
+ * from one thread of a process at a time) and hands crew a communicator; crew never initialises
+ * or finalises MPI itself. Every collective between processes is non-blocking MPI polled against
+ * the run's deadline, so that a process that never answers is named, not waited for. */
+typedef struct crew_process_group crew_process_group;
+
+/* 1 when this build has MPI (CMake found it), else 0: then crew_group_open_mpi fails saying so. */
+int crew_have_mpi(void);
+/* 1 when the environment says mpirun or mpiexec started this process (Open MPI, MPICH, PMIx). */
+int crew_launched_by_mpi(void);
+/* A group of the processes of `mpi_comm` (a pointer to an MPI_Comm, duplicated: the caller's stays
+ * its own); every process of it calls this, and learns the others' host names within timeout_s. */
+crew_status crew_group_open_mpi(const void *mpi_comm, double timeout_s, crew_process_group **out);
+int crew_group_rank(const crew_process_group *g);
+int crew_group_size(const crew_process_group *g);
+/* This process's host, as MPI names it. */
+const char *crew_group_host(const crew_process_group *g);
+/* Every process passes its own `value` of the same `what` ("model file", "crew version", ...);
+ * CREW_OK when all are equal, else a CREW_CODE_BAD_INPUT error on every process that names the
+ * first process whose value differs from process 0's and both values. Values longer than 400
+ * bytes compare by their first 400. */
+crew_status crew_group_agree(const crew_process_group *g, const char *what, const char *value, double timeout_s);
+/* The size and XXH3-64 of a whole file, streamed (a FIFO, a device or a directory is refused,
+ * never read; a file whose size changes while it is hashed is CREW_CODE_IO, naming the path):
+ * what the processes of a run compare to know they read the same model and dataset. */
+crew_status crew_file_hash(const char *path, int64_t *bytes, uint64_t *xxh3);
+/* Frees the group (MPI_Comm_free of its duplicate); MPI itself stays initialised. */
+void crew_group_close(crew_process_group *g);
+
 #endif /* CREW_H */

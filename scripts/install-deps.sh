@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libopenblas-dev libcjson-dev libxxhash-dev zlib1g-dev
-          libpng-dev libjpeg62-turbo-dev dataset-fashion-mnist chromium)
+          libpng-dev libjpeg62-turbo-dev dataset-fashion-mnist chromium
+          libopenmpi-dev openmpi-bin iproute2)
 [ "${CREW_WITH_CLANG:-0}" = 1 ] && packages+=(clang libclang-rt-14-dev)
 
 missing=()

@@ -79,4 +79,19 @@ crew_status crew_local_comm_attach(crew_local_comm *lc, int rank, const crew_bac
 crew_comm crew_local_comm_rank(crew_local_comm *lc, int rank);
 void crew_local_comm_free(crew_local_comm *lc);
 
+/* For a communicator layered over this one (comm_mpi.c: the threads of a process, then MPI
+ * between processes). Each rank of the process posts `mine` and meets the others; then rank 0
+ * alone runs leader(user, posted) with every rank's posted pointer ([size]) while the others wait
+ * for it, at most wait_s; then all return. A leader that fails poisons the communicator with its
+ * message, so the others fail too and name it. */
+typedef crew_status (*crew_local_leader_fn)(void *user, void *const *posted);
+crew_status crew_local_comm_lead(crew_local_comm *lc, int rank, void *mine, crew_local_leader_fn leader, void *user,
+                                 double timeout_s, double wait_s, const char *what);
+/* The host address of rank's buffer p of n values (its device's host_alias), as a collective of
+ * this communicator would read it; a buffer outside the rank's device memory poisons it. */
+crew_status crew_local_comm_host(crew_local_comm *lc, int rank, const void *p, int64_t n, crew_comm_type t,
+                                 const char *what, void **out);
+/* Poisons the communicator: every rank waiting or arriving fails with `why`. */
+void crew_local_comm_fail(crew_local_comm *lc, int rank, const char *why);
+
 #endif

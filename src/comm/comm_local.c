@@ -277,6 +277,31 @@ static void abort_rank(struct crew_local_comm *c, int rank, const char *why)
 
 static void local_abort(void *ctx, int rank) { abort_rank(ctx, rank, NULL); }
 
+/* ---- for communicators layered over this one (comm_mpi.c) */
+
+crew_status crew_local_comm_host(crew_local_comm *lc, int rank, const void *p, int64_t n, crew_comm_type t,
+                                 const char *what, void **out)
+{
+    return resolve(lc, rank, p, n, t, what, out);
+}
+
+void crew_local_comm_fail(crew_local_comm *lc, int rank, const char *why) { abort_rank(lc, rank, why); }
+
+crew_status crew_local_comm_lead(crew_local_comm *lc, int rank, void *mine, crew_local_leader_fn leader, void *user,
+                                 double timeout_s, double wait_s, const char *what)
+{
+    lc->buf[rank] = mine;
+    if (lc->size > 1) CREW_TRY(barrier(lc, rank, timeout_s, what));
+    if (rank == 0) {
+        crew_status s = leader(user, lc->buf);
+        if (s) {
+            abort_rank(lc, 0, crew_status_message(s));
+            return s;
+        }
+    }
+    return lc->size > 1 ? barrier(lc, rank, rank == 0 ? timeout_s : wait_s, what) : CREW_OK;
+}
+
 static const crew_comm_ops local_ops = {
     .name = "local",
     .allreduce = local_allreduce,

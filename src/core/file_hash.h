@@ -6,8 +6,6 @@
 
 #include "crew.h"
 
-/* Opens path as crew_open_regular does (a FIFO, a device or a directory is refused, never read);
- * a file whose size changes while it is hashed is CREW_CODE_IO, naming the path. */
-crew_status crew_file_hash(const char *path, int64_t *bytes, uint64_t *xxh3);
+/* crew_file_hash is public (crew.h): the CLI fingerprints the files of an MPI run with it. */
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_mpi.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -63,11 +64,65 @@ static void resolve_knobs(crew_run *run)
     run->hooks = (crew_fit_hooks){.faults = {.slow_rank = -1, .stall_rank = -1, .corrupt_rank = -1}};
 }
 
+/* What process 0 of a group tells the others before a run: whether it could prepare it, and the
+ * plan it made (a resumed run's comes from the checkpoint, which only process 0 reads). */
+typedef struct shared_plan {
+    int ok;
+    char error[400];
+    crew_fit_plan plan;
+    crew_lr_plan lr;
+    int64_t start_step;
+} shared_plan;
+
+/* Every process learns whether every other could prepare, and takes process 0's plan. s is this
+ * process's own outcome so far; a failure anywhere fails every process, naming where. */
+static crew_status share_plan(crew_fit *f, crew_status s)
+{
+    const crew_process_group *g = f->opts.group;
+    int n = crew_group_size(g);
+    shared_plan mine = {.ok = s == CREW_OK}, *all = calloc((size_t)n, sizeof *all);
+    if (!all) {
+        crew_status_free(s);
+        return CREW_OOM();
+    }
+    if (s) snprintf(mine.error, sizeof mine.error, "%s", crew_status_message(s));
+    else mine = (shared_plan){.ok = 1, .plan = f->run.plan, .lr = f->run.lr, .start_step = f->run.start_step};
+    double timeout = f->opts.collective_timeout_s > 0 ? f->opts.collective_timeout_s : DEFAULT_TIMEOUT_S;
+    crew_status e = crew_group_allgather_bytes(g, &mine, all, sizeof mine, timeout, "sharing the plan");
+    for (int q = 0; q < n && !e && !s; q++)
+        if (!all[q].ok) {
+            all[q].error[sizeof all[q].error - 1] = '\0';
+            s = crew_errorf(CREW_CODE_BAD_INPUT, "MPI rank %d could not prepare the run: %s", q, all[q].error);
+        }
+    if (!e && !s && crew_group_rank(g) != 0) {
+        f->run.plan = all[0].plan;
+        f->run.lr = all[0].lr;
+        f->run.start_step = all[0].start_step;
+    }
+    free(all);
+    if (s) {
+        crew_status_free(e);
+        return s;
+    }
+    return e;
+}
+
 static crew_status prepare(crew_fit *f, const crew_dataset *train, const crew_fit_options *opts)
 {
     crew_model *m = f->m;
     crew_model_default_fit(m, &f->opts);
     CREW_TRY(crew_options_take(&f->opts, sizeof f->opts, opts, "crew_fit_options"));
+    const int processes = crew_group_size(f->opts.group);
+    if (processes > 1) {
+        /* devices counts this process's replicas; the plan counts the run's. Only process 0 reads
+         * a checkpoint: the others plan afresh and take process 0's plan, and their replicas
+         * start from rank 0's values (the starting point's broadcast, rank.c). */
+        if (f->opts.devices < 1 || f->opts.devices > 1024 / processes)
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "devices per process must be in [1, %d] with %d processes, "
+                               "got %d", 1024 / processes, processes, f->opts.devices);
+        f->opts.devices *= processes;
+        if (crew_group_rank(f->opts.group) != 0) f->opts.resume = 0;
+    }
     if (!m->compiled) {
         crew_compile_options c;
         crew_model_default_compile(m, &c);
@@ -85,6 +140,7 @@ static crew_status prepare(crew_fit *f, const crew_dataset *train, const crew_fi
         run->lr = crew_lr_plan_of(&run->plan, &m->compile.optimizer);
         if (!m->initialized) CREW_TRY(crew_model_init_params(m, run->plan.seed));
     }
+    run->plan.processes = processes;
     resolve_knobs(run);
     return CREW_OK;
 }
@@ -98,6 +154,7 @@ crew_status crew_fit_prepare(crew_model *m, const crew_dataset *train, const cre
     if (!f) return CREW_OOM();
     f->m = m;
     crew_status s = prepare(f, train, opts);
+    if (crew_group_size(opts->group) > 1 && (f->opts.group || !s)) s = share_plan(f, s);
     if (s) {
         crew_fit_free(f);
         return s;
@@ -122,10 +179,12 @@ void crew_fit_free(crew_fit *f)
 static crew_status open_monitor(const crew_fit *f, crew_fit_result *result, crew_monitor **out)
 {
     const crew_fit_options *o = &f->opts;
-    crew_monitor_config mc = {.run_dir = o->run_dir, .append = o->resume,
+    /* Only process 0 of a group writes the run's record; the others' monitors see nothing. */
+    int writer = crew_group_rank(o->group) == 0;
+    crew_monitor_config mc = {.run_dir = writer ? o->run_dir : NULL, .append = o->resume,
                               .straggler_threshold = o->straggler_threshold,
                               .straggler_window = o->straggler_window, .loss_spike_z = o->loss_spike_z,
-                              .on_event = o->on_event, .user = o->user};
+                              .on_event = writer ? o->on_event : NULL, .user = o->user};
     CREW_TRY(crew_monitor_open(&mc, &f->run.plan, out));
     if (o->resume)
         CREW_TRY(crew_monitor_event(*out, CREW_EVENT_INFO, f->run.start_step, -1, NAN, "%s", result->resume_note));

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/comm_mpi.h"
 #include "core/status.h"
 #include "core/thread_name.h"
 #include "core/timer.h"
@@ -53,9 +54,11 @@ struct launch {
     pthread_mutex_t mu;
     pthread_cond_t changed;     /* a rank finished */
     int users;                  /* the launcher + the rank threads still running */
-    int n, finished;
+    int n, finished;            /* this process's ranks */
+    int first, size;            /* global rank of ranks[0], and of the run: n, 0 without a process group */
     rank_slot *ranks;           /* [n] */
     crew_local_comm *lc;
+    crew_mpi_comm *mc;          /* between processes, over lc; NULL without a process group */
     crew_run run;               /* the ranks' copy of the run's description */
     crew_fit_options opts;      /* and of its options */
 };
@@ -68,6 +71,7 @@ static void launch_free(launch *l)
         crew_status_free(l->ranks[i].status);
     }
     free(l->ranks);
+    crew_mpi_comm_free(l->mc);
     crew_local_comm_free(l->lc);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->changed);
@@ -143,7 +147,7 @@ static void left_behind(const launch *l, int started, char *buf, size_t len)
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < started && used < len; i++)
-        if (!l->ranks[i].finished) used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", i);
+        if (!l->ranks[i].finished) used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", l->first + i);
 }
 
 /* A rank 0 left behind: take its sinks for good, or find it stopped inside them. */
@@ -161,35 +165,42 @@ static void hold_sinks(crew_run_sinks *sinks, crew_status s)
         crew_status_free(crew_monitor_event(sinks->monitor, CREW_EVENT_HANG, -1, 0, NAN, "%s", crew_status_message(s)));
 }
 
-/* Opens rank i's device, attaches it to its communicator handle and makes its loader. */
+/* Opens local rank i's device, attaches it to its communicator handle and makes its loader (of
+ * the global rank's micro-batches). */
 static crew_status open_rank(launch *l, rank_slot *r, int i)
 {
     crew_device_options dev = {.blas_threads = l->run.plan.threads_per_device};
     CREW_TRY(crew_device_open(l->run.plan.device_kind, i, &dev, &r->ctx.device));
     r->opened = 1;
     CREW_TRY(crew_local_comm_attach(l->lc, i, &r->ctx.device));
-    r->ctx.comm = crew_local_comm_rank(l->lc, i);
-    return crew_run_open_loader(&l->run, i, l->n, &r->ctx.loader);
+    r->ctx.comm = l->mc ? crew_mpi_comm_rank(l->mc, i) : crew_local_comm_rank(l->lc, i);
+    return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.loader);
 }
 
 static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, launch **out)
 {
-    const int n = run->plan.devices;
+    const crew_process_group *g = run->opts->group;
+    const int processes = crew_group_size(g), n = run->plan.devices / processes;
     launch *l = calloc(1, sizeof *l);
     if (!l) return CREW_OOM();
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->changed, NULL);
     l->users = 1;
     l->n = n;
+    l->first = crew_group_rank(g) * n;
+    l->size = run->plan.devices;
     l->run = *run;
     l->opts = *run->opts;
     l->run.opts = &l->opts;
     l->ranks = calloc((size_t)n, sizeof *l->ranks);
     crew_status s = l->ranks ? crew_local_comm_create(n, &l->lc) : CREW_OOM();
+    if (!s && processes > 1) s = crew_mpi_comm_create(g, l->lc, n, &l->mc);
     for (int i = 0; i < n && !s; i++) {
         rank_slot *r = &l->ranks[i];
         r->l = l;
-        r->ctx = (crew_rank_ctx){.rank = i, .size = n, .run = &l->run, .sinks = i == 0 ? sinks : NULL};
+        /* Global rank 0 alone has the sinks: on process 0 of a group. */
+        r->ctx = (crew_rank_ctx){.rank = l->first + i, .size = l->size, .run = &l->run,
+                                 .sinks = l->first + i == 0 ? sinks : NULL};
         s = open_rank(l, r, i);
     }
     if (s) {
@@ -218,13 +229,13 @@ crew_status crew_launch_threads(const crew_run *run, crew_run_sinks *sinks)
             started = i + 1;
         }
     }
-    if (s && started) l->ranks[0].ctx.comm.ops->abort(l->ranks[0].ctx.comm.ctx, 0);
+    if (s && started) l->ranks[0].ctx.comm.ops->abort(l->ranks[0].ctx.comm.ctx, l->first);
     pthread_mutex_lock(&l->mu);
     int stuck = supervise(l, started);
     char who[256];
     left_behind(l, started, who, sizeof who);
     crew_status err = first_error(l);
-    int rank0_stuck = started > 0 && !l->ranks[0].finished;
+    int rank0_stuck = started > 0 && !l->ranks[0].finished && l->first == 0;
     pthread_mutex_unlock(&l->mu);
     /* The finished threads are about to exit (or have); the others are left behind. */
     for (int i = 0; i < started; i++) {

@@ -74,7 +74,10 @@ crew_status crew_rank_main(const crew_rank_ctx *ctx);
 
 /* The threads launcher: run->plan.devices ranks, each on a thread of its own with a device of
  * run->plan.device_kind and a handle of one in-process communicator (rank 0's thread also runs
- * the caller's callbacks); the calling thread supervises. Returns the first rank's own failure (a
+ * the caller's callbacks); the calling thread supervises. With a process group
+ * (run->opts->group) it starts this process's share, devices / processes ranks numbered from
+ * process × that, joined to the other processes' by the MPI communicator (comm_mpi.h); the sinks
+ * are global rank 0's, so only process 0's are used. Returns the first rank's own failure (a
  * rank that failed by itself, not one told that another failed). When a rank fails, the others
  * get a short grace to return; a rank that never does (a stopped thread, a stuck driver) is left
  * behind with what it may still touch, and the run ends anyway, with an error naming it. */

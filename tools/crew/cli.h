@@ -28,6 +28,19 @@ int cli_parse_devices(const char *verb, const char *text, char *kind, size_t kin
 /* Prints "crew VERB: message" on one line to stderr, frees s, and returns the exit status for
  * its code: 2 for bad usage or bad input, 1 for a run that failed. */
 int cli_fail(const char *verb, crew_status s);
+
+/* cli_mpi.c: under mpirun, starts MPI and the process group (0, or the exit status); cli_group()
+ * is then that group (NULL when not under mpirun). cli_mpi_end(rc) ends MPI, aborting the whole
+ * job when rc is not 0, and returns rc. */
+int cli_mpi_begin(const char *verb, int *argc, char ***argv);
+const crew_process_group *cli_group(void);
+int cli_mpi_end(int rc);
+/* Every process failed the same way (a check they all made): MPI may end cleanly, no abort. */
+void cli_mpi_failed_together(void);
+/* train_mpi.c: every process of g has the same crew, model file, dataset manifest, initial
+ * weights and options (argv); 0, or the exit status after saying which rank differs. */
+int cli_train_agree(const crew_process_group *g, int argc, char **argv, const char *model, const char *data,
+                    const char *init_weights);
 /* A warning on stderr when the BLAS runs kernels older than this CPU (crew_blas_check): printed by
  * the verbs that compute, once, before they start. */
 void cli_warn_slow_blas(const char *verb);

@@ -177,7 +177,6 @@ static int parse_args(int argc, char **argv, train_args *a)
     memset(a, 0, sizeof *a);
     a->argc = argc;
     a->argv = argv;
-    a->devices_text = "cpu";
     a->seed = -1;
     a->lr_scaling = -1;
     a->sync_bn = -1;
@@ -191,6 +190,9 @@ static int parse_args(int argc, char **argv, train_args *a)
     if (a->resume) a->run_dir = a->resume;
     if (!a->checkpoint_every && !a->checkpoint_every_s) a->checkpoint_every_s = 600.0;
     if (!a->data) return cli_usage_error("train", "missing --data DIR");
+    /* Under mpirun each process is one replica unless --devices says more: every core for every
+     * process would oversubscribe a machine running several. */
+    if (!a->devices_text) a->devices_text = cli_group() ? "cpu:1" : "cpu";
     if (!cli_parse_devices("train", a->devices_text, a->device_kind, sizeof a->device_kind, &a->devices)) return 2;
     return 0;
 }
@@ -583,16 +585,34 @@ static int run_and_save(const train_args *a, train_state *st, train_view *view)
     return finished ? 0 : 1;
 }
 
+/* A process of an MPI run other than rank 0: it trains its replicas and writes nothing. */
+static int run_follower(train_state *st)
+{
+    crew_fit_result res;
+    crew_status s = crew_fit_run(st->fit, &res);
+    if (!s) return 0;
+    char verb[48];
+    snprintf(verb, sizeof verb, "train (MPI rank %d)", crew_group_rank(cli_group()));
+    int rc = cli_fail(verb, s);
+    return crew_status_code(s) == CREW_CODE_IO ? 1 : rc;
+}
+
 int cli_train(int argc, char **argv)
 {
     train_args a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;
     train_state st = {0};
-    if ((rc = check_run_dir(&a, &st))) return rc;
+    const crew_process_group *g = cli_group();
+    const int lead = crew_group_rank(g) == 0; /* rank 0 of an MPI run, or the only process */
+    if (g && (rc = cli_train_agree(g, argc, argv, a.model, a.data, a.init_weights))) return rc;
+    if (!lead) a.quiet = 1, a.json = 0;
+    if (lead && (rc = check_run_dir(&a, &st))) return rc;
     crew_fit_options o;
-    char err[1024], devices[48];
+    char err[1024], devices[80];
     crew_status s = load_inputs(&a, &st, &o);
+    if (!lead) o.run_dir = o.checkpoint_dir = NULL; /* rank 0 owns the run directory */
+    o.group = g;
     train_view view = {.quiet = a.quiet, .json = a.json};
     o.on_step = on_step;
     o.on_epoch = on_epoch;
@@ -604,8 +624,16 @@ int cli_train(int argc, char **argv)
         rc = cli_fail("train", s);
         goto done;
     }
+    if (!lead) {
+        rc = run_follower(&st);
+        goto done;
+    }
     const crew_fit_plan *plan = crew_fit_get_plan(st.fit);
-    snprintf(devices, sizeof devices, "%s:%lld", a.device_kind, (long long)a.devices);
+    if (g)
+        snprintf(devices, sizeof devices, "%d MPI ranks x %s:%lld", crew_group_size(g), a.device_kind,
+                 (long long)a.devices);
+    else
+        snprintf(devices, sizeof devices, "%s:%lld", a.device_kind, (long long)a.devices);
     if ((rc = make_run_dir(&a, &o, plan, st.run_dir))) goto done;
     run_config cfg = {a.model, a.data, devices, a.init_weights, plan};
     if (run_dir_write_config(st.run_dir, &cfg, err, sizeof err) != 0) {

@@ -9,15 +9,16 @@ static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *what;
+    int mpi;                    /* runs across processes under mpirun */
 } verbs[] = {
-    {"prep", cli_prep, "convert a dataset into crew's ready-to-use format"},
-    {"train", cli_train, "train a model file on a dataset"},
-    {"eval", cli_eval, "evaluate saved weights on a dataset's test split"},
-    {"bench-data", cli_bench_data, "measure how fast the loader alone prepares batches"},
-    {"verify", cli_verify, "prove that N replicas compute what one replica computes"},
-    {"report", cli_report, "write a run directory's metrics as a self-contained HTML report"},
-    {"plan", cli_plan, "work out the memory a model needs per device, and what to do if it does not fit"},
-    {"scale", cli_scale, "measure scaling over replica counts, project it, and say how many devices are worth it"},
+    {"prep", cli_prep, "convert a dataset into crew's ready-to-use format", 0},
+    {"train", cli_train, "train a model file on a dataset", 1},
+    {"eval", cli_eval, "evaluate saved weights on a dataset's test split", 0},
+    {"bench-data", cli_bench_data, "measure how fast the loader alone prepares batches", 0},
+    {"verify", cli_verify, "prove that N replicas compute what one replica computes", 0},
+    {"report", cli_report, "write a run directory's metrics as a self-contained HTML report", 0},
+    {"plan", cli_plan, "work out the memory a model needs per device, and what to do if it does not fit", 0},
+    {"scale", cli_scale, "measure scaling over replica counts, project it, and say how many devices are worth it", 0},
 };
 
 static void usage(FILE *f)
@@ -48,8 +49,16 @@ int main(int argc, char **argv)
         cli_warn_slow_blas("--version");
         return 0;
     }
-    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        if (!strcmp(argv[1], verbs[i].name)) return verbs[i].run(argc - 1, argv + 1);
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+        if (strcmp(argv[1], verbs[i].name) != 0) continue;
+        /* Under mpirun, the verbs that train start MPI; every process runs the same command. */
+        if (verbs[i].mpi) {
+            int rc = cli_mpi_begin(verbs[i].name, &argc, &argv);
+            if (rc) return rc;
+            return cli_mpi_end(verbs[i].run(argc - 1, argv + 1));
+        }
+        return verbs[i].run(argc - 1, argv + 1);
+    }
     fprintf(stderr, "crew: unknown verb '%s' (crew --help lists them)\n", argv[1]);
     return 2;
 }

@@ -1,0 +1,31 @@
+/* comm_mpi.h — the communicator of a run across processes: each process's ranks are its threads
+ * (the in-process communicator), and the processes meet over MPI (src/comm/mpi/). Compiled with
+ * or without MPI: without it, creating one fails saying so (mpi_missing.c).
+ *
+ * Ranks are numbered process by process: global rank = process × T + local rank, T ranks in every
+ * process. Every collective keeps the in-process communicator's contract: sums run in global rank
+ * order (and within a rank over its k inputs in order), so P processes of T threads compute the
+ * same bits as P·T threads, or as one replica accumulating P·T·k micro-batches. */
+#ifndef CREW_COMM_COMM_MPI_H
+#define CREW_COMM_COMM_MPI_H
+
+#include <stddef.h>
+
+#include "comm/comm.h"
+
+typedef struct crew_mpi_comm crew_mpi_comm;
+
+/* The run's communicator over the processes of g, this process's ranks being lc's `local_size`
+ * threads (lc stays the caller's and must outlive it). */
+crew_status crew_mpi_comm_create(const crew_process_group *g, crew_local_comm *lc, int local_size,
+                                 crew_mpi_comm **out);
+/* Local rank i's handle: its rank is the global one. */
+crew_comm crew_mpi_comm_rank(crew_mpi_comm *mc, int local_rank);
+void crew_mpi_comm_free(crew_mpi_comm *mc);
+
+/* Every process's `bytes` of `mine`, into all[process · bytes], within timeout_s; a process that
+ * never sends is named. For agreeing on a run before it starts. */
+crew_status crew_group_allgather_bytes(const crew_process_group *g, const void *mine, void *all, size_t bytes,
+                                       double timeout_s, const char *what);
+
+#endif

@@ -1,0 +1,421 @@
+/* comm_mpi.c — the communicator across processes: threads within a process, MPI between them.
+ *
+ * Every collective has three phases. The T ranks of a process post their buffers (host addresses
+ * of their device memory) and meet (crew_local_comm_lead); then local rank 0, the process's
+ * leader, alone talks to the other processes' leaders and writes every local rank's result; then
+ * they all leave. Only leaders call MPI, one thread per process at a time.
+ *
+ * The ordered all-reduce keeps the determinism contract across processes. Its inputs are the
+ * L = T·k buffers of every process (T ranks, k micro-batches each), and its sum runs over
+ * process 0's L inputs in order, then process 1's, and so on: global rank order, the order one
+ * replica accumulating every micro-batch would add them in. It costs what a ring costs:
+ *   1. all-to-all: process p receives every process's L inputs restricted to its chunk p of the
+ *      n elements (n/P each);
+ *   2. each process sums its chunk in that order;
+ *   3. all-gather of the summed chunks.
+ * With k = 1 and T = 1 each process sends and receives 2(P − 1)/P of the buffer, as a ring; with
+ * L inputs per process, the all-to-all carries L times more (the order forbids adding a process's
+ * inputs together before the others' are in). MPI_Allreduce would be faster to write but its
+ * reduction order is the library's, and the bits would change with the process count.
+ *
+ * Plain all-reduce (the gradient buckets, the step's metrics) is the same algorithm with k = 1;
+ * reduce-scatter is its first two phases with chunks aligned to the ranks' regions. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_mpi.h"
+#include "comm/mpi/group.h"
+#include "core/status.h"
+
+/* The leader waits for MPI up to the deadline; the other ranks wait for the leader that long and
+ * a little more, so that the leader's message (naming the missing process) is the one they see. */
+#define FOLLOWER_GRACE_S 2.0
+
+struct crew_mpi_comm {
+    struct crew_process_group *g;
+    crew_local_comm *lc;
+    int T;                      /* ranks per process */
+    int P, p;                   /* processes; this one */
+    /* the leader's scratch, grown on demand */
+    void *pack;                 /* what this process sends: every peer's chunk of its inputs */
+    void *in;                   /* what it receives: its chunk of every process's inputs */
+    void *out;                  /* the summed result: [n] */
+    size_t pack_cap, in_cap, out_cap;
+    const void **send;          /* [P] per-peer pointers and sizes of one exchange */
+    void **recv;
+    size_t *send_bytes, *recv_bytes;
+};
+
+/* What a local rank posts for the leader. */
+typedef struct post {
+    void *buf;                  /* allreduce, broadcast: in and out; reduce-scatter, allgather: out */
+    const void *send;           /* reduce-scatter, allgather: the rank's input */
+    float **parts;              /* allreduce_ordered: its k inputs */
+    int k;
+} post;
+
+typedef struct job {
+    struct crew_mpi_comm *mc;
+    int64_t n;                  /* elements per rank: of buf (allreduce), of recv (reduce-scatter), of send (allgather) */
+    crew_comm_type t;
+    crew_reduce_op op;
+    int root;                   /* broadcast: global rank */
+    double timeout_s;
+    const char *what;
+} job;
+
+static size_t elem(crew_comm_type t) { return t == CREW_COMM_F64 ? 8 : 4; }
+
+static int grow(void **p, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap) return 1;
+    void *q = realloc(*p, bytes);
+    if (!q) return 0;
+    *p = q;
+    *cap = bytes;
+    return 1;
+}
+
+static crew_status exchange(struct crew_mpi_comm *mc, int tag, const job *j)
+{
+    return crew_group_exchange(mc->g, mc->send, mc->send_bytes, (void *const *)mc->recv, mc->recv_bytes, tag,
+                               j->timeout_s, mc->T, j->what);
+}
+
+static void clear_plan(struct crew_mpi_comm *mc)
+{
+    memset(mc->send_bytes, 0, (size_t)mc->P * sizeof *mc->send_bytes);
+    memset(mc->recv_bytes, 0, (size_t)mc->P * sizeof *mc->recv_bytes);
+}
+
+/* Input l (0 ≤ l < L) of this process: local rank l / k's input l % k. */
+static const char *input(void *const *posted, int k, int l)
+{
+    const post *ps = posted[l / k];
+    return ps->parts ? (const char *)ps->parts[l % k] : (const char *)(ps->send ? ps->send : ps->buf);
+}
+
+/* acc[0..m) = Σ over processes q, then inputs l, of src(q, l)[0..m), in that order (a left fold:
+ * the first term is copied, each later one added), then × scale when scale ≠ 1. */
+#define DEFINE_FOLD(name, T)                                                                              \
+    static void name(struct crew_mpi_comm *mc, void *const *posted, int L, int k, int64_t lo, int64_t m,   \
+                     T *acc, T scale)                                                                     \
+    {                                                                                                     \
+        int first = 1;                                                                                    \
+        for (int q = 0; q < mc->P; q++)                                                                   \
+            for (int l = 0; l < L; l++) {                                                                 \
+                const T *src = q == mc->p ? (const T *)input(posted, k, l) + lo                           \
+                                          : (const T *)mc->in + ((size_t)q * (size_t)L + (size_t)l) * (size_t)m; \
+                if (first)                                                                                \
+                    memcpy(acc, src, (size_t)m * sizeof(T));                                              \
+                else                                                                                      \
+                    for (int64_t i = 0; i < m; i++) acc[i] += src[i];                                     \
+                first = 0;                                                                                \
+            }                                                                                             \
+        if (scale != (T)1)                                                                                \
+            for (int64_t i = 0; i < m; i++) acc[i] *= scale;                                              \
+    }
+DEFINE_FOLD(fold_f32, float)
+DEFINE_FOLD(fold_f64, double)
+
+/* Phases 1 and 2: this process's chunk [bounds[p], bounds[p+1]) of the ordered sum of every
+ * process's L inputs, into mc->out (at offset 0). */
+static crew_status reduce_chunk(struct crew_mpi_comm *mc, void *const *posted, int k, const int64_t *bounds,
+                                const job *j)
+{
+    const int L = mc->T * k;
+    const size_t es = elem(j->t);
+    const int64_t lo = bounds[mc->p], m = bounds[mc->p + 1] - lo;
+    size_t pack_bytes = 0;
+    for (int q = 0; q < mc->P; q++)
+        if (q != mc->p) pack_bytes += (size_t)L * (size_t)(bounds[q + 1] - bounds[q]) * es;
+    if (!grow(&mc->pack, &mc->pack_cap, pack_bytes + 1) || !grow(&mc->in, &mc->in_cap, (size_t)mc->P * L * m * es + 1) ||
+        !grow(&mc->out, &mc->out_cap, (size_t)m * es + 1))
+        return CREW_OOM();
+    clear_plan(mc);
+    char *at = mc->pack;
+    for (int q = 0; q < mc->P; q++) {
+        if (q == mc->p) continue;
+        const int64_t qlo = bounds[q], qm = bounds[q + 1] - qlo;
+        mc->send[q] = at;
+        mc->send_bytes[q] = (size_t)L * (size_t)qm * es;
+        for (int l = 0; l < L; l++, at += (size_t)qm * es) memcpy(at, input(posted, k, l) + (size_t)qlo * es, (size_t)qm * es);
+        mc->recv[q] = (char *)mc->in + (size_t)q * L * m * es;
+        mc->recv_bytes[q] = (size_t)L * (size_t)m * es;
+    }
+    CREW_TRY(exchange(mc, CREW_TAG_REDUCE, j));
+    const int avg = j->op == CREW_REDUCE_AVG;
+    const int ranks = mc->P * mc->T;
+    if (j->t == CREW_COMM_F32)
+        fold_f32(mc, posted, L, k, lo, m, mc->out, avg ? 1.0f / (float)ranks : 1.0f);
+    else
+        fold_f64(mc, posted, L, k, lo, m, mc->out, avg ? 1.0 / (double)ranks : 1.0);
+    return CREW_OK;
+}
+
+/* Phase 3: every process's summed chunk into local rank 0's buffer, then into every local rank's. */
+static crew_status gather_chunks(struct crew_mpi_comm *mc, void *const *posted, const int64_t *bounds, const job *j)
+{
+    const size_t es = elem(j->t);
+    char *full = ((post *)posted[0])->buf;
+    clear_plan(mc);
+    for (int q = 0; q < mc->P; q++) {
+        if (q == mc->p) continue;
+        mc->send[q] = mc->out;
+        mc->send_bytes[q] = (size_t)(bounds[mc->p + 1] - bounds[mc->p]) * es;
+        mc->recv[q] = full + (size_t)bounds[q] * es;
+        mc->recv_bytes[q] = (size_t)(bounds[q + 1] - bounds[q]) * es;
+    }
+    CREW_TRY(exchange(mc, CREW_TAG_GATHER, j));
+    memcpy(full + (size_t)bounds[mc->p] * es, mc->out, (size_t)(bounds[mc->p + 1] - bounds[mc->p]) * es);
+    for (int t = 1; t < mc->T; t++) memcpy(((post *)posted[t])->buf, full, (size_t)j->n * es);
+    return CREW_OK;
+}
+
+static crew_status even_bounds(struct crew_mpi_comm *mc, int64_t n, int64_t **out)
+{
+    int64_t *b = malloc((size_t)(mc->P + 1) * sizeof *b);
+    if (!b) return CREW_OOM();
+    for (int q = 0; q <= mc->P; q++) b[q] = n * q / mc->P;
+    *out = b;
+    return CREW_OK;
+}
+
+static crew_status lead_allreduce(void *user, void *const *posted)
+{
+    const job *j = user;
+    struct crew_mpi_comm *mc = j->mc;
+    int k = ((post *)posted[0])->parts ? ((post *)posted[0])->k : 1;
+    for (int t = 1; t < mc->T; t++)
+        if ((((post *)posted[t])->parts ? ((post *)posted[t])->k : 1) != k)
+            return crew_errorf(CREW_CODE_INTERNAL, "%s: the ranks of MPI rank %d passed different numbers of inputs",
+                               j->what, mc->p);
+    int64_t *bounds = NULL;
+    CREW_TRY(even_bounds(mc, j->n, &bounds));
+    crew_status s = reduce_chunk(mc, posted, k, bounds, j);
+    if (!s) s = gather_chunks(mc, posted, bounds, j);
+    free(bounds);
+    return s;
+}
+
+static crew_status run(struct crew_mpi_comm *mc, int rank, post *mine, crew_local_leader_fn fn, job *j)
+{
+    j->mc = mc;
+    return crew_local_comm_lead(mc->lc, rank - mc->p * mc->T, mine, fn, j, j->timeout_s,
+                                j->timeout_s + FOLLOWER_GRACE_S, j->what);
+}
+
+static crew_status host(struct crew_mpi_comm *mc, int rank, const void *p, int64_t n, crew_comm_type t,
+                        const char *what, void **out)
+{
+    return crew_local_comm_host(mc->lc, rank - mc->p * mc->T, p, n, t, what, out);
+}
+
+static crew_status mpi_allreduce(void *ctx, int rank, void *buf, int64_t n, crew_comm_type t, crew_reduce_op op,
+                                 double timeout_s)
+{
+    struct crew_mpi_comm *mc = ctx;
+    post mine = {0};
+    CREW_TRY(host(mc, rank, buf, n, t, "all-reduce", &mine.buf));
+    job j = {.n = n, .t = t, .op = op, .timeout_s = timeout_s, .what = "all-reduce"};
+    return run(mc, rank, &mine, lead_allreduce, &j);
+}
+
+static crew_status mpi_allreduce_ordered(void *ctx, int rank, float *const *in, int k, float *out, int64_t n,
+                                         double timeout_s)
+{
+    struct crew_mpi_comm *mc = ctx;
+    float **parts = calloc((size_t)k, sizeof *parts);
+    if (!parts) return CREW_OOM();
+    post mine = {.parts = parts, .k = k};
+    crew_status s = CREW_OK;
+    for (int i = 0; i < k && !s; i++) s = host(mc, rank, in[i], n, CREW_COMM_F32, "all-reduce", (void **)&parts[i]);
+    if (!s) s = host(mc, rank, out, n, CREW_COMM_F32, "all-reduce", &mine.buf);
+    job j = {.n = n, .t = CREW_COMM_F32, .op = CREW_REDUCE_SUM, .timeout_s = timeout_s, .what = "all-reduce"};
+    if (!s) s = run(mc, rank, &mine, lead_allreduce, &j);
+    free(parts);
+    return s;
+}
+
+static crew_status lead_reduce_scatter(void *user, void *const *posted)
+{
+    const job *j = user;
+    struct crew_mpi_comm *mc = j->mc;
+    int64_t *bounds = malloc((size_t)(mc->P + 1) * sizeof *bounds);
+    if (!bounds) return CREW_OOM();
+    for (int q = 0; q <= mc->P; q++) bounds[q] = (int64_t)q * mc->T * j->n; /* process q's ranks' regions */
+    crew_status s = reduce_chunk(mc, posted, 1, bounds, j);
+    for (int t = 0; t < mc->T && !s; t++)
+        memcpy(((post *)posted[t])->buf, (char *)mc->out + (size_t)t * (size_t)j->n * elem(j->t),
+               (size_t)j->n * elem(j->t));
+    free(bounds);
+    return s;
+}
+
+static crew_status mpi_reduce_scatter(void *ctx, int rank, const void *send, void *recv, int64_t n, crew_comm_type t,
+                                      crew_reduce_op op, double timeout_s)
+{
+    struct crew_mpi_comm *mc = ctx;
+    post mine = {0};
+    int64_t size = (int64_t)mc->P * mc->T;
+    CREW_TRY(host(mc, rank, send, n * size, t, "reduce-scatter", (void **)&mine.send));
+    CREW_TRY(host(mc, rank, recv, n, t, "reduce-scatter", &mine.buf));
+    job j = {.n = n, .t = t, .op = op, .timeout_s = timeout_s, .what = "reduce-scatter"};
+    return run(mc, rank, &mine, lead_reduce_scatter, &j);
+}
+
+static crew_status lead_broadcast(void *user, void *const *posted)
+{
+    const job *j = user;
+    struct crew_mpi_comm *mc = j->mc;
+    const size_t bytes = (size_t)j->n * elem(j->t);
+    const int from = j->root / mc->T, root_local = j->root % mc->T;
+    char *src = ((post *)posted[from == mc->p ? root_local : 0])->buf;
+    clear_plan(mc);
+    if (from == mc->p) {
+        for (int q = 0; q < mc->P; q++)
+            if (q != mc->p) {
+                mc->send[q] = src;
+                mc->send_bytes[q] = bytes;
+            }
+    } else {
+        mc->recv[from] = src;
+        mc->recv_bytes[from] = bytes;
+    }
+    CREW_TRY(exchange(mc, CREW_TAG_BROADCAST, j));
+    for (int t = 0; t < mc->T; t++)
+        if (((post *)posted[t])->buf != src) memcpy(((post *)posted[t])->buf, src, bytes);
+    return CREW_OK;
+}
+
+static crew_status mpi_broadcast(void *ctx, int rank, void *buf, int64_t n, crew_comm_type t, int root,
+                                 double timeout_s)
+{
+    struct crew_mpi_comm *mc = ctx;
+    if (root < 0 || root >= mc->P * mc->T)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "broadcast: root %d is not a rank of %d", root, mc->P * mc->T);
+    post mine = {0};
+    CREW_TRY(host(mc, rank, buf, n, t, "broadcast", &mine.buf));
+    job j = {.n = n, .t = t, .root = root, .timeout_s = timeout_s, .what = "broadcast"};
+    return run(mc, rank, &mine, lead_broadcast, &j);
+}
+
+static crew_status lead_allgather(void *user, void *const *posted)
+{
+    const job *j = user;
+    struct crew_mpi_comm *mc = j->mc;
+    const size_t bytes = (size_t)j->n * elem(j->t), block = (size_t)mc->T * bytes;
+    char *all = ((post *)posted[0])->buf; /* [P·T·n]: local rank 0's receive buffer */
+    for (int t = 0; t < mc->T; t++) memmove(all + (size_t)mc->p * block + (size_t)t * bytes, ((post *)posted[t])->send, bytes);
+    clear_plan(mc);
+    for (int q = 0; q < mc->P; q++) {
+        if (q == mc->p) continue;
+        mc->send[q] = all + (size_t)mc->p * block;
+        mc->send_bytes[q] = block;
+        mc->recv[q] = all + (size_t)q * block;
+        mc->recv_bytes[q] = block;
+    }
+    CREW_TRY(exchange(mc, CREW_TAG_GATHER, j));
+    for (int t = 1; t < mc->T; t++) memcpy(((post *)posted[t])->buf, all, (size_t)mc->P * block);
+    return CREW_OK;
+}
+
+static crew_status mpi_allgather(void *ctx, int rank, const void *send, void *recv, int64_t n, crew_comm_type t,
+                                 double timeout_s)
+{
+    struct crew_mpi_comm *mc = ctx;
+    post mine = {0};
+    CREW_TRY(host(mc, rank, send, n, t, "all-gather", (void **)&mine.send));
+    CREW_TRY(host(mc, rank, recv, n * mc->P * mc->T, t, "all-gather", &mine.buf));
+    job j = {.n = n, .t = t, .timeout_s = timeout_s, .what = "all-gather"};
+    return run(mc, rank, &mine, lead_allgather, &j);
+}
+
+static crew_status lead_barrier(void *user, void *const *posted)
+{
+    (void)posted;
+    const job *j = user;
+    struct crew_mpi_comm *mc = j->mc;
+    static const char token = 1;
+    char *got = malloc((size_t)mc->P); /* receive buffers may not overlap */
+    if (!got) return CREW_OOM();
+    clear_plan(mc);
+    for (int q = 0; q < mc->P; q++) {
+        if (q == mc->p) continue;
+        mc->send[q] = &token;
+        mc->send_bytes[q] = 1;
+        mc->recv[q] = got + q;
+        mc->recv_bytes[q] = 1;
+    }
+    crew_status s = exchange(mc, CREW_TAG_BARRIER, j);
+    free(got);
+    return s;
+}
+
+static crew_status mpi_barrier(void *ctx, int rank, double timeout_s)
+{
+    post mine = {0};
+    job j = {.timeout_s = timeout_s, .what = "barrier"};
+    return run(ctx, rank, &mine, lead_barrier, &j);
+}
+
+static void mpi_abort(void *ctx, int rank)
+{
+    struct crew_mpi_comm *mc = ctx;
+    char why[64];
+    snprintf(why, sizeof why, "rank %d failed", rank);
+    crew_local_comm_fail(mc->lc, rank - mc->p * mc->T, why);
+}
+
+static const crew_comm_ops mpi_ops = {
+    .name = "mpi",
+    .allreduce = mpi_allreduce,
+    .broadcast = mpi_broadcast,
+    .allgather = mpi_allgather,
+    .reduce_scatter = mpi_reduce_scatter,
+    .allreduce_ordered = mpi_allreduce_ordered,
+    .barrier = mpi_barrier,
+    .abort = mpi_abort,
+};
+
+crew_status crew_mpi_comm_create(const crew_process_group *g, crew_local_comm *lc, int local_size, crew_mpi_comm **out)
+{
+    *out = NULL;
+    struct crew_mpi_comm *mc = calloc(1, sizeof *mc);
+    if (!mc) return CREW_OOM();
+    mc->g = (struct crew_process_group *)g; /* its failure state changes as it talks */
+    mc->lc = lc;
+    mc->T = local_size;
+    mc->P = g->size;
+    mc->p = g->rank;
+    mc->send = calloc((size_t)mc->P, sizeof *mc->send);
+    mc->recv = calloc((size_t)mc->P, sizeof *mc->recv);
+    mc->send_bytes = calloc((size_t)mc->P, sizeof *mc->send_bytes);
+    mc->recv_bytes = calloc((size_t)mc->P, sizeof *mc->recv_bytes);
+    if (!mc->send || !mc->recv || !mc->send_bytes || !mc->recv_bytes) {
+        crew_mpi_comm_free(mc);
+        return CREW_OOM();
+    }
+    *out = mc;
+    return CREW_OK;
+}
+
+crew_comm crew_mpi_comm_rank(crew_mpi_comm *mc, int local_rank)
+{
+    return (crew_comm){&mpi_ops, mc, mc->p * mc->T + local_rank, mc->P * mc->T};
+}
+
+void crew_mpi_comm_free(crew_mpi_comm *mc)
+{
+    if (!mc) return;
+    free(mc->pack);
+    free(mc->in);
+    free(mc->out);
+    free(mc->send);
+    free(mc->recv);
+    free(mc->send_bytes);
+    free(mc->recv_bytes);
+    free(mc);
+}

@@ -1,0 +1,249 @@
+/* group_mpi.c — the process group: who the processes are, the deadline-polled exchange every
+ * collective between them is made of, and the agreement check a run starts with.
+ *
+ * Why point-to-point and not MPI's collectives: MPI_Iallreduce and friends can be polled, but when
+ * one never completes they cannot say which process is missing. Posting one receive per peer can:
+ * the receives still open at the deadline are the processes that did not answer. The collectives
+ * of comm_mpi.c are built from this exchange (an all-to-all and an all-gather), which costs
+ * P − 1 messages per process per phase: fine for the tens of processes a run of crew has, and the
+ * traffic stays a ring's 2(P − 1)/P of the buffer. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_mpi.h"
+#include "comm/mpi/group.h"
+#include "core/status.h"
+#include "core/timer.h"
+
+/* MPI counts are int: a message is sent in pieces of at most this many bytes. */
+#define PIECE_BYTES ((size_t)1 << 30)
+/* Polling: MPI_Testsome drives MPI's progress; between empty polls the thread first spins, then
+ * sleeps ever longer up to MAX_NAP_NS, so that a process waiting for a slow peer leaves the core to
+ * others (with more processes than cores, the one it waits for may need it). */
+#define SPIN_POLLS 200
+#define MAX_NAP_NS 200000L
+
+int crew_have_mpi(void) { return 1; }
+
+static crew_status mpi_error(struct crew_process_group *g, int rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
+    g->failed = 1;
+    snprintf(g->failure, sizeof g->failure, "%s on MPI rank %d: %s", what, g->rank, msg);
+    return crew_errorf(CREW_CODE_IO, "%s", g->failure);
+}
+
+/* "MPI rank 1 (host h, replicas 2-3)" for process q. */
+static int name_process(const struct crew_process_group *g, int q, int replicas, char *buf, size_t len)
+{
+    if (replicas > 1)
+        return snprintf(buf, len, "MPI rank %d (host %s, replicas %d-%d)", q, g->hosts[q], q * replicas,
+                        q * replicas + replicas - 1);
+    if (replicas == 1) return snprintf(buf, len, "MPI rank %d (host %s, replica %d)", q, g->hosts[q], q);
+    return snprintf(buf, len, "MPI rank %d (host %s)", q, g->hosts[q]);
+}
+
+typedef struct pending {
+    MPI_Request *req;
+    int *peer;                  /* [n] the process each request talks to */
+    int *is_recv;               /* [n] */
+    int n, cap;
+} pending;
+
+static crew_status post(struct crew_process_group *g, pending *p, void *buf, size_t bytes, int q, int recv, int tag)
+{
+    for (size_t off = 0; off < bytes; off += PIECE_BYTES) {
+        if (p->n == p->cap) {
+            int cap = p->cap ? 2 * p->cap : 16;
+            MPI_Request *r = realloc(p->req, (size_t)cap * sizeof *r);
+            if (r) p->req = r;
+            int *pe = realloc(p->peer, (size_t)cap * sizeof *pe);
+            if (pe) p->peer = pe;
+            int *ir = realloc(p->is_recv, (size_t)cap * sizeof *ir);
+            if (ir) p->is_recv = ir;
+            if (!r || !pe || !ir) return CREW_OOM();
+            p->cap = cap;
+        }
+        int count = (int)(bytes - off < PIECE_BYTES ? bytes - off : PIECE_BYTES);
+        char *at = (char *)buf + off;
+        int rc = recv ? MPI_Irecv(at, count, MPI_BYTE, q, tag, g->comm, &p->req[p->n])
+                      : MPI_Isend(at, count, MPI_BYTE, q, tag, g->comm, &p->req[p->n]);
+        if (rc != MPI_SUCCESS) return mpi_error(g, rc, recv ? "MPI_Irecv" : "MPI_Isend");
+        p->peer[p->n] = q;
+        p->is_recv[p->n] = recv;
+        p->n++;
+    }
+    return CREW_OK;
+}
+
+/* The processes whose requests are still open, receives first (a peer that never sent), into g's
+ * failure message; the group is poisoned. */
+static crew_status missing(struct crew_process_group *g, const pending *p, double timeout_s, int replicas,
+                           const char *what)
+{
+    char names[256] = "";
+    size_t used = 0;
+    int count = 0;
+    for (int pass = 1; pass >= 0 && count == 0; pass--) /* receives first; else the sends */
+        for (int q = 0; q < g->size; q++) {
+            int open = 0;
+            for (int i = 0; i < p->n; i++) open |= p->peer[i] == q && p->is_recv[i] == pass && p->req[i] != MPI_REQUEST_NULL;
+            if (!open || used >= sizeof names) continue;
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s", count ? ", " : "");
+            if (used < sizeof names) used += (size_t)name_process(g, q, replicas, names + used, sizeof names - used);
+            count++;
+        }
+    g->failed = 1;
+    snprintf(g->failure, sizeof g->failure, "%s: %s did not answer within %g s", what, names, timeout_s);
+    return crew_errorf(CREW_CODE_TIMEOUT, "%s", g->failure);
+}
+
+crew_status crew_group_exchange(struct crew_process_group *g, const void *const *send, const size_t *send_bytes,
+                                void *const *recv, const size_t *recv_bytes, int tag, double timeout_s,
+                                int replicas_per_process, const char *what)
+{
+    if (g->failed) return crew_errorf(CREW_CODE_TIMEOUT, "%s: %s", what, g->failure);
+    pending p = {0};
+    crew_status s = CREW_OK;
+    /* Receives first, so that no message waits for its receive to be posted. */
+    for (int q = 0; q < g->size && !s; q++)
+        if (q != g->rank && recv_bytes[q]) s = post(g, &p, recv[q], recv_bytes[q], q, 1, tag);
+    for (int q = 0; q < g->size && !s; q++)
+        if (q != g->rank && send_bytes[q]) s = post(g, &p, (void *)send[q], send_bytes[q], q, 0, tag);
+    const double deadline = crew_now() + timeout_s;
+    int *done = p.n ? malloc((size_t)p.n * sizeof *done) : NULL;
+    if (!s && p.n && !done) s = CREW_OOM();
+    long nap = 1000;
+    for (int left = p.n, polls = 0; !s && left > 0; polls++) {
+        int outcount = 0;
+        int rc = MPI_Testsome(p.n, p.req, &outcount, done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            s = mpi_error(g, rc, what);
+            break;
+        }
+        if (outcount == MPI_UNDEFINED) break; /* every request already complete */
+        left -= outcount;
+        if (left == 0) break;
+        if (outcount > 0) {
+            nap = 1000;
+            continue;
+        }
+        if (crew_now() >= deadline) {
+            s = missing(g, &p, timeout_s, replicas_per_process, what);
+            break;
+        }
+        if (polls > SPIN_POLLS) {
+            struct timespec ts = {0, nap};
+            nanosleep(&ts, NULL);
+            if (nap < MAX_NAP_NS) nap *= 2;
+        }
+    }
+    /* After a failure the open requests are left to the process's end: the group is poisoned, and
+     * a request cannot be freed while MPI may still write into its buffer. */
+    free(done);
+    free(p.req);
+    free(p.peer);
+    free(p.is_recv);
+    return s;
+}
+
+crew_status crew_group_allgather_bytes(const crew_process_group *cg, const void *mine, void *all, size_t bytes,
+                                       double timeout_s, const char *what)
+{
+    struct crew_process_group *g = (struct crew_process_group *)cg; /* the failure state is the group's own */
+    size_t n = g->size > 0 ? (size_t)g->size : 1;
+    const void **send = calloc(n, sizeof *send);
+    void **recv = calloc(n, sizeof *recv);
+    size_t *sb = calloc(n, sizeof *sb), *rb = calloc(n, sizeof *rb);
+    crew_status s = send && recv && sb && rb ? CREW_OK : CREW_OOM();
+    for (int q = 0; q < g->size && !s; q++) {
+        send[q] = mine;
+        recv[q] = (char *)all + (size_t)q * bytes;
+        sb[q] = rb[q] = bytes;
+    }
+    if (!s) {
+        memmove((char *)all + (size_t)g->rank * bytes, mine, bytes);
+        s = crew_group_exchange(g, send, sb, recv, rb, CREW_TAG_RECORD, timeout_s, 0, what);
+    }
+    free(send);
+    free(recv);
+    free(sb);
+    free(rb);
+    return s;
+}
+
+crew_status crew_group_open_mpi(const void *mpi_comm, double timeout_s, crew_process_group **out)
+{
+    *out = NULL;
+    int ready = 0, level = 0;
+    MPI_Initialized(&ready);
+    if (!ready) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "process group: MPI is not initialised (MPI_Init_thread first)");
+    MPI_Query_thread(&level);
+    if (level < MPI_THREAD_SERIALIZED)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "process group: MPI was initialised with thread level %d; crew "
+                           "needs MPI_THREAD_SERIALIZED (its ranks' threads take turns calling MPI)", level);
+    struct crew_process_group *g = calloc(1, sizeof *g);
+    if (!g) return CREW_OOM();
+    g->comm = MPI_COMM_NULL;
+    int rc = MPI_Comm_dup(*(const MPI_Comm *)mpi_comm, &g->comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(g->comm, &g->rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(g->comm, &g->size);
+    crew_status s = rc == MPI_SUCCESS ? CREW_OK : mpi_error(g, rc, "process group");
+    if (!s) g->hosts = calloc((size_t)g->size, sizeof *g->hosts);
+    if (!s && !g->hosts) s = CREW_OOM();
+    if (!s) {
+        char name[MPI_MAX_PROCESSOR_NAME] = "", mine[CREW_GROUP_HOST_MAX] = "";
+        int len = 0;
+        MPI_Get_processor_name(name, &len);
+        snprintf(mine, sizeof mine, "%s", name);
+        for (int q = 0; q < g->size; q++) snprintf(g->hosts[q], sizeof g->hosts[q], "?");
+        s = crew_group_allgather_bytes(g, mine, g->hosts, sizeof mine, timeout_s, "process group: host names");
+        for (int q = 0; q < g->size; q++) g->hosts[q][CREW_GROUP_HOST_MAX - 1] = '\0';
+    }
+    if (s) {
+        crew_group_close(g);
+        return s;
+    }
+    *out = g;
+    return CREW_OK;
+}
+
+int crew_group_rank(const crew_process_group *g) { return g ? g->rank : 0; }
+int crew_group_size(const crew_process_group *g) { return g ? g->size : 1; }
+const char *crew_group_host(const crew_process_group *g) { return g ? g->hosts[g->rank] : ""; }
+
+#define AGREE_BYTES 400
+
+crew_status crew_group_agree(const crew_process_group *g, const char *what, const char *value, double timeout_s)
+{
+    char mine[AGREE_BYTES] = {0};
+    snprintf(mine, sizeof mine, "%s", value);
+    char *all = calloc((size_t)g->size, AGREE_BYTES);
+    if (!all) return CREW_OOM();
+    char label[96];
+    snprintf(label, sizeof label, "agreeing on the %s", what);
+    crew_status s = crew_group_allgather_bytes(g, mine, all, AGREE_BYTES, timeout_s, label);
+    for (int q = 1; q < g->size && !s; q++) {
+        char *v = all + (size_t)q * AGREE_BYTES;
+        v[AGREE_BYTES - 1] = all[AGREE_BYTES - 1] = '\0';
+        if (strcmp(v, all) != 0)
+            s = crew_errorf(CREW_CODE_BAD_INPUT, "MPI rank %d (host %s) differs from rank 0 in the %s: '%s' there, "
+                            "'%s' on rank 0", q, g->hosts[q], what, v, all);
+    }
+    free(all);
+    return s;
+}
+
+void crew_group_close(crew_process_group *g)
+{
+    if (!g) return;
+    if (g->comm != MPI_COMM_NULL && !g->failed) MPI_Comm_free(&g->comm); /* a poisoned one may have requests open */
+    free(g->hosts);
+    free(g);
+}

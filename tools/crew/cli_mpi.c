@@ -1,0 +1,62 @@
+/* cli_mpi.c — crew under mpirun: the CLI starts MPI, hands the library a process group, and ends
+ * MPI so that no process can hang: a run that succeeded finalises, one that failed aborts the whole
+ * job (another process may be stuck where MPI_Finalize would wait for it for ever). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#ifdef CREW_HAVE_MPI
+#include <mpi.h>
+#endif
+
+/* How long the processes may take to find each other at start. */
+#define GROUP_TIMEOUT_S 60.0
+
+static crew_process_group *group; /* the CLI's, for the one verb this process runs */
+static int failed_together;       /* every process failed the same check: each can end cleanly */
+
+void cli_mpi_failed_together(void) { failed_together = 1; }
+
+const crew_process_group *cli_group(void) { return group; }
+
+int cli_mpi_begin(const char *verb, int *argc, char ***argv)
+{
+    if (!crew_launched_by_mpi()) return 0;
+#ifdef CREW_HAVE_MPI
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "crew %s: MPI_Init_thread failed\n", verb);
+        return 1;
+    }
+    MPI_Comm world = MPI_COMM_WORLD;
+    crew_status s = crew_group_open_mpi(&world, GROUP_TIMEOUT_S, &group);
+    if (s) {
+        int rc = cli_fail(verb, s);
+        MPI_Abort(MPI_COMM_WORLD, rc);
+        return rc;
+    }
+    return 0;
+#else
+    (void)argc, (void)argv;
+    fprintf(stderr, "crew %s: started by mpirun, but this crew was built without MPI (install libopenmpi-dev and "
+                    "rebuild)\n", verb);
+    return 2;
+#endif
+}
+
+int cli_mpi_end(int rc)
+{
+#ifdef CREW_HAVE_MPI
+    if (!group) return rc;
+    crew_group_close(group);
+    group = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    if (rc == 0 || failed_together) {
+        MPI_Finalize();
+        return rc;
+    }
+    MPI_Abort(MPI_COMM_WORLD, rc);
+#endif
+    return rc;
+}
