@@ -758,6 +758,8 @@ typedef struct crew_process_group crew_process_group;
 
 /* 1 when this build has MPI (CMake found it), else 0: then crew_group_open_mpi fails saying so. */
 int crew_have_mpi(void);
+/* The MPI library this build runs with, "Open MPI v4.1.4, ..." (its first line), or "none". */
+void crew_mpi_describe(char *buf, size_t len);
 /* 1 when the environment says mpirun or mpiexec started this process (Open MPI, MPICH, PMIx). */
 int crew_launched_by_mpi(void);
 /* A group of the processes of `mpi_comm` (a pointer to an MPI_Comm, duplicated: the caller's stays

@@ -1,5 +1,7 @@
 /* mpi_missing.c — the process-group calls of a build without MPI (CMake found none): a group
  * cannot be made, so none of the others is ever reached with one. */
+#include <stdio.h>
+
 #include "comm/comm_mpi.h"
 #include "core/status.h"
 
@@ -10,6 +12,8 @@ static crew_status no_mpi(void)
 }
 
 int crew_have_mpi(void) { return 0; }
+
+void crew_mpi_describe(char *buf, size_t len) { snprintf(buf, len, "none"); }
 
 crew_status crew_group_open_mpi(const void *mpi_comm, double timeout_s, crew_process_group **out)
 {

@@ -43,7 +43,10 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--version")) {
         char blas[256];
         crew_blas_describe(blas, sizeof blas);
-        printf("crew %s\nBLAS: %s\ndevice kinds:\n", crew_version(), blas);
+        char mpi[256];
+        crew_mpi_describe(mpi, sizeof mpi);
+        printf("crew %s\nBLAS: %s\nMPI: %s%s\ndevice kinds:\n", crew_version(), blas, mpi,
+               crew_have_mpi() ? " (mpirun -np P crew train ...: P processes)" : "");
         const char *about;
         for (int i = 0; crew_device_kind_name(i, &about); i++) printf("  %-12s %s\n", crew_device_kind_name(i, NULL), about);
         cli_warn_slow_blas("--version");

@@ -28,6 +28,15 @@
 
 int crew_have_mpi(void) { return 1; }
 
+void crew_mpi_describe(char *buf, size_t len)
+{
+    char v[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int n = 0;
+    MPI_Get_library_version(v, &n); /* may be called before MPI_Init */
+    v[strcspn(v, "\n")] = '\0';
+    snprintf(buf, len, "%s", v);
+}
+
 static crew_status mpi_error(struct crew_process_group *g, int rc, const char *what)
 {
     char msg[MPI_MAX_ERROR_STRING];
