@@ -9,6 +9,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,26 @@ static float value(int g, int j, int64_t i)
 {
     return (float)((double)(g * 7 + j * 3 + 1) * pow(10.0, (double)((i + g) % 7) - 3.0) / 3.0);
 }
+
+/* The ranks' threads check at the same time: their failures are counted here (check.h's counters
+ * are for one thread), and main adds them to the report. */
+static atomic_int thread_failures;
+
+#define EXPECT(cond, ...)                                                                 \
+    do {                                                                                  \
+        if (!(cond)) {                                                                    \
+            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                               \
+            fprintf(stderr, __VA_ARGS__);                                                 \
+            fputc('\n', stderr);                                                          \
+            atomic_fetch_add(&thread_failures, 1);                                        \
+        }                                                                                 \
+    } while (0)
+#define EXPECT_OK(expr)                                                                   \
+    do {                                                                                  \
+        crew_status s_ = (expr);                                                          \
+        EXPECT(s_ == CREW_OK, "%s: %s", #expr, crew_status_message(s_));                  \
+        crew_status_free(s_);                                                             \
+    } while (0)
 
 typedef struct worker {
     crew_comm comm;
@@ -48,19 +69,19 @@ static void check_sizes(crew_comm *c, int64_t n)
         for (int q = 1; q < size; q++) acc += value(q, 0, i);
         want[i] = acc;
     }
-    CHECK_OK(crew_allreduce(c, buf, n, CREW_COMM_F32, CREW_REDUCE_SUM, TIMEOUT_S));
-    CHECK_MSG(memcmp(buf, want, (size_t)n * sizeof *buf) == 0, "rank %d: all-reduce of %lld floats is not the sum in rank order", g, (long long)n);
+    EXPECT_OK(crew_allreduce(c, buf, n, CREW_COMM_F32, CREW_REDUCE_SUM, TIMEOUT_S));
+    EXPECT(memcmp(buf, want, (size_t)n * sizeof *buf) == 0, "rank %d: all-reduce of %lld floats is not the sum in rank order", g, (long long)n);
 
     /* allreduce, mean, f64 */
     for (int64_t i = 0; i < n; i++) d[i] = (double)value(g, 1, i) * 1.1;
-    CHECK_OK(crew_allreduce(c, d, n, CREW_COMM_F64, CREW_REDUCE_AVG, TIMEOUT_S));
+    EXPECT_OK(crew_allreduce(c, d, n, CREW_COMM_F64, CREW_REDUCE_AVG, TIMEOUT_S));
     int ok = 1;
     for (int64_t i = 0; i < n; i++) {
         double acc = (double)value(0, 1, i) * 1.1;
         for (int q = 1; q < size; q++) acc += (double)value(q, 1, i) * 1.1;
         ok &= d[i] == acc * (1.0 / (double)size);
     }
-    CHECK_MSG(ok, "rank %d: the f64 mean of %lld values differs", g, (long long)n);
+    EXPECT(ok, "rank %d: the f64 mean of %lld values differs", g, (long long)n);
 
     /* ordered, k = 2: Σ over ranks, then over each rank's two inputs; out is in[1] */
     for (int64_t i = 0; i < n; i++) {
@@ -71,37 +92,37 @@ static void check_sizes(crew_comm *c, int64_t n)
             for (int j = q == 0 ? 1 : 0; j < 2; j++) acc += value(q, j, i);
         want[i] = acc;
     }
-    CHECK_OK(c->ops->allreduce_ordered(c->ctx, g, in, 2, in[1], n, TIMEOUT_S));
-    CHECK_MSG(memcmp(in[1], want, (size_t)n * sizeof *want) == 0, "rank %d: ordered all-reduce (k = 2) of %lld floats", g, (long long)n);
+    EXPECT_OK(c->ops->allreduce_ordered(c->ctx, g, in, 2, in[1], n, TIMEOUT_S));
+    EXPECT(memcmp(in[1], want, (size_t)n * sizeof *want) == 0, "rank %d: ordered all-reduce (k = 2) of %lld floats", g, (long long)n);
 
     /* broadcast from the last rank (another process's thread for most) */
     for (int64_t i = 0; i < n; i++) buf[i] = g == size - 1 ? value(g, 2, i) : -1.0f;
-    CHECK_OK(crew_broadcast(c, buf, n, CREW_COMM_F32, size - 1, TIMEOUT_S));
+    EXPECT_OK(crew_broadcast(c, buf, n, CREW_COMM_F32, size - 1, TIMEOUT_S));
     ok = 1;
     for (int64_t i = 0; i < n; i++) ok &= buf[i] == value(size - 1, 2, i);
-    CHECK_MSG(ok, "rank %d: broadcast from rank %d", g, size - 1);
+    EXPECT(ok, "rank %d: broadcast from rank %d", g, size - 1);
 
     /* allgather: rank q's n values at q·n */
     for (int64_t i = 0; i < n; i++) buf[i] = value(g, 3, i);
-    CHECK_OK(c->ops->allgather(c->ctx, g, buf, all, n, CREW_COMM_F32, TIMEOUT_S));
+    EXPECT_OK(c->ops->allgather(c->ctx, g, buf, all, n, CREW_COMM_F32, TIMEOUT_S));
     ok = 1;
     for (int q = 0; q < size; q++)
         for (int64_t i = 0; i < n; i++) ok &= all[(size_t)q * n + i] == value(q, 3, i);
-    CHECK_MSG(ok, "rank %d: all-gather of %lld floats", g, (long long)n);
+    EXPECT(ok, "rank %d: all-gather of %lld floats", g, (long long)n);
 
     /* reduce-scatter: rank g gets Σ over ranks of their chunk g */
     for (int q = 0; q < size; q++)
         for (int64_t i = 0; i < n; i++) all[(size_t)q * n + i] = value(g, 4, (int64_t)q * n + i);
-    CHECK_OK(c->ops->reduce_scatter(c->ctx, g, all, rs, n, CREW_COMM_F32, CREW_REDUCE_SUM, TIMEOUT_S));
+    EXPECT_OK(c->ops->reduce_scatter(c->ctx, g, all, rs, n, CREW_COMM_F32, CREW_REDUCE_SUM, TIMEOUT_S));
     ok = 1;
     for (int64_t i = 0; i < n; i++) {
         float acc = value(0, 4, (int64_t)g * n + i);
         for (int q = 1; q < size; q++) acc += value(q, 4, (int64_t)g * n + i);
         ok &= rs[i] == acc;
     }
-    CHECK_MSG(ok, "rank %d: reduce-scatter of %lld floats per rank", g, (long long)n);
+    EXPECT(ok, "rank %d: reduce-scatter of %lld floats per rank", g, (long long)n);
 
-    CHECK_OK(crew_barrier(c, TIMEOUT_S));
+    EXPECT_OK(crew_barrier(c, TIMEOUT_S));
     free(buf), free(want), free(in[0]), free(in[1]), free(all), free(rs), free(d);
 }
 
@@ -142,6 +163,7 @@ int main(int argc, char **argv)
     crew_mpi_comm_free(mc);
     crew_local_comm_free(lc);
     crew_group_close(g);
+    CHECK_MSG(atomic_load(&thread_failures) == 0, "%d checks failed in the ranks' threads", atomic_load(&thread_failures));
     int failed = check_report() != 0, any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (p == 0) printf("%d processes x %d threads: %s\n", P, T, any ? "FAILED" : "every collective as one process computes it");

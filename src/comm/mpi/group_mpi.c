@@ -210,7 +210,7 @@ crew_status crew_group_open_mpi(const void *mpi_comm, double timeout_s, crew_pro
         char name[MPI_MAX_PROCESSOR_NAME] = "", mine[CREW_GROUP_HOST_MAX] = "";
         int len = 0;
         MPI_Get_processor_name(name, &len);
-        snprintf(mine, sizeof mine, "%s", name);
+        memcpy(mine, name, strnlen(name, sizeof mine - 1)); /* a longer name is cut: it only labels messages */
         for (int q = 0; q < g->size; q++) snprintf(g->hosts[q], sizeof g->hosts[q], "?");
         s = crew_group_allgather_bytes(g, mine, g->hosts, sizeof mine, timeout_s, "process group: host names");
         for (int q = 0; q < g->size; q++) g->hosts[q][CREW_GROUP_HOST_MAX - 1] = '\0';
