@@ -139,9 +139,14 @@ static crew_status reduce_chunk(struct crew_mpi_comm *mc, void *const *posted, i
     for (int q = 0; q < mc->P; q++) {
         if (q == mc->p) continue;
         const int64_t qlo = bounds[q], qm = bounds[q + 1] - qlo;
-        mc->send[q] = at;
         mc->send_bytes[q] = (size_t)L * (size_t)qm * es;
-        for (int l = 0; l < L; l++, at += (size_t)qm * es) memcpy(at, input(posted, k, l) + (size_t)qlo * es, (size_t)qm * es);
+        if (L == 1) { /* one input: its chunk q is contiguous already, send it where it lies */
+            mc->send[q] = input(posted, k, 0) + (size_t)qlo * es;
+        } else {
+            mc->send[q] = at;
+            for (int l = 0; l < L; l++, at += (size_t)qm * es)
+                memcpy(at, input(posted, k, l) + (size_t)qlo * es, (size_t)qm * es);
+        }
         mc->recv[q] = (char *)mc->in + (size_t)q * L * m * es;
         mc->recv_bytes[q] = (size_t)L * (size_t)m * es;
     }
@@ -227,6 +232,7 @@ static crew_status mpi_allreduce_ordered(void *ctx, int rank, float *const *in, 
                                          double timeout_s)
 {
     struct crew_mpi_comm *mc = ctx;
+    if (k < 1) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "all-reduce: %d inputs on rank %d", k, rank);
     float **parts = calloc((size_t)k, sizeof *parts);
     if (!parts) return CREW_OOM();
     post mine = {.parts = parts, .k = k};

@@ -20,10 +20,12 @@
 
 /* MPI counts are int: a message is sent in pieces of at most this many bytes. */
 #define PIECE_BYTES ((size_t)1 << 30)
-/* Polling: MPI_Testsome drives MPI's progress; between empty polls the thread first spins, then
- * sleeps ever longer up to MAX_NAP_NS, so that a process waiting for a slow peer leaves the core to
+/* Polling: MPI_Testsome drives MPI's progress; between empty polls the thread first spins for
+ * SPIN_S after the last progress (a 1 MB exchange between two processes takes about 200 us, and
+ * a nap costs 50 us or more however short it asks to be: the kernel's timer slack), then sleeps
+ * ever longer up to MAX_NAP_NS, so that a process waiting for a slow peer leaves the core to
  * others (with more processes than cores, the one it waits for may need it). */
-#define SPIN_POLLS 200
+#define SPIN_S 300e-6
 #define MAX_NAP_NS 200000L
 
 int crew_have_mpi(void) { return 1; }
@@ -124,11 +126,16 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
         if (q != g->rank && recv_bytes[q]) s = post(g, &p, recv[q], recv_bytes[q], q, 1, tag);
     for (int q = 0; q < g->size && !s; q++)
         if (q != g->rank && send_bytes[q]) s = post(g, &p, (void *)send[q], send_bytes[q], q, 0, tag);
+    if (s && !g->failed) { /* requests already posted stay open: no later exchange may meet them */
+        g->failed = 1;
+        snprintf(g->failure, sizeof g->failure, "%s: %s", what, crew_status_message(s));
+    }
     const double deadline = crew_now() + timeout_s;
     int *done = p.n ? malloc((size_t)p.n * sizeof *done) : NULL;
     if (!s && p.n && !done) s = CREW_OOM();
     long nap = 1000;
-    for (int left = p.n, polls = 0; !s && left > 0; polls++) {
+    double spin_until = crew_now() + SPIN_S;
+    for (int left = p.n; !s && left > 0;) {
         int outcount = 0;
         int rc = MPI_Testsome(p.n, p.req, &outcount, done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
@@ -138,15 +145,17 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
         if (outcount == MPI_UNDEFINED) break; /* every request already complete */
         left -= outcount;
         if (left == 0) break;
+        double now = crew_now();
         if (outcount > 0) {
             nap = 1000;
+            spin_until = now + SPIN_S;
             continue;
         }
-        if (crew_now() >= deadline) {
+        if (now >= deadline) {
             s = missing(g, &p, timeout_s, replicas_per_process, what);
             break;
         }
-        if (polls > SPIN_POLLS) {
+        if (now >= spin_until) {
             struct timespec ts = {0, nap};
             nanosleep(&ts, NULL);
             if (nap < MAX_NAP_NS) nap *= 2;
