@@ -162,7 +162,10 @@ static void check_against_reality(const char *self, const char *src, const char 
                    100 * (planned / anon - 1), 100 * (planned / hwm - 1));
             CHECK_MSG(anon > 0 && planned > 0.85 * anon && planned < 1.15 * anon, "%s batch %lld: planned %.0f KiB vs "
                       "%ld KiB of anonymous memory", models[i], (long long)batches[i][j], planned, anon);
-            CHECK_MSG(hwm > 0 && planned > 0.85 * hwm && planned < 1.15 * hwm, "%s batch %lld: planned %.0f KiB vs "
+            /* The peak less files is the looser figure: file-backed pages are sampled, not known at the
+             * peak, and it moved between +13.4% and +17.3% over runs of the guarded build at the MLP's
+             * batch 256 (2026-12-01), where RssAnon stayed at +11.5%. */
+            CHECK_MSG(hwm > 0 && planned > 0.85 * hwm && planned < 1.25 * hwm, "%s batch %lld: planned %.0f KiB vs "
                       "%ld KiB of peak resident memory less files", models[i], (long long)batches[i][j], planned, hwm);
             crew_memory_plan_release(&p);
             crew_model_free(m);
