@@ -6,6 +6,7 @@
 #   2 processes x 2 threads, ends bitwise equal to the uninterrupted run;
 # - a process stopped for good (SIGSTOP) is named within the collective deadline, the run exits 1
 #   and its checkpoints stay usable;
+# - a run's settings kept by its checkpoint (--augment) reach every process of a resume;
 # - processes that disagree on the model file are refused with exit 2, naming the rank;
 # - only rank 0 writes the run directory.
 # Skipped (77) when this crew was built without MPI or mpirun is missing.
@@ -76,6 +77,17 @@ start_and_kill "$R" 16 "$CREW" train $MODEL "${LONG[@]}" --devices cpu:1 --resum
   || fail "the resume on 2 processes x 2 threads: $(tail -n 3 "$TMP/last.out")"
 cmp -s "$TMP/ref/weights.safetensors" "$R/weights.safetensors" && ok \
   || fail "4 processes -> 1 process -> 2 x 2: weights differ from the uninterrupted run"
+
+# ---- settings that come back from the checkpoint reach every process: a run with --augment,
+# killed, resumed under mpirun without the flag, equals the uninterrupted run
+AUG=(--data "$DATA" --max-steps 24 --batch-per-device 8 --global-batch 16 --checkpoint-every 4 --quiet)
+"$CREW" train $MODEL "${AUG[@]}" --augment crop=2,flip --devices cpu:1 --run-dir "$TMP/aug-ref" > /dev/null || fail "augmented run"
+A="$TMP/aug"
+start_and_kill "$A" 8 "${MPIRUN[@]}" -np 2 "$CREW" train $MODEL "${AUG[@]}" --augment crop=2,flip --run-dir "$A"
+"${MPIRUN[@]}" -np 2 "$CREW" train $MODEL --data "$DATA" --quiet --resume "$A" > "$TMP/aug.out" 2>&1 \
+  || fail "the augmented run's resume: $(tail -n 3 "$TMP/aug.out")"
+cmp -s "$TMP/aug-ref/weights.safetensors" "$A/weights.safetensors" && ok \
+  || fail "an augmented run resumed under mpirun without --augment differs from the uninterrupted run"
 
 # ---- a process stopped for good is named within the deadline; the checkpoints stay usable
 S="$TMP/stopped"

@@ -98,6 +98,11 @@ static crew_status share_plan(crew_fit *f, crew_status s)
         f->run.plan = all[0].plan;
         f->run.lr = all[0].lr;
         f->run.start_step = all[0].start_step;
+        /* The settings the loader and the ranks read from the options (augmentation, padding,
+         * batch-norm sync, ...) follow the plan too, as a resume on process 0 made them do. */
+        crew_checkpoint_state st = {.plan = all[0].plan, .has_options = 1};
+        e = crew_resume_options(&f->opts, &st);
+        resolve_knobs(&f->run);
     }
     free(all);
     if (s) {
