@@ -27,7 +27,6 @@
 
 #include "check.h"
 #include "fs_helpers.h"
-#include "core/file_hash.h"
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/manifest.h"

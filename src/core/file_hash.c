@@ -1,5 +1,5 @@
 /* file_hash.c — size and XXH3-64 of a file, read in 1 MiB blocks. */
-#include "core/file_hash.h"
+#include "crew.h"
 
 #include <errno.h>
 #include <stdlib.h>

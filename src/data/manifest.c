@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file_hash.h"
 #include "core/json_text.h"
 #include "core/mapped_file.h"
 #include "core/status.h"

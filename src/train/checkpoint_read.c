@@ -13,7 +13,6 @@
 #include <time.h>
 #include <xxhash.h>
 
-#include "core/file_hash.h"
 #include "core/status.h"
 #include "core/atomic_dir.h"
 #include "io/safetensors.h"

@@ -9,7 +9,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "core/file_hash.h"
 #include "core/status.h"
 #include "core/atomic_dir.h"
 #include "io/safetensors.h"

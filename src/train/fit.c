@@ -159,7 +159,9 @@ crew_status crew_fit_prepare(crew_model *m, const crew_dataset *train, const cre
     if (!f) return CREW_OOM();
     f->m = m;
     crew_status s = prepare(f, train, opts);
-    if (crew_group_size(opts->group) > 1 && (f->opts.group || !s)) s = share_plan(f, s);
+    /* f->opts.group is the caller's once its options were taken (NULL before, so that a caller
+     * whose options were refused shares nothing; every process refuses the same options). */
+    if (crew_group_size(f->opts.group) > 1) s = share_plan(f, s);
     if (s) {
         crew_fit_free(f);
         return s;

@@ -46,6 +46,11 @@ struct crew_mpi_comm {
     const void **send;          /* [P] per-peer pointers and sizes of one exchange */
     void **recv;
     size_t *send_bytes, *recv_bytes;
+    int64_t *bounds;            /* [P + 1] the chunks of the current collective */
+    char *tokens;               /* [P] the barrier's received bytes (receive buffers may not overlap) */
+    /* each local rank's own: the host addresses of its ordered all-reduce's inputs, grown on demand */
+    float ***parts;             /* [T] */
+    int *parts_cap;             /* [T] */
 };
 
 /* What a local rank posts for the leader. */
@@ -179,13 +184,11 @@ static crew_status gather_chunks(struct crew_mpi_comm *mc, void *const *posted, 
     return CREW_OK;
 }
 
-static crew_status even_bounds(struct crew_mpi_comm *mc, int64_t n, int64_t **out)
+/* mc->bounds: process q's chunk starts at q · per_process · n / divisor. */
+static const int64_t *set_bounds(struct crew_mpi_comm *mc, int64_t n, int64_t per_process, int64_t divisor)
 {
-    int64_t *b = malloc((size_t)(mc->P + 1) * sizeof *b);
-    if (!b) return CREW_OOM();
-    for (int q = 0; q <= mc->P; q++) b[q] = n * q / mc->P;
-    *out = b;
-    return CREW_OK;
+    for (int q = 0; q <= mc->P; q++) mc->bounds[q] = n * q * per_process / divisor;
+    return mc->bounds;
 }
 
 static crew_status lead_allreduce(void *user, void *const *posted)
@@ -197,12 +200,9 @@ static crew_status lead_allreduce(void *user, void *const *posted)
         if ((((post *)posted[t])->parts ? ((post *)posted[t])->k : 1) != k)
             return crew_errorf(CREW_CODE_INTERNAL, "%s: the ranks of MPI rank %d passed different numbers of inputs",
                                j->what, mc->p);
-    int64_t *bounds = NULL;
-    CREW_TRY(even_bounds(mc, j->n, &bounds));
-    crew_status s = reduce_chunk(mc, posted, k, bounds, j);
-    if (!s) s = gather_chunks(mc, posted, bounds, j);
-    free(bounds);
-    return s;
+    const int64_t *bounds = set_bounds(mc, j->n, 1, mc->P); /* n/P each */
+    CREW_TRY(reduce_chunk(mc, posted, k, bounds, j));
+    return gather_chunks(mc, posted, bounds, j);
 }
 
 static crew_status run(struct crew_mpi_comm *mc, int rank, post *mine, crew_local_leader_fn fn, job *j)
@@ -233,15 +233,20 @@ static crew_status mpi_allreduce_ordered(void *ctx, int rank, float *const *in, 
 {
     struct crew_mpi_comm *mc = ctx;
     if (k < 1) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "all-reduce: %d inputs on rank %d", k, rank);
-    float **parts = calloc((size_t)k, sizeof *parts);
-    if (!parts) return CREW_OOM();
+    const int local = rank - mc->p * mc->T;
+    if (k > mc->parts_cap[local]) { /* the rank's own slot: no other thread touches it before the meeting */
+        float **grown = realloc(mc->parts[local], (size_t)k * sizeof *grown);
+        if (!grown) return CREW_OOM();
+        mc->parts[local] = grown;
+        mc->parts_cap[local] = k;
+    }
+    float **parts = mc->parts[local];
     post mine = {.parts = parts, .k = k};
     crew_status s = CREW_OK;
     for (int i = 0; i < k && !s; i++) s = host(mc, rank, in[i], n, CREW_COMM_F32, "all-reduce", (void **)&parts[i]);
     if (!s) s = host(mc, rank, out, n, CREW_COMM_F32, "all-reduce", &mine.buf);
     job j = {.n = n, .t = CREW_COMM_F32, .op = CREW_REDUCE_SUM, .timeout_s = timeout_s, .what = "all-reduce"};
     if (!s) s = run(mc, rank, &mine, lead_allreduce, &j);
-    free(parts);
     return s;
 }
 
@@ -249,15 +254,12 @@ static crew_status lead_reduce_scatter(void *user, void *const *posted)
 {
     const job *j = user;
     struct crew_mpi_comm *mc = j->mc;
-    int64_t *bounds = malloc((size_t)(mc->P + 1) * sizeof *bounds);
-    if (!bounds) return CREW_OOM();
-    for (int q = 0; q <= mc->P; q++) bounds[q] = (int64_t)q * mc->T * j->n; /* process q's ranks' regions */
-    crew_status s = reduce_chunk(mc, posted, 1, bounds, j);
-    for (int t = 0; t < mc->T && !s; t++)
+    const int64_t *bounds = set_bounds(mc, j->n, mc->T, 1); /* process q's ranks' regions */
+    CREW_TRY(reduce_chunk(mc, posted, 1, bounds, j));
+    for (int t = 0; t < mc->T; t++)
         memcpy(((post *)posted[t])->buf, (char *)mc->out + (size_t)t * (size_t)j->n * elem(j->t),
                (size_t)j->n * elem(j->t));
-    free(bounds);
-    return s;
+    return CREW_OK;
 }
 
 static crew_status mpi_reduce_scatter(void *ctx, int rank, const void *send, void *recv, int64_t n, crew_comm_type t,
@@ -345,19 +347,15 @@ static crew_status lead_barrier(void *user, void *const *posted)
     const job *j = user;
     struct crew_mpi_comm *mc = j->mc;
     static const char token = 1;
-    char *got = malloc((size_t)mc->P); /* receive buffers may not overlap */
-    if (!got) return CREW_OOM();
     clear_plan(mc);
     for (int q = 0; q < mc->P; q++) {
         if (q == mc->p) continue;
         mc->send[q] = &token;
         mc->send_bytes[q] = 1;
-        mc->recv[q] = got + q;
+        mc->recv[q] = mc->tokens + q;
         mc->recv_bytes[q] = 1;
     }
-    crew_status s = exchange(mc, CREW_TAG_BARRIER, j);
-    free(got);
-    return s;
+    return exchange(mc, CREW_TAG_BARRIER, j);
 }
 
 static crew_status mpi_barrier(void *ctx, int rank, double timeout_s)
@@ -400,7 +398,12 @@ crew_status crew_mpi_comm_create(const crew_process_group *g, crew_local_comm *l
     mc->recv = calloc((size_t)mc->P, sizeof *mc->recv);
     mc->send_bytes = calloc((size_t)mc->P, sizeof *mc->send_bytes);
     mc->recv_bytes = calloc((size_t)mc->P, sizeof *mc->recv_bytes);
-    if (!mc->send || !mc->recv || !mc->send_bytes || !mc->recv_bytes) {
+    mc->bounds = calloc((size_t)mc->P + 1, sizeof *mc->bounds);
+    mc->tokens = calloc((size_t)mc->P, 1);
+    mc->parts = calloc((size_t)local_size, sizeof *mc->parts);
+    mc->parts_cap = calloc((size_t)local_size, sizeof *mc->parts_cap);
+    if (!mc->send || !mc->recv || !mc->send_bytes || !mc->recv_bytes || !mc->bounds || !mc->tokens || !mc->parts ||
+        !mc->parts_cap) {
         crew_mpi_comm_free(mc);
         return CREW_OOM();
     }
@@ -423,5 +426,10 @@ void crew_mpi_comm_free(crew_mpi_comm *mc)
     free(mc->recv);
     free(mc->send_bytes);
     free(mc->recv_bytes);
+    free(mc->bounds);
+    free(mc->tokens);
+    for (int t = 0; mc->parts && t < mc->T; t++) free(mc->parts[t]);
+    free(mc->parts);
+    free(mc->parts_cap);
     free(mc);
 }

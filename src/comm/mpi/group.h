@@ -11,6 +11,15 @@
 
 #define CREW_GROUP_HOST_MAX 64
 
+/* The requests of one exchange, kept between exchanges so that a collective allocates nothing. */
+typedef struct crew_group_requests {
+    MPI_Request *req;           /* [n] */
+    int *peer;                  /* [n] the process each request talks to */
+    int *is_recv;               /* [n] */
+    int *done;                  /* [cap] MPI_Testsome's indices */
+    int n, cap;
+} crew_group_requests;
+
 struct crew_process_group {
     MPI_Comm comm;              /* a duplicate of the caller's, with errors returned, not fatal */
     int rank, size;
@@ -19,6 +28,7 @@ struct crew_process_group {
      * Touched by one thread of the process at a time, as every MPI call here. */
     int failed;
     char failure[320];
+    crew_group_requests pending;
 };
 
 /* Tags: one per kind of exchange, so that a stray message can never be taken for another kind. */

@@ -59,14 +59,8 @@ static int name_process(const struct crew_process_group *g, int q, int replicas,
     return snprintf(buf, len, "MPI rank %d (host %s)", q, g->hosts[q]);
 }
 
-typedef struct pending {
-    MPI_Request *req;
-    int *peer;                  /* [n] the process each request talks to */
-    int *is_recv;               /* [n] */
-    int n, cap;
-} pending;
-
-static crew_status post(struct crew_process_group *g, pending *p, void *buf, size_t bytes, int q, int recv, int tag)
+static crew_status post(struct crew_process_group *g, crew_group_requests *p, void *buf, size_t bytes, int q, int recv,
+                        int tag)
 {
     for (size_t off = 0; off < bytes; off += PIECE_BYTES) {
         if (p->n == p->cap) {
@@ -77,7 +71,9 @@ static crew_status post(struct crew_process_group *g, pending *p, void *buf, siz
             if (pe) p->peer = pe;
             int *ir = realloc(p->is_recv, (size_t)cap * sizeof *ir);
             if (ir) p->is_recv = ir;
-            if (!r || !pe || !ir) return CREW_OOM();
+            int *dn = realloc(p->done, (size_t)cap * sizeof *dn);
+            if (dn) p->done = dn;
+            if (!r || !pe || !ir || !dn) return CREW_OOM();
             p->cap = cap;
         }
         int count = (int)(bytes - off < PIECE_BYTES ? bytes - off : PIECE_BYTES);
@@ -94,7 +90,7 @@ static crew_status post(struct crew_process_group *g, pending *p, void *buf, siz
 
 /* The processes whose requests are still open, receives first (a peer that never sent), into g's
  * failure message; the group is poisoned. */
-static crew_status missing(struct crew_process_group *g, const pending *p, double timeout_s, int replicas,
+static crew_status missing(struct crew_process_group *g, const crew_group_requests *p, double timeout_s, int replicas,
                            const char *what)
 {
     char names[256] = "";
@@ -119,25 +115,24 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
                                 int replicas_per_process, const char *what)
 {
     if (g->failed) return crew_errorf(CREW_CODE_TIMEOUT, "%s: %s", what, g->failure);
-    pending p = {0};
+    crew_group_requests *p = &g->pending;
+    p->n = 0;
     crew_status s = CREW_OK;
     /* Receives first, so that no message waits for its receive to be posted. */
     for (int q = 0; q < g->size && !s; q++)
-        if (q != g->rank && recv_bytes[q]) s = post(g, &p, recv[q], recv_bytes[q], q, 1, tag);
+        if (q != g->rank && recv_bytes[q]) s = post(g, p, recv[q], recv_bytes[q], q, 1, tag);
     for (int q = 0; q < g->size && !s; q++)
-        if (q != g->rank && send_bytes[q]) s = post(g, &p, (void *)send[q], send_bytes[q], q, 0, tag);
+        if (q != g->rank && send_bytes[q]) s = post(g, p, (void *)send[q], send_bytes[q], q, 0, tag);
     if (s && !g->failed) { /* requests already posted stay open: no later exchange may meet them */
         g->failed = 1;
         snprintf(g->failure, sizeof g->failure, "%s: %s", what, crew_status_message(s));
     }
     const double deadline = crew_now() + timeout_s;
-    int *done = p.n ? malloc((size_t)p.n * sizeof *done) : NULL;
-    if (!s && p.n && !done) s = CREW_OOM();
     long nap = 1000;
     double spin_until = crew_now() + SPIN_S;
-    for (int left = p.n; !s && left > 0;) {
+    for (int left = p->n; !s && left > 0;) {
         int outcount = 0;
-        int rc = MPI_Testsome(p.n, p.req, &outcount, done, MPI_STATUSES_IGNORE);
+        int rc = MPI_Testsome(p->n, p->req, &outcount, p->done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
             s = mpi_error(g, rc, what);
             break;
@@ -152,7 +147,7 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
             continue;
         }
         if (now >= deadline) {
-            s = missing(g, &p, timeout_s, replicas_per_process, what);
+            s = missing(g, p, timeout_s, replicas_per_process, what);
             break;
         }
         if (now >= spin_until) {
@@ -163,10 +158,6 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
     }
     /* After a failure the open requests are left to the process's end: the group is poisoned, and
      * a request cannot be freed while MPI may still write into its buffer. */
-    free(done);
-    free(p.req);
-    free(p.peer);
-    free(p.is_recv);
     return s;
 }
 
@@ -262,6 +253,10 @@ void crew_group_close(crew_process_group *g)
 {
     if (!g) return;
     if (g->comm != MPI_COMM_NULL && !g->failed) MPI_Comm_free(&g->comm); /* a poisoned one may have requests open */
+    free(g->pending.req);
+    free(g->pending.peer);
+    free(g->pending.is_recv);
+    free(g->pending.done);
     free(g->hosts);
     free(g);
 }
