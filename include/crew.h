@@ -474,6 +474,11 @@ typedef struct crew_verify_options {
     int64_t global_batch;       /* [N × batch_per_device]; a multiple of it: accumulation */
     uint64_t seed;              /* [the model file's, else 1] */
     double tolerance;           /* a fixed bound on every tensor's difference, no run (d) [0: see above] */
+    /* Processes (as crew_fit_options.group): (a) runs `devices` replicas in each process, N = devices
+     * × processes in all; process 0 alone runs (b), (c) and (d) and judges. The other processes
+     * return once their share of (a) is done, with steps, global_batch and devices filled in and
+     * pass = 1: the verdict is process 0's. NULL: this process alone. */
+    const struct crew_process_group *group;
 } crew_verify_options;
 
 typedef struct crew_verify_result {

@@ -5,10 +5,12 @@
 # - a run killed mid-way on 4 processes, resumed on 1 process, killed again and resumed on
 #   2 processes x 2 threads, ends bitwise equal to the uninterrupted run;
 # - a process stopped for good (SIGSTOP) is named within the collective deadline, the run exits 1
-#   and its checkpoints stay usable;
+#   and its checkpoints stay usable; one killed (SIGKILL) is named by mpirun, which ends the job
+#   (no hang), and the checkpoints stay usable too;
 # - a run's settings kept by its checkpoint (--augment) reach every process of a resume;
 # - processes that disagree on the model file are refused with exit 2, naming the rank;
-# - only rank 0 writes the run directory.
+# - only rank 0 writes the run directory;
+# - crew verify runs its N replicas across the processes and rank 0 gives the one verdict.
 # Skipped (77) when this crew was built without MPI or mpirun is missing.
 . "$(dirname "$0")/lib_cli.sh"
 need_fashion
@@ -44,6 +46,14 @@ n_replicas=$(grep -m1 '"type":"step"' "$TMP/mpi4/metrics.jsonl" | grep -o '"rank
 [ "$n_replicas" = 4 ] && ok || fail "-np 4: a step record holds $n_replicas replicas' timings, not 4"
 grep -q '"devices":4' "$TMP/mpi4/metrics.jsonl" && ok || fail "-np 4: the run record does not say 4 devices"
 [ -f "$TMP/mpi4/report.html" ] && [ -f "$TMP/mpi4/config.json" ] && ok || fail "-np 4: no report or config"
+
+# ---- crew verify under mpirun: the N-replica side spans the processes, rank 0 alone prints
+"${MPIRUN[@]}" -np 2 "$CREW" verify $MODEL --data "$DATA" --devices cpu:2 --steps 4 --batch-per-device 8 --json \
+  > "$TMP/verify.out" 2>&1 || fail "verify on 2 processes x 2: $(tail -n 3 "$TMP/verify.out")"
+json_field "$TMP/verify.out" devices | grep -qx 4 && json_field "$TMP/verify.out" bitwise_equal | grep -qx true \
+  && ok || fail "verify on 2 processes x 2: $(tail -n 1 "$TMP/verify.out")"
+[ "$(grep -c '^PASS' "$TMP/verify.out")" = 1 ] && grep -q "on 2 MPI ranks x cpu:2 = 4 replicas" "$TMP/verify.out" && ok \
+  || fail "verify under mpirun: not one verdict from rank 0: $(head -n 2 "$TMP/verify.out")"
 
 # ---- resume across process counts: 4 processes -> 1 process -> 2 processes x 2 threads
 LONG=(--data "$DATA" --max-steps 24 --batch-per-device 8 --global-batch 32 --checkpoint-every 4 --quiet)
@@ -89,30 +99,41 @@ start_and_kill "$A" 8 "${MPIRUN[@]}" -np 2 "$CREW" train $MODEL "${AUG[@]}" --au
 cmp -s "$TMP/aug-ref/weights.safetensors" "$A/weights.safetensors" && ok \
   || fail "an augmented run resumed under mpirun without --augment differs from the uninterrupted run"
 
-# ---- a process stopped for good is named within the deadline; the checkpoints stay usable
-S="$TMP/stopped"
-"${MPIRUN[@]}" -np 2 "$CREW" train $MODEL --data "$DATA" --max-steps 300 --batch-per-device 8 --checkpoint-every 2 \
-  --collective-timeout 3 --quiet --run-dir "$S" > "$TMP/stop.out" 2>&1 &
-pid=$!
-polls=0
-while [ "$(newest_checkpoint "$S")" -lt 4 ] && [ $polls -lt 30000 ]; do sleep 0.01; polls=$((polls + 1)); done
-stopped=""
-for p in $(pgrep -f "crew train $MODEL .*--run-dir $S"); do
-  tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && { kill -STOP "$p"; stopped=$p; }
-done
-[ -n "$stopped" ] || fail "no process of rank 1 found to stop"
-# The deadline is 3 s; 60 s is a bound no loaded machine comes near, and never a hang.
-for _ in $(seq 600); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
-if kill -0 $pid 2> /dev/null; then
-  fail "a stopped rank held the run for 60 s"; pkill -KILL -P $pid; kill -KILL $pid
-fi
-wait $pid; rc=$?
-[ $rc = 1 ] && ok || fail "a stopped rank: exit $rc, not 1: $(tail -n 3 "$TMP/stop.out")"
-grep -q "MPI rank 1 (host [^,]*, replica 1) did not answer within 3 s" "$TMP/stop.out" && ok \
-  || fail "a stopped rank is not named: $(head -n 3 "$TMP/stop.out")"
-[ -n "$stopped" ] && kill -KILL "$stopped" 2> /dev/null
-"$CREW" train $MODEL --data "$DATA" --devices cpu:2 --quiet --resume "$S" > "$TMP/stop-resume.out" 2>&1 \
-  && [ -f "$S/weights.safetensors" ] && ok || fail "the stopped run could not be resumed: $(tail -n 2 "$TMP/stop-resume.out")"
+# signal_rank1 DIR SIGNAL: a 2-process run into DIR (collective deadline 3 s) whose rank 1 gets
+# SIGNAL once DIR holds the checkpoint of step 4; sets rc to the job's exit status and rank1 to the
+# process signalled. The job must end within 60 s, a bound no loaded machine comes near: never a
+# hang. Its output is in DIR.out.
+signal_rank1() {
+  local dir=$1 sig=$2 pid polls=0 p
+  "${MPIRUN[@]}" -np 2 "$CREW" train $MODEL --data "$DATA" --max-steps 300 --batch-per-device 8 --checkpoint-every 2 \
+    --collective-timeout 3 --quiet --run-dir "$dir" > "$dir.out" 2>&1 &
+  pid=$!
+  while [ "$(newest_checkpoint "$dir")" -lt 4 ] && [ $polls -lt 30000 ]; do sleep 0.01; polls=$((polls + 1)); done
+  rank1=""
+  for p in $(pgrep -f "crew train $MODEL .*--run-dir $dir"); do
+    tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1' && { kill -"$sig" "$p"; rank1=$p; }
+  done
+  [ -n "$rank1" ] || fail "$dir: no process of rank 1 found to signal"
+  for _ in $(seq 600); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
+  if kill -0 $pid 2> /dev/null; then
+    fail "$dir: a rank sent SIG$sig held the run for 60 s"; pkill -KILL -P $pid; kill -KILL $pid
+  fi
+  wait $pid; rc=$?
+  [ -n "$rank1" ] && kill -KILL "$rank1" 2> /dev/null
+  "$CREW" train $MODEL --data "$DATA" --devices cpu:2 --quiet --resume "$dir" > "$dir.resume" 2>&1 \
+    && [ -f "$dir/weights.safetensors" ] && ok || fail "$dir: the run could not be resumed: $(tail -n 2 "$dir.resume")"
+}
+
+# A process stopped for good is named by the others within the deadline; the run exits 1.
+signal_rank1 "$TMP/stopped" STOP
+[ $rc = 1 ] && ok || fail "a stopped rank: exit $rc, not 1: $(tail -n 3 "$TMP/stopped.out")"
+grep -q "MPI rank 1 (host [^,]*, replica 1) did not answer within 3 s" "$TMP/stopped.out" && ok \
+  || fail "a stopped rank is not named: $(head -n 3 "$TMP/stopped.out")"
+# A process killed with SIGKILL: mpirun itself notices, names the rank and ends the job (Open MPI
+# 4.1 kills the survivors; there is no recovery to wait for).
+signal_rank1 "$TMP/killed" KILL
+[ $rc != 0 ] && ok || fail "a killed rank: exit 0"
+grep -q "rank 1" "$TMP/killed.out" && ok || fail "a killed rank is not named: $(head -n 5 "$TMP/killed.out")"
 
 # ---- processes that disagree are refused before anything is written
 "${MPIRUN[@]}" -np 1 "$CREW" train examples/fashion_mlp.json --data "$DATA" --max-steps 2 --run-dir "$TMP/mixed" : \

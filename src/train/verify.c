@@ -211,8 +211,10 @@ crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const cr
     if (opts->seed) base.seed = opts->seed;
     base.max_steps = opts->steps > 0 ? opts->steps : 20;
     base.epochs = 1000000;
-    base.global_batch = opts->global_batch > 0 ? opts->global_batch : n * base.batch_per_device;
-    base.devices = n;
+    const int processes = crew_group_size(opts->group), lead = crew_group_rank(opts->group) == 0;
+    const int total = n * processes; /* N: (a)'s replicas over every process */
+    base.global_batch = opts->global_batch > 0 ? opts->global_batch : total * base.batch_per_device;
+    base.devices = total;
     if (!m->compiled) {
         crew_compile_options c;
         crew_model_default_compile(m, &c);
@@ -221,16 +223,23 @@ crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const cr
     crew_fit_plan plan;
     CREW_TRY(crew_model_plan_fit(m, train, &base, &plan)); /* checks the combination once, up front */
     if (!m->initialized) CREW_TRY(crew_model_init_params(m, base.seed));
-    res->devices = n;
+    res->devices = total;
     res->steps = plan.total_steps;
     res->global_batch = plan.global_batch;
     res->tolerance = opts->tolerance > 0 ? opts->tolerance : DEFAULT_TOLERANCE;
     res->fixed_tolerance = opts->tolerance > 0;
-    res->batch_norm_synced = n > 1 && has_batch_norm(m);
+    res->batch_norm_synced = total > 1 && has_batch_norm(m);
 
     crew_model *a = NULL, *b = NULL, *c = NULL, *d = NULL;
     loss_log la = {losses, res->steps, 0}, lb = {losses, res->steps, 1}, lc = {losses, res->steps, 2};
-    crew_status s = run_one(m, train, &base, n, base.batch_per_device, 0, &la, &a);
+    crew_fit_options across = base; /* (a): this process's n replicas of the run's N */
+    across.group = opts->group;
+    crew_status s = run_one(m, train, &across, n, base.batch_per_device, 0, &la, &a);
+    if (!s && !lead) { /* the references and the verdict are process 0's */
+        res->pass = 1;
+        crew_model_free(a);
+        return CREW_OK;
+    }
     if (!s) s = run_one(m, train, &base, 1, base.batch_per_device, 0, &lb, &b);
     if (!s) s = run_one(m, train, &base, 1, plan.global_batch, 0, &lc, &c);
     if (!s && !res->fixed_tolerance) s = rounding_run(m, train, &base, plan.global_batch, &d);

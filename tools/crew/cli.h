@@ -37,10 +37,10 @@ const crew_process_group *cli_group(void);
 int cli_mpi_end(int rc);
 /* Every process failed the same way (a check they all made): MPI may end cleanly, no abort. */
 void cli_mpi_failed_together(void);
-/* train_mpi.c: every process of g has the same crew, model file, dataset manifest, initial
- * weights and options (argv); 0, or the exit status after saying which rank differs. */
-int cli_train_agree(const crew_process_group *g, int argc, char **argv, const char *model, const char *data,
-                    const char *init_weights);
+/* agree_mpi.c: every process of g has the same crew, model file, dataset manifest, initial
+ * weights (NULL: none) and options (argv); 0, or the exit status after saying which rank differs. */
+int cli_agree_run(const char *verb, const crew_process_group *g, int argc, char **argv, const char *model,
+                  const char *data, const char *init_weights);
 /* A warning on stderr when the BLAS runs kernels older than this CPU (crew_blas_check): printed by
  * the verbs that compute, once, before they start. */
 void cli_warn_slow_blas(const char *verb);

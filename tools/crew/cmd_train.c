@@ -605,7 +605,7 @@ int cli_train(int argc, char **argv)
     train_state st = {0};
     const crew_process_group *g = cli_group();
     const int lead = crew_group_rank(g) == 0; /* rank 0 of an MPI run, or the only process */
-    if (g && (rc = cli_train_agree(g, argc, argv, a.model, a.data, a.init_weights))) return rc;
+    if (g && (rc = cli_agree_run("train", g, argc, argv, a.model, a.data, a.init_weights))) return rc;
     if (!lead) a.quiet = 1, a.json = 0;
     if (lead && (rc = check_run_dir(&a, &st))) return rc;
     crew_fit_options o;

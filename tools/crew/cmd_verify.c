@@ -64,7 +64,12 @@ int cli_verify(int argc, char **argv)
     if (!a.model) return cli_usage_error("verify", "missing MODEL.json");
     if (!a.data) return cli_usage_error("verify", "missing --data DIR");
     char kind[32] = "cpu";
+    const crew_process_group *g = cli_group(); /* under mpirun: --devices counts each process's replicas */
+    if (g) n = 1;
     if (a.devices && !cli_parse_devices("verify", a.devices, kind, sizeof kind, &n)) return 2;
+    int rc = g ? cli_agree_run("verify", g, argc, argv, a.model, a.data, NULL) : 0;
+    if (rc) return rc;
+    const int lead = crew_group_rank(g) == 0;
 
     crew_model *m = NULL;
     crew_dataset *train = NULL;
@@ -77,6 +82,7 @@ int cli_verify(int argc, char **argv)
     o.global_batch = a.global;
     o.seed = (uint64_t)a.seed;
     o.tolerance = a.tol;
+    o.group = g;
     crew_verify_result r = {0};
     r.losses = calloc((size_t)a.steps * 3, sizeof(float));
     cli_warn_slow_blas("verify");
@@ -87,12 +93,17 @@ int cli_verify(int argc, char **argv)
     }
     if (!s) s = crew_dataset_open(a.data, "train", &train);
     if (!s) s = crew_model_verify(m, train, &o, &r);
-    int rc;
     if (s) {
         rc = cli_fail("verify", s);
+    } else if (!lead) {
+        rc = 0; /* the verdict is rank 0's */
     } else {
-        printf("verify %s on %s:%d: %lld steps, global batch %lld\n", a.model, kind, r.devices, (long long)r.steps,
-               (long long)r.global_batch);
+        if (g)
+            printf("verify %s on %d MPI ranks x %s:%lld = %d replicas: %lld steps, global batch %lld\n", a.model,
+                   crew_group_size(g), kind, (long long)n, r.devices, (long long)r.steps, (long long)r.global_batch);
+        else
+            printf("verify %s on %s:%d: %lld steps, global batch %lld\n", a.model, kind, r.devices, (long long)r.steps,
+                   (long long)r.global_batch);
         printf("%6s %16s %24s %22s\n", "step", "N replicas", "1 replica accumulating", "1 replica full batch");
         for (int64_t k = 0; k < r.steps; k++)
             printf("%6lld %16.7f %24.7f %22.7f\n", (long long)k + 1, (double)r.losses[k * 3], (double)r.losses[k * 3 + 1],

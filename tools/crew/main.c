@@ -15,7 +15,7 @@ static const struct {
     {"train", cli_train, "train a model file on a dataset", 1},
     {"eval", cli_eval, "evaluate saved weights on a dataset's test split", 0},
     {"bench-data", cli_bench_data, "measure how fast the loader alone prepares batches", 0},
-    {"verify", cli_verify, "prove that N replicas compute what one replica computes", 0},
+    {"verify", cli_verify, "prove that N replicas compute what one replica computes", 1},
     {"report", cli_report, "write a run directory's metrics as a self-contained HTML report", 0},
     {"plan", cli_plan, "work out the memory a model needs per device, and what to do if it does not fit", 0},
     {"scale", cli_scale, "measure scaling over replica counts, project it, and say how many devices are worth it", 0},
