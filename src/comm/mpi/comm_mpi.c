@@ -103,24 +103,31 @@ static const char *input(void *const *posted, int k, int l)
 }
 
 /* acc[0..m) = Σ over processes q, then inputs l, of src(q, l)[0..m), in that order (a left fold:
- * the first term is copied, each later one added), then × scale when scale ≠ 1. */
+ * the first term is copied, each later one added), then × scale when scale ≠ 1. A block of FOLD_BLOCK
+ * values at a time, so that acc stays in cache while every input passes over it: the same bits as
+ * one pass per input over the whole chunk, at one read of each input and one write of acc. */
+#define FOLD_BLOCK 2048
 #define DEFINE_FOLD(name, T)                                                                              \
     static void name(struct crew_mpi_comm *mc, void *const *posted, int L, int k, int64_t lo, int64_t m,   \
                      T *acc, T scale)                                                                     \
     {                                                                                                     \
-        int first = 1;                                                                                    \
-        for (int q = 0; q < mc->P; q++)                                                                   \
-            for (int l = 0; l < L; l++) {                                                                 \
-                const T *src = q == mc->p ? (const T *)input(posted, k, l) + lo                           \
-                                          : (const T *)mc->in + ((size_t)q * (size_t)L + (size_t)l) * (size_t)m; \
-                if (first)                                                                                \
-                    memcpy(acc, src, (size_t)m * sizeof(T));                                              \
-                else                                                                                      \
-                    for (int64_t i = 0; i < m; i++) acc[i] += src[i];                                     \
-                first = 0;                                                                                \
-            }                                                                                             \
-        if (scale != (T)1)                                                                                \
-            for (int64_t i = 0; i < m; i++) acc[i] *= scale;                                              \
+        for (int64_t b = 0; b < m; b += FOLD_BLOCK) {                                                     \
+            const int64_t nb = m - b < FOLD_BLOCK ? m - b : FOLD_BLOCK;                                   \
+            T *out = acc + b;                                                                             \
+            int first = 1;                                                                                \
+            for (int q = 0; q < mc->P; q++)                                                               \
+                for (int l = 0; l < L; l++) {                                                             \
+                    const T *src = (q == mc->p ? (const T *)input(posted, k, l) + lo                      \
+                                               : (const T *)mc->in + ((size_t)q * (size_t)L + (size_t)l) * (size_t)m) + b; \
+                    if (first)                                                                            \
+                        memcpy(out, src, (size_t)nb * sizeof(T));                                         \
+                    else                                                                                  \
+                        for (int64_t i = 0; i < nb; i++) out[i] += src[i];                                \
+                    first = 0;                                                                            \
+                }                                                                                         \
+            if (scale != (T)1)                                                                            \
+                for (int64_t i = 0; i < nb; i++) out[i] *= scale;                                         \
+        }                                                                                                 \
     }
 DEFINE_FOLD(fold_f32, float)
 DEFINE_FOLD(fold_f64, double)
