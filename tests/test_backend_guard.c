@@ -360,8 +360,16 @@ static int64_t run_every_other_op(const crew_backend *be, float *out)
 
     /* batch norm and layer norm over [R, C] */
     float *mean = buf(&r, C, 9), *var = buf(&r, C, 0), *gamma = buf(&r, C, 10), *beta = buf(&r, C, 11);
-    float *s1 = buf(&r, C, 0), *s2 = buf(&r, C, 0), *dg = buf(&r, C, 0), *db = buf(&r, C, 0);
-    o->col_sqdev(ctx, a, mean, R, C, var);
+    float *dg = buf(&r, C, 0), *db = buf(&r, C, 0);
+    /* batch norm's sums are doubles: C of them in the room of 2 C floats, each its own allocation */
+    double *sum = (double *)(void *)buf(&r, 2 * C, 0), *sq = (double *)(void *)buf(&r, 2 * C, 0);
+    double *s1 = (double *)(void *)buf(&r, 2 * C, 0), *s2 = (double *)(void *)buf(&r, 2 * C, 0);
+    o->bn_col_sum(ctx, a, R, C, sum);
+    o->bn_scale_sums(ctx, C, 1.0 / R, sum, mean);
+    o->col_sqdev(ctx, a, mean, R, C, sq);
+    o->bn_scale_sums(ctx, C, 1.0 / R, sq, var);
+    keep(&r, mean, C);
+    keep(&r, (const float *)(const void *)sq, 2 * C);
     o->bn_forward(ctx, a, mean, var, gamma, beta, 1e-3f, y, R, C);
     o->bn_backward_sums(ctx, dy, a, mean, R, C, s1, s2);
     o->bn_backward(ctx, dy, a, mean, var, gamma, 1e-3f, s1, s2, R, dx, R, C);

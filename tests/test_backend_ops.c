@@ -156,6 +156,7 @@ static void *dev_copy_of(const device *d, crew_dtype t, const void *host, int64_
 static float *dev_f32(const device *d, const float *h, int64_t n) { return dev_copy_of(d, CREW_DT_F32, h, n); }
 static int32_t *dev_i32(const device *d, const int32_t *h, int64_t n) { return dev_copy_of(d, CREW_DT_I32, h, n); }
 static int64_t *dev_i64(const device *d, const int64_t *h, int64_t n) { return dev_copy_of(d, CREW_DT_I64, h, n); }
+static double *dev_f64(const device *d, const double *h, int64_t n) { return dev_copy_of(d, CREW_DT_F64, h, n); }
 static float *dev_zeros_f32(const device *d, int64_t n) { return dev_alloc(d, CREW_DT_F32, n); }
 
 /* Downloads dev[n] into host (after everything on the compute queue). */
@@ -174,6 +175,15 @@ static void *host_copy_of(const device *d, crew_dtype t, const void *dev, int64_
 
 static float *host_f32(const device *d, const float *p, int64_t n) { return host_copy_of(d, CREW_DT_F32, p, n); }
 static int32_t *host_i32(const device *d, const int32_t *p, int64_t n) { return host_copy_of(d, CREW_DT_I32, p, n); }
+static double *host_f64(const device *d, const double *p, int64_t n) { return host_copy_of(d, CREW_DT_F64, p, n); }
+
+/* Doubles as floats, in a fresh host array (for comparisons made in float terms). */
+static float *f32_of(const double *x, int64_t n)
+{
+    float *y = fbuf(n);
+    for (int64_t i = 0; i < n; i++) y[i] = (float)x[i];
+    return y;
+}
 
 static void fill_uniform(float *x, int64_t n, float lo, float hi, uint64_t key)
 {
@@ -1338,11 +1348,12 @@ static void check_batch_norm(const device *d, const bn_case *bc, int index)
     const int64_t rows = bc->rows, c = bc->c, n = rows * c;
     const float eps = 1e-3f; /* the layer's default */
     float *x = fbuf(n), *dy = fbuf(n), *gamma = fbuf(c), *beta = fbuf(c), *garbage = fbuf(n + 2 * c), *start = fbuf(2 * c);
-    float *mean_f = fbuf(c), *var_f = fbuf(c), *sums_f = fbuf(2 * c); /* sums: sum_dy | sum_dy_xmu */
+    float *mean_f = fbuf(c), *var_f = fbuf(c);
+    double *sums_in = dbuf(2 * c), *garbage_d = dbuf(2 * c); /* sums: sum_dy | sum_dy_xmu */
     double *col = dbuf(rows), *g = dbuf(rows), *dx_col = dbuf(rows), *mag_col = dbuf(rows);
     double *want_sqdev = dbuf(c), *mag_sqdev = dbuf(c), *want_y = dbuf(n), *mag_y = dbuf(n);
     double *want_sums = dbuf(2 * c), *mag_sums = dbuf(2 * c), *want_grads = dbuf(2 * c), *mag_grads = dbuf(2 * c);
-    double *want_dx = dbuf(n), *mag_dx = dbuf(n);
+    double *want_dx = dbuf(n), *mag_dx = dbuf(n), *want_colsum = dbuf(c), *mag_colsum = dbuf(c);
     fill_uniform(x, n, -1.0f, 1.0f, 1300 + (uint64_t)index);
     for (int64_t r = 0; r < rows; r++) /* channel means away from zero, and not all the same */
         for (int64_t j = 0; j < c; j++) x[r * c + j] += 0.5f * (float)(j % 5) - 1.0f;
@@ -1350,6 +1361,7 @@ static void check_batch_norm(const device *d, const bn_case *bc, int index)
     fill_uniform(gamma, c, 0.5f, 1.5f, 1500 + (uint64_t)index);
     fill_uniform(beta, c, -0.5f, 0.5f, 1600 + (uint64_t)index);
     fill_uniform(garbage, n + 2 * c, 5.0f, 6.0f, 1700); /* enough for y, dx and the two sums */
+    for (int64_t j = 0; j < 2 * c; j++) garbage_d[j] = garbage[j];
     fill_uniform(start, 2 * c, -1.0f, 1.0f, 1800 + (uint64_t)index);
     int reference_ok = 1;
     for (int64_t j = 0; j < c; j++) {
@@ -1366,6 +1378,8 @@ static void check_batch_norm(const device *d, const bn_case *bc, int index)
         for (int64_t r = 0; r < rows; r++) {
             double xr = x[r * c + j], dyr = dy[r * c + j], xhat = (xr - s.mean) * s.rstd;
             want_sqdev[j] += (xr - m) * (xr - m);
+            want_colsum[j] += xr;
+            mag_colsum[j] += fabs(xr);
             want_y[r * c + j] = (xr - m) * scale + beta[j];
             mag_y[r * c + j] = fabs(xr * scale) + fabs(m * scale) + fabs(beta[j]);
             sum_dy += dyr;
@@ -1378,7 +1392,7 @@ static void check_batch_norm(const device *d, const bn_case *bc, int index)
         mag_sqdev[j] = want_sqdev[j];
         want_sums[j] = sum_dy, want_sums[c + j] = sum_dy_xmu;
         mag_sums[j] = abs_dy, mag_sums[c + j] = abs_dy_xmu;
-        sums_f[j] = (float)sum_dy, sums_f[c + j] = (float)sum_dy_xmu;
+        sums_in[j] = sum_dy, sums_in[c + j] = sum_dy_xmu;
         want_grads[j] = start[j] + dgamma, want_grads[c + j] = start[c + j] + sum_dy;
         mag_grads[j] = fabs(start[j]) + abs_dgamma, mag_grads[c + j] = fabs(start[c + j]) + abs_dy;
         /* dx over the whole batch: the mean and variance are functions of every row */
@@ -1390,9 +1404,11 @@ static void check_batch_norm(const device *d, const bn_case *bc, int index)
 
     float *x_d = dev_f32(d, x, n), *dy_d = dev_f32(d, dy, n), *gamma_d = dev_f32(d, gamma, c);
     float *beta_d = dev_f32(d, beta, c), *mean_d = dev_f32(d, mean_f, c), *var_d = dev_f32(d, var_f, c);
-    float *sums_in_d = dev_f32(d, sums_f, 2 * c), *grads_d = dev_f32(d, start, 2 * c);
-    float *sqdev_d = dev_f32(d, garbage, c), *y_d = dev_f32(d, garbage, n), *sums_d = dev_f32(d, garbage, 2 * c);
+    double *sums_in_d = dev_f64(d, sums_in, 2 * c), *sqdev_d = dev_f64(d, garbage_d, c);
+    double *sums_d = dev_f64(d, garbage_d, 2 * c), *colsum_d = dev_f64(d, garbage_d, c);
+    float *grads_d = dev_f32(d, start, 2 * c), *y_d = dev_f32(d, garbage, n);
     float *dx_d = dev_f32(d, garbage, n), *dx_split_d = dev_f32(d, garbage, n);
+    be->ops->bn_col_sum(be->ctx, x_d, rows, c, colsum_d);
     be->ops->col_sqdev(be->ctx, x_d, mean_d, rows, c, sqdev_d);
     be->ops->bn_forward(be->ctx, x_d, mean_d, var_d, gamma_d, beta_d, eps, y_d, rows, c);
     be->ops->bn_backward_sums(be->ctx, dy_d, x_d, mean_d, rows, c, sums_d, sums_d + c);
@@ -1407,10 +1423,13 @@ static void check_batch_norm(const device *d, const bn_case *bc, int index)
     be->ops->bn_backward(be->ctx, dy_d + half * c, x_d + half * c, mean_d, var_d, gamma_d, eps, sums_in_d,
                          sums_in_d + c, (double)rows, dx_split_d + half * c, rows - half, c);
     EXPECT_SYNCED(d);
-    float *sqdev = host_f32(d, sqdev_d, c), *y = host_f32(d, y_d, n), *sums = host_f32(d, sums_d, 2 * c);
-    float *grads = host_f32(d, grads_d, 2 * c), *dx = host_f32(d, dx_d, n), *dx_split = host_f32(d, dx_split_d, n);
+    double *sqdev_64 = host_f64(d, sqdev_d, c), *sums_64 = host_f64(d, sums_d, 2 * c), *colsum_64 = host_f64(d, colsum_d, c);
+    float *sqdev = f32_of(sqdev_64, c), *sums = f32_of(sums_64, 2 * c), *colsum = f32_of(colsum_64, c);
+    float *y = host_f32(d, y_d, n), *grads = host_f32(d, grads_d, 2 * c), *dx = host_f32(d, dx_d, n);
+    float *dx_split = host_f32(d, dx_split_d, n);
     char shape[48];
     snprintf(shape, sizeof shape, "rows %lld, c %lld", (long long)rows, (long long)c);
+    expect_match(d, colsum, want_colsum, mag_colsum, c, bn_sums_tol, "bn_col_sum", shape, "out");
     expect_match(d, sqdev, want_sqdev, mag_sqdev, c, col_sqdev_tol, "col_sqdev", shape, "out");
     expect_match(d, y, want_y, mag_y, n, bn_forward_tol, "bn_forward", shape, "y");
     expect_match(d, sums, want_sums, mag_sums, c, bn_sums_tol, "bn_backward_sums", shape, "sum_dy");
@@ -1421,33 +1440,103 @@ static void check_batch_norm(const device *d, const bn_case *bc, int index)
     expect_match(d, dx, want_dx, mag_dx, n, bn_backward_tol, "bn_backward", shape, "dx");
     expect_match(d, dx_split, want_dx, mag_dx, n, bn_backward_tol, "bn_backward in two calls (replicas)", shape,
                  "dx");
-    HOST_FREE(x, dy, gamma, beta, garbage, start, mean_f, var_f, sums_f, col, g, dx_col, mag_col, want_sqdev,
+    HOST_FREE(x, dy, gamma, beta, garbage, start, mean_f, var_f, sums_in, garbage_d, sqdev_64, sums_64, colsum_64, col, g, dx_col, mag_col, want_sqdev,
               mag_sqdev, want_y, mag_y, want_sums, mag_sums, want_grads, mag_grads, want_dx, mag_dx, sqdev, y, sums,
-              grads, dx, dx_split);
+              grads, dx, dx_split, want_colsum, mag_colsum, colsum);
     DEV_FREE(d, x_d, dy_d, gamma_d, beta_d, mean_d, var_d, sums_in_d, grads_d, sqdev_d, y_d, sums_d, dx_d,
-             dx_split_d);
+             dx_split_d, colsum_d);
+}
+
+/* Batch norm's reductions over many rows of one sign are accurate to a few float roundings of the
+ * result, whatever the length (backend.h: they may not add row after row in float32, whose error
+ * over 2^17 rows of values near 1 is about 2^17 · 2^-24 / 2 = 4e-3 relative at worst, and in
+ * practice ~1e-5, far beyond the 4 · 2^-24 = 2.4e-7 held here). */
+static void check_batch_norm_long_sums(const device *d)
+{
+    enum { ROWS = 1 << 17, C = 3 };
+    float *x = fbuf(ROWS * C), *dy = fbuf(ROWS * C), mean[C] = {0};
+    fill_uniform(x, ROWS * C, 0.9f, 1.1f, 2100);
+    fill_uniform(dy, ROWS * C, 0.5f, 1.5f, 2200);
+    double want_sum[C] = {0}, want_sq[C] = {0}, want_dy[C] = {0}, want_dy_xmu[C] = {0};
+    for (int64_t r = 0; r < ROWS; r++)
+        for (int j = 0; j < C; j++) want_sum[j] += x[r * C + j];
+    for (int j = 0; j < C; j++) mean[j] = (float)(want_sum[j] / ROWS) - 0.5f; /* (x − mean) of one sign too */
+    for (int64_t r = 0; r < ROWS; r++)
+        for (int j = 0; j < C; j++) {
+            double xm = (double)(x[r * C + j] - mean[j]);
+            want_sq[j] += xm * xm;
+            want_dy[j] += dy[r * C + j];
+            want_dy_xmu[j] += (double)dy[r * C + j] * xm;
+        }
+    float *x_d = dev_f32(d, x, ROWS * C), *dy_d = dev_f32(d, dy, ROWS * C), *mean_d = dev_f32(d, mean, C);
+    const double five[C] = {5, 5, 5}; /* garbage the ops must overwrite */
+    double *out_d = dev_f64(d, five, C), *sq_d = dev_f64(d, five, C), *s1_d = dev_f64(d, five, C);
+    double *s2_d = dev_f64(d, five, C);
+    d->be.ops->bn_col_sum(d->be.ctx, x_d, ROWS, C, out_d);
+    d->be.ops->col_sqdev(d->be.ctx, x_d, mean_d, ROWS, C, sq_d);
+    d->be.ops->bn_backward_sums(d->be.ctx, dy_d, x_d, mean_d, ROWS, C, s1_d, s2_d);
+    EXPECT_SYNCED(d);
+    double *out = host_f64(d, out_d, C), *sq = host_f64(d, sq_d, C), *s1 = host_f64(d, s1_d, C), *s2 = host_f64(d, s2_d, C);
+    const double bound = 4.0 / 16777216.0;
+    for (int j = 0; j < C; j++) {
+        const struct { const char *op; double got, want; } r[] = {{"bn_col_sum", out[j], want_sum[j]},
+                                                                  {"col_sqdev", sq[j], want_sq[j]},
+                                                                  {"bn_backward_sums sum_dy", s1[j], want_dy[j]},
+                                                                  {"bn_backward_sums sum_dy_xmu", s2[j], want_dy_xmu[j]}};
+        for (int i = 0; i < 4; i++)
+            EXPECT(d, fabs(r[i].got - r[i].want) <= bound * fabs(r[i].want),
+                   "%s over %d rows of one sign: %.9g, want %.9g (relative error %.3g, more than 4 roundings)", r[i].op,
+                   ROWS, r[i].got, r[i].want, fabs(r[i].got - r[i].want) / fabs(r[i].want));
+    }
+    HOST_FREE(x, dy, out, sq, s1, s2);
+    DEV_FREE(d, x_d, dy_d, mean_d, out_d, sq_d, s1_d, s2_d);
 }
 
 /* Over no rows the reductions that overwrite give zeros (exact), and the others touch nothing. */
 static void check_batch_norm_no_rows(const device *d)
 {
     enum { C = 6 };
-    float garbage[3 * C], zeros[3 * C] = {0};
-    fill_uniform(garbage, 3 * C, 5.0f, 6.0f, 1900);
-    float *x_d = dev_f32(d, garbage, C), *mean_d = dev_f32(d, garbage, C), *out_d = dev_f32(d, garbage, 3 * C);
-    d->be.ops->col_sqdev(d->be.ctx, x_d, mean_d, 0, C, out_d);
-    d->be.ops->bn_backward_sums(d->be.ctx, x_d, x_d, mean_d, 0, C, out_d + C, out_d + 2 * C);
+    float garbage[C];
+    fill_uniform(garbage, C, 5.0f, 6.0f, 1900);
+    double five[4 * C];
+    for (int i = 0; i < 4 * C; i++) five[i] = 5.0;
+    float *x_d = dev_f32(d, garbage, C), *mean_d = dev_f32(d, garbage, C);
+    double *out_d = dev_f64(d, five, 4 * C); /* Σx | Σ(x − mean)² | Σdy | Σdy·(x − mean) */
+    d->be.ops->bn_col_sum(d->be.ctx, x_d, 0, C, out_d);
+    d->be.ops->col_sqdev(d->be.ctx, x_d, mean_d, 0, C, out_d + C);
+    d->be.ops->bn_backward_sums(d->be.ctx, x_d, x_d, mean_d, 0, C, out_d + 2 * C, out_d + 3 * C);
     EXPECT_SYNCED(d);
-    float *out = host_f32(d, out_d, 3 * C);
-    EXPECT(d, memcmp(out, zeros, sizeof zeros) == 0, "col_sqdev / bn_backward_sums over no rows: %g %g %g, want 0",
-           out[0], out[C], out[2 * C]);
+    double *out = host_f64(d, out_d, 4 * C);
+    int zero = 1;
+    for (int i = 0; i < 4 * C; i++) zero &= out[i] == 0.0;
+    EXPECT(d, zero, "bn_col_sum / col_sqdev / bn_backward_sums over no rows: %g %g %g %g, want 0", out[0], out[C],
+           out[2 * C], out[3 * C]);
     HOST_FREE(out);
     DEV_FREE(d, x_d, mean_d, out_d);
+}
+
+/* A statistic from its sum: alpha·x in double, rounded to float once. */
+static void check_bn_scale_sums(const device *d)
+{
+    enum { N = 5 };
+    const double x[N] = {1.0, -3.0, 1e30, 1.0 / 3.0, 0.0}, alpha = 1.0 / 7.0;
+    float garbage[N] = {9, 9, 9, 9, 9};
+    double *x_d = dev_f64(d, x, N);
+    float *y_d = dev_f32(d, garbage, N);
+    d->be.ops->bn_scale_sums(d->be.ctx, N, alpha, x_d, y_d);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, N);
+    for (int i = 0; i < N; i++)
+        EXPECT(d, y[i] == (float)(alpha * x[i]), "bn_scale_sums[%d] = %.9g, want %.9g", i, y[i], (float)(alpha * x[i]));
+    HOST_FREE(y);
+    DEV_FREE(d, x_d, y_d);
 }
 
 static void test_batch_norm(const device *d)
 {
     for (int i = 0; i < (int)(sizeof bn_cases / sizeof bn_cases[0]); i++) check_batch_norm(d, &bn_cases[i], i);
+    check_batch_norm_long_sums(d);
+    check_bn_scale_sums(d);
     check_batch_norm_no_rows(d);
 }
 

@@ -166,7 +166,7 @@ static void check_image_sizes(const crew_model *m)
         expect(m, 0, rows, rows * 15 * 13, rows * 15 * 13, rows * 15 * 13 * 3); /* mean, rstd; spare dx */
         expect(m, 1, rows, rows * 7 * 9 * (3 * 5 * 3), 0, 0);                   /* im2col columns */
         expect(m, 2, rows, 0, 0, 0);
-        expect(m, 3, rows, 4 * 7, 0, 0);                                        /* per channel, any batch */
+        expect(m, 3, rows, 2 * 7, 4 * 7 * 2, 0);            /* per channel, any batch: mean, var; 4 double sums */
         expect(m, 4, rows, rows * 4 * 5 * 7, 0, 0);                             /* arg-maxes */
         expect(m, 5, rows, rows * 4 * 5 * (3 * 3 * 7), 0, 0);
         expect(m, 6, rows, 0, 0, 0);

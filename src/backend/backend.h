@@ -164,20 +164,33 @@ typedef struct crew_backend_ops {
 
     /* ---- normalisation over the last axis of x [rows, c].
      * Batch norm is split in reductions and applications so that the reductions can be
-     * all-reduced across replicas (synchronised batch norm) between them. */
-    void (*col_sqdev)(void *ctx, const float *x, const float *mean, int64_t rows, int64_t c, float *out);
+     * all-reduced across replicas (synchronised batch norm) between them.
+     * Its three reductions (bn_col_sum, col_sqdev, bn_backward_sums) give doubles [c], summed in
+     * double, and synchronised batch norm all-reduces them as doubles. They run over every
+     * position of every sample, tens of thousands of rows, of values mostly of one sign (x,
+     * (x − mean)²), and the error of such a float32 sum grows with its length while barely
+     * changing with its order: N replicas summing N shorter pieces drifted from one replica
+     * summing all of it far beyond rounding (measured: a batch-norm CNN's step-1 loss 7e-6 apart,
+     * its weights 10% apart after 8 AdamW steps), which crew verify's reversed-rows reference
+     * cannot see. In double, N replicas' statistics and one replica's round to the same floats. */
+    /* out[c] = Σ_r x[r,c] */
+    void (*bn_col_sum)(void *ctx, const float *x, int64_t rows, int64_t c, double *out);
+    /* out[c] = Σ_r (x[r,c] − mean[c])² */
+    void (*col_sqdev)(void *ctx, const float *x, const float *mean, int64_t rows, int64_t c, double *out);
+    /* y[i] = (float)(alpha · x[i]), i < n: a statistic from its sum */
+    void (*bn_scale_sums)(void *ctx, int64_t n, double alpha, const double *x, float *y);
     void (*bn_forward)(void *ctx, const float *x, const float *mean, const float *var, const float *gamma,
                        const float *beta, float eps, float *y, int64_t rows, int64_t c);
     /* sum_dy[c] = Σ dy, sum_dy_xmu[c] = Σ dy·(x − mean) */
     void (*bn_backward_sums)(void *ctx, const float *dy, const float *x, const float *mean, int64_t rows,
-                             int64_t c, float *sum_dy, float *sum_dy_xmu);
+                             int64_t c, double *sum_dy, double *sum_dy_xmu);
     /* dx from the sums over `count` rows in all. */
     void (*bn_backward)(void *ctx, const float *dy, const float *x, const float *mean, const float *var,
-                        const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xmu,
+                        const float *gamma, float eps, const double *sum_dy, const double *sum_dy_xmu,
                         double count, float *dx, int64_t rows, int64_t c);
     /* accumulates dgamma, dbeta [c] from the local sums */
-    void (*bn_param_grads)(void *ctx, const float *var, float eps, const float *sum_dy,
-                           const float *sum_dy_xmu, float *dgamma, float *dbeta, int64_t c);
+    void (*bn_param_grads)(void *ctx, const float *var, float eps, const double *sum_dy,
+                           const double *sum_dy_xmu, float *dgamma, float *dbeta, int64_t c);
     /* mean, rstd: [rows] saved for backward */
     void (*layernorm_forward)(void *ctx, const float *x, const float *gamma, const float *beta, float eps,
                               float *y, float *mean, float *rstd, int64_t rows, int64_t c);

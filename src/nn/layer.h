@@ -47,9 +47,10 @@ typedef struct crew_pass {
     uint64_t seed;
     int64_t step;                /* optimizer step, for dropout masks */
     const int64_t *sample_ids;   /* [rows] device memory: dataset index of each sample, for dropout masks */
-    /* Synchronised batch norm: sums per-channel statistics over all replicas in place (rank
-     * order). NULL: statistics are local to this micro-batch. total_rows is then rows. */
-    crew_status (*sync_sum)(void *user, float *buf, int64_t n);
+    /* Synchronised batch norm: sums per-channel statistics (doubles, backend.h says why) over all
+     * replicas in place (rank order). NULL: statistics are local to this micro-batch. total_rows
+     * is then rows. */
+    crew_status (*sync_sum)(void *user, double *buf, int64_t n);
     void *sync_user;
     double total_rows;
 } crew_pass;
@@ -61,7 +62,8 @@ typedef struct crew_layer_ops {
      * Errors name the key that is wrong; the caller prefixes the layer. */
     crew_status (*build)(crew_layer *l);
     /* The scratch memory forward and backward need for micro-batches of `rows` samples: n[i] is
-     * the element count of work[i] (4-byte elements: floats, or max pooling's int32 arg-maxes),
+     * the element count of work[i] (4-byte elements: floats, or max pooling's int32 arg-maxes, or
+     * two for each of batch norm's doubles),
      * 0 where the layer uses no buffer i; n arrives zeroed. NULL: the layer needs none.
      * This is the one statement of a layer's workspace: crew_layer_reserve allocates exactly
      * these buffers and the memory planner (src/advise/memory_plan.c) counts exactly these, so

@@ -4,7 +4,8 @@
  * or, with pass->sync_sum set, over all replicas (synchronised batch norm): each reduction is
  * summed across replicas before it is used. Inference uses the moving statistics, updated
  * Keras's way: moving = momentum·moving + (1 − momentum)·batch (biased variance).
- * work[0] holds [mean | var | sum_dy | sum_dy_xmu], each [C]. */
+ * work[0] holds [mean | var], floats [C] each; work[1] the sums they come from and the backward
+ * pass's, doubles [C] each (backend.h says why): [Σx | Σ(x − mean)² | Σdy | Σdy·(x − mean)]. */
 #include "core/status.h"
 #include "nn/layer.h"
 
@@ -35,10 +36,13 @@ static crew_status bn_build(crew_layer *l)
 static void bn_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
 {
     (void)rows;
-    n[0] = 4 * channels(l); /* mean | var | sum_dy | sum_dy_xmu */
+    n[0] = 2 * channels(l);                 /* mean | var */
+    n[1] = 4 * channels(l) * 2;             /* the four sums, doubles of two 4-byte elements each */
 }
 
-static crew_status sync(const crew_pass *p, float *buf, int64_t n)
+static double *bn_sums(const crew_layer *l) { return (double *)(void *)l->work[1]; }
+
+static crew_status sync(const crew_pass *p, double *buf, int64_t n)
 {
     return p->sync_sum ? p->sync_sum(p->sync_user, buf, n) : CREW_OK;
 }
@@ -55,12 +59,13 @@ static crew_status bn_forward(crew_layer *l, const crew_pass *p, const float *x,
         return CREW_OK;
     }
     double total = (p->sync_sum ? p->total_rows : (double)p->rows) * (double)(crew_shape_size(&l->in) / c);
-    o->col_sum(ctx, x, rows, c, mean, 0);
-    CREW_TRY(sync(p, mean, c));
-    o->axpby(ctx, c, (float)(1.0 / total), mean, 0.0f, mean);
-    o->col_sqdev(ctx, x, mean, rows, c, var);
-    CREW_TRY(sync(p, var, c));
-    o->axpby(ctx, c, (float)(1.0 / total), var, 0.0f, var);
+    double *sum = bn_sums(l), *sqdev = sum + c;
+    o->bn_col_sum(ctx, x, rows, c, sum);
+    CREW_TRY(sync(p, sum, c));
+    o->bn_scale_sums(ctx, c, 1.0 / total, sum, mean);
+    o->col_sqdev(ctx, x, mean, rows, c, sqdev);
+    CREW_TRY(sync(p, sqdev, c));
+    o->bn_scale_sums(ctx, c, 1.0 / total, sqdev, var);
     o->bn_forward(ctx, x, mean, var, l->params[BN_GAMMA].value, l->params[BN_BETA].value, bn_eps(l), y, rows, c);
     float mom = l->spec.momentum > 0.0f ? l->spec.momentum : 0.99f;
     o->axpby(ctx, c, 1.0f - mom, mean, mom, l->params[BN_MOVING_MEAN].value);
@@ -77,15 +82,15 @@ static crew_status bn_backward(crew_layer *l, const crew_pass *p, const float *x
     const crew_backend_ops *o = p->be->ops;
     void *ctx = p->be->ctx;
     int64_t c = channels(l), rows = positions(l, p->rows);
-    float *mean = l->work[0], *var = mean + c, *sum_dy = var + c, *sum_dy_xmu = sum_dy + c;
+    float *mean = l->work[0], *var = mean + c;
+    double *sum_dy = bn_sums(l) + 2 * c, *sum_dy_xmu = sum_dy + c;
     o->bn_backward_sums(ctx, dy, x, mean, rows, c, sum_dy, sum_dy_xmu);
     /* Parameter gradients take this replica's share; the gradient all-reduce adds the rest. */
     o->fill(ctx, l->params[BN_GAMMA].grad, 0.0f, c);
     o->fill(ctx, l->params[BN_BETA].grad, 0.0f, c);
     o->bn_param_grads(ctx, var, bn_eps(l), sum_dy, sum_dy_xmu, l->params[BN_GAMMA].grad, l->params[BN_BETA].grad, c);
     if (!dx) return CREW_OK;
-    CREW_TRY(sync(p, sum_dy, c));
-    CREW_TRY(sync(p, sum_dy_xmu, c));
+    CREW_TRY(sync(p, sum_dy, 2 * c)); /* both sums, side by side, in one all-reduce */
     double total = (p->sync_sum ? p->total_rows : (double)p->rows) * (double)(crew_shape_size(&l->in) / c);
     o->bn_backward(ctx, dy, x, mean, var, l->params[BN_GAMMA].value, bn_eps(l), sum_dy, sum_dy_xmu, total, dx,
                    rows, c);

@@ -135,10 +135,10 @@ static void grads_ready(void *user, int64_t lo)
     if (last) launch_ready_buckets(s, lo);
 }
 
-static crew_status sync_sum(void *user, float *buf, int64_t n)
+static crew_status sync_sum(void *user, double *buf, int64_t n)
 {
     crew_stepper *s = user;
-    return crew_comm_worker_allreduce(s->worker, buf, n, CREW_COMM_F32, CREW_REDUCE_SUM);
+    return crew_comm_worker_allreduce(s->worker, buf, n, CREW_COMM_F64, CREW_REDUCE_SUM);
 }
 
 static crew_status micro_batch(crew_stepper *s, int index, uint64_t seed, int64_t step, crew_batch_fn batches,

@@ -236,6 +236,11 @@ static void *i64(op_call *c, const char *name, const int64_t *p, int64_t n)
     return operand(c, name, p, n, CREW_DT_I64);
 }
 
+static void *f64(op_call *c, const char *name, const double *p, int64_t n)
+{
+    return operand(c, name, p, n, CREW_DT_F64);
+}
+
 /* ---- extents: how many elements an op touches, from its sizes. Saturating: a product that
  * overflows becomes INT64_MAX, which no allocation holds, so the operand is reported. */
 
@@ -622,13 +627,29 @@ static void guard_dropout_forward(void *ctx, const float *x, float *y, float *ma
 
 /* ---- normalisation: tensors [rows, ch], per-channel vectors [ch], per-row statistics [rows] */
 
-static void guard_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, int64_t ch, float *out)
+static void guard_bn_col_sum(void *ctx, const float *x, int64_t rows, int64_t ch, double *out)
+{
+    op_call c = begin(ctx, "bn_col_sum");
+    const float *sx = f32(&c, "x", x, times(rows, ch));
+    double *so = f64(&c, "out", out, ch);
+    if (c.ok) crew_cpu_ops.bn_col_sum(c.cpu, sx, rows, ch, so);
+}
+
+static void guard_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, int64_t ch, double *out)
 {
     op_call c = begin(ctx, "col_sqdev");
     const float *sx = f32(&c, "x", x, times(rows, ch));
     const float *sm = f32(&c, "mean", mean, ch);
-    float *so = f32(&c, "out", out, ch);
+    double *so = f64(&c, "out", out, ch);
     if (c.ok) crew_cpu_ops.col_sqdev(c.cpu, sx, sm, rows, ch, so);
+}
+
+static void guard_bn_scale_sums(void *ctx, int64_t n, double alpha, const double *x, float *y)
+{
+    op_call c = begin(ctx, "bn_scale_sums");
+    const double *sx = f64(&c, "x", x, n);
+    float *sy = f32(&c, "y", y, n);
+    if (c.ok) crew_cpu_ops.bn_scale_sums(c.cpu, n, alpha, sx, sy);
 }
 
 static void guard_bn_forward(void *ctx, const float *x, const float *mean, const float *var, const float *gamma,
@@ -645,19 +666,19 @@ static void guard_bn_forward(void *ctx, const float *x, const float *mean, const
 }
 
 static void guard_bn_backward_sums(void *ctx, const float *dy, const float *x, const float *mean, int64_t rows,
-                                   int64_t ch, float *sum_dy, float *sum_dy_xmu)
+                                   int64_t ch, double *sum_dy, double *sum_dy_xmu)
 {
     op_call c = begin(ctx, "bn_backward_sums");
     const float *sdy = f32(&c, "dy", dy, times(rows, ch));
     const float *sx = f32(&c, "x", x, times(rows, ch));
     const float *sm = f32(&c, "mean", mean, ch);
-    float *s1 = f32(&c, "sum_dy", sum_dy, ch);
-    float *s2 = f32(&c, "sum_dy_xmu", sum_dy_xmu, ch);
+    double *s1 = f64(&c, "sum_dy", sum_dy, ch);
+    double *s2 = f64(&c, "sum_dy_xmu", sum_dy_xmu, ch);
     if (c.ok) crew_cpu_ops.bn_backward_sums(c.cpu, sdy, sx, sm, rows, ch, s1, s2);
 }
 
 static void guard_bn_backward(void *ctx, const float *dy, const float *x, const float *mean, const float *var,
-                              const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xmu,
+                              const float *gamma, float eps, const double *sum_dy, const double *sum_dy_xmu,
                               double count, float *dx, int64_t rows, int64_t ch)
 {
     op_call c = begin(ctx, "bn_backward");
@@ -666,19 +687,19 @@ static void guard_bn_backward(void *ctx, const float *dy, const float *x, const 
     const float *sm = f32(&c, "mean", mean, ch);
     const float *sv = f32(&c, "var", var, ch);
     const float *sg = f32(&c, "gamma", gamma, ch);
-    const float *s1 = f32(&c, "sum_dy", sum_dy, ch);
-    const float *s2 = f32(&c, "sum_dy_xmu", sum_dy_xmu, ch);
+    const double *s1 = f64(&c, "sum_dy", sum_dy, ch);
+    const double *s2 = f64(&c, "sum_dy_xmu", sum_dy_xmu, ch);
     float *sdx = f32(&c, "dx", dx, times(rows, ch));
     if (c.ok) crew_cpu_ops.bn_backward(c.cpu, sdy, sx, sm, sv, sg, eps, s1, s2, count, sdx, rows, ch);
 }
 
-static void guard_bn_param_grads(void *ctx, const float *var, float eps, const float *sum_dy,
-                                 const float *sum_dy_xmu, float *dgamma, float *dbeta, int64_t ch)
+static void guard_bn_param_grads(void *ctx, const float *var, float eps, const double *sum_dy,
+                                 const double *sum_dy_xmu, float *dgamma, float *dbeta, int64_t ch)
 {
     op_call c = begin(ctx, "bn_param_grads");
     const float *sv = f32(&c, "var", var, ch);
-    const float *s1 = f32(&c, "sum_dy", sum_dy, ch);
-    const float *s2 = f32(&c, "sum_dy_xmu", sum_dy_xmu, ch);
+    const double *s1 = f64(&c, "sum_dy", sum_dy, ch);
+    const double *s2 = f64(&c, "sum_dy_xmu", sum_dy_xmu, ch);
     float *sdg = f32(&c, "dgamma", dgamma, ch);
     float *sdb = f32(&c, "dbeta", dbeta, ch);
     if (c.ok) crew_cpu_ops.bn_param_grads(c.cpu, sv, eps, s1, s2, sdg, sdb, ch);
@@ -814,7 +835,9 @@ static const crew_backend_ops guarded_ops = {
     .avgpool_forward = guard_avgpool_forward,
     .avgpool_backward = guard_avgpool_backward,
     .dropout_forward = guard_dropout_forward,
+    .bn_col_sum = guard_bn_col_sum,
     .col_sqdev = guard_col_sqdev,
+    .bn_scale_sums = guard_bn_scale_sums,
     .bn_forward = guard_bn_forward,
     .bn_backward_sums = guard_bn_backward_sums,
     .bn_backward = guard_bn_backward,

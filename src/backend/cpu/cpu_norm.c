@@ -8,17 +8,33 @@
 /* Per-channel factors are computed for this many channels at a time, on the stack. */
 #define CHUNK 256
 
-void cpu_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, int64_t c, float *out)
+void cpu_bn_col_sum(void *ctx, const float *x, int64_t rows, int64_t c, double *out)
 {
     (void)ctx;
-    memset(out, 0, (size_t)c * sizeof(float));
+    for (int64_t j = 0; j < c; j++) out[j] = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *row = x + r * c;
+        for (int64_t j = 0; j < c; j++) out[j] += (double)row[j];
+    }
+}
+
+void cpu_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, int64_t c, double *out)
+{
+    (void)ctx;
+    for (int64_t j = 0; j < c; j++) out[j] = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * c;
         for (int64_t j = 0; j < c; j++) {
             float d = row[j] - mean[j];
-            out[j] += d * d;
+            out[j] += (double)(d * d);
         }
     }
+}
+
+void cpu_bn_scale_sums(void *ctx, int64_t n, double alpha, const double *x, float *y)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) y[i] = (float)(alpha * x[i]);
 }
 
 void cpu_bn_forward(void *ctx, const float *x, const float *mean, const float *var, const float *gamma,
@@ -41,35 +57,34 @@ void cpu_bn_forward(void *ctx, const float *x, const float *mean, const float *v
 }
 
 void cpu_bn_backward_sums(void *ctx, const float *dy, const float *x, const float *mean, int64_t rows,
-                          int64_t c, float *sum_dy, float *sum_dy_xmu)
+                          int64_t c, double *sum_dy, double *sum_dy_xmu)
 {
     (void)ctx;
-    memset(sum_dy, 0, (size_t)c * sizeof(float));
-    memset(sum_dy_xmu, 0, (size_t)c * sizeof(float));
+    for (int64_t j = 0; j < c; j++) sum_dy[j] = sum_dy_xmu[j] = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         const float *dyr = dy + r * c, *xr = x + r * c;
         for (int64_t j = 0; j < c; j++) {
-            sum_dy[j] += dyr[j];
-            sum_dy_xmu[j] += dyr[j] * (xr[j] - mean[j]);
+            sum_dy[j] += (double)dyr[j];
+            sum_dy_xmu[j] += (double)(dyr[j] * (xr[j] - mean[j]));
         }
     }
 }
 
 void cpu_bn_backward(void *ctx, const float *dy, const float *x, const float *mean, const float *var,
-                     const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xmu,
+                     const float *gamma, float eps, const double *sum_dy, const double *sum_dy_xmu,
                      double count, float *dx, int64_t rows, int64_t c)
 {
     (void)ctx;
-    /* dx = gamma·istd · (dy − Σdy/N − (x−mean)·istd²·Σdy(x−mean)/N) */
+    /* dx = gamma·istd · (dy − Σdy/N − (x−mean)·istd²·Σdy(x−mean)/N); the per-channel factors in
+     * double, from the double sums, each rounded to float once */
     float k_dy[CHUNK], k_mean[CHUNK], k_x[CHUNK], means[CHUNK];
-    const float inv_n = (float)(1.0 / count);
     for (int64_t c0 = 0; c0 < c; c0 += CHUNK) {
         int64_t n = c - c0 < CHUNK ? c - c0 : CHUNK;
         for (int64_t j = 0; j < n; j++) {
-            float istd = 1.0f / sqrtf(var[c0 + j] + eps);
-            k_dy[j] = gamma[c0 + j] * istd;
-            k_mean[j] = k_dy[j] * sum_dy[c0 + j] * inv_n;
-            k_x[j] = k_dy[j] * istd * istd * sum_dy_xmu[c0 + j] * inv_n;
+            double istd = 1.0 / sqrt((double)(var[c0 + j] + eps)), k = (double)gamma[c0 + j] * istd;
+            k_dy[j] = (float)k;
+            k_mean[j] = (float)(k * sum_dy[c0 + j] / count);
+            k_x[j] = (float)(k * istd * istd * sum_dy_xmu[c0 + j] / count);
             means[j] = mean[c0 + j];
         }
         for (int64_t r = 0; r < rows; r++) {
@@ -80,13 +95,13 @@ void cpu_bn_backward(void *ctx, const float *dy, const float *x, const float *me
     }
 }
 
-void cpu_bn_param_grads(void *ctx, const float *var, float eps, const float *sum_dy,
-                        const float *sum_dy_xmu, float *dgamma, float *dbeta, int64_t c)
+void cpu_bn_param_grads(void *ctx, const float *var, float eps, const double *sum_dy,
+                        const double *sum_dy_xmu, float *dgamma, float *dbeta, int64_t c)
 {
     (void)ctx;
     for (int64_t j = 0; j < c; j++) {
-        dgamma[j] += sum_dy_xmu[j] / sqrtf(var[j] + eps);
-        dbeta[j] += sum_dy[j];
+        dgamma[j] += (float)(sum_dy_xmu[j] / sqrt((double)(var[j] + eps)));
+        dbeta[j] += (float)sum_dy[j];
     }
 }
 

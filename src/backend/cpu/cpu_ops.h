@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 
+
 /* cpu_backend.c: the table itself, for backends that wrap it (cpu_guarded.c) */
 extern const crew_backend_ops crew_cpu_ops;
 
@@ -23,16 +24,18 @@ void cpu_dropout_forward(void *ctx, const float *x, float *y, float *mask, int64
                          float rate, uint64_t key, const int64_t *sample_ids);
 
 /* cpu_norm.c */
-void cpu_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, int64_t c, float *out);
+void cpu_bn_col_sum(void *ctx, const float *x, int64_t rows, int64_t c, double *out);
+void cpu_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, int64_t c, double *out);
+void cpu_bn_scale_sums(void *ctx, int64_t n, double alpha, const double *x, float *y);
 void cpu_bn_forward(void *ctx, const float *x, const float *mean, const float *var, const float *gamma,
                     const float *beta, float eps, float *y, int64_t rows, int64_t c);
 void cpu_bn_backward_sums(void *ctx, const float *dy, const float *x, const float *mean, int64_t rows,
-                          int64_t c, float *sum_dy, float *sum_dy_xmu);
+                          int64_t c, double *sum_dy, double *sum_dy_xmu);
 void cpu_bn_backward(void *ctx, const float *dy, const float *x, const float *mean, const float *var,
-                     const float *gamma, float eps, const float *sum_dy, const float *sum_dy_xmu,
+                     const float *gamma, float eps, const double *sum_dy, const double *sum_dy_xmu,
                      double count, float *dx, int64_t rows, int64_t c);
-void cpu_bn_param_grads(void *ctx, const float *var, float eps, const float *sum_dy,
-                        const float *sum_dy_xmu, float *dgamma, float *dbeta, int64_t c);
+void cpu_bn_param_grads(void *ctx, const float *var, float eps, const double *sum_dy,
+                        const double *sum_dy_xmu, float *dgamma, float *dbeta, int64_t c);
 void cpu_layernorm_forward(void *ctx, const float *x, const float *gamma, const float *beta, float eps,
                            float *y, float *mean, float *rstd, int64_t rows, int64_t c);
 void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const float *gamma,
