@@ -204,12 +204,12 @@ static void test_last_batch(const crew_dataset *d)
     crew_loader_free(l);
 }
 
-/* reverse_rows (crew verify's rounding reference): each micro-batch holds the same samples, in
- * reverse order, with the matching pixels and labels. */
-static void test_reverse_rows(const crew_dataset *d)
+/* reverse_rows (crew verify's rounding references): each micro-batch holds the same samples, in
+ * reverse order (1) or rotated by half (2), with the matching pixels and labels. */
+static void test_reverse_rows(const crew_dataset *d, int mode)
 {
     enum { B = 8, PX = SYN_SIDE * SYN_SIDE };
-    crew_loader_options fwd = {.threads = 2, .prefetch = 2}, rev = {.threads = 1, .prefetch = 3, .reverse_rows = 1};
+    crew_loader_options fwd = {.threads = 2, .prefetch = 2}, rev = {.threads = 1, .prefetch = 3, .reverse_rows = mode};
     crew_loader *a = NULL, *b = NULL;
     crew_loader_range two = {.batch = B, .micro = 2, .first = 0, .count = 2};
     CHECK_OK(crew_loader_create(d, &fwd, &two, 9, &a));
@@ -224,16 +224,43 @@ static void test_reverse_rows(const crew_dataset *d)
                 crew_loader_batch fa, fb;
                 CHECK_OK(crew_loader_take(a, 0, step, i, &fa, &wait));
                 CHECK_OK(crew_loader_take(b, 0, step, i, &fb, &wait));
-                for (int r = 0; r < B; r++)
-                    same &= fb.ids[r] == fa.ids[B - 1 - r] && fb.y[r] == fa.y[B - 1 - r] &&
-                            memcmp(fb.x + r * PX, fa.x + (B - 1 - r) * PX, PX * sizeof(float)) == 0;
+                for (int r = 0; r < B; r++) {
+                    int from = mode == 1 ? B - 1 - r : (r + B / 2) % B;
+                    same &= fb.ids[r] == fa.ids[from] && fb.y[r] == fa.y[from] &&
+                            memcmp(fb.x + r * PX, fa.x + from * PX, PX * sizeof(float)) == 0;
+                }
                 crew_loader_release(a, 0, step, i);
                 crew_loader_release(b, 0, step, i);
             }
-        CHECK_MSG(same, "reverse_rows: a micro-batch is not the forward one reversed");
+        CHECK_MSG(same, "reverse_rows %d: a micro-batch is not the forward one %s", mode,
+                  mode == 1 ? "reversed" : "rotated");
     }
     crew_loader_free(a);
     crew_loader_free(b);
+}
+
+/* A micro-batch the loader will never fill (its ring is full of steps still held) times out with
+ * an error naming it, instead of waiting for ever: a rank that asks for the wrong step. */
+static void test_take_deadline(const crew_dataset *d)
+{
+    crew_loader_options o = {.threads = 1, .prefetch = 2, .timeout_s = 0.2};
+    crew_loader_range one = {.batch = 8, .micro = 1, .first = 0, .count = 1};
+    crew_loader *l = NULL;
+    CHECK_OK(crew_loader_create(d, &o, &one, 9, &l));
+    if (!l) return;
+    CHECK_OK(crew_loader_start_epoch(l, 0, 0));
+    crew_loader_batch b;
+    double wait;
+    CHECK_OK(crew_loader_take(l, 0, 0, 0, &b, &wait)); /* held, never released */
+    CHECK_OK(crew_loader_take(l, 0, 1, 0, &b, &wait)); /* the ring's other step, also held */
+    crew_status s = crew_loader_take(l, 0, 2, 0, &b, &wait); /* needs step 0's room back */
+    CHECK_MSG(crew_status_code(s) == CREW_CODE_TIMEOUT && wait >= 0.2 &&
+                  strstr(crew_status_message(s), "micro-batch 0 of step 3 (epoch 1) was not ready within 0.2 s"),
+              "a micro-batch that cannot come: %s after %.2f s", crew_status_message(s), wait);
+    crew_status_free(s);
+    crew_loader_release(l, 0, 0, 0);
+    CHECK_OK(crew_loader_take(l, 0, 2, 0, &b, &wait)); /* its room freed, it comes */
+    crew_loader_free(l);
 }
 
 /* One loader of all 6 micro-batches of a step against three rank loaders of 2 each (ranks × 2
@@ -313,7 +340,9 @@ int main(void)
         test_input_bound_detector();
         test_input_bound(d);
         test_last_batch(d);
-        test_reverse_rows(d);
+        test_reverse_rows(d, 1);
+        test_reverse_rows(d, 2);
+        test_take_deadline(d);
         test_ranges(d);
     }
     test_augment();

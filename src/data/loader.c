@@ -3,6 +3,7 @@
  * micro-batch) runs outside it. */
 #include "data/loader.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,8 +109,10 @@ static slot *claim(crew_loader *l, int *epoch, int64_t *step, int *index)
 static void fill(crew_loader *l, slot *sl, int epoch, int64_t step, int slot_index, float *scratch)
 {
     const int64_t *ids = l->perm[epoch % 2] + step * l->global + (int64_t)(l->first + slot_index) * l->batch;
-    if (l->o.reverse_rows)
+    if (l->o.reverse_rows == 1)
         for (int64_t r = 0; r < l->batch; r++) sl->ids[r] = ids[l->batch - 1 - r];
+    else if (l->o.reverse_rows == 2)
+        for (int64_t r = 0; r < l->batch; r++) sl->ids[r] = ids[(r + l->batch / 2) % l->batch];
     else
         memcpy(sl->ids, ids, (size_t)l->batch * sizeof *ids);
     crew_dataset_gather(l->d, sl->ids, l->batch, sl->x, sl->y);
@@ -254,14 +257,21 @@ crew_status crew_loader_take(crew_loader *l, int epoch, int64_t step, int index,
     if (!sl)
         return crew_errorf(CREW_CODE_INTERNAL, "loader: micro-batch %d is not one of [%d, %d) it serves", index, l->first,
                            l->first + l->count);
+    struct timespec deadline;
+    if (l->o.timeout_s > 0) crew_deadline_after(l->o.timeout_s, &deadline);
+    int rc = 0;
     pthread_mutex_lock(&l->mu);
-    while (!(rs->epoch == epoch && rs->step == step && sl->state == SLOT_READY) && !l->stop)
-        pthread_cond_wait(&l->changed, &l->mu);
-    int stopped = l->stop;
-    if (!stopped) sl->state = SLOT_TAKEN;
+    while (!(rs->epoch == epoch && rs->step == step && sl->state == SLOT_READY) && !l->stop && rc != ETIMEDOUT)
+        rc = l->o.timeout_s > 0 ? pthread_cond_timedwait(&l->changed, &l->mu, &deadline)
+                                : pthread_cond_wait(&l->changed, &l->mu);
+    int stopped = l->stop, ready = rs->epoch == epoch && rs->step == step && sl->state == SLOT_READY;
+    if (!stopped && ready) sl->state = SLOT_TAKEN;
     pthread_mutex_unlock(&l->mu);
     *wait_s = crew_now() - t0;
     if (stopped) return crew_errorf(CREW_CODE_CANCELLED, "the loader was stopped");
+    if (!ready)
+        return crew_errorf(CREW_CODE_TIMEOUT, "loader: micro-batch %d of step %lld (epoch %d) was not ready within %g s",
+                           index, (long long)step + 1, epoch + 1, l->o.timeout_s);
     *out = (crew_loader_batch){sl->x, sl->y, sl->ids};
     return CREW_OK;
 }

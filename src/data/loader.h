@@ -27,7 +27,9 @@ typedef struct crew_loader_options {
     crew_augment augment;   /* per-sample augmentations, none by default */
     int pad_last;           /* 1: the last partial global batch is filled up with samples from the
                                start of the epoch's order; 0: it is dropped */
-    int reverse_rows;       /* 1: each micro-batch's samples in reverse order */
+    int reverse_rows;       /* 1: each micro-batch's samples in reverse order; 2: rotated by half of
+                               them (the second half first) */
+    double timeout_s;       /* crew_loader_take gives up after this long [0: waits for ever] */
 } crew_loader_options;
 
 typedef struct crew_loader crew_loader;
@@ -56,7 +58,9 @@ int64_t crew_loader_steps_per_epoch(const crew_loader *l);
 crew_status crew_loader_start_epoch(crew_loader *l, int epoch, int64_t first);
 /* Micro-batch `index` (one of the loader's range) of step `step` (0-based within epoch `epoch`),
  * once it is ready; *wait_s: the time spent waiting for it. The batch stays valid, and its slot
- * busy, until crew_loader_release. */
+ * busy, until crew_loader_release. Not ready within the options' timeout_s: a CREW_CODE_TIMEOUT
+ * error naming the micro-batch (a rank asking for one its loader will never fill, because the
+ * slots it still holds keep the ring full, would otherwise wait for ever). */
 crew_status crew_loader_take(crew_loader *l, int epoch, int64_t step, int index, crew_loader_batch *out,
                              double *wait_s);
 void crew_loader_release(crew_loader *l, int epoch, int64_t step, int index);

@@ -44,6 +44,7 @@ typedef struct rank_slot {
     int opened;                 /* ctx.device is open */
     int started;                /* thread runs */
     int finished;               /* the rank program returned (under l->mu) */
+    int finished_as;            /* 1, 2, ...: its place among the ranks that returned (under l->mu) */
     crew_status status;
     pthread_t thread;
 } rank_slot;
@@ -97,24 +98,31 @@ static void *rank_thread(void *arg)
     pthread_mutex_lock(&l->mu);
     r->status = s;
     r->finished = 1;
-    l->finished++;
+    r->finished_as = ++l->finished;
     pthread_cond_broadcast(&l->changed);
     pthread_mutex_unlock(&l->mu);
     launch_leave(l);
     return NULL;
 }
 
-/* The first real error: a rank that failed by itself, not one that was told another failed.
- * Takes the statuses of the finished ranks. */
+/* The first real error: a rank that failed by itself, not one that was told another failed. A
+ * timeout is a symptom (of another rank's absence) when there is any other error; among errors of
+ * the same kind, the rank that returned first failed first: the others learnt it from it (a rank
+ * whose loader timed out, say, then the ranks waiting for it at a collective). Takes the statuses
+ * of the finished ranks. */
 static crew_status first_error(launch *l)
 {
     crew_status keep = CREW_OK;
+    int keep_as = 0;
     for (int i = 0; i < l->n; i++) {
         rank_slot *r = &l->ranks[i];
         if (!r->finished || !r->status) continue;
-        if (!keep || (crew_status_code(keep) == CREW_CODE_TIMEOUT && crew_status_code(r->status) != CREW_CODE_TIMEOUT)) {
+        int keep_timeout = crew_status_code(keep) == CREW_CODE_TIMEOUT,
+            timeout = crew_status_code(r->status) == CREW_CODE_TIMEOUT;
+        if (!keep || (keep_timeout && !timeout) || (keep_timeout == timeout && r->finished_as < keep_as)) {
             crew_status_free(keep);
             keep = r->status;
+            keep_as = r->finished_as;
         } else {
             crew_status_free(r->status);
         }

@@ -18,7 +18,10 @@ crew_status crew_run_open_loader(const crew_run *run, int rank, int size, crew_l
                               .prefetch = o->prefetch > 0 ? o->prefetch : 2,
                               .augment = crew_augment_of(&o->augment, run->hooks.loader_slow_s),
                               .pad_last = o->pad_last_batch,
-                              .reverse_rows = run->hooks.reverse_batch_rows};
+                              .reverse_rows = run->hooks.reverse_batch_rows,
+                              /* sooner than the collectives: a replica stuck on its data then reports that,
+                               * before the others report it missing */
+                              .timeout_s = 0.8 * run->timeout_s};
     crew_loader_range range = {.batch = run->plan.batch_per_device, .micro = size * k, .first = rank * k, .count = k};
     return crew_loader_create(run->train, &lo, &range, run->plan.seed, out);
 }
