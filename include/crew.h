@@ -455,16 +455,38 @@ int64_t crew_model_output_size(const crew_model *m); /* classes */
 
 /* ---------------------------------------------------------------- verification */
 
-/* The built-in proof that N replicas compute what one computes: K steps three ways from the same
- * initial weights and data, (a) N replicas, (b) one replica accumulating the same micro-batches
- * in the same order, (c) one replica on the whole global batch at once. (a) and (b) must end
- * bitwise equal, except with batch norm: (a) synchronises its statistics over the global batch, as
- * (c) computes them, while (b) normalises each micro-batch on its own, so there (a) is held to (c)
- * alone. (a) and (c) differ by the float rounding of different summation orders, which
- * training amplifies (Adam-type optimizers most). Unless a tolerance is given, a fourth run (d),
- * (c) again with each batch's samples in reverse order, measures what rounding alone does to this
- * run, and each tensor of (a) may differ from (c) by up to 30 times its own (c)-(d) difference,
- * or 1e-3 when that is larger (src/train/verify.c has the measurements behind 30). */
+/* The built-in proof that N replicas compute what one computes. From the same initial weights and
+ * data, K steps run several ways:
+ *   (a) N replicas: the run as the options make it (k micro-batches per replica, the default
+ *       gradient buckets, synchronised batch norm);
+ *   the paths: N replicas again with k = 1 and k = 2 micro-batches per replica (2 and 1 when k
+ *       is 2 or more), each with the default buckets and with verify's own bucket size (a
+ *       quarter of the model, so every model has several): each must end bitwise equal to
+ *   (b) one replica accumulating the same micro-batches in the same order: parameters, state and
+ *       the optimizer's moments. Batch norm normalises over every replica's micro-batch at once
+ *       when synchronised, which one replica cannot do, so a batch-norm model's paths run with
+ *       per-micro-batch statistics, where the two compute the same sums in the same order.
+ *       Every replica's parameters, state and moments are hashed and compared after every step
+ *       of every N-replica run.
+ *   (c) one replica on the whole global batch at once, and
+ *   (d), (e) rounding alone (not run with a fixed tolerance): (c) again with each batch's samples
+ *       in reverse order, and the same global batch in other blocks (2N replicas of half the
+ *       batch, or N/2 of twice it; in process 0).
+ * The first step: the loss and every gradient tensor of step 1, before the optimizer can amplify
+ * rounding, of (a), (b) (without batch norm), (d) and (e) against (c), each within a bound derived
+ * from float32 summation: |x − c| <= 8 · u · n · S per tensor, u = 2^-24, n the terms of each
+ * sum (samples of the global batch × the positions that share the parameter), S the layer's
+ * largest gradient value (the loss: n = the global batch, S = the loss); src/train/verify_compare.c
+ * has the reasoning. A bug that changes what is computed shows there at once, and (d) and (e)
+ * passing it proves that the rounding references were not moved by one (everything bound to a
+ * sample stays bound to it when rows are reordered).
+ * The trajectory: (a) and (c) differ by the rounding of different summation orders, which
+ * training amplifies (Adam-type optimizers most). Unless a tolerance is given, each tensor of (a)
+ * may differ from (c) by up to 30 times its rounding spread (the larger of its (c)-(d) and (c)-(e)
+ * differences), or 1e-3 when that is larger (src/train/verify.c has the measurements behind 30).
+ * A run that stops (a replica missing a collective or its data, replicas that diverged, NaN)
+ * makes verify FAIL naming the run and the phase; every run has a deadline of its own.
+ * docs/VERIFY.md says what this proves and what it cannot. */
 typedef struct crew_verify_options {
     size_t struct_size;         /* sizeof(crew_verify_options), set by crew_verify_options_init */
     const char *device_kind;    /* [cpu] */
@@ -474,30 +496,64 @@ typedef struct crew_verify_options {
     int64_t global_batch;       /* [N × batch_per_device]; a multiple of it: accumulation */
     uint64_t seed;              /* [the model file's, else 1] */
     double tolerance;           /* a fixed bound on every tensor's difference, no run (d) [0: see above] */
-    /* Processes (as crew_fit_options.group): (a) runs `devices` replicas in each process, N = devices
-     * × processes in all; process 0 alone runs (b), (c) and (d) and judges. The other processes
-     * return once their share of (a) is done, with steps, global_batch and devices filled in and
-     * pass = 1: the verdict is process 0's. NULL: this process alone. */
+    /* Processes (as crew_fit_options.group): the N-replica runs run `devices` replicas in each
+     * process, N = devices × processes in all; process 0 alone runs (b), (c), (d) and (e) and
+     * judges. The other processes return once their share is done, with steps, global_batch and
+     * devices filled in and pass = 1 unless a run stopped: the verdict is process 0's. NULL: this
+     * process alone. */
     const struct crew_process_group *group;
+    /* Seconds a replica may miss a collective or wait for its data before its run stops [0: 20
+     * times the slowest step of the one-replica references, at least 10 s; 300 s across
+     * processes, whose N-replica runs come first]. */
+    double deadline_s;
 } crew_verify_options;
 
-typedef struct crew_verify_result {
-    int devices;
-    int64_t steps;
+/* One N-replica run held bitwise to its one-replica reference. */
+typedef struct crew_verify_path {
+    int accumulation;               /* k: micro-batches per replica per step */
+    int buckets;                    /* gradient buckets its all-reduce used */
     int64_t global_batch;
-    int bitwise_equal;              /* (a) == (b), every parameter and state value */
-    int batch_norm_synced;          /* 1: the model has batch norm and N > 1: (b) is not required */
-    double max_rel_diff_accum;      /* (a) vs (b): max |a − b| / max |b| over each tensor */
+    int bitwise_equal;              /* with (b) of the same micro-batches */
+    double max_rel_diff;            /* max |a − b| / max |b| over each tensor */
+} crew_verify_path;
+
+#define CREW_VERIFY_MAX_PATHS 4
+
+typedef struct crew_verify_result {
+    int devices;                    /* N */
+    int64_t steps;
+    int64_t global_batch;           /* of (a) */
+    int accumulation;               /* k of (a) */
+    int buckets;                    /* of (a) */
+    /* the paths */
+    int paths;
+    crew_verify_path path[CREW_VERIFY_MAX_PATHS];
+    int batch_norm_synced;          /* 1: batch norm, N > 1: (a) synchronised, the paths per micro-batch */
+    int replicas_compared;          /* every replica's values hashed after each step of each N-replica run */
+    int64_t replica_checks;         /* how many such comparisons passed */
+    int bitwise_equal;              /* every path bitwise equal */
+    double max_rel_diff_accum;      /* the largest max_rel_diff of the paths */
+    /* the first step */
+    int first_step_ok;
+    double first_step_loss_diff;    /* |loss (a) − loss (c)| / |loss (c)| at step 1 */
+    double first_step_ratio;        /* the largest difference over its bound, over every check */
+    char first_step_decided_by[192];/* "<run>: <layer>.<param>" or "<run>: loss", the largest ratio */
+    double first_step_diff;         /* its difference (max |x − c| of the tensor, or of the loss) */
+    double first_step_allowed;      /* and its bound */
+    int reference_ok;               /* (d) and (e) passed the first-step check (1 when they did not run) */
+    /* the trajectory */
     double max_rel_diff_full_batch; /* (a) vs (c) */
     double tolerance;               /* the given one, else the floor 1e-3 */
-    int fixed_tolerance;            /* 1: tolerance was given, (d) did not run */
-    double rounding_spread;         /* (c) vs (d), the largest over tensors; 0 when (d) did not run */
+    int fixed_tolerance;            /* 1: tolerance was given, (d) and (e) did not run */
+    double rounding_spread;         /* (c) vs (d) and (e), the largest over tensors; 0 without them */
     char decided_by[160];           /* "<layer>.<param>": the tensor nearest its bound */
     double decided_by_diff;         /* its (a) vs (c) difference, */
-    double decided_by_spread;       /* its (c) vs (d) difference, */
+    double decided_by_spread;       /* its rounding spread, */
     double allowed;                 /* and its bound: max(tolerance, 30 × decided_by_spread) */
     int full_batch_ok;              /* every tensor within its bound */
-    int pass;                       /* (bitwise_equal or batch_norm_synced) and full_batch_ok */
+    double deadline_s;              /* the deadline the runs had */
+    char failure[640];              /* a run that stopped: "<run>: <the error>"; "" when none did */
+    int pass;                       /* no failure, bitwise_equal, first_step_ok, reference_ok, full_batch_ok */
     float *losses;                  /* caller's [steps × 3] or NULL: per step, the loss of (a), (b), (c) */
 } crew_verify_result;
 

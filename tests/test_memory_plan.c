@@ -196,8 +196,8 @@ static void check_breakdown(const char *src)
     int64_t act = round64(4 * B * 784) * 2 + round64(4 * B * 256) * 2 + round64(4 * B * 10);
     CHECK_MSG(p.activation_bytes == act, "activations %lld, expected %lld", (long long)p.activation_bytes, (long long)act);
     /* the two gradient buffers of backward; labels, row losses, sample ids; the rank's scratch for 2
-     * ranks × (6 tensors × 2 hash halves, or 9 metrics): 24 doubles */
-    CHECK_MSG(p.workspace_bytes == 2 * round64(4 * B * 784) + 2 * round64(4 * B) + round64(8 * B) + round64(8 * 24),
+     * ranks × ((6 tensors + 2 optimizer moments) × 2 hash halves, or 9 metrics): 32 doubles */
+    CHECK_MSG(p.workspace_bytes == 2 * round64(4 * B * 784) + 2 * round64(4 * B) + round64(8 * B) + round64(8 * 32),
               "workspace %lld", (long long)p.workspace_bytes);
     CHECK(p.bytes_per_device == p.param_bytes + p.gradient_bytes + p.optimizer_bytes + p.activation_bytes +
                                     p.workspace_bytes + p.accumulation_bytes);

@@ -109,10 +109,8 @@ static slot *claim(crew_loader *l, int *epoch, int64_t *step, int *index)
 static void fill(crew_loader *l, slot *sl, int epoch, int64_t step, int slot_index, float *scratch)
 {
     const int64_t *ids = l->perm[epoch % 2] + step * l->global + (int64_t)(l->first + slot_index) * l->batch;
-    if (l->o.reverse_rows == 1)
+    if (l->o.reverse_rows)
         for (int64_t r = 0; r < l->batch; r++) sl->ids[r] = ids[l->batch - 1 - r];
-    else if (l->o.reverse_rows == 2)
-        for (int64_t r = 0; r < l->batch; r++) sl->ids[r] = ids[(r + l->batch / 2) % l->batch];
     else
         memcpy(sl->ids, ids, (size_t)l->batch * sizeof *ids);
     crew_dataset_gather(l->d, sl->ids, l->batch, sl->x, sl->y);

@@ -27,8 +27,7 @@ typedef struct crew_loader_options {
     crew_augment augment;   /* per-sample augmentations, none by default */
     int pad_last;           /* 1: the last partial global batch is filled up with samples from the
                                start of the epoch's order; 0: it is dropped */
-    int reverse_rows;       /* 1: each micro-batch's samples in reverse order; 2: rotated by half of
-                               them (the second half first) */
+    int reverse_rows;       /* 1: each micro-batch's samples in reverse order */
     double timeout_s;       /* crew_loader_take gives up after this long [0: waits for ever] */
 } crew_loader_options;
 

@@ -30,11 +30,39 @@ typedef struct crew_fit_faults {
                                   reads them, as a bug would: the guarded backend's results change */
 } crew_fit_faults;
 
+/* Bugs planted on purpose, one at a time, in the places where a real one would sit: the proof that
+ * crew verify catches every class of broken split of the work (tests/test_verify_planted.c).
+ * CREW_PLANT_NONE in every real run; nothing outside the tests can set another. */
+typedef enum crew_planted_bug {
+    CREW_PLANT_NONE,
+    CREW_PLANT_DROPOUT_BY_ROW,        /* dropout keyed by the row within the micro-batch, not the sample */
+    CREW_PLANT_LAST_BUCKET_UNREDUCED, /* with several buckets, the last one is never all-reduced */
+    CREW_PLANT_ORDERED_DROPS_MICRO,   /* k > 1: the ordered all-reduce leaves out each rank's last micro-batch */
+    CREW_PLANT_PLAIN_DROPS_RANK,      /* k = 1: the last rank's gradient is left out of the plain all-reduce */
+    CREW_PLANT_STALE_GRADIENT,        /* rank 1 updates with the previous step's gradient */
+    CREW_PLANT_ACCUM_DROPS_MICRO,     /* one replica accumulating: its last micro-batch is not added */
+    CREW_PLANT_AVERAGED_TWICE,        /* the all-reduced gradient is divided by the replica count again */
+    CREW_PLANT_SAME_MICRO_TWICE,      /* rank 1 trains on rank 0's micro-batches */
+    CREW_PLANT_LOCAL_BN_STATS,        /* batch-norm statistics of the micro-batch alone, though synchronised */
+    CREW_PLANT_WARMUP_SKIPPED,        /* no learning-rate warmup when there is more than one replica */
+    CREW_PLANT_WRONG_LOADER_SLOT,     /* rank 1 takes the next step's micro-batch from its loader */
+    CREW_PLANT_COUNT
+} crew_planted_bug;
+
+/* Its name, as the tests print it. */
+const char *crew_planted_bug_name(crew_planted_bug b);
+
 typedef struct crew_fit_hooks {
     crew_fit_faults faults;    /* all off after crew_fit_prepare */
     int reverse_batch_rows;    /* each micro-batch's samples in reverse order: the same mathematics with
                                   another order of float sums (crew verify's rounding reference) */
     double loader_slow_s;      /* extra seconds per sample in the loader, to make a run input-bound */
+    float *first_grads;        /* [n_params] host, or NULL: rank 0 copies the all-reduced gradient of the
+                                  run's first step here, before the update (crew verify's first-step check) */
+    float *final_moments;      /* [2 × n_params] host, or NULL: rank 0's optimizer moments at the end of the
+                                  run (AdamW's m then v; zeros where the optimizer keeps fewer). Both are
+                                  written inside rank 0's sink sections (rank.h), as the caller's memory */
+    crew_planted_bug plant;    /* CREW_PLANT_NONE after crew_fit_prepare */
 } crew_fit_hooks;
 
 /* The hooks of a prepared fit, to set before crew_fit_run. */

@@ -6,6 +6,7 @@
  * assumes that ranks share memory, nor that device memory is the host's: the same code runs over
  * MPI and on a GPU. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -37,15 +38,25 @@ static crew_status next_batch(void *user, int index, double *wait_s)
     const crew_backend_ops *o = r->be->ops;
     void *ctx = r->be->ctx;
     int64_t rows = r->run->plan.batch_per_device, values = rows * crew_shape_size(&m->input);
+    const crew_planted_bug plant = r->run->hooks.plant;
+    int64_t step = b->epoch_step;
+    if (plant == CREW_PLANT_WRONG_LOADER_SLOT && r->rank == 1 && step + 1 < r->run->plan.steps_per_epoch)
+        step++; /* planted bug */
     crew_loader_batch lb;
-    CREW_TRY(crew_loader_take(r->loader, b->epoch, b->epoch_step, index, &lb, wait_s));
+    CREW_TRY(crew_error_prefix(crew_loader_take(r->loader, b->epoch, step, index, &lb, wait_s), "replica %d, ",
+                               r->rank));
+    const int64_t *ids = lb.ids;
+    if (plant == CREW_PLANT_DROPOUT_BY_ROW) { /* planted bug: the row stands in for the sample */
+        for (int64_t k = 0; k < rows && k < r->plant_rows_n; k++) r->plant_rows[k] = k;
+        ids = r->plant_rows;
+    }
     crew_status s = o->upload(ctx, r->copy_q, m->act[0], lb.x, values, CREW_DT_F32);
     if (!s) s = o->upload(ctx, r->copy_q, m->labels, lb.y, rows, CREW_DT_I32);
-    if (!s) s = o->upload(ctx, r->copy_q, m->sample_ids, lb.ids, rows, CREW_DT_I64);
+    if (!s) s = o->upload(ctx, r->copy_q, m->sample_ids, ids, rows, CREW_DT_I64);
     int skip = r->run->hooks.faults.skip_copy_wait; /* test fault: the bug the guard must expose */
     if (!s && !skip) s = o->queue_wait(ctx, NULL, r->copy_q);
     if (!s && !skip) s = o->sync(ctx, r->copy_q); /* the loader may refill the slot from here on */
-    crew_loader_release(r->loader, b->epoch, b->epoch_step, index);
+    crew_loader_release(r->loader, b->epoch, step, index);
     return s;
 }
 
@@ -134,25 +145,30 @@ static crew_status inject_corruption(crew_rank *r, int64_t step)
     return crew_dev_upload_f32(r->be, r->m->params, &v, 1);
 }
 
-/* Hashes each tensor (parameters and state) of every rank on its device and compares them. */
+/* Hashes each tensor (parameters and state) and the optimizer's moments of every rank on its
+ * device and compares them. The hashes of the first CREW_DRIFT_TENSORS tensors, then of the two
+ * moment buffers whole. */
 static crew_status check_drift(crew_rank *r, int64_t step)
 {
     crew_model *m = r->m;
     CREW_TRY(inject_corruption(r, step));
     crew_named_param names[CREW_DRIFT_TENSORS];
-    int t = crew_model_named_params(m, names, CREW_DRIFT_TENSORS);
-    if (t > CREW_DRIFT_TENSORS) t = CREW_DRIFT_TENSORS;
+    int named = crew_model_named_params(m, names, CREW_DRIFT_TENSORS);
+    if (named > CREW_DRIFT_TENSORS) named = CREW_DRIFT_TENSORS;
+    const int t = named + 2;
     int n = r->size;
     double *h = calloc((size_t)n * (size_t)t * 2, sizeof *h);
     if (!h) return CREW_OOM();
     crew_status s = CREW_OK;
     for (int i = 0; i < t && !s; i++) {
-        const crew_param *p = names[i].param;
+        const float *values = i < named ? names[i].param->value : r->opt.slot[i - named];
+        int64_t count = i < named ? crew_shape_size(&names[i].param->shape) : r->opt.n;
         /* Batch-norm moving statistics are the same everywhere only when the batch statistics are
          * synchronised; otherwise each replica's follow its own micro-batches, by design. */
-        if (!p->trainable && !r->run->sync_bn) continue; /* both halves stay 0 on every rank */
+        if (i < named && !names[i].param->trainable && !r->run->sync_bn) continue; /* both halves stay 0 */
+        if (!values) continue; /* an optimizer without this moment */
         uint64_t x = 0;
-        s = r->be->ops->hash(r->be->ctx, p->value, crew_shape_size(&p->shape), CREW_DT_F32, &x);
+        s = r->be->ops->hash(r->be->ctx, values, count, CREW_DT_F32, &x);
         h[((size_t)r->rank * t + i) * 2] = (double)(uint32_t)(x >> 32); /* halves are exact in a double */
         h[((size_t)r->rank * t + i) * 2 + 1] = (double)(uint32_t)x;
     }
@@ -161,8 +177,13 @@ static crew_status check_drift(crew_rank *r, int64_t step)
         for (int q = 1; q < n; q++) {
             const double *a = h + (size_t)i * 2, *b = h + ((size_t)q * t + i) * 2;
             if (a[0] == b[0] && a[1] == b[1]) continue;
-            s = crew_errorf(CREW_CODE_DIVERGED, "step %lld: replicas diverged: tensor '%s' differs between replica 0 "
-                            "and replica %d", (long long)step, names[i].name, q);
+            char what[160];
+            if (i < named)
+                snprintf(what, sizeof what, "tensor '%.140s'", names[i].name);
+            else
+                snprintf(what, sizeof what, "the optimizer's %s", i == named ? "first moment" : "second moment");
+            s = crew_errorf(CREW_CODE_DIVERGED, "step %lld: replicas diverged: %s differs between replica 0 "
+                            "and replica %d", (long long)step, what, q);
             if (r->sinks) {
                 crew_rank_sink_enter(r);
                 crew_status_free(crew_monitor_event(r->sinks->monitor, CREW_EVENT_DIVERGENCE, step, q, NAN, "%s",
@@ -222,6 +243,36 @@ typedef struct step_result {
     int stop, skipped;
 } step_result;
 
+/* The learning rate of 1-based `step`. */
+static float lr_at(const crew_rank *r, int64_t step)
+{
+    crew_lr_plan lr = r->run->lr;
+    if (r->run->hooks.plant == CREW_PLANT_WARMUP_SKIPPED && r->size > 1) lr.warmup_steps = 0; /* planted bug */
+    return crew_lr_at(&lr, step - 1);
+}
+
+/* Planted bugs between the all-reduce and the update: the gradient averaged once more, or rank
+ * 1 updating with the previous step's (zeros at the first). */
+static crew_status plant_gradient(crew_rank *r, float **grad)
+{
+    const crew_backend_ops *o = r->be->ops;
+    void *ctx = r->be->ctx;
+    int64_t n = r->m->n_params;
+    if (r->run->hooks.plant == CREW_PLANT_AVERAGED_TWICE && r->size > 1)
+        o->axpby(ctx, n, 1.0f / (float)r->size, *grad, 0.0f, *grad);
+    if (r->run->hooks.plant != CREW_PLANT_STALE_GRADIENT || r->rank != 1) return CREW_OK;
+    if (!r->plant_prev[0]) {
+        for (int i = 0; i < 2; i++) CREW_TRY(crew_dev_alloc_f32(r->be, n, &r->plant_prev[i]));
+        o->fill(ctx, r->plant_prev[0], 0.0f, n);
+    }
+    o->copy(ctx, r->plant_prev[1], *grad, n); /* this step's, for the next */
+    *grad = r->plant_prev[0];
+    float *t = r->plant_prev[0];
+    r->plant_prev[0] = r->plant_prev[1];
+    r->plant_prev[1] = t;
+    return CREW_OK;
+}
+
 /* One optimizer step; `step` is 1-based. */
 static crew_status train_step(crew_rank *r, int epoch, int64_t epoch_step, int64_t step, double epoch_start,
                               step_result *out)
@@ -240,8 +291,15 @@ static crew_status train_step(crew_rank *r, int epoch, int64_t epoch_step, int64
     crew_status s = crew_stepper_gradients(&r->stepper, p->seed, step - 1, next_batch, &src, &grad, &tot, &times);
     CREW_TRY(phase_error(r, s, step, "forward/backward and gradient all-reduce"));
     double t1 = crew_now();
+    CREW_TRY(plant_gradient(r, &grad));
+    if (run->hooks.first_grads && r->sinks && step == run->start_step + 1) { /* the caller's memory */
+        crew_rank_sink_enter(r);
+        crew_status d = crew_dev_download_f32(r->be, run->hooks.first_grads, grad, m->n_params);
+        crew_rank_sink_leave(r);
+        CREW_TRY(d);
+    }
     CREW_TRY(check_finite(r, grad, step, &out->skipped));
-    if (!out->skipped) CREW_TRY(crew_optimizer_step(&r->opt, r->be, m->params, grad, crew_lr_at(&run->lr, step - 1), NULL));
+    if (!out->skipped) CREW_TRY(crew_optimizer_step(&r->opt, r->be, m->params, grad, lr_at(r, step), NULL));
     times.optimizer_s = crew_now() - t1;
     memset(r->metrics, 0, (size_t)r->size * METRIC_FIELDS * sizeof *r->metrics);
     double *row = r->metrics + (size_t)r->rank * METRIC_FIELDS;

@@ -15,7 +15,8 @@
 int64_t crew_rank_scratch_size(int ranks, int tensors)
 {
     /* the drift check's hash halves, or one step's metrics rows, whichever is more */
-    int64_t drift = (int64_t)ranks * (tensors < CREW_DRIFT_TENSORS ? tensors : CREW_DRIFT_TENSORS) * 2;
+    /* (+2: the optimizer's two moment buffers) */
+    int64_t drift = (int64_t)ranks * ((tensors < CREW_DRIFT_TENSORS ? tensors : CREW_DRIFT_TENSORS) + 2) * 2;
     int64_t metrics = (int64_t)ranks * CREW_METRIC_FIELDS;
     return drift > metrics ? drift : metrics;
 }
@@ -74,6 +75,24 @@ static crew_status set_up(crew_rank *r)
     CREW_TRY(crew_stepper_init(&r->stepper, r->m, r->has_worker ? &r->worker : NULL, r->rank, r->size,
                                p->batch_per_device, p->accumulation, run->bucket_mb, run->sync_bn));
     if (run->hooks.faults.slow_rank == r->rank) r->stepper.delay_s = run->hooks.faults.slow_s;
+    r->stepper.plant = run->hooks.plant;
+    if (run->hooks.plant == CREW_PLANT_DROPOUT_BY_ROW) {
+        r->plant_rows_n = p->batch_per_device;
+        if (!(r->plant_rows = malloc((size_t)p->batch_per_device * sizeof *r->plant_rows))) return CREW_OOM();
+    }
+    return CREW_OK;
+}
+
+/* The optimizer's moments, m then v, into host [2 × n_params]; zeros where it keeps fewer. */
+static crew_status download_moments(const crew_rank *r, float *host)
+{
+    int64_t n = r->m->n_params;
+    for (int i = 0; i < 2; i++) {
+        if (r->opt.slot[i])
+            CREW_TRY(crew_dev_download_f32(r->be, host + (size_t)i * (size_t)n, r->opt.slot[i], n));
+        else
+            memset(host + (size_t)i * (size_t)n, 0, (size_t)n * sizeof *host);
+    }
     return CREW_OK;
 }
 
@@ -83,6 +102,8 @@ static void tear_down(crew_rank *r)
     crew_stepper_release(&r->stepper);
     if (r->copy_q) r->be->ops->queue_destroy(r->be->ctx, r->copy_q);
     crew_dev_free(r->be, r->dev_scratch);
+    for (int i = 0; i < 2; i++) crew_dev_free(r->be, r->plant_prev[i]);
+    free(r->plant_rows);
     crew_optimizer_release(&r->opt, r->be);
     crew_model_free(r->m);
     free(r->metrics);
@@ -99,6 +120,7 @@ crew_status crew_rank_main(const crew_rank_ctx *ctx)
     if (!s && r.sinks) {
         crew_rank_sink_enter(&r);
         s = crew_model_copy_values(r.sinks->model, r.m);
+        if (!s && r.run->hooks.final_moments) s = download_moments(&r, r.run->hooks.final_moments);
         crew_rank_sink_leave(&r);
     }
     tear_down(&r);

@@ -32,6 +32,10 @@ typedef struct crew_rank {
     double *dev_scratch;            /* [scratch_n] device */
     double *metrics;                /* [size × CREW_METRIC_FIELDS] host */
     crew_step_times *times;         /* [size] everyone's times of the last step (host) */
+    /* planted bugs' own buffers (train/hooks.h); unused in real runs */
+    int64_t *plant_rows;            /* [plant_rows_n] host: 0, 1, 2, ... for CREW_PLANT_DROPOUT_BY_ROW */
+    int64_t plant_rows_n;
+    float *plant_prev[2];           /* [n_params] device, CREW_PLANT_STALE_GRADIENT */
 } crew_rank;
 
 /* Rank 0's writes to the run's sinks (the monitor, the result, the caller's callbacks and model)

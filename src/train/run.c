@@ -22,6 +22,7 @@ crew_status crew_run_open_loader(const crew_run *run, int rank, int size, crew_l
                               /* sooner than the collectives: a replica stuck on its data then reports that,
                                * before the others report it missing */
                               .timeout_s = 0.8 * run->timeout_s};
+    if (run->hooks.plant == CREW_PLANT_SAME_MICRO_TWICE && rank == 1) rank = 0; /* planted bug */
     crew_loader_range range = {.batch = run->plan.batch_per_device, .micro = size * k, .first = rank * k, .count = k};
     return crew_loader_create(run->train, &lo, &range, run->plan.seed, out);
 }

@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "core/timer.h"
+#include "train/hooks.h"
 
 #define BYTES_PER_MB (1024.0 * 1024.0)
 
@@ -23,6 +24,18 @@ static crew_status alloc_buffers(crew_stepper *s)
     return CREW_OK;
 }
 
+int64_t crew_bucket_values(double bucket_mb)
+{
+    int64_t per = (int64_t)(bucket_mb * BYTES_PER_MB / sizeof(float));
+    return per < 1 ? 1 : per;
+}
+
+int crew_bucket_count(int64_t n_params, double bucket_mb)
+{
+    int64_t per = crew_bucket_values(bucket_mb);
+    return n_params > 0 ? (int)((n_params + per - 1) / per) : 0;
+}
+
 crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
                               int64_t batch, int accumulation, double bucket_mb, int sync_bn)
 {
@@ -36,10 +49,8 @@ crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *
     s->global_batch = (int64_t)replicas * accumulation * batch;
     s->sync_bn = sync_bn && replicas > 1;
     CREW_TRY(alloc_buffers(s));
-    int64_t per = (int64_t)(bucket_mb * BYTES_PER_MB / sizeof(float));
-    if (per < 1) per = 1;
-    int64_t n = m->n_params;
-    s->n_buckets = n ? (int)((n + per - 1) / per) : 0;
+    int64_t per = crew_bucket_values(bucket_mb), n = m->n_params;
+    s->n_buckets = crew_bucket_count(n, bucket_mb);
     s->lo = calloc((size_t)s->n_buckets + 1, sizeof *s->lo);
     s->hi = calloc((size_t)s->n_buckets + 1, sizeof *s->hi);
     s->reqs = calloc((size_t)s->n_buckets + 1, sizeof *s->reqs);
@@ -82,8 +93,15 @@ static void fill_request(crew_stepper *s, int b, crew_comm_request *r)
         for (int j = 0; j < k - 1; j++) parts[j] = s->saved[j] + s->lo[b];
         parts[k - 1] = s->m->grads + s->lo[b];
         r->parts = parts;
-        r->k = k;
+        r->k = s->plant == CREW_PLANT_ORDERED_DROPS_MICRO ? k - 1 : k; /* planted bug */
     }
+}
+
+/* Planted bug: the last rank's share left out of the plain all-reduce (it contributes zeros). */
+static void plant_drop_rank(crew_stepper *s, crew_comm_request *r)
+{
+    if (s->plant == CREW_PLANT_PLAIN_DROPS_RANK && r->k <= 1 && s->rank == s->replicas - 1)
+        s->m->be.ops->fill(s->m->be.ctx, r->buf, 0.0f, r->n);
 }
 
 /* With a single bucket (every model under --bucket-mb) the all-reduce can only start once the
@@ -97,6 +115,13 @@ static void launch_ready_buckets(crew_stepper *s, int64_t done_from)
     while (s->launched < s->n_buckets && s->lo[s->launched] >= done_from) {
         int b = s->launched++;
         fill_request(s, b, &s->reqs[b]);
+        if (s->plant == CREW_PLANT_LAST_BUCKET_UNREDUCED && b == s->n_buckets - 1) { /* planted bug */
+            s->reqs[b].done = 1;
+            s->reqs[b].status = CREW_OK;
+            s->reqs[b].started = s->reqs[b].finished = crew_now();
+            continue;
+        }
+        plant_drop_rank(s, &s->reqs[b]);
         crew_comm_worker_submit(s->worker, &s->reqs[b]);
     }
 }
@@ -108,6 +133,7 @@ static crew_status reduce_single(crew_stepper *s, crew_step_times *times)
 {
     double t0 = crew_now();
     fill_request(s, 0, &s->reqs[0]);
+    plant_drop_rank(s, &s->reqs[0]);
     crew_status st = crew_comm_request_run(&s->worker->comm, &s->reqs[0], s->worker->timeout_s);
     times->comm_exposed_s += crew_now() - t0;
     return st;
@@ -126,7 +152,7 @@ static void grads_ready(void *user, int64_t lo)
     if (s->acc) { /* one replica: the running sum, in micro-batch order */
         if (s->micro == 0)
             o->copy(m->be.ctx, s->acc + lo, m->grads + lo, n);
-        else
+        else if (!(s->plant == CREW_PLANT_ACCUM_DROPS_MICRO && last)) /* planted bug */
             o->axpby(m->be.ctx, n, 1.0f, m->grads + lo, 1.0f, s->acc + lo);
     } else if (s->saved && !last) { /* several replicas: kept apart for the ordered all-reduce */
         o->copy(m->be.ctx, s->saved[s->micro] + lo, m->grads + lo, n);
@@ -150,7 +176,7 @@ static crew_status micro_batch(crew_stepper *s, int index, uint64_t seed, int64_
     double t1 = crew_now();
     crew_pass pass = {.be = &m->be, .rows = s->batch, .training = 1, .seed = seed, .step = step,
                       .sample_ids = m->sample_ids, .total_rows = (double)s->batch};
-    if (s->sync_bn) {
+    if (s->sync_bn && s->plant != CREW_PLANT_LOCAL_BN_STATS) { /* the planted bug normalises locally */
         pass.sync_sum = sync_sum;
         pass.sync_user = s;
         pass.total_rows = (double)s->batch * s->replicas;
@@ -206,7 +232,8 @@ crew_status crew_stepper_gradients(crew_stepper *s, uint64_t seed, int64_t step,
     s->launched = 0;
     crew_status st = CREW_OK;
     for (s->micro = 0; s->micro < s->accumulation && !st; s->micro++) {
-        int index = s->rank * s->accumulation + s->micro;
+        int owner = s->plant == CREW_PLANT_SAME_MICRO_TWICE && s->rank == 1 ? 0 : s->rank; /* planted bug */
+        int index = owner * s->accumulation + s->micro;
         st = micro_batch(s, index, seed, step, batches, user, t, times);
     }
     s->micro = s->accumulation - 1;

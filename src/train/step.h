@@ -36,6 +36,7 @@ typedef struct crew_stepper {
     int64_t global_batch;
     int sync_bn;
     double delay_s;             /* test fault: extra seconds of "compute" per step */
+    int plant;                  /* a crew_planted_bug (train/hooks.h); 0 in real runs */
     float *acc;                 /* [n_params] one replica, k > 1: the running sum */
     float **saved;              /* [k − 1][n_params] several replicas, k > 1: earlier micro-batches */
     /* buckets, numbered from the end of the buffer: bucket b = [lo[b], hi[b]) */
@@ -49,6 +50,13 @@ typedef struct crew_stepper {
     int micro;
     float *final;               /* the buffer holding the summed gradient */
 } crew_stepper;
+
+/* Gradient buckets when none is asked for: as PyTorch DDP. */
+#define CREW_DEFAULT_BUCKET_MB 25.0
+
+/* Values per bucket of `bucket_mb` MiB, and the buckets n_params values make. */
+int64_t crew_bucket_values(double bucket_mb);
+int crew_bucket_count(int64_t n_params, double bucket_mb);
 
 crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
                               int64_t batch, int accumulation, double bucket_mb, int sync_bn);

@@ -19,12 +19,6 @@ crew_lr_plan crew_lr_plan_of(const crew_fit_plan *p, const crew_optimizer_spec *
 crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, int64_t hi, int64_t batch,
                             double *loss_sum, int64_t *correct);
 
-/* crew_model_verify's judgement of (a) against the full-batch run (c): each tensor's relative
- * difference against max(res->tolerance, 30 × its difference between (c) and the rounding
- * reference (d)); d NULL: the tolerance alone. Sets max_rel_diff_full_batch, rounding_spread,
- * allowed and decided_by* (the tensor nearest its bound) and full_batch_ok. */
-crew_status crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, crew_verify_result *res);
-
 struct crew_checkpoint_state;
 /* The options of a resumed run: the checkpoint's global batch, per-device batch, seed and length
  * replace the caller's; an error says which device counts can share the global batch when

@@ -1,4 +1,5 @@
-/* verify.c — N replicas against one replica, three ways (see crew_model_verify in crew.h).
+/* verify.c — N replicas against one replica, every way the work can be split (crew_model_verify
+ * in crew.h says what runs and what is compared; verify_compare.c compares).
  *
  * Why the full-batch comparison is judged against a rounding reference. (a) and (c) differ only in
  * the order of float sums, but training amplifies such differences, and Adam-type optimizers most
@@ -11,178 +12,152 @@
  * mathematics, another order of every sum over samples), measures what rounding alone does to
  * this run, tensor by tensor, and each tensor is held to its own bound: max(tolerance,
  * ROUNDING_FACTOR × its (c)-(d) difference), so a tensor of pure rounding noise excuses only
- * itself. A real error (a micro-batch missing or counted twice, a wrong average) moves weights by
- * O(1e-2) to O(1) of their scale from the first step on, far beyond it.
+ * itself. (e), the same global batch split into other blocks (2N replicas of B/2, or N/2 of 2B),
+ * is a second estimate, of what reversing cannot move: a float32 running sum of terms of one sign
+ * (a weight gradient whose inputs are all positive, after a ReLU) errs by an amount that grows
+ * with its length and barely depends on its order, so N replicas summing N shorter pieces differ
+ * from the full batch by more than its reversed rows do (measured: the Keras batch-norm fixture
+ * at N = 2 and 8 samples per replica ended 3.2e-3 from the full batch on a moving mean, 42 times
+ * the reversed rows' 7.5e-5, while 4 replicas of 4 ended 5e-5 from 2 of 8). The spread is the
+ * larger of the two. A real error (a micro-batch missing or counted twice, a wrong average) moves weights by
+ * O(1e-2) to O(1) of their scale from the first step on, far beyond it; and the first-step check
+ * holds (d) itself to float32 summation's bound, so a bug that moves (d) (a mask keyed by the row
+ * instead of the sample: reversing the rows gives the samples other masks) fails there instead of
+ * widening every bound.
  *
  * The factor, measured: both example models, N = 2, 4, 8, per-device batches 16, 32, 64, 20 steps:
  * 126 tensor comparisons. The ratio of (a)-(c) to (c)-(d) has a median of 0.86 and a 90th
  * percentile of 2.6, but a long tail (171 on a tensor whose differences were both under 1e-5);
  * where (a)-(c) exceeded the 1e-3 floor, the largest ratio was 11.2 (a conv bias, N = 8, batch
- * 16): one reversed run is a noisy estimate of another order's rounding. Hence 30. (A first
+ * 16): one reversed run is a noisy estimate of another order's rounding. Hence 30. With both
+ * references (a batch-norm CNN, the Keras batch-norm fixture and both examples, N = 2, 4, 8,
+ * batches 8, 16, 32, 20 steps: 36 runs) the tensor nearest its bound needed a factor of at most
+ * 7 (a conv bias, the Keras fixture at N = 8 and 8 samples per replica), 1.0 at the median. (A first
  * version nudged the weights by one ulp instead: that moves the values but keeps every order of
  * summation, so it underestimated the noise of sums that cancel, and a Keras batch-norm model
- * failed.) */
-#include <math.h>
+ * failed.)
+ *
+ * The order of the runs. In one process the one-replica references run first: their slowest step
+ * sets the deadline of the N-replica runs (DEADLINE_FACTOR times it, at least DEADLINE_FLOOR_S),
+ * so that a replica that waits for ever (for a collective, or for a micro-batch its loader will
+ * never fill) stops its run with a named error instead of hanging verify. Across processes the
+ * N-replica runs come first, every process taking part, and process 0 runs the references after. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/options.h"
 #include "core/status.h"
-#include "train/hooks.h"
+#include "train/step.h"
 #include "train/train.h"
+#include "train/verify.h"
 
 #define DEFAULT_TOLERANCE 1e-3
-#define ROUNDING_FACTOR 30.0
+#define VERIFY_BUCKETS 4        /* verify's own bucket size: a quarter of the model */
+#define DEADLINE_FACTOR 20.0
+#define DEADLINE_FLOOR_S 10.0
+#define GROUP_DEADLINE_S 300.0  /* across processes: the fit's default collective deadline */
 
-typedef struct loss_log {
-    float *losses;  /* [steps × 3] */
-    int64_t steps;
+enum { COL_A, COL_B, COL_C, COL_NONE = -1 };
+
+/* One run of the proof. */
+typedef struct run_spec {
+    const char *label;          /* as a FAIL names it */
+    int devices;                /* replicas in this process */
+    int64_t batch;              /* per replica and micro-batch */
+    int64_t global_batch;
+    int reverse_rows;
+    double bucket_mb;
+    int sync_bn;                /* crew_fit_options.sync_batch_norm */
+    int grouped;                /* joins the process group */
+    int column;                 /* its column of the losses table, or COL_NONE */
+} run_spec;
+
+typedef struct verify_ctx {
+    const crew_model *m;
+    const crew_dataset *train;
+    const crew_verify_options *opts;
+    crew_fit_options base;
+    crew_planted_bug plant;
+    crew_verify_result *res;
+    float *losses;              /* the caller's [steps × 3] or NULL */
+    double deadline_s;
+} verify_ctx;
+
+typedef struct step_log {
+    const verify_ctx *v;
     int column;
-} loss_log;
+    crew_verify_values *out;
+} step_log;
 
 static void log_step(void *user, const crew_step_info *info)
 {
-    loss_log *l = user;
-    if (l->losses && info->step >= 1 && info->step <= l->steps) l->losses[(info->step - 1) * 3 + l->column] = info->loss;
+    step_log *l = user;
+    if (info->step == 1) l->out->first_loss = info->loss;
+    if (info->step_s > l->out->slowest_step_s) l->out->slowest_step_s = info->step_s;
+    if (l->column != COL_NONE && l->v->losses && info->step >= 1 && info->step <= l->v->res->steps)
+        l->v->losses[(info->step - 1) * 3 + l->column] = info->loss;
 }
 
-/* A model's values, downloaded: the comparisons below run on the host. */
-typedef struct host_values {
-    float *params;  /* [n_params] */
-    float *state;   /* [n_state] */
-} host_values;
-
-static void host_values_free(host_values *h)
+/* Errors that mean the run itself went wrong (verify FAILs naming it), not that it could not be
+ * made (memory, files, options: verify returns those). */
+static int stops_the_proof(crew_status s)
 {
-    free(h->params);
-    free(h->state);
-    h->params = h->state = NULL;
-}
-
-static crew_status host_values_of(const crew_model *m, host_values *h)
-{
-    h->params = malloc((size_t)(m->n_params > 0 ? m->n_params : 1) * sizeof(float));
-    h->state = malloc((size_t)(m->n_state > 0 ? m->n_state : 1) * sizeof(float));
-    crew_status s = h->params && h->state ? CREW_OK : CREW_OOM();
-    if (!s) s = crew_dev_download_f32(&m->be, h->params, m->params, m->n_params);
-    if (!s) s = crew_dev_download_f32(&m->be, h->state, m->state, m->n_state);
-    if (s) host_values_free(h);
-    return s;
-}
-
-/* The host copy of one tensor. */
-static const float *tensor(const host_values *h, const crew_param *p)
-{
-    return (p->trainable ? h->params : h->state) + p->offset;
-}
-
-/* max|a − b| / max|b| over one tensor of n values; infinite where a value is not finite on one
- * side only. */
-static double tensor_rel_diff(const float *a, const float *b, int64_t n)
-{
-    double diff = 0.0, scale = 0.0;
-    for (int64_t k = 0; k < n; k++) {
-        double d = fabs((double)a[k] - (double)b[k]);
-        if (d != d && memcmp(&a[k], &b[k], sizeof(float)) != 0) return INFINITY; /* NaN */
-        diff = d > diff ? d : diff;
-        scale = fabs((double)b[k]) > scale ? fabs((double)b[k]) : scale;
+    switch (crew_status_code(s)) {
+    case CREW_CODE_TIMEOUT:
+    case CREW_CODE_DIVERGED:
+    case CREW_CODE_NUMERIC:
+    case CREW_CODE_CANCELLED:
+    case CREW_CODE_INTERNAL:
+        return 1;
+    default:
+        return 0;
     }
-    double rel = scale > 0.0 ? diff / scale : diff;
-    return rel == rel ? rel : INFINITY; /* inf / inf */
 }
 
-/* max over tensors of tensor_rel_diff; *equal = every value bitwise the same. */
-static double compare(const crew_model *m, const host_values *a, const host_values *b, int *equal)
+/* Runs one spec from the template's weights into *out. A run that stops sets res->failure and
+ * returns CREW_OK with out->m NULL. */
+static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values *out)
 {
-    double worst = 0.0;
-    *equal = memcmp(a->params, b->params, (size_t)m->n_params * sizeof(float)) == 0 &&
-             memcmp(a->state, b->state, (size_t)m->n_state * sizeof(float)) == 0;
-    for (int i = 0; i < m->n_layers; i++)
-        for (int j = 0; j < m->layers[i]->n_params; j++) {
-            const crew_param *p = &m->layers[i]->params[j];
-            double rel = tensor_rel_diff(tensor(a, p), tensor(b, p), crew_shape_size(&p->shape));
-            worst = rel > worst ? rel : worst;
-        }
-    return worst;
-}
-
-static void judge(const crew_model *m, const host_values *a, const host_values *c, const host_values *d,
-                  crew_verify_result *res)
-{
-    double worst_ratio = -1.0;
-    res->max_rel_diff_full_batch = res->rounding_spread = 0.0;
-    for (int i = 0; i < m->n_layers; i++)
-        for (int j = 0; j < m->layers[i]->n_params; j++) {
-            const crew_param *p = &m->layers[i]->params[j];
-            int64_t n = crew_shape_size(&p->shape);
-            double diff = tensor_rel_diff(tensor(a, p), tensor(c, p), n);
-            double spread = d ? tensor_rel_diff(tensor(c, p), tensor(d, p), n) : 0.0;
-            double bound = res->tolerance > ROUNDING_FACTOR * spread ? res->tolerance : ROUNDING_FACTOR * spread;
-            if (diff > res->max_rel_diff_full_batch) res->max_rel_diff_full_batch = diff;
-            if (spread > res->rounding_spread) res->rounding_spread = spread;
-            if (diff / bound > worst_ratio) {
-                worst_ratio = diff / bound;
-                res->decided_by_diff = diff;
-                res->decided_by_spread = spread;
-                res->allowed = bound;
-                snprintf(res->decided_by, sizeof res->decided_by, "%s.%s", m->layers[i]->name, p->name);
-            }
-        }
-    res->full_batch_ok = worst_ratio <= 1.0;
-}
-
-crew_status crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, crew_verify_result *res)
-{
-    host_values ha = {0}, hc = {0}, hd = {0};
-    crew_status s = host_values_of(a, &ha);
-    if (!s) s = host_values_of(c, &hc);
-    if (!s && d) s = host_values_of(d, &hd);
-    if (!s) judge(a, &ha, &hc, d ? &hd : NULL, res);
-    host_values_free(&ha);
-    host_values_free(&hc);
-    host_values_free(&hd);
-    return s;
-}
-
-static crew_status run_one(const crew_model *tmpl, const crew_dataset *train, const crew_fit_options *base,
-                           int devices, int64_t batch, int reverse_rows, loss_log *log, crew_model **out)
-{
-    crew_model *m;
-    CREW_TRY(crew_model_clone(tmpl, NULL, &m));
-    crew_fit_options o = *base;
-    o.devices = devices;
-    o.batch_per_device = batch;
+    memset(out, 0, sizeof *out);
+    size_t n = (size_t)(v->m->n_params > 0 ? v->m->n_params : 1);
+    out->first_grads = calloc(n, sizeof(float));
+    out->moments = calloc(2 * n, sizeof(float));
+    crew_status s = out->first_grads && out->moments ? CREW_OK : CREW_OOM();
+    if (!s) s = crew_model_clone(v->m, NULL, &out->m);
+    crew_fit_options o = v->base;
+    o.devices = r->devices;
+    o.batch_per_device = r->batch;
+    o.global_batch = r->global_batch;
+    o.bucket_mb = r->bucket_mb;
+    o.sync_batch_norm = r->sync_bn;
+    o.group = r->grouped ? v->opts->group : NULL;
+    o.drift_check_every = 1; /* every replica's values, after every step */
+    o.collective_timeout_s = v->deadline_s;
+    step_log log = {v, r->column, out};
     o.on_step = log_step;
-    o.user = log;
+    o.user = &log;
     crew_fit *f = NULL;
-    crew_fit_result r;
-    crew_status s = crew_fit_prepare(m, train, &o, &f);
+    crew_fit_result fr;
+    if (!s) s = crew_fit_prepare(out->m, v->train, &o, &f);
     if (!s) {
-        crew_fit_hooks_of(f)->reverse_batch_rows = reverse_rows;
-        s = crew_fit_run(f, &r);
+        crew_fit_hooks *h = crew_fit_hooks_of(f);
+        h->reverse_batch_rows = r->reverse_rows;
+        h->first_grads = out->first_grads;
+        h->final_moments = out->moments;
+        h->plant = v->plant;
+        s = crew_fit_run(f, &fr);
+        if (s && stops_the_proof(s)) {
+            snprintf(v->res->failure, sizeof v->res->failure, "%s: %s", r->label, crew_status_message(s));
+            crew_status_free(s);
+            s = CREW_OK;
+            crew_model_free(out->m);
+            out->m = NULL;
+        }
     }
     crew_fit_free(f);
-    if (s) {
-        crew_model_free(m);
-        return s;
-    }
-    *out = m;
-    return CREW_OK;
-}
-
-/* (d): the full-batch run again with each batch's samples in reverse order. */
-static crew_status rounding_run(const crew_model *tmpl, const crew_dataset *train, const crew_fit_options *base,
-                                int64_t global_batch, crew_model **d)
-{
-    loss_log none = {NULL, 0, 0};
-    return run_one(tmpl, train, base, 1, global_batch, 1, &none, d);
-}
-
-void crew_verify_options_init(crew_verify_options *opts)
-{
-    memset(opts, 0, sizeof *opts);
-    opts->struct_size = sizeof *opts;
+    if (s) crew_verify_values_free(out);
+    return s;
 }
 
 static int has_batch_norm(const crew_model *m)
@@ -192,8 +167,161 @@ static int has_batch_norm(const crew_model *m)
     return 0;
 }
 
-crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
-                              crew_verify_result *res)
+/* verify's own bucket size, in MiB: VERIFY_BUCKETS buckets of the model (at least one value each). */
+static double small_bucket_mb(int64_t n_params)
+{
+    int64_t per = (n_params + VERIFY_BUCKETS - 1) / VERIFY_BUCKETS;
+    if (per < 1) per = 1;
+    return ((double)per + 0.5) * (double)sizeof(float) / (1024.0 * 1024.0); /* + 0.5: survives the rounding down */
+}
+
+/* Everything verify runs, and what it keeps of each. */
+typedef struct verify_runs {
+    int n_paths;
+    run_spec path_spec[CREW_VERIFY_MAX_PATHS];
+    int path_ref[CREW_VERIFY_MAX_PATHS];    /* 0: (b), 1: (b2) */
+    crew_verify_values path[CREW_VERIFY_MAX_PATHS];
+    int a_is_path0;                         /* no batch norm: (a) is the first path */
+    run_spec a_spec, b_spec[2], c_spec, d_spec[2];
+    int has_b2, has_d, has_e;
+    crew_verify_values a, b[2], c, d[2];
+} verify_runs;
+
+static void verify_runs_free(verify_runs *w)
+{
+    for (int i = 0; i < w->n_paths; i++)
+        if (!(i == 0 && w->a_is_path0)) crew_verify_values_free(&w->path[i]);
+    crew_verify_values_free(&w->a);
+    crew_verify_values_free(&w->b[0]);
+    crew_verify_values_free(&w->b[1]);
+    crew_verify_values_free(&w->c);
+    crew_verify_values_free(&w->d[0]);
+    crew_verify_values_free(&w->d[1]);
+}
+
+/* The specs: (a) as asked; the paths: k and the other k, each with the run's buckets and with
+ * verify's own (when that makes a different count). */
+static void plan_runs(verify_ctx *v, int n, int total, int64_t batch, int k, int has_k2, verify_runs *w)
+{
+    const int bn = has_batch_norm(v->m), k2 = k == 1 ? 2 : 1;
+    const double run_mb = v->base.bucket_mb > 0 ? v->base.bucket_mb : CREW_DEFAULT_BUCKET_MB;
+    const double own_mb = small_bucket_mb(v->m->n_params);
+    const int64_t g[2] = {(int64_t)total * batch * k, (int64_t)total * batch * k2};
+    w->a_spec = (run_spec){"N replicas", n, batch, g[0], 0, run_mb, -1, 1, COL_A};
+    w->b_spec[0] = (run_spec){"1 replica accumulating", 1, batch, g[0], 0, run_mb, -1, 0, COL_B};
+    w->b_spec[1] = (run_spec){"1 replica accumulating (the other k)", 1, batch, g[1], 0, run_mb, -1, 0, COL_NONE};
+    w->c_spec = (run_spec){"1 replica full batch", 1, g[0], g[0], 0, run_mb, -1, 0, COL_C};
+    w->d_spec[0] = (run_spec){"rounding reference (full batch, rows reversed)", 1, g[0], g[0], 1, run_mb, -1, 0,
+                              COL_NONE};
+    /* (e): the same global batch in other blocks, 2N replicas of B/2 (or N/2 of 2B), within
+     * process 0; none when neither divides, or when it would be (c) itself */
+    int e_n = batch % 2 == 0 ? 2 * total : total % 2 == 0 ? total / 2 : 0;
+    int64_t e_batch = e_n ? g[0] / k / e_n : 0;
+    w->has_e = e_n > 1 && e_batch * e_n * k == g[0];
+    w->d_spec[1] = (run_spec){"rounding reference (other blocks)", e_n, e_batch, g[0], 0, run_mb, -1, 0, COL_NONE};
+    w->has_b2 = has_k2;
+    w->a_is_path0 = !bn;
+    static const char *labels[2][2] = {{"N replicas, k micro-batches, the run's buckets",
+                                        "N replicas, k micro-batches, verify's buckets"},
+                                       {"N replicas, the other k, the run's buckets",
+                                        "N replicas, the other k, verify's buckets"}};
+    for (int kk = 0; kk < (has_k2 ? 2 : 1); kk++)
+        for (int own = 0; own < 2; own++) {
+            double mb = own ? own_mb : run_mb;
+            if (own && crew_bucket_count(v->m->n_params, own_mb) == crew_bucket_count(v->m->n_params, run_mb)) continue;
+            /* batch norm: per-micro-batch statistics, which one replica accumulating computes too */
+            w->path_spec[w->n_paths] = (run_spec){labels[kk][own], n, batch, g[kk], 0, mb, bn ? 0 : -1, 1, COL_NONE};
+            w->path_ref[w->n_paths++] = kk;
+        }
+    if (w->a_is_path0) w->path_spec[0] = w->a_spec;
+    w->has_d = !v->res->fixed_tolerance;
+}
+
+/* The N-replica runs (every process takes part); stops at the first that stops. */
+static crew_status run_replicas(verify_ctx *v, verify_runs *w)
+{
+    CREW_TRY(run_one(v, &w->a_spec, &w->a));
+    if (!w->a.m) return CREW_OK;
+    v->res->replica_checks += v->res->steps;
+    for (int i = 0; i < w->n_paths; i++) {
+        if (i == 0 && w->a_is_path0) {
+            w->path[0] = w->a; /* the same run; freed once, as (a) */
+            continue;
+        }
+        CREW_TRY(run_one(v, &w->path_spec[i], &w->path[i]));
+        if (!w->path[i].m) return CREW_OK;
+        v->res->replica_checks += v->res->steps;
+    }
+    return CREW_OK;
+}
+
+/* The one-replica references (process 0 only); stops at the first that stops. */
+static crew_status run_references(verify_ctx *v, verify_runs *w)
+{
+    CREW_TRY(run_one(v, &w->b_spec[0], &w->b[0]));
+    if (!w->b[0].m) return CREW_OK;
+    if (w->has_b2) {
+        CREW_TRY(run_one(v, &w->b_spec[1], &w->b[1]));
+        if (!w->b[1].m) return CREW_OK;
+    }
+    CREW_TRY(run_one(v, &w->c_spec, &w->c));
+    if (!w->c.m || !w->has_d) return CREW_OK;
+    return run_one(v, &w->d_spec[0], &w->d[0]);
+}
+
+/* (e), process 0 only, after the deadline is known: it has replicas of its own. */
+static crew_status run_reblocked(verify_ctx *v, verify_runs *w)
+{
+    return w->has_d && w->has_e ? run_one(v, &w->d_spec[1], &w->d[1]) : CREW_OK;
+}
+
+static double slowest_reference_step(const verify_runs *w)
+{
+    const crew_verify_values *r[] = {&w->b[0], &w->b[1], &w->c, &w->d[0]};
+    double s = 0.0;
+    for (size_t i = 0; i < sizeof r / sizeof *r; i++) s = r[i]->slowest_step_s > s ? r[i]->slowest_step_s : s;
+    return s;
+}
+
+/* Process 0's verdict from every run. */
+static crew_status judge_runs(verify_ctx *v, verify_runs *w)
+{
+    crew_verify_result *res = v->res;
+    const int bn = has_batch_norm(v->m);
+    res->bitwise_equal = 1;
+    for (int i = 0; i < w->n_paths; i++) {
+        crew_verify_path *p = &res->path[i];
+        const crew_verify_values *ref = &w->b[w->path_ref[i]];
+        /* with batch norm per micro-batch, replica 0's moving statistics follow its own micro-batches */
+        CREW_TRY(crew_verify_compare(&w->path[i], ref, !bn, &p->bitwise_equal, &p->max_rel_diff));
+        res->bitwise_equal &= p->bitwise_equal;
+        if (p->max_rel_diff > res->max_rel_diff_accum) res->max_rel_diff_accum = p->max_rel_diff;
+    }
+    const int64_t g = res->global_batch;
+    res->first_step_ok = crew_verify_first_step(&w->a, &w->c, g, "N replicas", res);
+    res->first_step_loss_diff = w->c.first_loss != 0.0f
+                                    ? (double)(w->a.first_loss - w->c.first_loss) / (double)w->c.first_loss
+                                    : (double)(w->a.first_loss - w->c.first_loss);
+    if (res->first_step_loss_diff < 0) res->first_step_loss_diff = -res->first_step_loss_diff;
+    if (!bn) res->first_step_ok &= crew_verify_first_step(&w->b[0], &w->c, g, "1 replica accumulating", res);
+    res->reference_ok = 1;
+    if (w->has_d) {
+        res->reference_ok &= crew_verify_first_step(&w->d[0], &w->c, g, "rounding reference (rows reversed)", res);
+        if (w->has_e)
+            res->reference_ok &= crew_verify_first_step(&w->d[1], &w->c, g, "rounding reference (other blocks)", res);
+    }
+    CREW_TRY(crew_verify_judge(w->a.m, w->c.m, w->has_d ? w->d[0].m : NULL, w->has_e ? w->d[1].m : NULL, res));
+    return CREW_OK;
+}
+
+void crew_verify_options_init(crew_verify_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->struct_size = sizeof *opts;
+}
+
+crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
+                                crew_planted_bug plant, crew_verify_result *res)
 {
     if (!m || !train || !opts || !res) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_verify: NULL argument");
     float *losses = res->losses;
@@ -202,58 +330,82 @@ crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const cr
     crew_verify_options given;
     crew_verify_options_init(&given);
     CREW_TRY(crew_options_take(&given, sizeof given, opts, "crew_verify_options"));
-    opts = &given;
-    crew_fit_options base;
-    crew_model_default_fit(m, &base);
-    if (opts->device_kind) base.device_kind = opts->device_kind;
-    int n = opts->devices > 0 ? opts->devices : 2;
-    if (opts->batch_per_device > 0) base.batch_per_device = opts->batch_per_device;
-    if (opts->seed) base.seed = opts->seed;
-    base.max_steps = opts->steps > 0 ? opts->steps : 20;
-    base.epochs = 1000000;
-    const int processes = crew_group_size(opts->group), lead = crew_group_rank(opts->group) == 0;
-    const int total = n * processes; /* N: (a)'s replicas over every process */
-    base.global_batch = opts->global_batch > 0 ? opts->global_batch : total * base.batch_per_device;
-    base.devices = total;
+    verify_ctx v = {.m = m, .train = train, .opts = &given, .plant = plant, .res = res, .losses = losses};
+    crew_fit_options *base = &v.base;
+    crew_model_default_fit(m, base);
+    if (given.device_kind) base->device_kind = given.device_kind;
+    int n = given.devices > 0 ? given.devices : 2;
+    if (given.batch_per_device > 0) base->batch_per_device = given.batch_per_device;
+    if (given.seed) base->seed = given.seed;
+    base->max_steps = given.steps > 0 ? given.steps : 20;
+    base->epochs = 1000000;
+    const crew_process_group *group = given.group;
+    const int processes = crew_group_size(group), lead = crew_group_rank(group) == 0;
+    const int total = n * processes; /* N: the replicas of every process */
+    base->global_batch = given.global_batch > 0 ? given.global_batch : total * base->batch_per_device;
+    base->devices = total;
     if (!m->compiled) {
         crew_compile_options c;
         crew_model_default_compile(m, &c);
         CREW_TRY(crew_model_compile(m, &c));
     }
     crew_fit_plan plan;
-    CREW_TRY(crew_model_plan_fit(m, train, &base, &plan)); /* checks the combination once, up front */
-    if (!m->initialized) CREW_TRY(crew_model_init_params(m, base.seed));
+    CREW_TRY(crew_model_plan_fit(m, train, base, &plan)); /* checks the combination once, up front */
+    if (!m->initialized) CREW_TRY(crew_model_init_params(m, base->seed));
+    const int k = plan.accumulation, k2 = k == 1 ? 2 : 1;
+    crew_fit_options second = *base; /* the other k: skipped when the dataset cannot fill one step of it */
+    second.global_batch = plan.global_batch / k * k2;
+    crew_fit_plan plan2;
+    crew_status s2 = crew_model_plan_fit(m, train, &second, &plan2);
+    const int has_k2 = s2 == CREW_OK;
+    crew_status_free(s2);
     res->devices = total;
     res->steps = plan.total_steps;
     res->global_batch = plan.global_batch;
-    res->tolerance = opts->tolerance > 0 ? opts->tolerance : DEFAULT_TOLERANCE;
-    res->fixed_tolerance = opts->tolerance > 0;
+    res->accumulation = k;
+    res->tolerance = given.tolerance > 0 ? given.tolerance : DEFAULT_TOLERANCE;
+    res->fixed_tolerance = given.tolerance > 0;
     res->batch_norm_synced = total > 1 && has_batch_norm(m);
+    res->replicas_compared = total;
+    v.deadline_s = given.deadline_s > 0 ? given.deadline_s : GROUP_DEADLINE_S;
 
-    crew_model *a = NULL, *b = NULL, *c = NULL, *d = NULL;
-    loss_log la = {losses, res->steps, 0}, lb = {losses, res->steps, 1}, lc = {losses, res->steps, 2};
-    crew_fit_options across = base; /* (a): this process's n replicas of the run's N */
-    across.group = opts->group;
-    crew_status s = run_one(m, train, &across, n, base.batch_per_device, 0, &la, &a);
+    verify_runs w = {0};
+    plan_runs(&v, n, total, plan.batch_per_device, k, has_k2, &w);
+    res->buckets = crew_bucket_count(m->n_params, w.a_spec.bucket_mb);
+    res->paths = w.n_paths;
+    for (int i = 0; i < w.n_paths; i++)
+        res->path[i] = (crew_verify_path){.accumulation = w.path_ref[i] ? k2 : k,
+                                          .buckets = crew_bucket_count(m->n_params, w.path_spec[i].bucket_mb),
+                                          .global_batch = w.path_spec[i].global_batch};
+    crew_status s = CREW_OK;
+    if (!group) { /* references first: they set the deadline */
+        s = run_references(&v, &w);
+        if (!s && !res->failure[0]) {
+            double slow = DEADLINE_FACTOR * slowest_reference_step(&w);
+            if (given.deadline_s <= 0) v.deadline_s = slow > DEADLINE_FLOOR_S ? slow : DEADLINE_FLOOR_S;
+            s = run_replicas(&v, &w);
+        }
+    } else {
+        s = run_replicas(&v, &w);
+        if (!s && lead && !res->failure[0]) s = run_references(&v, &w);
+    }
+    if (!s && lead && !res->failure[0]) s = run_reblocked(&v, &w);
+    res->deadline_s = v.deadline_s;
     if (!s && !lead) { /* the references and the verdict are process 0's */
-        res->pass = 1;
-        crew_model_free(a);
+        res->pass = !res->failure[0];
+        verify_runs_free(&w);
         return CREW_OK;
     }
-    if (!s) s = run_one(m, train, &base, 1, base.batch_per_device, 0, &lb, &b);
-    if (!s) s = run_one(m, train, &base, 1, plan.global_batch, 0, &lc, &c);
-    if (!s && !res->fixed_tolerance) s = rounding_run(m, train, &base, plan.global_batch, &d);
-    host_values ha = {0}, hb = {0};
-    if (!s) s = host_values_of(a, &ha);
-    if (!s) s = host_values_of(b, &hb);
-    if (!s) res->max_rel_diff_accum = compare(a, &ha, &hb, &res->bitwise_equal);
-    host_values_free(&ha);
-    host_values_free(&hb);
-    if (!s) s = crew_verify_judge(a, c, d, res);
-    if (!s) res->pass = (res->bitwise_equal || res->batch_norm_synced) && res->full_batch_ok;
-    crew_model_free(d);
-    crew_model_free(a);
-    crew_model_free(b);
-    crew_model_free(c);
+    if (!s && !res->failure[0]) s = judge_runs(&v, &w);
+    if (!s)
+        res->pass = !res->failure[0] && res->bitwise_equal && res->first_step_ok && res->reference_ok &&
+                    res->full_batch_ok;
+    verify_runs_free(&w);
     return s;
+}
+
+crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
+                              crew_verify_result *res)
+{
+    return crew_verify_planted(m, train, opts, CREW_PLANT_NONE, res);
 }

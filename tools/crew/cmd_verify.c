@@ -7,26 +7,37 @@
 
 static const char *usage_text =
     "usage: crew verify MODEL.json --data DIR --devices KIND:N [--steps K] [--batch-per-device B]\n"
-    "                   [--global-batch G] [--seed S] [--tolerance T] [--json]\n"
+    "                   [--global-batch G] [--seed S] [--tolerance T] [--deadline S] [--json]\n"
     "\n"
-    "Proves that N replicas compute what one computes: runs K steps (default 20) three ways from\n"
-    "the same weights and data: N replicas; one replica accumulating the same micro-batches; one\n"
-    "replica on the whole global batch. Prints the losses side by side, whether the first two end\n"
-    "with bitwise-equal parameters (not required with batch norm, whose statistics N replicas\n"
-    "share), and the largest relative parameter difference to the third.\n"
-    "That difference is float rounding, which training amplifies; a fourth run (the full batch with\n"
-    "each batch's samples in reverse order) measures how much, tensor by tensor, and each tensor may\n"
-    "differ by up to 30 times its own figure, at least 1e-3. --tolerance T sets a fixed bound.\n"
-    "Exit status 0 only when both hold (1 otherwise). With --json the last line is\n"
-    "{\"devices\":N,\"steps\":K,\"bitwise_equal\":..,\"max_rel_diff_accum\":..,\"batch_norm_synced\":..,\n"
-    " \"max_rel_diff_full_batch\":..,"
-    "\"tolerance\":..,\"rounding_spread\":..,\"decided_by\":\"<layer>.<param>\",\"allowed\":..,\"pass\":..}.\n";
+    "Proves that N replicas compute what one computes, from the same weights and data, K steps\n"
+    "(default 20):\n"
+    "  paths: N replicas with 1 and with 2 micro-batches per replica, each with the run's gradient\n"
+    "    buckets and with several small ones; each must end bitwise equal (parameters, optimizer\n"
+    "    moments) to one replica accumulating the same micro-batches. Every replica's values are\n"
+    "    compared after every step. With batch norm the paths normalise each micro-batch alone.\n"
+    "  first step: the loss and every gradient of N replicas against one replica on the whole\n"
+    "    global batch, within float32 summation's bound 8 u n S (u = 2^-24, n the terms of the sum,\n"
+    "    S the layer's largest gradient).\n"
+    "  trajectory: N replicas (synchronised batch norm) against the whole batch after K steps. That\n"
+    "    difference is rounding, which training amplifies; two more runs (the full batch with each\n"
+    "    batch's samples reversed, and the global batch in other blocks: 2N replicas of B/2 or N/2\n"
+    "    of 2B; both held to the first-step bound) measure how much, tensor by tensor, and each\n"
+    "    tensor may differ by up to 30 times its own figure, at least 1e-3. --tolerance T sets a\n"
+    "    fixed bound instead.\n"
+    "A run that stops (a replica missing its deadline, replicas that diverged, NaN) is a FAIL that\n"
+    "names it. --deadline S: seconds a replica may wait [20 x the slowest reference step, >= 10].\n"
+    "Exit status 0 only when everything holds (1 otherwise). With --json the last line is one\n"
+    "JSON object: devices, steps, global_batch, accumulation, buckets, paths [{k, buckets,\n"
+    "global_batch, bitwise_equal, max_rel_diff}], replicas_compared, replica_checks, bitwise_equal,\n"
+    "batch_norm_synced, first_step_ok, first_step_ratio, first_step_decided_by, reference_ok,\n"
+    "max_rel_diff_full_batch, tolerance, rounding_spread, decided_by, decided_by_diff,\n"
+    "decided_by_spread, allowed, deadline_s, failure, pass.\n";
 
 typedef struct verify_args {
     const char *model, *data, *devices; /* devices: checked after MODEL.json and --data */
     int json;
     int64_t steps, batch, global, seed;
-    double tol;
+    double tol, deadline;
 } verify_args;
 
 static const cli_flag_spec verify_flags[] = {
@@ -38,21 +49,84 @@ static const cli_flag_spec verify_flags[] = {
     CLI_INT_FLAG(verify_args, "--global-batch", global, 1, 1 << 30),
     CLI_INT_FLAG(verify_args, "--seed", seed, 0, INT64_MAX),
     CLI_FLOAT_FLAG(verify_args, "--tolerance", tol, 1e-12, 1.0),
+    CLI_FLOAT_FLAG(verify_args, "--deadline", deadline, 0.1, 86400.0),
 };
+
+/* The paths: each N-replica run against one replica accumulating the same micro-batches. */
+static void print_paths(const crew_verify_result *r)
+{
+    printf("N replicas vs 1 replica accumulating the same micro-batches (parameters, optimizer moments%s):\n",
+           r->batch_norm_synced ? "" : ", state");
+    for (int i = 0; i < r->paths; i++) {
+        const crew_verify_path *p = &r->path[i];
+        printf("  %d micro-batch%s per replica, %d gradient bucket%s, global batch %lld: %s", p->accumulation,
+               p->accumulation == 1 ? "" : "es", p->buckets, p->buckets == 1 ? "" : "s", (long long)p->global_batch,
+               p->bitwise_equal ? "bitwise equal\n" : "NOT bitwise equal");
+        if (!p->bitwise_equal) printf(" (max relative difference %.3g)\n", p->max_rel_diff);
+    }
+    if (r->batch_norm_synced)
+        printf("  (batch norm: these runs normalise each micro-batch alone, as one replica accumulating does;\n"
+               "  N replicas with synchronised statistics are held to the full batch below)\n");
+    printf("every replica's parameters, state and optimizer moments compared after every step: %d replicas, %lld "
+           "checks, all equal\n", r->replicas_compared, (long long)r->replica_checks);
+}
+
+/* The first step: the largest difference against its bound. */
+static void print_first_step(const crew_verify_result *r)
+{
+    printf("first step, loss and every gradient vs 1 replica on the full batch (bound 8 u n S): %s\n"
+           "  largest: %s, %.3g of %.3g (%.3g of its bound); the loss of N replicas %.3g from it (relative)\n",
+           r->first_step_ok && r->reference_ok ? "ok" : "TOO LARGE", r->first_step_decided_by, r->first_step_diff,
+           r->first_step_allowed, r->first_step_ratio, r->first_step_loss_diff);
+    if (!r->fixed_tolerance)
+        printf("  the rounding references (samples reversed; other blocks) within it too: %s\n",
+               r->reference_ok ? "yes" : "NO: something bound to a sample moved with its row");
+}
 
 /* The full-batch verdict: the largest difference, and the tensor nearest its bound. */
 static void print_full_batch_verdict(const crew_verify_result *r)
 {
-    printf("N replicas vs 1 replica on the full batch: max relative difference %.3g: %s\n", r->max_rel_diff_full_batch,
-           r->full_batch_ok ? "ok" : "TOO LARGE");
+    printf("after %lld steps, N replicas vs 1 replica on the full batch: max relative difference %.3g: %s\n",
+           (long long)r->steps, r->max_rel_diff_full_batch, r->full_batch_ok ? "ok" : "TOO LARGE");
     if (r->fixed_tolerance) {
         printf("  every tensor within the tolerance %.3g; nearest: %s, %.3g\n", r->tolerance, r->decided_by,
                r->decided_by_diff);
         return;
     }
-    printf("  rounding alone (the full batch, samples in reverse order) moves tensors by up to %.3g;\n"
+    printf("  rounding alone (samples reversed; other blocks) moves tensors by up to %.3g;\n"
            "  each may differ by 30 times its own figure, at least %.3g; nearest its bound: %s, %.3g of %.3g\n",
            r->rounding_spread, r->tolerance, r->decided_by, r->decided_by_diff, r->allowed);
+}
+
+static void print_json(const crew_verify_result *r)
+{
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], b7[32], b8[32];
+    printf("{\"devices\":%d,\"steps\":%lld,\"global_batch\":%lld,\"accumulation\":%d,\"buckets\":%d,\"paths\":[", r->devices,
+           (long long)r->steps, (long long)r->global_batch, r->accumulation, r->buckets);
+    for (int i = 0; i < r->paths; i++)
+        printf("%s{\"k\":%d,\"buckets\":%d,\"global_batch\":%lld,\"bitwise_equal\":%s,\"max_rel_diff\":%s}", i ? "," : "",
+               r->path[i].accumulation, r->path[i].buckets, (long long)r->path[i].global_batch,
+               r->path[i].bitwise_equal ? "true" : "false", cli_json_number(r->path[i].max_rel_diff, b1, sizeof b1));
+    printf("],\"replicas_compared\":%d,\"replica_checks\":%lld,\"bitwise_equal\":%s,\"max_rel_diff_accum\":%s,"
+           "\"batch_norm_synced\":%s,\"first_step_ok\":%s,\"first_step_ratio\":%s,\"first_step_decided_by\":",
+           r->replicas_compared, (long long)r->replica_checks, r->bitwise_equal ? "true" : "false",
+           cli_json_number(r->max_rel_diff_accum, b2, sizeof b2), r->batch_norm_synced ? "true" : "false",
+           r->first_step_ok ? "true" : "false", cli_json_number(r->first_step_ratio, b3, sizeof b3));
+    crew_json_write_string(stdout, r->first_step_decided_by);
+    printf(",\"reference_ok\":%s,\"max_rel_diff_full_batch\":%s,\"tolerance\":%s,\"rounding_spread\":%s,\"decided_by\":",
+           r->reference_ok ? "true" : "false", cli_json_number(r->max_rel_diff_full_batch, b4, sizeof b4),
+           cli_json_number(r->tolerance, b5, sizeof b5),
+           r->fixed_tolerance ? "null" : cli_json_number(r->rounding_spread, b6, sizeof b6));
+    crew_json_write_string(stdout, r->decided_by);
+    char b9[32], b10[32];
+    printf(",\"decided_by_diff\":%s,\"decided_by_spread\":%s,\"allowed\":%s,\"deadline_s\":%s,\"failure\":",
+           cli_json_number(r->decided_by_diff, b9, sizeof b9), cli_json_number(r->decided_by_spread, b10, sizeof b10),
+           cli_json_number(r->allowed, b7, sizeof b7), cli_json_number(r->deadline_s, b8, sizeof b8));
+    if (r->failure[0])
+        crew_json_write_string(stdout, r->failure);
+    else
+        printf("null");
+    printf(",\"pass\":%s}\n", r->pass ? "true" : "false");
 }
 
 int cli_verify(int argc, char **argv)
@@ -82,6 +156,7 @@ int cli_verify(int argc, char **argv)
     o.global_batch = a.global;
     o.seed = (uint64_t)a.seed;
     o.tolerance = a.tol;
+    o.deadline_s = a.deadline;
     o.group = g;
     crew_verify_result r = {0};
     r.losses = calloc((size_t)a.steps * 3, sizeof(float));
@@ -96,7 +171,7 @@ int cli_verify(int argc, char **argv)
     if (s) {
         rc = cli_fail("verify", s);
     } else if (!lead) {
-        rc = 0; /* the verdict is rank 0's */
+        rc = r.pass ? 0 : 1; /* the verdict is rank 0's; a run that stopped stopped here too */
     } else {
         if (g)
             printf("verify %s on %d MPI ranks x %s:%lld = %d replicas: %lld steps, global batch %lld\n", a.model,
@@ -108,29 +183,15 @@ int cli_verify(int argc, char **argv)
         for (int64_t k = 0; k < r.steps; k++)
             printf("%6lld %16.7f %24.7f %22.7f\n", (long long)k + 1, (double)r.losses[k * 3], (double)r.losses[k * 3 + 1],
                    (double)r.losses[k * 3 + 2]);
-        if (r.batch_norm_synced && !r.bitwise_equal)
-            printf("N replicas vs 1 replica accumulating: not bitwise equal (max relative difference %.3g), as expected\n"
-                   "  with batch norm: N replicas normalise over the whole global batch (synchronised), one replica\n"
-                   "  accumulating over each micro-batch, so N replicas are held to the full batch alone\n",
-                   r.max_rel_diff_accum);
-        else
-            printf("N replicas vs 1 replica accumulating: %s (max relative difference %.3g)\n",
-                   r.bitwise_equal ? "bitwise equal" : "NOT bitwise equal", r.max_rel_diff_accum);
-        print_full_batch_verdict(&r);
-        printf("%s\n", r.pass ? "PASS" : "FAIL");
-        if (a.json) {
-            char acc[32], b[32], t[32], spread[32], allowed[32];
-            printf("{\"devices\":%d,\"steps\":%lld,\"bitwise_equal\":%s,\"max_rel_diff_accum\":%s,"
-                   "\"batch_norm_synced\":%s,\"max_rel_diff_full_batch\":%s,\"tolerance\":%s,\"rounding_spread\":%s,"
-                   "\"decided_by\":",
-                   r.devices, (long long)r.steps, r.bitwise_equal ? "true" : "false",
-                   cli_json_number(r.max_rel_diff_accum, acc, sizeof acc), r.batch_norm_synced ? "true" : "false",
-                   cli_json_number(r.max_rel_diff_full_batch, b, sizeof b), cli_json_number(r.tolerance, t, sizeof t),
-                   r.fixed_tolerance ? "null" : cli_json_number(r.rounding_spread, spread, sizeof spread));
-            crew_json_write_string(stdout, r.decided_by);
-            printf(",\"allowed\":%s,\"pass\":%s}\n", cli_json_number(r.allowed, allowed, sizeof allowed),
-                   r.pass ? "true" : "false");
+        if (r.failure[0]) {
+            printf("stopped: %s\n", r.failure);
+        } else {
+            print_paths(&r);
+            print_first_step(&r);
+            print_full_batch_verdict(&r);
         }
+        printf("%s\n", r.pass ? "PASS" : "FAIL");
+        if (a.json) print_json(&r);
         rc = r.pass ? 0 : 1;
     }
     free(r.losses);
