@@ -541,6 +541,8 @@ typedef struct crew_verify_result {
     double first_step_diff;         /* its difference (max |x − c| of the tensor, or of the loss) */
     double first_step_allowed;      /* and its bound */
     int reference_ok;               /* (d) and (e) passed the first-step check (1 when they did not run) */
+    int reference_replicas;         /* (e)'s replicas and per-replica batch; 0 when (e) did not run */
+    int64_t reference_batch;
     /* the trajectory */
     double max_rel_diff_full_batch; /* (a) vs (c) */
     double tolerance;               /* the given one, else the floor 1e-3 */

@@ -372,6 +372,10 @@ crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const 
     verify_runs w = {0};
     plan_runs(&v, n, total, plan.batch_per_device, k, has_k2, &w);
     res->buckets = crew_bucket_count(m->n_params, w.a_spec.bucket_mb);
+    if (w.has_d && w.has_e) {
+        res->reference_replicas = w.d_spec[1].devices;
+        res->reference_batch = w.d_spec[1].batch;
+    }
     res->paths = w.n_paths;
     for (int i = 0; i < w.n_paths; i++)
         res->path[i] = (crew_verify_path){.accumulation = w.path_ref[i] ? k2 : k,

@@ -30,6 +30,7 @@ static const char *usage_text =
     "JSON object: devices, steps, global_batch, accumulation, buckets, paths [{k, buckets,\n"
     "global_batch, bitwise_equal, max_rel_diff}], replicas_compared, replica_checks, bitwise_equal,\n"
     "batch_norm_synced, first_step_ok, first_step_ratio, first_step_decided_by, reference_ok,\n"
+    "reference_replicas, reference_batch (0: no reference in other blocks),\n"
     "max_rel_diff_full_batch, tolerance, rounding_spread, decided_by, decided_by_diff,\n"
     "decided_by_spread, allowed, deadline_s, failure, pass.\n";
 
@@ -71,15 +72,27 @@ static void print_paths(const crew_verify_result *r)
            "checks, all equal\n", r->replicas_compared, (long long)r->replica_checks);
 }
 
+/* The rounding references, as the verdicts name them. */
+static const char *references(const crew_verify_result *r, char *buf, size_t len)
+{
+    if (r->reference_replicas)
+        snprintf(buf, len, "samples reversed; %d replicas of %lld", r->reference_replicas,
+                 (long long)r->reference_batch);
+    else
+        snprintf(buf, len, "samples reversed");
+    return buf;
+}
+
 /* The first step: the largest difference against its bound. */
 static void print_first_step(const crew_verify_result *r)
 {
+    char refs[96];
     printf("first step, loss and every gradient vs 1 replica on the full batch (bound 8 u n S): %s\n"
            "  largest: %s, %.3g of %.3g (%.3g of its bound); the loss of N replicas %.3g from it (relative)\n",
            r->first_step_ok && r->reference_ok ? "ok" : "TOO LARGE", r->first_step_decided_by, r->first_step_diff,
            r->first_step_allowed, r->first_step_ratio, r->first_step_loss_diff);
     if (!r->fixed_tolerance)
-        printf("  the rounding references (samples reversed; other blocks) within it too: %s\n",
+        printf("  the rounding references (%s) within it too: %s\n", references(r, refs, sizeof refs),
                r->reference_ok ? "yes" : "NO: something bound to a sample moved with its row");
 }
 
@@ -93,9 +106,11 @@ static void print_full_batch_verdict(const crew_verify_result *r)
                r->decided_by_diff);
         return;
     }
-    printf("  rounding alone (samples reversed; other blocks) moves tensors by up to %.3g;\n"
+    char refs[96];
+    printf("  rounding alone (%s) moves tensors by up to %.3g;\n"
            "  each may differ by 30 times its own figure, at least %.3g; nearest its bound: %s, %.3g of %.3g\n",
-           r->rounding_spread, r->tolerance, r->decided_by, r->decided_by_diff, r->allowed);
+           references(r, refs, sizeof refs), r->rounding_spread, r->tolerance, r->decided_by, r->decided_by_diff,
+           r->allowed);
 }
 
 static void print_json(const crew_verify_result *r)
@@ -113,8 +128,9 @@ static void print_json(const crew_verify_result *r)
            cli_json_number(r->max_rel_diff_accum, b2, sizeof b2), r->batch_norm_synced ? "true" : "false",
            r->first_step_ok ? "true" : "false", cli_json_number(r->first_step_ratio, b3, sizeof b3));
     crew_json_write_string(stdout, r->first_step_decided_by);
-    printf(",\"reference_ok\":%s,\"max_rel_diff_full_batch\":%s,\"tolerance\":%s,\"rounding_spread\":%s,\"decided_by\":",
-           r->reference_ok ? "true" : "false", cli_json_number(r->max_rel_diff_full_batch, b4, sizeof b4),
+    printf(",\"reference_ok\":%s,\"reference_replicas\":%d,\"reference_batch\":%lld,\"max_rel_diff_full_batch\":%s,\"tolerance\":%s,\"rounding_spread\":%s,\"decided_by\":",
+           r->reference_ok ? "true" : "false", r->reference_replicas, (long long)r->reference_batch,
+           cli_json_number(r->max_rel_diff_full_batch, b4, sizeof b4),
            cli_json_number(r->tolerance, b5, sizeof b5),
            r->fixed_tolerance ? "null" : cli_json_number(r->rounding_spread, b6, sizeof b6));
     crew_json_write_string(stdout, r->decided_by);
