@@ -348,6 +348,9 @@ typedef struct crew_fit_options {
      * devices × processes, numbered process by process. Process 0 owns the outputs (monitor,
      * checkpoints, the trained values); the others write nothing. NULL: this process alone. */
     const struct crew_process_group *group;
+    /* The run's devices' peak, GFLOP/s (crew_measure_peak, times the replicas); each step then
+     * records its FLOP rate as a fraction of it. 0: unknown, only the rate is recorded. */
+    double peak_gflops;
 } crew_fit_options;
 
 typedef struct crew_fit_result {
@@ -368,6 +371,8 @@ typedef struct crew_fit_result {
     int64_t resumed_from_step; /* 0 when the run started afresh */
     char resume_note[1024];    /* which checkpoint was used, and any refused on the way */
     char last_checkpoint[512]; /* the newest checkpoint written, or "" */
+    double gflops;             /* the FLOP rate of the training steps (plan.flops_per_sample × samples/s) */
+    double peak_fraction;      /* gflops / plan.peak_gflops; NaN when the peak is unknown */
 } crew_fit_result;
 
 /* Fills opts with the model file's training settings (or the defaults above), struct_size included.
@@ -403,6 +408,8 @@ typedef struct crew_fit_plan {
     int sync_batch_norm;        /* as resolved: 1 when replicas share batch-norm statistics */
     crew_nan_policy on_nan;
     int processes;              /* of a process group: devices / processes replicas each [1] */
+    double flops_per_sample;    /* a training step's FLOPs per sample (crew_model_flops: total) */
+    double peak_gflops;         /* crew_fit_options.peak_gflops: the devices' GEMM rate; 0: unknown */
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With
@@ -452,6 +459,33 @@ crew_status crew_model_evaluate(crew_model *m, const crew_dataset *data, int64_t
 /* Class probabilities for n samples. x: [n, input...] float32; probs: [n, classes]. */
 crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *probs);
 int64_t crew_model_output_size(const crew_model *m); /* classes */
+
+/* ---------------------------------------------------------------- FLOPs and the peak */
+
+/* A model's FLOPs per sample, counted from its layers: 2 per multiply-add of the layers that are
+ * GEMMs (dense; conv2d, an im2col GEMM), which are where a step's time goes; the elementwise
+ * layers, pooling, normalisation, the loss and the optimizer are memory-bound and not counted
+ * (as MLPerf and the usual "model FLOPs" do). Training is forward + backward: the weight
+ * gradient's GEMM for every such layer, and the input gradient's where an earlier layer needs it. */
+typedef struct crew_flops {
+    double forward;     /* per sample */
+    double backward;
+    double total;       /* forward + backward: a training step's FLOPs per sample */
+} crew_flops;
+
+crew_status crew_model_flops(const crew_model *m, crew_flops *out);
+
+/* One device's measured single-precision GEMM rate, GFLOP/s: square GEMMs of 512 through the
+ * device's own backend at threads_per_device BLAS threads, for about `seconds` (at least three),
+ * the best of them. A run's peak is that times its replicas, when each has cores of its own. */
+crew_status crew_measure_peak(const char *device_kind, int threads_per_device, double seconds, double *gflops);
+/* crew_measure_peak, measured once: the figure for this host, build, kind and thread count from
+ * the cache file at cache_path (lines "<key> <gflops>"; NULL: no cache), else measured for 0.3 s
+ * and added to it (the file rewritten whole, atomically, in its directory, which must exist). A
+ * cache that cannot be read, parsed or written is measured past, never an error; *from_cache
+ * (may be NULL) says whether the figure came from it. */
+crew_status crew_peak_cached(const char *cache_path, const char *device_kind, int threads_per_device, double *gflops,
+                             int *from_cache);
 
 /* ---------------------------------------------------------------- verification */
 

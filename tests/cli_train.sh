@@ -28,9 +28,18 @@ if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
     && ok || fail "no warning about OpenBLAS's Prescott kernels: $(cat "$TMP/old.err")"
 fi
 
-for key in test_accuracy test_loss train_loss epochs steps samples_per_s wall_s weights; do
+for key in test_accuracy test_loss train_loss epochs steps samples_per_s gflops peak_fraction wall_s weights; do
   [ -n "$(json_field "$TMP/two.out" $key)" ] && ok || fail "--json lacks $key: $(tail -n 1 "$TMP/two.out")"
 done
+# The FLOP rate against the measured peak: in every step line, and the peak kept in the cache
+# ($XDG_CACHE_HOME, lib_cli.sh), one line of this machine's key.
+grep '"type":"step"' "$TMP/two/metrics.jsonl" | head -n 1 | grep -q '"gflops":[0-9.e+-]*,"peak_fraction":[0-9.e+-]*,' \
+  && grep -q ' [0-9.e+-]*$' "$XDG_CACHE_HOME/crew/peaks" && ok || fail "no FLOP rate or no cached peak"
+# A cache of garbage (someone's editor, a torn write) is measured past and rewritten, never trusted.
+{ printf '\177ELF\n'; head -c 300 /dev/urandom | tr -d '\n\000'; printf '\n'; } > "$XDG_CACHE_HOME/crew/peaks"
+run --devices cpu:1 --max-steps 2 --run-dir "$TMP/peak" > "$TMP/peak.out" 2> "$TMP/peak.err" \
+  && [ "$(json_field "$TMP/peak.out" peak_fraction)" != null ] && grep -q 'threads=1|.* [0-9.e+-]*$' "$XDG_CACHE_HOME/crew/peaks" \
+  && ok || fail "a garbage peak cache: $(tail -n 2 "$TMP/peak.err") $(tail -n 1 "$TMP/peak.out")"
 
 "$CREW" eval examples/fashion_mlp.json --weights "$TMP/two/weights.safetensors" --data "$DATA" --json > "$TMP/eval.out" || fail "eval"
 e=$(json_field "$TMP/eval.out" test_accuracy)

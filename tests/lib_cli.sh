@@ -5,6 +5,9 @@ CREW=${1:-${CREW_BIN:-build/crew}}
 passed=0
 failed=0
 TMP=$(mktemp -d /tmp/crew-cli-XXXXXX)
+# crew train keeps its measured GEMM peak in $XDG_CACHE_HOME/crew/peaks: the tests keep theirs here,
+# never in the home directory of whoever runs them.
+export XDG_CACHE_HOME="$TMP/cache"
 trap 'rm -rf "$TMP"' EXIT
 
 ok()   { passed=$((passed + 1)); }

@@ -61,7 +61,7 @@ static char *slurp(const char *path, size_t *len)
 
 static const crew_fit_plan plan2 = {.devices = 2, .batch_per_device = 4, .accumulation = 1, .global_batch = 8,
                                     .steps_per_epoch = 30, .epochs = 2, .total_steps = 60, .base_lr = 0.01f,
-                                    .scaled_lr = 0.01f, .warmup_steps = 5};
+                                    .scaled_lr = 0.01f, .warmup_steps = 5, .flops_per_sample = 1e6, .peak_gflops = 100};
 
 static crew_status open_monitor(const char *dir, int append, crew_monitor **m)
 {

@@ -115,6 +115,8 @@ crew_status crew_detect_step(crew_monitor *m, const crew_step_record *r)
 
 void crew_summarize(crew_monitor *m, crew_fit_result *res)
 {
+    res->gflops = m->plan.flops_per_sample * res->samples_per_s / 1e9;
+    res->peak_fraction = m->plan.peak_gflops > 0 ? res->gflops / m->plan.peak_gflops : NAN;
     if (m->steps == 0 || m->sum_step <= 0) {
         snprintf(res->bottleneck, sizeof res->bottleneck, "no training steps ran");
         return;

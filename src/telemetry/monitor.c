@@ -121,6 +121,11 @@ crew_status crew_monitor_open(const crew_monitor_config *cfg, const crew_fit_pla
     return CREW_OK;
 }
 
+double crew_monitor_gflops(const crew_monitor *m, const crew_step_record *r)
+{
+    return r->step_s > 0 ? m->plan.flops_per_sample * (double)r->global_batch / r->step_s / 1e9 : NAN;
+}
+
 static crew_status write_step_line(crew_monitor *m, const crew_step_record *r)
 {
     crew_text_file *f = &m->jsonl;
@@ -132,6 +137,9 @@ static crew_status write_step_line(crew_monitor *m, const crew_step_record *r)
     crew_text_printf(f, "\"global_batch\":%lld,", (long long)r->global_batch);
     json_num(f, "step_s", r->step_s, 1);
     json_num(f, "samples_per_s", r->step_s > 0 ? (double)r->global_batch / r->step_s : NAN, 1);
+    double gflops = crew_monitor_gflops(m, r);
+    json_num(f, "gflops", gflops, 1);
+    json_num(f, "peak_fraction", m->plan.peak_gflops > 0 ? gflops / m->plan.peak_gflops : NAN, 1);
     if (r->skipped) crew_text_puts(f, "\"skipped\":true,");
     crew_text_puts(f, "\"replicas\":[");
     for (int i = 0; i < r->n_replicas; i++) {
@@ -219,6 +227,8 @@ crew_status crew_monitor_finish(crew_monitor *m, crew_fit_result *res)
     crew_text_printf(f, "{\"type\":\"summary\",\"steps\":%lld,\"epochs\":%d,", (long long)res->steps, res->epochs);
     json_num(f, "wall_s", res->wall_s, 1);
     json_num(f, "samples_per_s", res->samples_per_s, 1);
+    json_num(f, "gflops", res->gflops, 1);
+    json_num(f, "peak_fraction", res->peak_fraction, 1);
     json_num(f, "test_accuracy", res->test_accuracy, 1);
     json_num(f, "test_loss", res->test_loss, 1);
     json_num(f, "data_fraction", res->data_fraction, 1);

@@ -41,6 +41,8 @@ struct crew_monitor {
 
 crew_status crew_detect_step(crew_monitor *m, const crew_step_record *r);
 void crew_summarize(crew_monitor *m, crew_fit_result *res);
+/* A step's FLOP rate, GFLOP/s: the plan's FLOPs per sample × its samples / its time (NaN without a time). */
+double crew_monitor_gflops(const crew_monitor *m, const crew_step_record *r);
 
 /* monitor_resume.c: reads the record a resumed run appends to (fd open for reading and
  * appending), cuts a torn last line off, and notes what resume_line needs. */

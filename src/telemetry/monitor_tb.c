@@ -19,11 +19,17 @@ crew_status crew_monitor_tb_step(crew_monitor *m, const crew_step_record *r)
     const crew_step_times *t = &r->replicas[0];
     static const char *const tags[] = {"train/loss", "train/accuracy", "train/lr", "train/samples_per_s",
                                        "time/step_s", "time/data_s", "time/forward_s", "time/backward_s",
-                                       "time/comm_exposed_s", "time/comm_hidden_s", "time/optimizer_s"};
+                                       "time/comm_exposed_s", "time/comm_hidden_s", "time/optimizer_s",
+                                       "perf/gflops", "perf/peak_fraction"};
+    double gflops = crew_monitor_gflops(m, r);
     float v[] = {r->loss, r->accuracy, r->lr, r->step_s > 0 ? (float)((double)r->global_batch / r->step_s) : 0.0f,
                  (float)r->step_s, (float)t->data_s, (float)t->forward_s, (float)t->backward_s,
-                 (float)t->comm_exposed_s, (float)t->comm_hidden_s, (float)t->optimizer_s};
-    CREW_TRY(crew_tb_scalars(m->tb, r->step, r->time, tags, v, (int)(sizeof v / sizeof v[0])));
+                 (float)t->comm_exposed_s, (float)t->comm_hidden_s, (float)t->optimizer_s,
+                 gflops == gflops ? (float)gflops : 0.0f,
+                 m->plan.peak_gflops > 0 && gflops == gflops ? (float)(gflops / m->plan.peak_gflops) : 0.0f};
+    /* the peak fraction only when the peak is known */
+    int n = (int)(sizeof v / sizeof v[0]) - (m->plan.peak_gflops > 0 ? 0 : 1);
+    CREW_TRY(crew_tb_scalars(m->tb, r->step, r->time, tags, v, n));
     for (int i = 0; i < r->n_replicas && i < 64; i++) {
         char tag[48];
         snprintf(tag, sizeof tag, "replica/%d/compute_s", i);

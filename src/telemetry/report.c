@@ -117,6 +117,9 @@ static void write_facts(FILE *f, const crew_report_data *d)
     fact(f, num(a, sizeof a, "%.4f", acc), "final test accuracy");
     fact(f, num(a, sizeof a, "%.4f", loss), "final test loss");
     fact(f, num(a, sizeof a, "%.0f", d->sum_samples_per_s), "training samples/s");
+    if (!isnan(d->sum_gflops)) fact(f, num(a, sizeof a, "%.1f", d->sum_gflops), "GFLOP/s (dense and convolution layers)");
+    if (!isnan(d->sum_peak_fraction))
+        fact(f, num(a, sizeof a, "%.0f%%", 100 * d->sum_peak_fraction), "of the measured GEMM peak");
     double wall = d->sum_wall_s;
     if (isnan(wall) && !isnan(d->start_time) && !isnan(d->last_step_time)) wall = d->last_step_time - d->start_time;
     fact(f, duration(a, sizeof a, wall), d->has_summary ? "wall time" : "wall time, to the last step");

@@ -104,6 +104,7 @@ typedef struct crew_report_data {
     int has_summary;
     int64_t sum_steps, sum_epochs, sum_skipped;
     double sum_wall_s, sum_samples_per_s, sum_test_accuracy, sum_test_loss;
+    double sum_gflops, sum_peak_fraction; /* NaN when absent (older runs; no peak measured) */
     double sum_fraction[4];          /* data, compute, comm_exposed, optimizer */
     char bottleneck[512];
 

@@ -445,6 +445,8 @@ static crew_status read_summary(const read_ctx *c, const cJSON *o)
     CREW_TRY(get_int(c, o, "skipped_updates", 0, MAX_STEP, 0, -1, &d->sum_skipped));
     CREW_TRY(get_num(c, o, "wall_s", &d->sum_wall_s));
     CREW_TRY(get_num(c, o, "samples_per_s", &d->sum_samples_per_s));
+    CREW_TRY(get_num(c, o, "gflops", &d->sum_gflops));
+    CREW_TRY(get_num(c, o, "peak_fraction", &d->sum_peak_fraction));
     CREW_TRY(get_num(c, o, "test_accuracy", &d->sum_test_accuracy));
     CREW_TRY(get_num(c, o, "test_loss", &d->sum_test_loss));
     for (int i = 0; i < 4; i++) CREW_TRY(get_num(c, o, fractions[i], &d->sum_fraction[i]));
@@ -654,6 +656,7 @@ static void data_init(crew_report_data *d)
     d->steps_per_epoch = d->total_steps = d->epochs = d->warmup_steps = -1;
     d->sum_steps = d->sum_epochs = d->sum_skipped = -1;
     d->sum_wall_s = d->sum_samples_per_s = d->sum_test_accuracy = d->sum_test_loss = NAN;
+    d->sum_gflops = d->sum_peak_fraction = NAN;
     for (int i = 0; i < 4; i++) d->sum_fraction[i] = NAN;
     d->bucket_steps = 1;
 }

@@ -82,6 +82,9 @@ static crew_status check_options(const crew_fit_options *o)
     if (o->threads_per_device < 1 || o->threads_per_device > 1024)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "threads per device must be in [1, 1024], got %d",
                            o->threads_per_device);
+    if (!(o->peak_gflops >= 0.0 && o->peak_gflops < 1e12))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the peak must be a finite number of GFLOP/s >= 0, got %g",
+                           o->peak_gflops);
     if (o->bucket_mb < 0 || o->collective_timeout_s < 0)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "bucket size and collective timeout must not be negative");
     if (o->loader_threads < 0 || o->loader_threads > 256 || o->prefetch < 0 || o->prefetch > 1024)
@@ -267,6 +270,10 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     p->pad_last_batch = o->pad_last_batch != 0;
     p->sync_batch_norm = o->sync_batch_norm < 0 ? o->devices > 1 : o->sync_batch_norm != 0;
     p->on_nan = o->on_nan;
+    crew_flops f;
+    CREW_TRY(crew_model_flops(m, &f));
+    p->flops_per_sample = f.total;
+    p->peak_gflops = o->peak_gflops;
     return CREW_OK;
 }
 

@@ -25,6 +25,12 @@ int cli_parse_augment(const char *verb, const char *text, crew_augment_options *
  * printing the error (exit status 2). */
 int cli_parse_devices(const char *verb, const char *text, char *kind, size_t kind_len, int64_t *n);
 
+/* The peak of a run of `devices` replicas of `kind` at `threads` BLAS threads in each of `processes`
+ * processes, GFLOP/s: one device's GEMM rate (crew_peak_cached, kept in
+ * $XDG_CACHE_HOME/crew/peaks) times the replicas that have cores of their own; 0 when it cannot be
+ * measured. *per_device (may be NULL): the one device's rate. */
+double cli_run_peak(const char *kind, int devices, int threads, int processes, double *per_device);
+
 /* Prints "crew VERB: message" on one line to stderr, frees s, and returns the exit status for
  * its code: 2 for bad usage or bad input, 1 for a run that failed. */
 int cli_fail(const char *verb, crew_status s);

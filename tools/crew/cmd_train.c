@@ -64,7 +64,8 @@ static const char *usage_text =
     "                             run's config.json, metrics.jsonl, tb/, checkpoints/, report.html\n"
     "                             and weights.safetensors (nothing else) once the new plan holds\n"
     "  --json                     end with one JSON line: test_accuracy, test_loss, train_loss,\n"
-    "                             epochs, steps, samples_per_s, wall_s, weights, run_dir\n"
+    "                             epochs, steps, samples_per_s, gflops, peak_fraction, wall_s,\n"
+    "                             weights, run_dir\n"
     "  --quiet                    no progress output (a run stopped by a signal still says on\n"
     "                             stderr how to resume it)\n"
     "\n"
@@ -270,12 +271,14 @@ static void on_signal(int sig)
 
 static void print_result_json(const crew_fit_result *r, const char *weights, const char *run_dir)
 {
-    char acc[32], loss[32], tloss[32], tacc[32];
+    char acc[32], loss[32], tloss[32], tacc[32], gf[32], pf[32];
     printf("{\"test_accuracy\":%s,\"test_loss\":%s,\"train_loss\":%s,\"train_accuracy\":%s,"
-           "\"epochs\":%d,\"steps\":%lld,\"samples_per_s\":%.1f,\"wall_s\":%.3f,\"weights\":",
+           "\"epochs\":%d,\"steps\":%lld,\"samples_per_s\":%.1f,\"gflops\":%s,\"peak_fraction\":%s,\"wall_s\":%.3f,"
+           "\"weights\":",
            cli_json_number(r->test_accuracy, acc, sizeof acc), cli_json_number(r->test_loss, loss, sizeof loss),
            cli_json_number(r->train_loss, tloss, sizeof tloss), cli_json_number(r->train_accuracy, tacc, sizeof tacc),
-           r->epochs, (long long)r->steps, r->samples_per_s, r->wall_s);
+           r->epochs, (long long)r->steps, r->samples_per_s, cli_json_number(r->gflops, gf, sizeof gf),
+           cli_json_number(r->peak_fraction, pf, sizeof pf), r->wall_s);
     crew_json_write_string(stdout, weights);
     printf(",\"run_dir\":");
     crew_json_write_string(stdout, run_dir);
@@ -526,9 +529,12 @@ static void print_summary(const crew_fit_result *res, const crew_fit_plan *plan,
     char weights[700], report[700], hint[512];
     snprintf(weights, sizeof weights, "%s/weights.safetensors", run_dir);
     snprintf(report, sizeof report, "%s/report.html", run_dir);
-    printf("%s after %lld steps in %.1fs (%.0f samples/s): test accuracy %.4f, test loss %.4f\n",
+    char peak[96] = "";
+    if (plan->peak_gflops > 0 && res->peak_fraction == res->peak_fraction)
+        snprintf(peak, sizeof peak, " = %.0f%% of the peak", 100 * res->peak_fraction);
+    printf("%s after %lld steps in %.1fs (%.0f samples/s, %.1f GFLOP/s%s): test accuracy %.4f, test loss %.4f\n",
            finished ? "trained" : "stopped by signal", (long long)res->steps, res->wall_s, res->samples_per_s,
-           (double)res->test_accuracy, (double)res->test_loss);
+           res->gflops, peak, (double)res->test_accuracy, (double)res->test_loss);
     printf("%s\n", res->bottleneck);
     if (crew_fit_scaling_hint(res, plan, hint, sizeof hint)) printf("%s\n", hint);
     if (finished) printf("weights: %s\n", weights);
@@ -619,6 +625,10 @@ int cli_train(int argc, char **argv)
     o.on_event = on_event;
     o.user = &view;
     o.cancel = (volatile int *)&cancel_requested;
+    double per_device = 0.0; /* the peak: measured once per machine (0.3 s), then from the cache */
+    if (!s && lead)
+        o.peak_gflops = cli_run_peak(o.device_kind, o.devices, o.threads_per_device > 0 ? o.threads_per_device : 1,
+                                     crew_group_size(g), &per_device);
     if (!s) s = crew_fit_prepare(st.m, st.train, &o, &st.fit);
     if (s) {
         rc = cli_fail("train", s);
@@ -643,6 +653,9 @@ int cli_train(int argc, char **argv)
     }
     if (!a.quiet) {
         cli_print_plan(plan, devices);
+        if (plan->peak_gflops > 0)
+            printf("      %.3g GFLOP per sample (forward and backward); peak %.1f GFLOP/s (%.0f x one device's measured GEMM rate, %.1f)\n",
+                   plan->flops_per_sample / 1e9, plan->peak_gflops, plan->peak_gflops / per_device, per_device);
         printf("run directory: %s\n", st.run_dir);
     }
     rc = run_and_save(&a, &st, &view);
