@@ -185,19 +185,43 @@ static int parse_args(int argc, char **argv, scale_args *a)
 
 /* ---- output */
 
-static void print_trials(const crew_scale_trial *t, int n)
+/* The FLOP rate of a trial, and its fraction of the peak of its replicas (one device's measured
+ * GEMM rate each, as many as have a core of their own). */
+typedef struct flop_rates {
+    double per_sample;      /* crew_model_flops: total */
+    double device_peak;     /* GFLOP/s of one device; 0: not measured */
+    int cores;
+} flop_rates;
+
+static double trial_gflops(const flop_rates *fr, const crew_scale_trial *t)
 {
-    printf("\n%7s %12s %11s %8s %8s %10s %8s %7s %8s %8s %7s %7s %7s\n", "devices", "global batch", "samples/s",
-           "spread", "speedup", "efficiency", "step ms", "data", "compute", "exposed", "hidden", "update", "other");
+    return fr->per_sample * t->samples_per_s / 1e9;
+}
+
+static double trial_peak_fraction(const flop_rates *fr, const crew_scale_trial *t)
+{
+    int own = t->devices < fr->cores ? t->devices : fr->cores;
+    return fr->device_peak > 0 ? trial_gflops(fr, t) / (fr->device_peak * (own > 0 ? own : 1)) : NAN;
+}
+
+static void print_trials(const crew_scale_trial *t, int n, const flop_rates *fr)
+{
+    printf("\n%7s %12s %11s %8s %8s %10s %8s %8s %8s %7s %8s %8s %7s %7s %7s\n", "devices", "global batch",
+           "samples/s", "GFLOP/s", "of peak", "spread", "speedup", "efficiency", "step ms", "data", "compute", "exposed",
+           "hidden", "update", "other");
     for (int i = 0; i < n; i++) {
         double spread = 100 * (t[i].samples_per_s_hi - t[i].samples_per_s_lo) / t[i].samples_per_s;
-        printf("%7d %12lld %11.0f %7.1f%% %8.2f %9.0f%% %8.2f %7.2f %8.2f %8.2f %7.2f %7.2f %7.2f\n", t[i].devices,
-               (long long)t[i].global_batch, t[i].samples_per_s, spread, t[i].speedup, 100 * t[i].efficiency,
-               1e3 * t[i].step_s, 1e3 * t[i].data_s, 1e3 * t[i].compute_s, 1e3 * t[i].comm_exposed_s,
-               1e3 * t[i].comm_hidden_s, 1e3 * t[i].optimizer_s, 1e3 * t[i].other_s);
+        printf("%7d %12lld %11.0f %8.1f %7.0f%% %7.1f%% %8.2f %9.0f%% %8.2f %7.2f %8.2f %8.2f %7.2f %7.2f %7.2f\n",
+               t[i].devices, (long long)t[i].global_batch, t[i].samples_per_s, trial_gflops(fr, &t[i]),
+               100 * trial_peak_fraction(fr, &t[i]), spread, t[i].speedup, 100 * t[i].efficiency, 1e3 * t[i].step_s,
+               1e3 * t[i].data_s, 1e3 * t[i].compute_s, 1e3 * t[i].comm_exposed_s, 1e3 * t[i].comm_hidden_s,
+               1e3 * t[i].optimizer_s, 1e3 * t[i].other_s);
     }
-    printf("(samples/s: the median of the repeats; spread: slowest to fastest repeat; times: medians per step of\n"
-           " replica 0, in ms; compute = forward + backward; exposed/hidden: all-reduce after/during backward)\n");
+    printf("(samples/s: the median of the repeats; GFLOP/s: %.3g GFLOP per sample (dense and convolution layers,\n"
+           " forward and backward) at that rate; of peak: of %.1f GFLOP/s, one device's measured GEMM rate, per replica\n"
+           " with a core of its own; spread: slowest to fastest repeat; times: medians per step of replica 0, in ms;\n"
+           " compute = forward + backward; exposed/hidden: all-reduce after/during backward)\n",
+           fr->per_sample / 1e9, fr->device_peak);
 }
 
 static void print_model(const crew_scale_model *cm)
@@ -251,7 +275,7 @@ static void json_num(const char *key, double v, int comma)
     printf("\"%s\":%s%s", key, cli_json_number(v, b, sizeof b), comma ? "," : "");
 }
 
-static void print_json_trials(const crew_scale_trial *t, int n)
+static void print_json_trials(const crew_scale_trial *t, int n, const flop_rates *fr)
 {
     printf("\"trials\":[");
     for (int i = 0; i < n; i++) {
@@ -260,6 +284,8 @@ static void print_json_trials(const crew_scale_trial *t, int n)
         json_num("samples_per_s", t[i].samples_per_s, 1);
         json_num("samples_per_s_lo", t[i].samples_per_s_lo, 1);
         json_num("samples_per_s_hi", t[i].samples_per_s_hi, 1);
+        json_num("gflops", trial_gflops(fr, &t[i]), 1);
+        json_num("peak_fraction", trial_peak_fraction(fr, &t[i]), 1);
         json_num("speedup", t[i].speedup, 1);
         json_num("efficiency", t[i].efficiency, 1);
         json_num("step_s", t[i].step_s, 1);
@@ -289,8 +315,9 @@ static void print_json_point(const crew_scale_point *p)
     printf("}");
 }
 
-static void print_json(const scale_args *a, const crew_scale_trial *t, int n, const crew_scale_model *cm,
-                       int64_t samples, const crew_scale_advice *adv, const crew_scale_advice *here)
+static void print_json(const scale_args *a, const crew_scale_trial *t, int n, const flop_rates *fr,
+                       const crew_scale_model *cm, int64_t samples, const crew_scale_advice *adv,
+                       const crew_scale_advice *here)
 {
     printf("{\"model\":");
     crew_json_write_string(stdout, a->model);
@@ -298,7 +325,7 @@ static void print_json(const scale_args *a, const crew_scale_trial *t, int n, co
     crew_json_write_string(stdout, a->data);
     printf(",\"batch_per_device\":%lld,\"train_samples\":%lld,\"epochs\":%lld,\"gradient_bytes\":%lld,",
            (long long)cm->batch_per_device, (long long)samples, (long long)a->epochs, (long long)cm->gradient_bytes);
-    print_json_trials(t, n);
+    print_json_trials(t, n, fr);
     printf("\"cost_model\":{");
     json_num("compute_s", cm->compute_s, 1);
     json_num("data_s", cm->data_s, 1);
@@ -419,13 +446,17 @@ int cli_scale(int argc, char **argv)
                           a.worth_it_s, &adv);
         crew_scale_advise(&cm, NULL, a.project, a.n_project, samples, (int)a.epochs, a.worth_it_s, &here);
         printf("scaling of %s on %s: per-device batch %lld\n", a.model, a.data, (long long)cm.batch_per_device);
-        print_trials(t, a.n_counts);
+        flop_rates fr = {.cores = crew_cpu_cores()};
+        crew_flops f;
+        if (crew_model_flops(m, &f) == CREW_OK) fr.per_sample = f.total;
+        cli_run_peak("cpu", 1, 1, 1, &fr.device_peak); /* the trials' devices: one BLAS thread each */
+        print_trials(t, a.n_counts, &fr);
         print_model(&cm);
         print_projection(&a, &cm, samples);
         printf("\nrecommendation%s: %s\n", a.have_link ? " (devices joined by the --link)" : "", adv.reason);
         if (adv.stall[0]) printf("%s\n", adv.stall);
         if (a.have_link && here.stall[0]) printf("on this machine, %s\n", here.stall);
-        if (a.json) print_json(&a, t, a.n_counts, &cm, samples, &adv, &here);
+        if (a.json) print_json(&a, t, a.n_counts, &fr, &cm, samples, &adv, &here);
         rc = 0;
     }
     crew_dataset_free(train);
