@@ -6,7 +6,7 @@ DATA    ?= data/fashion-mnist
 RUN_DIR ?= runs/demo
 MODEL   ?= examples/fashion_cnn.json
 
-.PHONY: all deps build test guard fuzz demo asan tsan clean
+.PHONY: all deps build test guard fuzz demo asan tsan mpich clean
 
 FUZZ_TARGETS = $(basename $(notdir $(wildcard fuzz/fuzz_*.c)))
 
@@ -38,6 +38,15 @@ fuzz:
 	@cmake -S . -B build-fuzz -DCREW_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug > /dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZ_TARGETS)
 	ctest --test-dir build-fuzz -L fuzz --output-on-failure -j $(JOBS)
+
+# The MPI tests again, built against MPICH (mpicc.mpich) and launched by its Hydra
+# (mpiexec.mpich): MPI's other family, which Debian ships beside Open MPI.
+mpich:
+	@CREW_WITH_MPICH=1 scripts/install-deps.sh
+	@cmake -S . -B build-mpich -DCMAKE_BUILD_TYPE=Release -DMPI_C_COMPILER=$$(command -v mpicc.mpich) \
+	       -DCREW_MPIRUN=$$(command -v mpiexec.mpich) > /dev/null
+	@cmake --build build-mpich -j $(JOBS) --target crew_cli test_comm_mpi test_fit_mpi
+	ctest --test-dir build-mpich -R "test_comm_mpi|test_fit_mpi" --output-on-failure
 
 # Prepares Fashion-MNIST once, then trains the CNN data-parallel on all cores (a new run in runs/demo
 # each time: --replace removes the previous one).

@@ -17,6 +17,8 @@ typedef struct crew_group_requests {
     int *peer;                  /* [n] the process each request talks to */
     int *is_recv;               /* [n] */
     int *done;                  /* [cap] MPI_Testsome's indices */
+    MPI_Status *statuses;       /* [cap] its statuses, unread: MPICH's header makes GCC take
+                                   MPI_STATUSES_IGNORE for an array of none and warn */
     int n, cap;
 } crew_group_requests;
 

@@ -36,6 +36,8 @@ void crew_mpi_describe(char *buf, size_t len)
     int n = 0;
     MPI_Get_library_version(v, &n); /* may be called before MPI_Init */
     v[strcspn(v, "\n")] = '\0';
+    for (char *c = v; *c; c++)
+        if (*c == '\t') *c = ' '; /* MPICH's "MPICH Version:<tab>4.0.2" */
     snprintf(buf, len, "%s", v);
 }
 
@@ -45,7 +47,7 @@ static crew_status mpi_error(struct crew_process_group *g, int rc, const char *w
     int len = 0;
     if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
     g->failed = 1;
-    snprintf(g->failure, sizeof g->failure, "%s on MPI rank %d: %s", what, g->rank, msg);
+    snprintf(g->failure, sizeof g->failure, "%.100s on MPI rank %d: %.200s", what, g->rank, msg);
     return crew_errorf(CREW_CODE_IO, "%s", g->failure);
 }
 
@@ -73,7 +75,9 @@ static crew_status post(struct crew_process_group *g, crew_group_requests *p, vo
             if (ir) p->is_recv = ir;
             int *dn = realloc(p->done, (size_t)cap * sizeof *dn);
             if (dn) p->done = dn;
-            if (!r || !pe || !ir || !dn) return CREW_OOM();
+            MPI_Status *st = realloc(p->statuses, (size_t)cap * sizeof *st);
+            if (st) p->statuses = st;
+            if (!r || !pe || !ir || !dn || !st) return CREW_OOM();
             p->cap = cap;
         }
         int count = (int)(bytes - off < PIECE_BYTES ? bytes - off : PIECE_BYTES);
@@ -132,7 +136,7 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
     double spin_until = crew_now() + SPIN_S;
     for (int left = p->n; !s && left > 0;) {
         int outcount = 0;
-        int rc = MPI_Testsome(p->n, p->req, &outcount, p->done, MPI_STATUSES_IGNORE);
+        int rc = MPI_Testsome(p->n, p->req, &outcount, p->done, p->statuses);
         if (rc != MPI_SUCCESS) {
             s = mpi_error(g, rc, what);
             break;
@@ -257,6 +261,7 @@ void crew_group_close(crew_process_group *g)
     free(g->pending.peer);
     free(g->pending.is_recv);
     free(g->pending.done);
+    free(g->pending.statuses);
     free(g->hosts);
     free(g);
 }
