@@ -712,6 +712,10 @@ typedef struct crew_scale_options {
     int threads_per_device;      /* [1] */
     void (*on_repeat)(void *user, int devices, int repeat, double samples_per_s); /* progress, or NULL */
     void *user;
+    /* Processes (as crew_fit_options.group): a trial runs `devices` replicas in each, devices ×
+     * processes in all, and every process calls crew_scale_measure; the figures are process 0's
+     * (the others get zeros). NULL: this process alone. */
+    const struct crew_process_group *group;
 } crew_scale_options;
 
 void crew_scale_options_init(crew_scale_options *o); /* every field at its default */
@@ -729,6 +733,10 @@ typedef struct crew_link {
 /* This machine's shared memory as a link, measured: all-reduces of `bytes` and of one value between
  * two replicas' communication threads, as training runs them. */
 crew_status crew_scale_measure_shared_memory(int64_t bytes, crew_link *out);
+/* The processes of g as a link, measured: all-reduces of `bytes` and of one value across them,
+ * one replica each, through the MPI communicator as training runs it; α the latency, β from the
+ * ring's 2(P − 1)/P · S/β. Every process of g calls it; each gets its own measurement. */
+crew_status crew_scale_measure_group_link(const struct crew_process_group *g, int64_t bytes, crew_link *out);
 
 /* How fast `threads` replicas step in lockstep, each relative to one alone (1: no slowdown),
  * measured for about `seconds` in all with replica-like rounds of about round_s (a step's compute):

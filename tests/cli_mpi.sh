@@ -55,6 +55,18 @@ json_field "$TMP/verify.out" devices | grep -qx 4 && json_field "$TMP/verify.out
 [ "$(grep -c '^PASS' "$TMP/verify.out")" = 1 ] && grep -q "on 2 MPI ranks x cpu:2 = 4 replicas" "$TMP/verify.out" && ok \
   || fail "verify under mpirun: not one verdict from rank 0: $(head -n 2 "$TMP/verify.out")"
 
+# ---- crew scale under mpirun: trials of process 0 alone and of both processes, the MPI link
+# measured between them, one verdict from rank 0, its JSON naming the processes and the link
+"${MPIRUN[@]}" -np 2 "$CREW" scale $MODEL --data "$DATA" --steps 4 --warmup 1 --repeats 1 --batch-per-device 8 --json \
+  > "$TMP/scale.out" 2> "$TMP/scale.err" || fail "scale on 2 processes: $(tail -n 3 "$TMP/scale.err")"
+last=$(tail -n 1 "$TMP/scale.out")
+echo "$last" | grep -q '"trials":\[{"devices":1,.*},{"devices":2,' \
+  && echo "$last" | grep -q '"mpi":{"processes":2,"alpha_s":[0-9][0-9.e+-]*,"bytes_per_s":[0-9][0-9.e+-]*}' \
+  && echo "$last" | grep -q '"link_projection":\[{"devices":1,' && [ "$(grep -c '^scaling of ' "$TMP/scale.out")" = 1 ] \
+  && ok || fail "scale under mpirun: $(echo "$last" | cut -c1-300)"
+"${MPIRUN[@]}" -np 2 "$CREW" scale $MODEL --data "$DATA" --link 25Gbit > "$TMP/scale2.out" 2>&1
+[ $? -eq 2 ] && grep -q "leave out --link" "$TMP/scale2.out" && ok || fail "scale --link under mpirun: $(head -n 2 "$TMP/scale2.out")"
+
 # ---- resume across process counts: 4 processes -> 1 process -> 2 processes x 2 threads
 LONG=(--data "$DATA" --max-steps 24 --batch-per-device 8 --global-batch 32 --checkpoint-every 4 --quiet)
 "$CREW" train $MODEL "${LONG[@]}" --devices cpu:1 --run-dir "$TMP/ref" > /dev/null || fail "the uninterrupted run"

@@ -95,6 +95,7 @@ static crew_status run_repeat(crew_model *m, const crew_dataset *train, const cr
     crew_fit_options f;
     crew_model_default_fit(m, &f);
     f.devices = devices;
+    f.group = o->group;
     if (o->batch_per_device > 0) f.batch_per_device = o->batch_per_device;
     f.threads_per_device = o->threads_per_device > 0 ? o->threads_per_device : 1;
     f.epochs = 1000; /* max_steps ends the run; a small dataset simply wraps into the next epoch */
@@ -102,10 +103,14 @@ static crew_status run_repeat(crew_model *m, const crew_dataset *train, const cr
     f.drift_check_every = -1;
     f.on_step = on_step;
     f.user = log;
-    log->global_batch = (int64_t)devices * f.batch_per_device;
+    log->global_batch = (int64_t)devices * crew_group_size(o->group) * f.batch_per_device;
     log->repeat_samples = log->repeat_s = 0.0;
     crew_fit_result r;
     CREW_TRY(crew_model_fit(m, train, &f, &r));
+    if (crew_group_rank(o->group) != 0) { /* the steps are reported on process 0 alone */
+        *samples_per_s = 0.0;
+        return CREW_OK;
+    }
     if (log->repeat_s <= 0)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the trial on %d replica%s measured no step (warm-up %lld steps)",
                            devices, devices == 1 ? "" : "s", (long long)log->warmup);
@@ -165,10 +170,10 @@ crew_status crew_scale_measure(crew_model *m, const crew_dataset *train, const c
     double rates[64];
     for (int r = 0; r < repeats && !s; r++) {
         s = run_repeat(m, train, o, devices, &log, &rates[r]);
-        if (!s && o->on_repeat) o->on_repeat(o->user, devices, r, rates[r]);
+        if (!s && o->on_repeat) o->on_repeat(o->user, devices * crew_group_size(o->group), r, rates[r]);
     }
     if (!s) {
-        out->devices = devices;
+        out->devices = devices * crew_group_size(o->group);
         out->repeats = repeats;
         out->steps = log.n / repeats;
         summarise(&log, rates, repeats, out);

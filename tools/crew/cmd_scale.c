@@ -30,7 +30,12 @@ static const char *usage_text =
     "  --worth-it T             one device is enough when it trains E epochs within T: 90s, 30m,\n"
     "                           1h, 2d [1h]\n"
     "  --project 1,2,4,...      counts to project to [1,2,4,8,16,32,64]\n"
-    "  --json                   end with one JSON line (docs/ADVISOR.md)\n";
+    "  --json                   end with one JSON line (docs/ADVISOR.md)\n"
+    "\n"
+    "Under mpirun (mpirun -np P crew scale ...) the trials are process 0 alone and all P processes\n"
+    "with one replica each, the MPI link between them is measured (latency and bandwidth of its\n"
+    "all-reduce), the cost model is fitted to it and projects more processes over it; process 0\n"
+    "prints the one verdict.\n";
 
 #define MAX_COUNTS 32
 
@@ -41,6 +46,8 @@ typedef struct scale_args {
     int64_t batch, steps, warmup, repeats, epochs;
     int have_link, json;
     crew_link link;
+    const char *link_label;     /* the projection's second column: "devices joined by the --link" */
+    int mpi_processes;          /* under mpirun: the processes, and `link` is their measured MPI link */
     double worth_it_s;
 } scale_args;
 
@@ -176,6 +183,7 @@ static int parse_args(int argc, char **argv, scale_args *a)
     a->n_project = 7;
     a->link.alpha_s = 5e-6;
     a->worth_it_s = 3600;
+    a->link_label = "devices joined by the --link";
     int parsed = cli_parse_args("scale", usage_text, scale_flags, CLI_COUNT(scale_flags), argc, argv, a, &a->model);
     if (parsed) return parsed;
     if (!a->model) return cli_usage_error("scale", "missing MODEL.json");
@@ -224,7 +232,7 @@ static void print_trials(const crew_scale_trial *t, int n, const flop_rates *fr)
            fr->per_sample / 1e9, fr->device_peak);
 }
 
-static void print_model(const crew_scale_model *cm)
+static void print_model(const crew_scale_model *cm, const char *link_name)
 {
     printf("\ncost model: step(N) = compute / speed(N) + data + (1 - h)(alpha + 2(N-1)/N S/beta) + alpha [+ sync(N)]\n");
     printf("  compute %.2f ms per replica per step (forward, backward, update), data wait %.2f ms,\n",
@@ -232,7 +240,7 @@ static void print_model(const crew_scale_model *cm)
     printf("  S = %.2f MB of gradients, hidden behind the backward pass h = %.0f%%; on devices of their own\n"
            "  sync(N) = jitter x E[max of N normals] with a compute jitter of %.2f ms\n", cm->gradient_bytes / 1e6,
            100 * cm->hidden_fraction, 1e3 * cm->jitter_s);
-    printf("  shared memory: alpha = %.1f us, beta = %.2f GB/s (%s)\n", 1e6 * cm->link.alpha_s,
+    printf("  %s: alpha = %.1f us, beta = %.2f GB/s (%s)\n", link_name, 1e6 * cm->link.alpha_s,
            cm->link.bytes_per_s / 1e9, cm->link_note);
     printf("  this machine: %d cores; speed(%d) = %.0f%%: %d replicas in lockstep each step at that fraction of one\n"
            "  alone (%s; it holds the waits for the slowest); beyond %d they take turns\n", cm->cores, cm->cores,
@@ -245,7 +253,7 @@ static void print_projection(const scale_args *a, const crew_scale_model *cm, in
     printf("\nprojection (per-device batch %lld; %lld epoch%s of %lld samples; evaluation not included):\n",
            (long long)cm->batch_per_device, (long long)a->epochs, a->epochs == 1 ? "" : "s", (long long)samples);
     printf("%7s | %-38s", "", "this machine");
-    if (a->have_link) printf(" | devices joined by the --link");
+    if (a->have_link) printf(" | %s", a->link_label);
     printf("\n%7s | %11s %6s %9s %9s", "devices", "samples/s", "eff", "step ms", "time");
     if (a->have_link) printf(" | %11s %6s %9s %9s", "samples/s", "eff", "step ms", "time");
     printf("\n");
@@ -326,6 +334,14 @@ static void print_json(const scale_args *a, const crew_scale_trial *t, int n, co
     printf(",\"batch_per_device\":%lld,\"train_samples\":%lld,\"epochs\":%lld,\"gradient_bytes\":%lld,",
            (long long)cm->batch_per_device, (long long)samples, (long long)a->epochs, (long long)cm->gradient_bytes);
     print_json_trials(t, n, fr);
+    if (a->mpi_processes) {
+        printf("\"mpi\":{\"processes\":%d,", a->mpi_processes);
+        json_num("alpha_s", a->link.alpha_s, 1);
+        json_num("bytes_per_s", a->link.bytes_per_s, 0);
+        printf("},");
+    } else {
+        printf("\"mpi\":null,");
+    }
     printf("\"cost_model\":{");
     json_num("compute_s", cm->compute_s, 1);
     json_num("data_s", cm->data_s, 1);
@@ -378,8 +394,28 @@ static void on_repeat(void *user, int devices, int repeat, double samples_per_s)
             samples_per_s);
 }
 
-static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *train, crew_scale_trial *t,
-                           crew_scale_model *cm)
+/* Under mpirun: the trial of process 0 alone (the others wait for it, then learn how it went),
+ * and the trial of every process with one replica each. */
+static crew_status measure_processes(const crew_scale_options *o, const crew_process_group *g, crew_model *m,
+                                     crew_dataset *train, crew_scale_trial *t)
+{
+    crew_status s = CREW_OK;
+    if (crew_group_rank(g) == 0) s = crew_scale_measure(m, train, o, 1, &t[0]);
+    char how[200] = "ok";
+    if (s) snprintf(how, sizeof how, "failed: %.180s", crew_status_message(s));
+    crew_status agreed = crew_group_agree(g, "the trial of process 0 alone", how, 3600.0);
+    if (s) {
+        crew_status_free(agreed);
+        return s;
+    }
+    TRY(agreed);
+    crew_scale_options across = *o;
+    across.group = g;
+    return crew_scale_measure(m, train, &across, 1, &t[1]);
+}
+
+static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *train, const crew_process_group *g,
+                           crew_scale_trial *t, crew_scale_model *cm, crew_link *mpi_link)
 {
     crew_scale_options o;
     crew_scale_options_init(&o);
@@ -388,9 +424,15 @@ static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *tra
     o.steps = a->steps;
     o.repeats = (int)a->repeats;
     o.threads_per_device = 1;
-    o.on_repeat = on_repeat;
+    o.on_repeat = crew_group_rank(g) == 0 ? on_repeat : NULL;
     int cores = crew_cpu_cores();
-    for (int i = 0; i < a->n_counts; i++) TRY(crew_scale_measure(m, train, &o, a->counts[i], &t[i]));
+    if (g) {
+        TRY(measure_processes(&o, g, m, train, t));
+        TRY(crew_scale_measure_group_link(g, crew_model_param_count(m) * (int64_t)sizeof(float), mpi_link));
+        if (crew_group_rank(g) != 0) return CREW_OK; /* the figures and the verdict are process 0's */
+    } else {
+        for (int i = 0; i < a->n_counts; i++) TRY(crew_scale_measure(m, train, &o, a->counts[i], &t[i]));
+    }
     /* Without a trial on 2 to `cores` replicas, the lockstep probe says how the cores share; its
      * rounds last as long as a replica's step of compute. */
     int within = 0;
@@ -404,7 +446,10 @@ static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *tra
     int above_one = 0;
     for (int i = 0; i < a->n_counts; i++) above_one += a->counts[i] > 1;
     crew_link shared = {5e-6, 5e9}; /* replaced by the benchmark whenever the trials cannot fit the link */
-    if (above_one < 2) TRY(crew_scale_measure_shared_memory(grad_bytes > 4 ? grad_bytes : 4, &shared));
+    if (g)
+        shared = *mpi_link; /* the trials' all-reduce ran over it */
+    else if (above_one < 2)
+        TRY(crew_scale_measure_shared_memory(grad_bytes > 4 ? grad_bytes : 4, &shared));
     return crew_scale_fit(t, a->n_counts, grad_bytes, &shared, (int)cores, speed, cm);
 }
 
@@ -417,7 +462,19 @@ int cli_scale(int argc, char **argv)
     crew_dataset *train = NULL;
     crew_scale_trial t[MAX_COUNTS];
     crew_scale_model cm;
-    cli_warn_slow_blas("scale");
+    /* Under mpirun: trials of process 0 alone and of every process (one replica each), the MPI
+     * link measured between them, and the projection to more processes over it. */
+    const crew_process_group *g = cli_group();
+    if (g && a.have_link)
+        return cli_usage_error("scale", "under mpirun the link is the MPI one between the processes, measured: "
+                                        "leave out --link and --latency");
+    if (g && (rc = cli_agree_run("scale", g, argc, argv, a.model, a.data, NULL))) return rc;
+    const int lead = crew_group_rank(g) == 0;
+    crew_link mpi_link = {0};
+    if (g) {
+        a.counts[0] = 1, a.counts[1] = crew_group_size(g), a.n_counts = 2;
+    }
+    if (lead) cli_warn_slow_blas("scale");
     crew_status s = crew_model_load_file(a.model, &m);
     if (!s) s = crew_dataset_open(a.data, "train", &train);
     if (!s && !a.epochs) {
@@ -434,11 +491,31 @@ int cli_scale(int argc, char **argv)
         s = crew_model_plan_fit(m, train, &f, &plan);
     }
     if (!s) {
-        fprintf(stderr, "crew scale: trials of %s at %d replica count%s\n", a.model, a.n_counts, a.n_counts == 1 ? "" : "s");
-        s = measure(&a, m, train, t, &cm);
+        if (g && lead)
+            fprintf(stderr, "crew scale: trials of %s on process 0 alone and on all %d MPI processes\n", a.model,
+                    crew_group_size(g));
+        else if (!g)
+            fprintf(stderr, "crew scale: trials of %s at %d replica count%s\n", a.model, a.n_counts,
+                    a.n_counts == 1 ? "" : "s");
+        s = measure(&a, m, train, g, t, &cm, &mpi_link);
+    }
+    if (g && !s && lead) { /* the projection over more processes: the link just measured */
+        a.link = mpi_link;
+        a.have_link = 1;
+        a.link_label = "processes joined by the MPI link";
+        a.mpi_processes = crew_group_size(g);
+        char *at = strstr(cm.link_note, "shared-memory benchmark"); /* its fallback was the MPI link's */
+        if (at) {
+            char note[sizeof cm.link_note];
+            snprintf(note, sizeof note, "%.*sMPI link benchmark%s", (int)(at - cm.link_note), cm.link_note,
+                     at + strlen("shared-memory benchmark"));
+            snprintf(cm.link_note, sizeof cm.link_note, "%s", note);
+        }
     }
     if (s) {
         rc = cli_fail("scale", s);
+    } else if (!lead) {
+        rc = 0; /* the verdict is process 0's */
     } else {
         int64_t samples = crew_dataset_size(train);
         crew_scale_advice adv, here;
@@ -446,14 +523,18 @@ int cli_scale(int argc, char **argv)
                           a.worth_it_s, &adv);
         crew_scale_advise(&cm, NULL, a.project, a.n_project, samples, (int)a.epochs, a.worth_it_s, &here);
         printf("scaling of %s on %s: per-device batch %lld\n", a.model, a.data, (long long)cm.batch_per_device);
+        if (g)
+            printf("across %d MPI processes, one replica each; the MPI link between them, measured: %.1f us, %.2f GB/s\n",
+                   crew_group_size(g), 1e6 * mpi_link.alpha_s, mpi_link.bytes_per_s / 1e9);
         flop_rates fr = {.cores = crew_cpu_cores()};
         crew_flops f;
         if (crew_model_flops(m, &f) == CREW_OK) fr.per_sample = f.total;
         cli_run_peak("cpu", 1, 1, 1, &fr.device_peak); /* the trials' devices: one BLAS thread each */
         print_trials(t, a.n_counts, &fr);
-        print_model(&cm);
+        print_model(&cm, g ? "MPI link" : "shared memory");
         print_projection(&a, &cm, samples);
-        printf("\nrecommendation%s: %s\n", a.have_link ? " (devices joined by the --link)" : "", adv.reason);
+        printf("\nrecommendation%s%s%s: %s\n", a.have_link ? " (" : "", a.have_link ? a.link_label : "",
+               a.have_link ? ")" : "", adv.reason);
         if (adv.stall[0]) printf("%s\n", adv.stall);
         if (a.have_link && here.stall[0]) printf("on this machine, %s\n", here.stall);
         if (a.json) print_json(&a, t, a.n_counts, &fr, &cm, samples, &adv, &here);

@@ -18,7 +18,7 @@ static const struct {
     {"verify", cli_verify, "prove that N replicas compute what one replica computes", 1},
     {"report", cli_report, "write a run directory's metrics as a self-contained HTML report", 0},
     {"plan", cli_plan, "work out the memory a model needs per device, and what to do if it does not fit", 0},
-    {"scale", cli_scale, "measure scaling over replica counts, project it, and say how many devices are worth it", 0},
+    {"scale", cli_scale, "measure scaling over replica counts, project it, and say how many devices are worth it", 1},
 };
 
 static void usage(FILE *f)
