@@ -9,7 +9,10 @@
  *   mpi       MPI_Allreduce(MPI_IN_PLACE, ..., MPI_FLOAT, MPI_SUM): the library's own algorithm;
  *   crew      crew's all-reduce through the communicator table (ops->allreduce, SUM, F32);
  *   ord k=1   crew's ordered all-reduce, one input per rank (ops->allreduce_ordered);
- *   ord k=2   the same with two inputs per rank (a replica accumulating two micro-batches).
+ *   ord k=2   the same with two inputs per rank (a replica accumulating two micro-batches);
+ *   fast      crew's all-reduce with the unordered path (--allreduce fast): each process's own sum,
+ *             then MPI_Iallreduce polled against the deadline, with Open MPI's libnbc told to use
+ *             its ring (the setting crew's command line makes; left alone when already set).
  * Rank 0 prints, per size, the median time per operation, the bus bandwidth 2(P − 1)/P · bytes /
  * time (nccl-tests' busbw: what each process moves through its link in a ring, so that figures
  * for different P compare, and a ring all-reduce at the link's speed reads as the link's speed;
@@ -59,13 +62,14 @@
 #include "crew.h"
 
 #define N_SIZES 5
-#define N_CONTESTANTS 4
+#define N_CONTESTANTS 5
 #define TIMEOUT_S 120.0
 
 static const int64_t size_bytes[N_SIZES] = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
 static const int full_reps[N_SIZES] = {1000, 400, 100, 30, 11};
 static const int quick_reps[N_SIZES] = {50, 20, 8, 5, 3};
-static const char *const names[N_CONTESTANTS] = {"MPI_Allreduce", "crew allreduce", "ordered k=1", "ordered k=2"};
+static const char *const names[N_CONTESTANTS] = {"MPI_Allreduce", "crew allreduce", "ordered k=1", "ordered k=2",
+                                                  "crew fast"};
 
 typedef struct args {
     int quick, reps, markdown;
@@ -127,7 +131,7 @@ static double median(double *v, int n)
 
 typedef struct bench {
     int P, p;
-    crew_comm comm;
+    crew_comm comm, fast;       /* crew's communicator, ordered, and with the fast path */
     int64_t n;                  /* floats in the buffer */
     float *buf, *pristine;      /* in place: this rank's input, kept */
     float *expect_int;          /* the exact sum of every rank's pristine */
@@ -165,7 +169,8 @@ static void setup(bench *b, int64_t n)
 static double run_one(bench *b, int c, int check)
 {
     const size_t bytes = (size_t)b->n * sizeof(float);
-    if (c < 2) memcpy(b->buf, b->pristine, bytes);
+    const int in_place = c < 2 || c == 4;
+    if (in_place) memcpy(b->buf, b->pristine, bytes);
     MPI_Barrier(MPI_COMM_WORLD);
     crew_status s = CREW_OK;
     double t0 = MPI_Wtime();
@@ -174,13 +179,15 @@ static double run_one(bench *b, int c, int check)
         if (rc != MPI_SUCCESS) fail("MPI_Allreduce", "failed");
     } else if (c == 1) {
         s = b->comm.ops->allreduce(b->comm.ctx, b->comm.rank, b->buf, b->n, CREW_COMM_F32, CREW_REDUCE_SUM, TIMEOUT_S);
+    } else if (c == 4) {
+        s = b->fast.ops->allreduce(b->fast.ctx, b->fast.rank, b->buf, b->n, CREW_COMM_F32, CREW_REDUCE_SUM, TIMEOUT_S);
     } else {
         s = b->comm.ops->allreduce_ordered(b->comm.ctx, b->comm.rank, b->in, c - 1, b->out, b->n, TIMEOUT_S);
     }
     double t = MPI_Wtime() - t0;
     if (s) fail(names[c], crew_status_message(s));
     if (!check) return t;
-    const float *got = c < 2 ? b->buf : b->out, *want = c < 2 ? b->expect_int : b->expect_ord[c - 2];
+    const float *got = in_place ? b->buf : b->out, *want = in_place ? b->expect_int : b->expect_ord[c - 2];
     if (memcmp(got, want, bytes) != 0) {
         int64_t i = 0;
         while (i < b->n && !memcmp(got + i, want + i, sizeof(float))) i++;
@@ -211,6 +218,8 @@ static void describe_cpu(char *buf, size_t len)
 int main(int argc, char **argv)
 {
     int level = 0;
+    /* as crew's command line does for --allreduce fast (tools/crew/cli_mpi.c): libnbc's ring */
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &level);
     bench b = {0};
     MPI_Comm_size(MPI_COMM_WORLD, &b.P);
@@ -226,13 +235,18 @@ int main(int argc, char **argv)
 
     crew_process_group *g = NULL;
     crew_local_comm *lc = NULL;
-    crew_mpi_comm *mc = NULL;
+    crew_mpi_comm *mc = NULL, *mf = NULL;
+    crew_local_comm *lf = NULL;
     MPI_Comm world = MPI_COMM_WORLD;
     crew_status s = crew_group_open_mpi(&world, 30.0, &g);
     if (!s) s = crew_local_comm_create(1, &lc);
     if (!s) s = crew_mpi_comm_create(g, lc, 1, &mc);
+    if (!s) s = crew_local_comm_create(1, &lf);
+    if (!s) s = crew_mpi_comm_create(g, lf, 1, &mf);
     if (s) return fail("setting up", crew_status_message(s));
+    crew_mpi_comm_set_unordered(mf, 1);
     b.comm = crew_mpi_comm_rank(mc, 0);
+    b.fast = crew_mpi_comm_rank(mf, 0);
 
     const int64_t max_n = size_bytes[N_SIZES - 1] / (int64_t)sizeof(float);
     float **bufs[] = {&b.buf, &b.pristine, &b.expect_int, &b.in[0], &b.in[1], &b.out, &b.expect_ord[0], &b.expect_ord[1]};
@@ -262,10 +276,12 @@ int main(int argc, char **argv)
                a.reps ? "N" : a.quick ? "--quick" : "full");
         if (a.markdown)
             printf("| size | MPI_Allreduce µs | GB/s | crew allreduce µs | GB/s | ratio | ordered k=1 µs | GB/s | ratio | "
-                   "ordered k=2 µs | GB/s | ratio |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
+                   "ordered k=2 µs | GB/s | ratio | crew fast µs | GB/s | ratio |\n"
+                   "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
         else
-            printf("%8s | %10s %7s | %10s %7s %6s | %10s %7s %6s | %10s %7s %6s | %6s\n", "size", "mpi us", "GB/s",
-                   "crew us", "GB/s", "ratio", "ord1 us", "GB/s", "ratio", "ord2 us", "GB/s", "ratio", "others");
+            printf("%8s | %10s %7s | %10s %7s %6s | %10s %7s %6s | %10s %7s %6s | %10s %7s %6s | %6s\n", "size", "mpi us",
+                   "GB/s", "crew us", "GB/s", "ratio", "ord1 us", "GB/s", "ratio", "ord2 us", "GB/s", "ratio", "fast us",
+                   "GB/s", "ratio", "others");
         fflush(stdout);
     }
 
@@ -362,6 +378,8 @@ int main(int argc, char **argv)
 
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(*bufs[i]);
     crew_mpi_comm_free(mc);
+    crew_mpi_comm_free(mf);
+    crew_local_comm_free(lf);
     crew_local_comm_free(lc);
     crew_group_close(g);
     MPI_Finalize();

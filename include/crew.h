@@ -351,6 +351,12 @@ typedef struct crew_fit_options {
     /* The run's devices' peak, GFLOP/s (crew_measure_peak, times the replicas); each step then
      * records its FLOP rate as a fraction of it. 0: unknown, only the rate is recorded. */
     double peak_gflops;
+    /* 1: across processes, the all-reduces are MPI's own (MPI_Iallreduce after each process's
+     * ordered sum of its replicas'): as fast as the MPI library, but its order of the sums, so the
+     * last bits of the results, may change with the process count and the library, and a process
+     * that goes missing is reported without its name. The plan says so. 0: crew's ordered
+     * all-reduce, bitwise the same for any split of the work [0]. No effect in one process. */
+    int unordered_allreduce;
 } crew_fit_options;
 
 typedef struct crew_fit_result {
@@ -408,6 +414,7 @@ typedef struct crew_fit_plan {
     int sync_batch_norm;        /* as resolved: 1 when replicas share batch-norm statistics */
     crew_nan_policy on_nan;
     int processes;              /* of a process group: devices / processes replicas each [1] */
+    int unordered_allreduce;    /* crew_fit_options.unordered_allreduce, as resolved (0 in one process) */
     double flops_per_sample;    /* a training step's FLOPs per sample (crew_model_flops: total) */
     double peak_gflops;         /* crew_fit_options.peak_gflops: the devices' GEMM rate; 0: unknown */
 } crew_fit_plan;

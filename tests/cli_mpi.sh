@@ -41,6 +41,17 @@ cmp -s "$TMP/four/weights.safetensors" "$TMP/mpi2x2/weights.safetensors" && ok \
 cmp -s "$TMP/one/weights.safetensors" "$TMP/four/weights.safetensors" && ok \
   || fail "4 threads: weights differ from one replica accumulating"
 
+# --allreduce fast: MPI's own all-reduce between the processes, and the plan says what that costs.
+# With one micro-batch per process, two processes' sum has one order only (a + b = b + a), so here
+# the bits are still the ordered run's.
+FAST=(--data "$DATA" --max-steps 8 --batch-per-device 8)
+"${MPIRUN[@]}" -np 2 "$CREW" train $MODEL "${FAST[@]}" --quiet --run-dir "$TMP/ord2" > /dev/null 2>&1 || fail "ordered"
+"${MPIRUN[@]}" -np 2 "$CREW" train $MODEL "${FAST[@]}" --allreduce fast --run-dir "$TMP/fast2" > "$TMP/fast2.out" 2>&1 \
+  || fail "--allreduce fast: $(tail -n 3 "$TMP/fast2.out")"
+grep -q "all-reduce between the processes: MPI's own (--allreduce fast)" "$TMP/fast2.out" \
+  && cmp -s "$TMP/ord2/weights.safetensors" "$TMP/fast2/weights.safetensors" && ok \
+  || fail "--allreduce fast on 2 processes: no note in the plan, or other weights than the ordered run"
+
 # One record, rank 0's: every replica's timings in each step line, and nothing written by others.
 n_replicas=$(grep -m1 '"type":"step"' "$TMP/mpi4/metrics.jsonl" | grep -o '"rank":' | wc -l)
 [ "$n_replicas" = 4 ] && ok || fail "-np 4: a step record holds $n_replicas replicas' timings, not 4"

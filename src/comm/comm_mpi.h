@@ -22,6 +22,11 @@ crew_status crew_mpi_comm_create(const crew_process_group *g, crew_local_comm *l
 /* Local rank i's handle: its rank is the global one. */
 crew_comm crew_mpi_comm_rank(crew_mpi_comm *mc, int local_rank);
 void crew_mpi_comm_free(crew_mpi_comm *mc);
+/* on: its all-reduces across processes are MPI's own (MPI_Iallreduce, polled against the
+ * deadline) after each process's ordered sum of its own inputs: faster, but the order of the sums
+ * across processes is the MPI library's, so results may change with the process count; and a
+ * missing process is reported, not named. Off (the default): crew's ordered algorithm. */
+void crew_mpi_comm_set_unordered(crew_mpi_comm *mc, int on);
 
 /* Every process's `bytes` of `mine`, into all[process · bytes], within timeout_s; a process that
  * never sends is named. For agreeing on a run before it starts. */

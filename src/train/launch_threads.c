@@ -203,6 +203,7 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
     l->ranks = calloc((size_t)n, sizeof *l->ranks);
     crew_status s = l->ranks ? crew_local_comm_create(n, &l->lc) : CREW_OOM();
     if (!s && processes > 1) s = crew_mpi_comm_create(g, l->lc, n, &l->mc);
+    if (!s && l->mc) crew_mpi_comm_set_unordered(l->mc, run->plan.unordered_allreduce);
     for (int i = 0; i < n && !s; i++) {
         rank_slot *r = &l->ranks[i];
         r->l = l;

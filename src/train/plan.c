@@ -274,6 +274,7 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     CREW_TRY(crew_model_flops(m, &f));
     p->flops_per_sample = f.total;
     p->peak_gflops = o->peak_gflops;
+    p->unordered_allreduce = o->unordered_allreduce != 0 && crew_group_size(o->group) > 1;
     return CREW_OK;
 }
 

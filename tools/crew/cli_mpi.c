@@ -23,6 +23,10 @@ int cli_mpi_begin(const char *verb, int *argc, char ***argv)
 {
     if (!crew_launched_by_mpi()) return 0;
 #ifdef CREW_HAVE_MPI
+    /* --allreduce fast uses MPI_Iallreduce, which Open MPI's libnbc runs with an algorithm of its
+     * own choosing unless told: on 2 processes its choice reached 0.25-0.7 of MPI_Allreduce, its
+     * ring 0.8-1.0 (docs/PERFORMANCE.md). A user's own setting wins; other MPIs ignore it. */
+    setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
     int provided = 0;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
         fprintf(stderr, "crew %s: MPI_Init_thread failed\n", verb);

@@ -32,4 +32,7 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
         printf(", warmup %lld steps from %g\n", (long long)p->warmup_steps, (double)p->warmup_start_lr);
     else
         printf(", no warmup\n");
+    if (p->unordered_allreduce)
+        printf("      all-reduce between the processes: MPI's own (--allreduce fast): the order of its sums, so the\n"
+               "      last bits of the weights, may change with the process count and the MPI library\n");
 }

@@ -36,6 +36,10 @@ static const char *usage_text =
     "  --sync-bn on|off           batch-norm statistics over all replicas [on with >1 device]\n"
     "  --collective-timeout S     a replica missing a collective this long fails the run [300]\n"
     "  --on-nan stop|skip         non-finite gradients end the run (exit 1), or skip that update [stop]\n"
+    "  --allreduce ordered|fast   under mpirun: crew's ordered all-reduce between the processes, the\n"
+    "                             same bits for any split of the work, or MPI's own (fast; its order\n"
+    "                             of the sums, so the last bits, may change with the process count,\n"
+    "                             and a missing process is reported, not named) [ordered]\n"
     "  --drift-check-every N      compare the replicas' parameter hashes every N steps; 0 = off [100]\n"
     "  --straggler-threshold X    report a replica slower than the others' median by this fraction [0.2]\n"
     "  --straggler-window N       steps per straggler verdict [50]\n"
@@ -82,7 +86,7 @@ typedef struct train_args {
     /* 0 (seed, lr_scaling, sync_bn, on_nan, warmup_steps: -1): not given, the model file's or
      * the library's default; a resumed run's checkpoint decides these unless given */
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
-    int lr_scaling, sync_bn, on_nan;
+    int lr_scaling, sync_bn, on_nan, allreduce;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
     int pad_last, have_augment;
     crew_augment_options augment;
@@ -118,6 +122,7 @@ static int parse_augment(const char *verb, const char *v, void *args)
 static const char *const lr_rules[] = {"none", "linear", "sqrt", NULL}; /* crew_lr_scaling's order */
 static const char *const off_on[] = {"off", "on", NULL};
 static const char *const nan_policies[] = {"stop", "skip", NULL}; /* crew_nan_policy's order */
+static const char *const allreduce_kinds[] = {"ordered", "fast", NULL}; /* crew_fit_options.unordered_allreduce */
 
 /* Every flag but --help. --devices is only stored here: it is checked after MODEL.json and --data,
  * so a command missing those says so first. */
@@ -145,6 +150,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_FLOAT_FLAG(train_args, "--bucket-mb", bucket_mb, 1e-6, 1e6),
     CLI_CHOICE_FLAG(train_args, "--sync-bn", sync_bn, off_on),
     CLI_CHOICE_FLAG(train_args, "--on-nan", on_nan, nan_policies),
+    CLI_CHOICE_FLAG(train_args, "--allreduce", allreduce, allreduce_kinds),
     CLI_INT_FLAG(train_args, "--drift-check-every", drift_every, 0, INT64_MAX / 2),
     CLI_FLOAT_FLAG(train_args, "--straggler-threshold", straggler_threshold, 0.001, 100.0),
     CLI_INT_FLAG(train_args, "--straggler-window", straggler_window, 1, 1 << 30),
@@ -318,6 +324,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->warmup_epochs = a->warmup_epochs;
     o->bucket_mb = a->bucket_mb;
     o->sync_batch_norm = a->sync_bn;
+    o->unordered_allreduce = a->allreduce == 1;
     o->collective_timeout_s = a->timeout;
     if (a->on_nan >= 0) o->on_nan = (crew_nan_policy)a->on_nan;
     o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;

@@ -19,7 +19,11 @@
  * reduction order is the library's, and the bits would change with the process count.
  *
  * Plain all-reduce (the gradient buckets, the step's metrics) is the same algorithm with k = 1;
- * reduce-scatter is its first two phases with chunks aligned to the ranks' regions. */
+ * reduce-scatter is its first two phases with chunks aligned to the ranks' regions.
+ *
+ * Unordered (crew_mpi_comm_set_unordered, --allreduce fast): each process sums its own inputs in
+ * order, then MPI_Iallreduce across the processes; as fast as the MPI library, whose order of the
+ * sums (so the last bits) is its own and may change with the process count. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +41,7 @@ struct crew_mpi_comm {
     struct crew_process_group *g;
     crew_local_comm *lc;
     int T;                      /* ranks per process */
+    int unordered;              /* 1: across processes, MPI's own all-reduce (crew_mpi_comm_set_unordered) */
     int P, p;                   /* processes; this one */
     /* the leader's scratch, grown on demand */
     void *pack;                 /* what this process sends: every peer's chunk of its inputs */
@@ -198,6 +203,38 @@ static const int64_t *set_bounds(struct crew_mpi_comm *mc, int64_t n, int64_t pe
     return mc->bounds;
 }
 
+/* The fast path: this process's T·k inputs summed in order (the fold of one process: P = 1 in its
+ * eyes), then MPI's own all-reduce across the processes, in place, and the result to every rank. */
+static crew_status lead_allreduce_unordered(struct crew_mpi_comm *mc, void *const *posted, int k, const job *j)
+{
+    const size_t es = elem(j->t);
+    const int L = mc->T * k, P = mc->P, p = mc->p;
+    char *first = ((post *)posted[0])->buf;
+    /* one input that is also the output (a plain all-reduce of one replica): MPI works in place */
+    char *sum = L == 1 && input(posted, k, 0) == first ? first : NULL;
+    if (!sum) {
+        if (!grow(&mc->out, &mc->out_cap, (size_t)j->n * es + 1)) return CREW_OOM();
+        sum = mc->out;
+        mc->P = 1, mc->p = 0; /* fold over this process's inputs alone */
+        if (j->t == CREW_COMM_F32)
+            fold_f32(mc, posted, L, k, 0, j->n, (float *)sum, 1.0f);
+        else
+            fold_f64(mc, posted, L, k, 0, j->n, (double *)sum, 1.0);
+        mc->P = P, mc->p = p;
+    }
+    CREW_TRY(crew_group_allreduce_sum(mc->g, sum, j->n, j->t == CREW_COMM_F64, j->timeout_s, j->what));
+    if (j->op == CREW_REDUCE_AVG) {
+        const int ranks = mc->P * mc->T;
+        if (j->t == CREW_COMM_F32)
+            for (int64_t i = 0; i < j->n; i++) ((float *)sum)[i] *= 1.0f / (float)ranks;
+        else
+            for (int64_t i = 0; i < j->n; i++) ((double *)sum)[i] *= 1.0 / (double)ranks;
+    }
+    for (int t = 0; t < mc->T; t++)
+        if (((post *)posted[t])->buf != sum) memcpy(((post *)posted[t])->buf, sum, (size_t)j->n * es);
+    return CREW_OK;
+}
+
 static crew_status lead_allreduce(void *user, void *const *posted)
 {
     const job *j = user;
@@ -207,6 +244,7 @@ static crew_status lead_allreduce(void *user, void *const *posted)
         if ((((post *)posted[t])->parts ? ((post *)posted[t])->k : 1) != k)
             return crew_errorf(CREW_CODE_INTERNAL, "%s: the ranks of MPI rank %d passed different numbers of inputs",
                                j->what, mc->p);
+    if (mc->unordered) return lead_allreduce_unordered(mc, posted, k, j);
     const int64_t *bounds = set_bounds(mc, j->n, 1, mc->P); /* n/P each */
     CREW_TRY(reduce_chunk(mc, posted, k, bounds, j));
     return gather_chunks(mc, posted, bounds, j);
@@ -421,6 +459,11 @@ crew_status crew_mpi_comm_create(const crew_process_group *g, crew_local_comm *l
 crew_comm crew_mpi_comm_rank(crew_mpi_comm *mc, int local_rank)
 {
     return (crew_comm){&mpi_ops, mc, mc->p * mc->T + local_rank, mc->P * mc->T};
+}
+
+void crew_mpi_comm_set_unordered(crew_mpi_comm *mc, int on)
+{
+    if (mc) mc->unordered = on != 0;
 }
 
 void crew_mpi_comm_free(crew_mpi_comm *mc)

@@ -48,4 +48,11 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
                                 void *const *recv, const size_t *recv_bytes, int tag, double timeout_s,
                                 int replicas_per_process, const char *what);
 
+/* buf[n] (floats, or doubles with f64) summed over the processes in place by MPI's own
+ * all-reduce (MPI_Iallreduce, polled against timeout_s): the fast path, whose order of the sums
+ * is the library's. A process that never joins cannot be named (an MPI collective does not say
+ * who is missing): the error says so, and the group is poisoned. */
+crew_status crew_group_allreduce_sum(struct crew_process_group *g, void *buf, int64_t n, int f64, double timeout_s,
+                                     const char *what);
+
 #endif

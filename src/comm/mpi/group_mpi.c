@@ -6,7 +6,9 @@
  * the receives still open at the deadline are the processes that did not answer. The collectives
  * of comm_mpi.c are built from this exchange (an all-to-all and an all-gather), which costs
  * P − 1 messages per process per phase: fine for the tens of processes a run of crew has, and the
- * traffic stays a ring's 2(P − 1)/P of the buffer. */
+ * traffic stays a ring's 2(P − 1)/P of the buffer. The one MPI collective used is the fast path's
+ * all-reduce (crew_group_allreduce_sum, --allreduce fast), which a user asks for knowing that a
+ * missing process is then reported, not named. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +165,39 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
     /* After a failure the open requests are left to the process's end: the group is poisoned, and
      * a request cannot be freed while MPI may still write into its buffer. */
     return s;
+}
+
+#define ALLREDUCE_PIECE ((int64_t)1 << 28) /* elements per MPI call: its counts are ints */
+
+crew_status crew_group_allreduce_sum(struct crew_process_group *g, void *buf, int64_t n, int f64, double timeout_s,
+                                     const char *what)
+{
+    if (g->failed) return crew_errorf(CREW_CODE_TIMEOUT, "%s: %s", what, g->failure);
+    const size_t es = f64 ? sizeof(double) : sizeof(float);
+    const double deadline = crew_now() + timeout_s;
+    for (int64_t off = 0; off < n; off += ALLREDUCE_PIECE) {
+        int count = (int)(n - off < ALLREDUCE_PIECE ? n - off : ALLREDUCE_PIECE);
+        MPI_Request req;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * es, count, f64 ? MPI_DOUBLE : MPI_FLOAT,
+                                MPI_SUM, g->comm, &req);
+        if (rc != MPI_SUCCESS) return mpi_error(g, rc, what);
+        /* No naps: a non-blocking collective advances only inside MPI calls (Open MPI, MPICH), so
+         * sleeping between tests would stall it. This spins, as a blocking MPI_Allreduce does. */
+        for (int done = 0, polls = 0; !done; polls++) {
+            MPI_Status st;
+            rc = MPI_Test(&req, &done, &st);
+            if (rc != MPI_SUCCESS) return mpi_error(g, rc, what);
+            if (done || polls % 256) continue;
+            if (crew_now() >= deadline) { /* the request stays open to the process's end, as in an exchange */
+                g->failed = 1;
+                snprintf(g->failure, sizeof g->failure,
+                         "%.100s: MPI's all-reduce did not complete within %g s: a process is missing (an MPI collective "
+                         "cannot say which; without --allreduce fast crew names it)", what, timeout_s);
+                return crew_errorf(CREW_CODE_TIMEOUT, "%s", g->failure);
+            }
+        }
+    }
+    return CREW_OK;
 }
 
 crew_status crew_group_allgather_bytes(const crew_process_group *cg, const void *mine, void *all, size_t bytes,
