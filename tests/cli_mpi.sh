@@ -122,14 +122,15 @@ start_and_kill "$A" 8 "${MPIRUN[@]}" -np 2 "$CREW" train $MODEL "${AUG[@]}" --au
 cmp -s "$TMP/aug-ref/weights.safetensors" "$A/weights.safetensors" && ok \
   || fail "an augmented run resumed under mpirun without --augment differs from the uninterrupted run"
 
-# signal_rank1 DIR SIGNAL: a 2-process run into DIR (collective deadline 3 s) whose rank 1 gets
+# signal_rank1 DIR SIGNAL [TRAIN FLAGS]: a 2-process run into DIR (collective deadline 3 s) whose rank 1 gets
 # SIGNAL once DIR holds the checkpoint of step 4; sets rc to the job's exit status and rank1 to the
 # process signalled. The job must end within 60 s, a bound no loaded machine comes near: never a
 # hang. Its output is in DIR.out.
 signal_rank1() {
   local dir=$1 sig=$2 pid polls=0 p
+  shift 2
   "${MPIRUN[@]}" -np 2 "$CREW" train $MODEL --data "$DATA" --max-steps 300 --batch-per-device 8 --checkpoint-every 2 \
-    --collective-timeout 3 --quiet --run-dir "$dir" > "$dir.out" 2>&1 &
+    --collective-timeout 3 --quiet "$@" --run-dir "$dir" > "$dir.out" 2>&1 &
   pid=$!
   while [ "$(newest_checkpoint "$dir")" -lt 4 ] && [ $polls -lt 30000 ]; do sleep 0.01; polls=$((polls + 1)); done
   rank1=""
@@ -152,6 +153,10 @@ signal_rank1 "$TMP/stopped" STOP
 [ $rc = 1 ] && ok || fail "a stopped rank: exit $rc, not 1: $(tail -n 3 "$TMP/stopped.out")"
 grep -q "MPI rank 1 (host [^,]*, replica 1) did not answer within 3 s" "$TMP/stopped.out" && ok \
   || fail "a stopped rank is not named: $(head -n 3 "$TMP/stopped.out")"
+# ...and with --allreduce fast, whose MPI collective cannot say who is missing, reported as such.
+signal_rank1 "$TMP/fast_stopped" STOP --allreduce fast
+[ $rc = 1 ] && grep -q "MPI's all-reduce did not complete within 3 s: a process is missing" "$TMP/fast_stopped.out" \
+  && ok || fail "--allreduce fast, a stopped rank: exit $rc: $(head -n 3 "$TMP/fast_stopped.out")"
 # A process killed with SIGKILL: mpirun itself notices, names the rank and ends the job (Open MPI
 # 4.1 kills the survivors; there is no recovery to wait for).
 signal_rank1 "$TMP/killed" KILL
