@@ -14,7 +14,7 @@ for i in $(seq 64); do printf '\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09'; done >
 D="$TMP/data"
 
 "$CREW" scale examples/fashion_mlp.json --data "$D" --devices cpu:1,2 --batch-per-device 16 --steps 4 --warmup 1 \
-    --repeats 2 --epochs 3 --link 25Gbit --latency 20us --worth-it 1s --json > "$TMP/out" 2> "$TMP/err" \
+    --repeats 2 --epochs 3 --link 25Gbit --latency 20us --worth-it 1s --price 3/h --json > "$TMP/out" 2> "$TMP/err" \
     && ok || fail "crew scale: $(cat "$TMP/err")"
 last=$(tail -n 1 "$TMP/out")
 echo "$last" | grep -q '"trials":\[{"devices":1,' && echo "$last" | grep -q '{"devices":2,"global_batch":32' \
@@ -25,12 +25,21 @@ rec=$(echo "$last" | sed -n 's/.*"recommended_devices":\([0-9]*\).*/\1/p')
 echo "$last" | grep -q '"reason":"[a-z]' && ok || fail "reason: $last"
 echo "$last" | grep -q '"link_projection":\[{"devices":1' && ok || fail "link projection: $last"
 grep -q "^recommendation" "$TMP/out" && ok || fail "no recommendation line: $(cat "$TMP/out")"
+# Time and money: each projected point's device-hours (devices x time) and, with --price, its cost.
+echo "$last" | grep -o '"projection":\[{[^}]*}' | awk -F'[,:]' '
+  { for (i = 1; i < NF; i++) { if ($i ~ /"devices"/) d = $(i+1); if ($i ~ /"device_hours"/) h = $(i+1);
+                              if ($i ~ /"cost"/) c = $(i+1); if ($i ~ /"epochs_s"/) e = $(i+1) } }
+  END { exit !(h > 0 && (h - d * e / 3600) ^ 2 < 1e-8 * h * h && (c - 3 * h) ^ 2 < 1e-8 * c * c) }' \
+  && ok || fail "device-hours and cost of the first projected point: $(echo "$last" | grep -o '"projection":\[{[^}]*}')"
+grep -q "dev-hours *cost" "$TMP/out" && ok || fail "no dev-hours and cost columns: $(grep -m1 devices "$TMP/out")"
 
 expect_exit 2 "--devices" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --devices cpu:2,1
 expect_exit 2 "--devices" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --devices gpu:1
 expect_exit 2 "--link" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --link 25furlongs
 expect_exit 2 "--latency" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --latency soon
 expect_exit 2 "--worth-it" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --worth-it -1h
+expect_exit 2 "--price" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --price 3/fortnight
+expect_exit 2 "--price" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --price -1
 expect_exit 2 "missing --data" -- "$CREW" scale examples/fashion_mlp.json
 expect_exit 2 "no-such-dir" -- "$CREW" scale examples/fashion_mlp.json --data "$TMP/no-such-dir"
 expect_exit 2 "fewer than one global batch" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --batch-per-device 512

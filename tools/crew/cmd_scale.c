@@ -30,6 +30,8 @@ static const char *usage_text =
     "  --worth-it T             one device is enough when it trains E epochs within T: 90s, 30m,\n"
     "                           1h, 2d [1h]\n"
     "  --project 1,2,4,...      counts to project to [1,2,4,8,16,32,64]\n"
+    "  --price P                what a device-hour costs (2.50/h, 0.04/min): the projection says\n"
+    "                           what each count's run costs, beside its device-hours\n"
     "  --json                   end with one JSON line (docs/ADVISOR.md)\n"
     "\n"
     "Under mpirun (mpirun -np P crew scale ...) the trials are process 0 alone and all P processes\n"
@@ -49,6 +51,7 @@ typedef struct scale_args {
     const char *link_label;     /* the projection's second column: "devices joined by the --link" */
     int mpi_processes;          /* under mpirun: the processes, and `link` is their measured MPI link */
     double worth_it_s;
+    double price_per_hour;      /* per device-hour, --price; 0: none given */
 } scale_args;
 
 /* "1,2,4" into out (ascending, distinct, each in [1, 1024]). */
@@ -158,6 +161,31 @@ static int parse_worth_it(const char *verb, const char *v, void *args)
     return 0;
 }
 
+/* "2.50/h", "$2.5", "0.04/min", "0.0007/s": a price per device and time, into one per hour. */
+static int parse_price(const char *verb, const char *v, void *args)
+{
+    scale_args *a = args;
+    const char *p = v[0] == '$' ? v + 1 : v;
+    char *end = NULL;
+    errno = 0;
+    double x = strtod(p, &end);
+    double per = 1.0; /* hours per unit of the suffix */
+    if (end && (!strcmp(end, "") || !strcmp(end, "/h") || !strcmp(end, "/hour")))
+        per = 1.0;
+    else if (end && (!strcmp(end, "/min") || !strcmp(end, "/m")))
+        per = 1.0 / 60.0;
+    else if (end && !strcmp(end, "/s"))
+        per = 1.0 / 3600.0;
+    else
+        end = NULL;
+    if (!end || end == p || errno || !(x > 0.0 && x < 1e9)) {
+        cli_usage_error(verb, "--price takes a price per device-hour such as 2.50/h, 0.04/min or 2.5, got '%s'", v);
+        return 0;
+    }
+    a->price_per_hour = x / per;
+    return 1;
+}
+
 static const cli_flag_spec scale_flags[] = {
     CLI_SWITCH_FLAG(scale_args, "--json", json),
     CLI_STRING_FLAG(scale_args, "--data", data),
@@ -171,6 +199,7 @@ static const cli_flag_spec scale_flags[] = {
     CLI_CUSTOM_FLAG("--link", parse_link),
     CLI_CUSTOM_FLAG("--latency", parse_latency),
     CLI_CUSTOM_FLAG("--worth-it", parse_worth_it),
+    CLI_CUSTOM_FLAG("--price", parse_price),
 };
 
 /* Returns 0 to go on, -1 after --help, or the exit status. */
@@ -252,25 +281,35 @@ static void print_projection(const scale_args *a, const crew_scale_model *cm, in
 {
     printf("\nprojection (per-device batch %lld; %lld epoch%s of %lld samples; evaluation not included):\n",
            (long long)cm->batch_per_device, (long long)a->epochs, a->epochs == 1 ? "" : "s", (long long)samples);
-    printf("%7s | %-38s", "", "this machine");
+    const int price = a->price_per_hour > 0;
+    printf("%7s | %-*s", "", price ? 58 : 48, "this machine");
     if (a->have_link) printf(" | %s", a->link_label);
-    printf("\n%7s | %11s %6s %9s %9s", "devices", "samples/s", "eff", "step ms", "time");
-    if (a->have_link) printf(" | %11s %6s %9s %9s", "samples/s", "eff", "step ms", "time");
+    printf("\n%7s | %11s %6s %9s %9s %9s", "devices", "samples/s", "eff", "step ms", "time", "dev-hours");
+    if (price) printf(" %9s", "cost");
+    if (a->have_link) {
+        printf(" | %11s %6s %9s %9s %9s", "samples/s", "eff", "step ms", "time", "dev-hours");
+        if (price) printf(" %9s", "cost");
+    }
     printf("\n");
     char d[32];
     for (int i = 0; i < a->n_project; i++) {
         crew_scale_point p, q;
         crew_scale_predict(cm, NULL, a->project[i], samples, (int)a->epochs, &p);
-        printf("%7d | %11.0f %5.0f%% %9.2f %9s", p.devices, p.samples_per_s, 100 * p.efficiency, 1e3 * p.step_s,
-               crew_format_duration(p.epochs_s, d, sizeof d));
+        double hours = p.devices * p.epochs_s / 3600.0;
+        printf("%7d | %11.0f %5.0f%% %9.2f %9s %9.3g", p.devices, p.samples_per_s, 100 * p.efficiency, 1e3 * p.step_s,
+               crew_format_duration(p.epochs_s, d, sizeof d), hours);
+        if (price) printf(" %9.2f", hours * a->price_per_hour);
         if (a->have_link) {
             crew_scale_predict(cm, &a->link, a->project[i], samples, (int)a->epochs, &q);
-            printf(" | %11.0f %5.0f%% %9.2f %9s", q.samples_per_s, 100 * q.efficiency, 1e3 * q.step_s,
-                   crew_format_duration(q.epochs_s, d, sizeof d));
+            hours = q.devices * q.epochs_s / 3600.0;
+            printf(" | %11.0f %5.0f%% %9.2f %9s %9.3g", q.samples_per_s, 100 * q.efficiency, 1e3 * q.step_s,
+                   crew_format_duration(q.epochs_s, d, sizeof d), hours);
+            if (price) printf(" %9.2f", hours * a->price_per_hour);
         }
         printf("\n");
     }
-    printf("(this machine: %d cores shared by the replicas, beyond them they take turns", cm->cores);
+    printf("(dev-hours: devices x time%s; this machine: %d cores shared by the replicas, beyond them they take turns",
+           price ? ", cost: dev-hours x --price" : "", cm->cores);
     if (a->have_link)
         printf("; --link: %.2f GB/s, %.1f us latency, every device computing like one replica here", a->link.bytes_per_s / 1e9,
                1e6 * a->link.alpha_s);
@@ -309,9 +348,12 @@ static void print_json_trials(const crew_scale_trial *t, int n, const flop_rates
     printf("],");
 }
 
-static void print_json_point(const crew_scale_point *p)
+static void print_json_point(const crew_scale_point *p, double price_per_hour)
 {
     printf("{\"devices\":%d,\"global_batch\":%lld,", p->devices, (long long)p->global_batch);
+    double hours = p->devices * p->epochs_s / 3600.0;
+    json_num("device_hours", hours, 1);
+    json_num("cost", price_per_hour > 0 ? hours * price_per_hour : NAN, 1);
     json_num("samples_per_s", p->samples_per_s, 1);
     json_num("speedup", p->speedup, 1);
     json_num("efficiency", p->efficiency, 1);
@@ -358,14 +400,14 @@ static void print_json(const scale_args *a, const crew_scale_trial *t, int n, co
         crew_scale_point p;
         crew_scale_predict(cm, NULL, a->project[i], samples, (int)a->epochs, &p);
         printf("%s", i ? "," : "");
-        print_json_point(&p);
+        print_json_point(&p, a->price_per_hour);
     }
     printf("],\"link_projection\":[");
     for (int i = 0; a->have_link && i < a->n_project; i++) {
         crew_scale_point p;
         crew_scale_predict(cm, &a->link, a->project[i], samples, (int)a->epochs, &p);
         printf("%s", i ? "," : "");
-        print_json_point(&p);
+        print_json_point(&p, a->price_per_hour);
     }
     printf("],\"recommended_devices\":%d,", adv->recommended_devices);
     json_num("one_device_s", adv->one_device_s, 1);
