@@ -107,22 +107,24 @@ static const char *input(void *const *posted, int k, int l)
     return ps->parts ? (const char *)ps->parts[l % k] : (const char *)(ps->send ? ps->send : ps->buf);
 }
 
-/* acc[0..m) = Σ over processes q, then inputs l, of src(q, l)[0..m), in that order (a left fold:
- * the first term is copied, each later one added), then × scale when scale ≠ 1. A block of FOLD_BLOCK
+/* acc[0..m) = Σ over processes q < P, then inputs l, of src(q, l)[0..m), in that order (a left fold:
+ * the first term is copied, each later one added), then × scale when scale ≠ 1; process `self`'s
+ * inputs are this process's own (from lo on), the others' are in mc->in. P = 1, self = 0: this
+ * process's inputs alone (the fast path's local sum). A block of FOLD_BLOCK
  * values at a time, so that acc stays in cache while every input passes over it: the same bits as
  * one pass per input over the whole chunk, at one read of each input and one write of acc. */
 #define FOLD_BLOCK 2048
 #define DEFINE_FOLD(name, T)                                                                              \
-    static void name(struct crew_mpi_comm *mc, void *const *posted, int L, int k, int64_t lo, int64_t m,   \
-                     T *acc, T scale)                                                                     \
+    static void name(const struct crew_mpi_comm *mc, int P, int self, void *const *posted, int L, int k,  \
+                     int64_t lo, int64_t m, T *acc, T scale)                                              \
     {                                                                                                     \
         for (int64_t b = 0; b < m; b += FOLD_BLOCK) {                                                     \
             const int64_t nb = m - b < FOLD_BLOCK ? m - b : FOLD_BLOCK;                                   \
             T *out = acc + b;                                                                             \
             int first = 1;                                                                                \
-            for (int q = 0; q < mc->P; q++)                                                               \
+            for (int q = 0; q < P; q++)                                                                   \
                 for (int l = 0; l < L; l++) {                                                             \
-                    const T *src = (q == mc->p ? (const T *)input(posted, k, l) + lo                      \
+                    const T *src = (q == self ? (const T *)input(posted, k, l) + lo                       \
                                                : (const T *)mc->in + ((size_t)q * (size_t)L + (size_t)l) * (size_t)m) + b; \
                     if (first)                                                                            \
                         memcpy(out, src, (size_t)nb * sizeof(T));                                         \
@@ -171,9 +173,9 @@ static crew_status reduce_chunk(struct crew_mpi_comm *mc, void *const *posted, i
     const int avg = j->op == CREW_REDUCE_AVG;
     const int ranks = mc->P * mc->T;
     if (j->t == CREW_COMM_F32)
-        fold_f32(mc, posted, L, k, lo, m, mc->out, avg ? 1.0f / (float)ranks : 1.0f);
+        fold_f32(mc, mc->P, mc->p, posted, L, k, lo, m, mc->out, avg ? 1.0f / (float)ranks : 1.0f);
     else
-        fold_f64(mc, posted, L, k, lo, m, mc->out, avg ? 1.0 / (double)ranks : 1.0);
+        fold_f64(mc, mc->P, mc->p, posted, L, k, lo, m, mc->out, avg ? 1.0 / (double)ranks : 1.0);
     return CREW_OK;
 }
 
@@ -203,24 +205,22 @@ static const int64_t *set_bounds(struct crew_mpi_comm *mc, int64_t n, int64_t pe
     return mc->bounds;
 }
 
-/* The fast path: this process's T·k inputs summed in order (the fold of one process: P = 1 in its
- * eyes), then MPI's own all-reduce across the processes, in place, and the result to every rank. */
+/* The fast path: this process's T·k inputs summed in order (the fold over one process), then MPI's
+ * own all-reduce across the processes, in place, and the result to every rank. */
 static crew_status lead_allreduce_unordered(struct crew_mpi_comm *mc, void *const *posted, int k, const job *j)
 {
     const size_t es = elem(j->t);
-    const int L = mc->T * k, P = mc->P, p = mc->p;
+    const int L = mc->T * k;
     char *first = ((post *)posted[0])->buf;
     /* one input that is also the output (a plain all-reduce of one replica): MPI works in place */
     char *sum = L == 1 && input(posted, k, 0) == first ? first : NULL;
     if (!sum) {
         if (!grow(&mc->out, &mc->out_cap, (size_t)j->n * es + 1)) return CREW_OOM();
         sum = mc->out;
-        mc->P = 1, mc->p = 0; /* fold over this process's inputs alone */
         if (j->t == CREW_COMM_F32)
-            fold_f32(mc, posted, L, k, 0, j->n, (float *)sum, 1.0f);
+            fold_f32(mc, 1, 0, posted, L, k, 0, j->n, (float *)sum, 1.0f);
         else
-            fold_f64(mc, posted, L, k, 0, j->n, (double *)sum, 1.0);
-        mc->P = P, mc->p = p;
+            fold_f64(mc, 1, 0, posted, L, k, 0, j->n, (double *)sum, 1.0);
     }
     CREW_TRY(crew_group_allreduce_sum(mc->g, sum, j->n, j->t == CREW_COMM_F64, j->timeout_s, j->what));
     if (j->op == CREW_REDUCE_AVG) {
