@@ -72,6 +72,14 @@ typedef enum crew_layer_type {
     CREW_LAYER_BATCH_NORM,
     CREW_LAYER_LAYER_NORM,
     CREW_LAYER_EMBEDDING,
+    /* GPT (docs/MODEL_FILES.md, "gpt"): token ids [T] → token + learned position embedding [T, dim] */
+    CREW_LAYER_GPT_EMBEDDING,
+    /* one pre-norm transformer block over [T, C]: x + attn(ln_1(x)), then + mlp(ln_2(x)); causal
+     * multi-head self-attention with `heads` heads, a 4·C GELU (tanh form) MLP */
+    CREW_LAYER_TRANSFORMER_BLOCK,
+    /* logits [T, vocab] = x [T, C] · tableᵀ, where table is the token embedding of the layer named
+     * by `tie` (tied weights: one parameter, two uses) */
+    CREW_LAYER_LM_HEAD,
 } crew_layer_type;
 
 typedef enum crew_activation {
@@ -81,6 +89,7 @@ typedef enum crew_activation {
     CREW_ACT_TANH,
     CREW_ACT_SIGMOID,
     CREW_ACT_SOFTMAX,  /* only as the last layer before a cross-entropy loss: fused into it */
+    CREW_ACT_GELU_TANH, /* GPT-2's tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) */
 } crew_activation;
 
 typedef enum crew_padding { CREW_PAD_VALID = 0, CREW_PAD_SAME = 1 } crew_padding;
@@ -102,7 +111,12 @@ typedef struct crew_layer_spec {
     float momentum;             /* batch norm: running-statistics momentum [0.99, as Keras] */
     float epsilon;              /* batch/layer norm [1e-3 as Keras] */
     int64_t vocab;              /* embedding: input_dim */
-    int64_t dim;                /* embedding: output_dim */
+    int64_t dim;                /* embedding: output_dim; gpt_embedding: width C */
+    int64_t heads;              /* transformer_block: attention heads (dividing the width) */
+    int blocks;                 /* transformer_block: blocks in the model, which scales the init of
+                                   the residual projections (GPT-2: 0.02/√(2·blocks)) [1] */
+    const char *tie;            /* lm_head: the layer whose token table it shares [the first
+                                   gpt_embedding or embedding] */
 } crew_layer_spec;
 
 /* ---------------------------------------------------------------- model */
@@ -179,6 +193,13 @@ int64_t crew_dataset_size(const crew_dataset *d);          /* samples */
 int crew_dataset_classes(const crew_dataset *d);           /* number of label classes */
 /* Shape of one sample (without batch axis); returns its ndim. */
 int crew_dataset_sample_shape(const crew_dataset *d, int64_t shape[4]);
+/* 1 for a token dataset (crew prep text, llm.c shards): its samples are windows of `context`
+ * tokens [context] (at first the manifest's seq_len), labelled with the next token at every
+ * position; its held-out split is "val" ("test" opens it too). */
+int crew_dataset_is_tokens(const crew_dataset *d);
+/* Re-cuts a token dataset into windows of `context` tokens (a GPT's context): an error when no
+ * shard holds context + 1 tokens. */
+crew_status crew_dataset_set_context(crew_dataset *d, int64_t context);
 
 typedef void (*crew_progress_fn)(void *user, int64_t done, int64_t total, const char *what);
 

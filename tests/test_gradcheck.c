@@ -172,8 +172,7 @@ static crew_model *build_case(const gc_case *c)
 /* Mean loss of the current parameters; NaN when a pass fails (and the failure is recorded). */
 static double eval_loss(crew_model *m, const crew_pass *p)
 {
-    double sum = NAN;
-    int64_t correct;
+    double sum = NAN, correct;
     crew_status s = crew_model_forward(m, p);
     if (!s) s = crew_model_loss(m, p, 1.0f / (float)p->rows, &sum, &correct);
     CHECK_MSG(s == CREW_OK, "forward: %s", crew_status_message(s));

@@ -298,8 +298,7 @@ static void check_training_pass(crew_model *m, int64_t rows, int token_ids)
     free(x);
     crew_pass p = {.be = &m->be, .rows = rows, .training = 1, .seed = 3, .step = 1, .sample_ids = m->sample_ids,
                    .total_rows = (double)rows};
-    double loss = 0.0;
-    int64_t correct = 0;
+    double loss = 0.0, correct = 0.0;
     s = crew_model_forward(m, &p);
     if (!s) s = crew_model_loss(m, &p, 1.0f / (float)rows, &loss, &correct);
     if (!s) s = crew_model_backward(m, &p, NULL, NULL);

@@ -651,8 +651,32 @@ static void test_text(void)
         CHECK(!strcmp(m.tokens.shards[1].file, "val_000000.bin") && m.tokens.shards[1].bytes == 1024 + 1000);
     }
     crew_manifest_free(&m);
+    /* The train split as samples: windows of seq_len tokens, each labelled with the next ones. */
     crew_dataset *d = NULL;
-    CHECK_ERR(crew_dataset_open(out, "train", &d), "is a token dataset");
+    CHECK_OK(crew_dataset_open(out, "train", &d));
+    if (d) {
+        int64_t shape[4];
+        CHECK(crew_dataset_is_tokens(d) && crew_dataset_classes(d) == 256);
+        CHECK(crew_dataset_size(d) == (N - 500 - 1) / 64 && crew_dataset_sample_shape(d, shape) == 1 && shape[0] == 64);
+        int64_t idx[2] = {1, 0};
+        float x[128];
+        int32_t y[128];
+        crew_dataset_gather(d, idx, 2, x, y);
+        int bad = 0;
+        for (int j = 0; j < 64; j++)
+            bad += x[j] != (float)text[64 + j] || y[j] != text[65 + j] || x[64 + j] != (float)text[j] || y[64 + j] != text[j + 1];
+        CHECK(bad == 0);
+        CHECK_ERR(crew_dataset_set_context(d, N), "needs shards of at least");
+        CHECK_OK(crew_dataset_set_context(d, 100));
+        CHECK(crew_dataset_size(d) == (N - 500 - 1) / 100);
+        CHECK_OK(crew_dataset_verify(d));
+        crew_dataset_free(d);
+        d = NULL;
+    }
+    CHECK_OK(crew_dataset_open(out, "test", &d)); /* the held-out split, "val" in a token dataset */
+    CHECK(d && crew_dataset_size(d) == (500 - 1) / 64);
+    crew_dataset_free(d);
+    d = NULL;
     /* The written shard, damaged in its header: bad magic, another version, a count past the end. */
     snprintf(shard, sizeof shard, "%s/val_000000.bin", out);
     const struct {

@@ -196,7 +196,7 @@ static crew_status gradient_pass(crew_model *m, int64_t step, double *loss)
     crew_pass p = {.be = &m->be, .rows = REF_BATCH, .training = 1, .seed = REF_SEED, .step = step,
                    .sample_ids = m->sample_ids, .total_rows = REF_BATCH};
     CREW_TRY(crew_model_forward(m, &p));
-    int64_t correct = 0;
+    double correct = 0.0;
     CREW_TRY(crew_model_loss(m, &p, 1.0f / REF_BATCH, loss, &correct));
     *loss /= REF_BATCH;
     return crew_model_backward(m, &p, NULL, NULL);

@@ -27,6 +27,7 @@ void crew_mem_model_init(crew_mem_model *mm, const crew_model *m)
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             const crew_param *p = &m->layers[i]->params[j];
+            if (!crew_param_owned(p)) continue;
             *(p->trainable ? &mm->n_params : &mm->n_state) += crew_shape_size(&p->shape);
         }
     crew_compile_options c;
@@ -45,6 +46,7 @@ int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards)
     const crew_layer *l = mm->m->layers[i];
     int64_t bytes = 0;
     for (int j = 0; j < l->n_params; j++) {
+        if (!crew_param_owned(&l->params[j])) continue;
         int64_t n = crew_shape_size(&l->params[j].shape);
         if (!l->params[j].trainable) {
             bytes += n * F32;
@@ -159,7 +161,8 @@ static crew_status fill_layers(const crew_mem_model *mm, int shards, crew_memory
         ml->type = crew_layer_type_name(l->spec.type);
         crew_shape_format(&l->out, ml->shape, sizeof ml->shape);
         for (int j = 0; j < l->n_params; j++)
-            if (l->params[j].trainable) ml->params += crew_shape_size(&l->params[j].shape);
+            if (l->params[j].trainable && crew_param_owned(&l->params[j]))
+                ml->params += crew_shape_size(&l->params[j].shape);
         ml->weight_bytes = crew_mem_layer_weights(mm, i, shards);
         ml->activation_bytes = crew_mem_layer_activation(mm, i, p->batch_per_device);
         ml->workspace_bytes = crew_mem_layer_workspace(mm, i, p->batch_per_device);

@@ -198,6 +198,17 @@ typedef struct crew_backend_ops {
                                const float *mean, const float *rstd, float *dx, float *dgamma,
                                float *dbeta, int64_t rows, int64_t c); /* accumulates dgamma, dbeta */
 
+    /* ---- causal multi-head self-attention (a transformer block's core) over qkv [batch, T, 3C]:
+     * q | k | v along the last axis, head h in columns [h·d, (h+1)·d) of each (C = heads · d).
+     * forward: att [batch, heads, T, T] = softmax over s ≤ t of q_t·k_s / √d, 0 for s > t (kept
+     *   for backward); y [batch, T, C] = att · v, the heads side by side.
+     * backward: dqkv [batch, T, 3C] (overwritten) from dy [batch, T, C]; datt [batch, heads, T, T]
+     *   is scratch. Each sample is computed on its own, in a fixed order. */
+    void (*attention_forward)(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
+                              int64_t heads, int64_t head_dim);
+    void (*attention_backward)(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
+                               float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+
     /* ---- embedding: ids [rows] hold integer token ids as float (-0 is 0); table [vocab, dim];
      * y [rows, dim]. Synchronous: *bad receives the number of ids outside [0, vocab) or not
      * integers, whose rows become zeros. */

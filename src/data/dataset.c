@@ -98,10 +98,6 @@ static crew_status set_normalization(crew_dataset *d, const crew_manifest *m)
 
 static crew_status missing_split(const crew_dataset *d, const crew_manifest *m, const char *split)
 {
-    if (m->has_tokens && m->n_splits == 0)
-        return crew_errorf(CREW_CODE_BAD_INPUT,
-                           "%s is a token dataset (llm.c shards): it has no '%s' split of samples and labels, and "
-                           "crew does not train on token streams yet", d->dir, split);
     char have[CREW_MANIFEST_MAX_SPLITS * 34] = "";
     for (int i = 0; i < m->n_splits; i++) {
         if (i) strcat(have, ", ");
@@ -122,6 +118,7 @@ static void copy_header(crew_dataset *d, const crew_manifest *m, const crew_mani
     d->sample = m->sample_shape;
     d->classes = m->classes;
     d->scale = (float)m->scale;
+    d->label_positions = 1;
 }
 
 static crew_status open_from_manifest(crew_dataset *d, const crew_manifest *m, const char *split)
@@ -159,7 +156,8 @@ crew_status crew_dataset_open(const char *dir, const char *split, crew_dataset *
         snprintf(d->split, sizeof d->split, "%s", split);
         crew_manifest m;
         s = crew_manifest_read(d->dir, &m);
-        if (!s) s = open_from_manifest(d, &m, split);
+        if (!s) s = m.has_tokens && m.n_splits == 0 ? crew_dataset_open_tokens(d, &m, split)
+                                                    : open_from_manifest(d, &m, split);
         crew_manifest_free(&m);
     }
     if (s) {
@@ -175,6 +173,7 @@ void crew_dataset_free(crew_dataset *d)
     if (!d) return;
     crew_npy_close(&d->x);
     crew_npy_close(&d->y);
+    crew_dataset_close_tokens(d);
     free(d->norm);
     free(d);
 }
@@ -203,6 +202,7 @@ static crew_status verify_one(const crew_dataset *d, const crew_npy *a, const ch
 crew_status crew_dataset_verify(const crew_dataset *d)
 {
     if (!d) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_dataset_verify: NULL dataset");
+    if (d->tokens) return crew_dataset_verify_tokens(d);
     CREW_TRY(verify_one(d, &d->x, d->x_file, d->x_xxh3));
     return verify_one(d, &d->y, d->y_file, d->y_xxh3);
 }
@@ -239,6 +239,10 @@ static void gather_affine(const crew_dataset *d, const char *src, int64_t size, 
 
 void crew_dataset_gather(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y)
 {
+    if (d->tokens) {
+        crew_dataset_gather_tokens(d, idx, n, x, y);
+        return;
+    }
     int64_t size = crew_shape_size(&d->sample), bytes = (int64_t)crew_npy_dtype_size(d->x.dtype);
     for (int64_t i = 0; i < n; i++) {
         int64_t j = idx[i];

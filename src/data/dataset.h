@@ -15,6 +15,9 @@
 #include "core/shape.h"
 #include "crew.h"
 #include "data/npy.h"
+#include "data/tokens.h"
+
+struct crew_manifest;
 
 /* uint8 samples with at most this many channels are normalised through a table of 256 floats a
  * channel (1 MiB at most); beyond it, through the float32 samples' multiply-add. */
@@ -40,13 +43,34 @@ struct crew_dataset {
      * lut[c · 256 + v] = (v · scale − mean[c]) / std[c], built once at open so that gathering a
      * batch is one table lookup per value. [n_channels][256] */
     float *lut;
+    /* Labels per sample: 1 for a classifier's dataset, `context` for a token dataset. */
+    int64_t label_positions;
+    /* A token dataset (crew prep text, llm.c shards; dataset_tokens.c): sample w is a window of
+     * `context` tokens and its labels the `context` tokens after each of them. The windows of
+     * a shard do not overlap: window w of shard k starts at token (w − first_window[k])·context
+     * and needs context + 1 tokens. classes is the vocabulary, sample is [context]. */
+    int tokens;
+    int n_shards;
+    crew_token_shard *shards;   /* [n_shards], mapped */
+    int64_t *first_window;      /* [n_shards + 1]: windows before shard k; the last is n */
+    uint64_t *shard_xxh3;       /* [n_shards]: the manifest's hashes */
+    char (*shard_file)[128];    /* [n_shards]: file names, for messages */
+    int64_t context;
 };
+
+/* Opens the shards of split `split` of a token dataset (dataset_tokens.c); "test" names the
+ * held-out split, which token datasets call "val" as llm.c does. */
+crew_status crew_dataset_open_tokens(crew_dataset *d, const struct crew_manifest *m, const char *split);
+void crew_dataset_close_tokens(crew_dataset *d);
+crew_status crew_dataset_verify_tokens(const crew_dataset *d);
+void crew_dataset_gather_tokens(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y);
 
 /* Hashes both .npy files whole (XXH3-64) and compares with the manifest: catches corruption
  * that opening (sizes, shapes, label range) cannot. Reads every byte, so it is on request only. */
 crew_status crew_dataset_verify(const crew_dataset *d);
 
-/* Copies samples idx[0..n) into x [n, sample] (normalised float32) and labels into y [n].
+/* Copies samples idx[0..n) into x [n, sample] (normalised float32) and labels into
+ * y [n, label_positions].
  * Every idx[i] must be in [0, d->n): the caller's sampler guarantees it. */
 void crew_dataset_gather(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y);
 

@@ -18,7 +18,7 @@ enum { SLOT_EMPTY, SLOT_FILLING, SLOT_READY, SLOT_TAKEN, SLOT_RELEASED };
 
 typedef struct slot {
     float *x;        /* [batch × sample size] */
-    int32_t *y;      /* [batch] */
+    int32_t *y;      /* [batch, label positions] */
     int64_t *ids;    /* [batch] */
     int state;
 } slot;
@@ -159,7 +159,7 @@ static crew_status alloc_ring(crew_loader *l)
         for (int j = 0; j < l->count; j++) {
             slot *s = &rs->slots[j];
             s->x = malloc((size_t)(l->batch * l->sample_size) * sizeof *s->x);
-            s->y = malloc((size_t)l->batch * sizeof *s->y);
+            s->y = malloc((size_t)(l->batch * l->d->label_positions) * sizeof *s->y);
             s->ids = malloc((size_t)l->batch * sizeof *s->ids);
             if (!s->x || !s->y || !s->ids) return CREW_OOM();
         }

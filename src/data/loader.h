@@ -44,7 +44,7 @@ typedef struct crew_loader_range {
 /* One micro-batch, in the loader's host memory until it is released. */
 typedef struct crew_loader_batch {
     const float *x;          /* [batch, sample...] normalised, augmented */
-    const int32_t *y;        /* [batch] */
+    const int32_t *y;        /* [batch, label positions] */
     const int64_t *ids;      /* [batch] the samples' dataset indices */
 } crew_loader_batch;
 

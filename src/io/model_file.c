@@ -217,6 +217,11 @@ static crew_status parse_layer(crew_model *m, const cJSON *item, int index, int 
     snprintf(scope, sizeof scope, "layer %d", index);
     crew_mf_where w = {file, scope, 0};
     if (!cJSON_IsObject(item)) return crew_mf_error(&w, "must be an object with a \"type\"");
+    if (crew_mf_is_gpt(item)) {
+        snprintf(scope, sizeof scope, "layer %d (gpt)", index);
+        if (count != 1) return crew_mf_error(&w, "a gpt block is a whole model: it must be the only entry of 'layers'");
+        return crew_mf_add_gpt(m, item, &w);
+    }
     const char *type = NULL, *name = NULL;
     CREW_TRY(crew_mf_string(&w, item, "type", 1, &type));
     const layer_kind *kind = find_kind(type);
@@ -427,10 +432,18 @@ crew_status crew_model_from_crew_json(const cJSON *root, const char *file, crew_
     static const char *const keys[] = {"name", "input_shape", "layers", "loss", "optimizer", "training"};
     CREW_TRY(crew_mf_known_keys(&w, root, keys, 6));
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(root, "input_shape");
-    if (!shape) return crew_mf_error(&w, "missing key 'input_shape'");
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    const cJSON *first = cJSON_IsArray(layers) ? layers->child : NULL;
     int64_t dims[3];
     int ndim;
-    CREW_TRY(crew_mf_shape(&w, shape, "input_shape", 0, dims, &ndim));
+    if (!shape && first && crew_mf_is_gpt(first)) { /* a gpt block's input is its context of token ids */
+        crew_mf_where lw = {file, "layer 0 (gpt)", 0};
+        CREW_TRY(crew_mf_gpt_context(&lw, first, &dims[0]));
+        ndim = 1;
+    } else {
+        if (!shape) return crew_mf_error(&w, "missing key 'input_shape'");
+        CREW_TRY(crew_mf_shape(&w, shape, "input_shape", 0, dims, &ndim));
+    }
     crew_model *m;
     CREW_TRY(crew_model_create(dims, ndim, &m));
     crew_status s = build_crew_model(root, file, m);

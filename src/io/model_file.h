@@ -89,4 +89,10 @@ crew_status crew_mf_add_layer(crew_model *m, const crew_layer_spec *spec, const 
 /* Checks and completes an optimizer spec built from a file (crew_optimizer_spec_check). */
 crew_status crew_mf_check_optimizer(const crew_mf_where *w, crew_optimizer_spec *spec);
 
+/* The "gpt" block (model_file_gpt.c): whether a layer entry is one, the context it declares, and
+ * its layers appended to m (which must have none yet and take [context] as input). */
+int crew_mf_is_gpt(const cJSON *item);
+crew_status crew_mf_gpt_context(const crew_mf_where *w, const cJSON *item, int64_t *context);
+crew_status crew_mf_add_gpt(crew_model *m, const cJSON *item, const crew_mf_where *w);
+
 #endif

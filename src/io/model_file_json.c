@@ -189,11 +189,11 @@ crew_status crew_mf_enum(const crew_mf_where *w, const cJSON *obj, const char *k
 crew_status crew_mf_activation(const crew_mf_where *w, const cJSON *obj, const char *key, int required,
                                crew_activation *out)
 {
-    static const char *const names[] = {"linear", "relu", "gelu", "tanh", "sigmoid", "softmax"};
+    static const char *const names[] = {"linear", "relu", "gelu", "tanh", "sigmoid", "softmax", "gelu_tanh"};
     static const int values[] = {CREW_ACT_NONE, CREW_ACT_RELU,    CREW_ACT_GELU,
-                                 CREW_ACT_TANH, CREW_ACT_SIGMOID, CREW_ACT_SOFTMAX};
+                                 CREW_ACT_TANH, CREW_ACT_SIGMOID, CREW_ACT_SOFTMAX, CREW_ACT_GELU_TANH};
     int v = (int)*out;
-    CREW_TRY(crew_mf_enum(w, obj, key, required, names, values, 6, &v));
+    CREW_TRY(crew_mf_enum(w, obj, key, required, names, values, 7, &v));
     *out = (crew_activation)v;
     return CREW_OK;
 }
@@ -279,7 +279,8 @@ static crew_status check_sizes(const crew_model *m, int first, const crew_mf_whe
     }
     double total = 0.0;
     for (int i = 0; i < m->n_layers; i++)
-        for (int j = 0; j < m->layers[i]->n_params; j++) total += shape_size(&m->layers[i]->params[j].shape);
+        for (int j = 0; j < m->layers[i]->n_params; j++)
+            if (crew_param_owned(&m->layers[i]->params[j])) total += shape_size(&m->layers[i]->params[j].shape);
     if (total > (double)CREW_MF_MAX_PARAMS)
         return crew_mf_error(w, "the model reaches %.0f parameters; at most %lld are supported", total,
                              (long long)CREW_MF_MAX_PARAMS);

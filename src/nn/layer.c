@@ -7,7 +7,8 @@
 
 extern const crew_layer_ops crew_dense_ops, crew_conv2d_ops, crew_max_pool2d_ops, crew_avg_pool2d_ops,
     crew_global_avg_pool2d_ops, crew_flatten_ops, crew_activation_ops, crew_dropout_ops,
-    crew_batch_norm_ops, crew_layer_norm_ops, crew_embedding_ops;
+    crew_batch_norm_ops, crew_layer_norm_ops, crew_embedding_ops, crew_gpt_embedding_ops, crew_transformer_block_ops,
+    crew_lm_head_ops;
 
 const crew_layer_ops *crew_layer_ops_for(crew_layer_type type)
 {
@@ -23,6 +24,9 @@ const crew_layer_ops *crew_layer_ops_for(crew_layer_type type)
     case CREW_LAYER_BATCH_NORM: return &crew_batch_norm_ops;
     case CREW_LAYER_LAYER_NORM: return &crew_layer_norm_ops;
     case CREW_LAYER_EMBEDDING: return &crew_embedding_ops;
+    case CREW_LAYER_GPT_EMBEDDING: return &crew_gpt_embedding_ops;
+    case CREW_LAYER_TRANSFORMER_BLOCK: return &crew_transformer_block_ops;
+    case CREW_LAYER_LM_HEAD: return &crew_lm_head_ops;
     }
     return NULL;
 }
@@ -41,12 +45,15 @@ const char *crew_layer_type_name(crew_layer_type type)
     case CREW_LAYER_BATCH_NORM: return "batch_normalization";
     case CREW_LAYER_LAYER_NORM: return "layer_normalization";
     case CREW_LAYER_EMBEDDING: return "embedding";
+    case CREW_LAYER_GPT_EMBEDDING: return "gpt_embedding";
+    case CREW_LAYER_TRANSFORMER_BLOCK: return "transformer_block";
+    case CREW_LAYER_LM_HEAD: return "lm_head";
     }
     return "unknown";
 }
 
-void crew_layer_declare(crew_layer *l, const char *name, crew_shape shape, int trainable, crew_init init,
-                        int64_t fan_in, int64_t fan_out)
+crew_param *crew_layer_declare(crew_layer *l, const char *name, crew_shape shape, int trainable, crew_init init,
+                               int64_t fan_in, int64_t fan_out)
 {
     crew_param *p = &l->params[l->n_params++];
     memset(p, 0, sizeof *p);
@@ -56,6 +63,14 @@ void crew_layer_declare(crew_layer *l, const char *name, crew_shape shape, int t
     p->init = init;
     p->fan_in = fan_in;
     p->fan_out = fan_out;
+    return p;
+}
+
+crew_param *crew_layer_declare_normal(crew_layer *l, const char *name, crew_shape shape, float std)
+{
+    crew_param *p = crew_layer_declare(l, name, shape, 1, CREW_INIT_NORMAL, 0, 0);
+    p->std = std;
+    return p;
 }
 
 void crew_layer_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])

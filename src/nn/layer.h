@@ -18,14 +18,15 @@
 #include "core/shape.h"
 #include "crew.h"
 
-#define CREW_LAYER_MAX_PARAMS 4
-#define CREW_LAYER_MAX_WORK 4
+#define CREW_LAYER_MAX_PARAMS 12 /* a transformer block's */
+#define CREW_LAYER_MAX_WORK 16
 
 typedef enum crew_init {
     CREW_INIT_ZEROS = 0,
     CREW_INIT_ONES,
     CREW_INIT_GLOROT_UNIFORM, /* U(±sqrt(6 / (fan_in + fan_out))), Keras's default */
     CREW_INIT_UNIFORM_005,    /* U(±0.05), Keras's default for embeddings */
+    CREW_INIT_NORMAL,         /* N(0, std²), GPT-2's init (crew_param.std) */
 } crew_init;
 
 typedef struct crew_param {
@@ -34,10 +35,22 @@ typedef struct crew_param {
     int trainable;      /* 0: lives in the state buffer, has no gradient */
     crew_init init;
     int64_t fan_in, fan_out;
+    float std;          /* CREW_INIT_NORMAL's standard deviation */
+    /* Tied weights. A tied parameter is another layer's (layer tie_layer, earlier in the model,
+     * parameter tie_param): it has no room of its own in the buffers and is not initialised,
+     * saved, loaded or counted; its value and grad point at the owner's. The owner is marked
+     * shared, and its layer's backward adds to its gradient instead of overwriting it: the tied
+     * layer, later in the model, runs its backward first and writes the gradient's first part. */
+    int tied, tie_layer, tie_param;
+    int shared;
     int64_t offset;     /* into the model's params (trainable) or state buffer; set by the model */
     float *value;       /* set by the model */
     float *grad;        /* set by the model once it reserves its buffers; NULL when not trainable */
 } crew_param;
+
+/* 0 for a tied parameter (another layer's): loops over a model's tensors skip it, so that each is
+ * counted, saved, compared and initialised once. */
+static inline int crew_param_owned(const crew_param *p) { return !p->tied; }
 
 /* Everything a layer needs to know about the pass it runs in. */
 typedef struct crew_pass {
@@ -89,6 +102,10 @@ struct crew_layer {
      * called without dx. 0 (calloc's value) for a layer outside a model: the safe side. */
     int needs_input_grad;
     crew_shape in, out;          /* per-sample shapes */
+    /* lm_head: the layer whose token table it shares, and that table's shape [vocab, dim]; the
+     * model resolves spec.tie to them before build */
+    int tie_owner;
+    crew_shape tie_shape;
     crew_param params[CREW_LAYER_MAX_PARAMS];
     int n_params;
     float *work[CREW_LAYER_MAX_WORK]; /* backend workspace, owned by the layer, sized by the
@@ -102,8 +119,10 @@ const crew_layer_ops *crew_layer_ops_for(crew_layer_type type);
 const char *crew_layer_type_name(crew_layer_type type);
 
 /* Declares a parameter during build. */
-void crew_layer_declare(crew_layer *l, const char *name, crew_shape shape, int trainable, crew_init init,
-                        int64_t fan_in, int64_t fan_out);
+crew_param *crew_layer_declare(crew_layer *l, const char *name, crew_shape shape, int trainable, crew_init init,
+                               int64_t fan_in, int64_t fan_out);
+/* A trainable parameter initialised N(0, std²). */
+crew_param *crew_layer_declare_normal(crew_layer *l, const char *name, crew_shape shape, float std);
 /* The layer's workspace for micro-batches of `rows` samples: n[i] elements for work[i], 0 for a
  * buffer it does not use (the workspace op, or all zeros when the type has none). */
 void crew_layer_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK]);

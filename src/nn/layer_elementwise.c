@@ -32,7 +32,7 @@ static crew_status copy_backward(crew_layer *l, const crew_pass *p, const float 
 
 static crew_status activation_build(crew_layer *l)
 {
-    if (l->spec.activation < CREW_ACT_NONE || l->spec.activation > CREW_ACT_SOFTMAX)
+    if (l->spec.activation < CREW_ACT_NONE || l->spec.activation > CREW_ACT_GELU_TANH)
         return crew_errorf(CREW_CODE_BAD_INPUT, "key 'activation' has an unknown value %d", (int)l->spec.activation);
     l->out = l->in;
     return CREW_OK;

@@ -38,7 +38,8 @@ static crew_status embedding_backward(crew_layer *l, const crew_pass *p, const f
     (void)y;
     const crew_backend_ops *o = p->be->ops;
     int64_t ids = p->rows * crew_shape_size(&l->in);
-    o->fill(p->be->ctx, l->params[0].grad, 0.0f, l->spec.vocab * l->spec.dim);
+    /* a shared table already holds the lm_head's part of its gradient */
+    if (!l->params[0].shared) o->fill(p->be->ctx, l->params[0].grad, 0.0f, l->spec.vocab * l->spec.dim);
     o->embedding_backward(p->be->ctx, x, dy, l->params[0].grad, l->spec.vocab, ids, l->spec.dim);
     if (dx) o->fill(p->be->ctx, dx, 0.0f, ids); /* ids are not differentiable */
     return CREW_OK;

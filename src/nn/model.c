@@ -54,8 +54,32 @@ static void auto_name(const crew_model *m, crew_layer_type type, char *buf, size
     for (int k = 1; name_taken(m, buf); k++) snprintf(buf, len, "%s_%d", stem, k);
 }
 
-/* Trainable parameters are declared first (gamma before moving_mean), so params[0] tells. */
-static int has_trainable(const crew_layer *l) { return l->n_params && l->params[0].trainable; }
+/* Trainable parameters are declared first (gamma before moving_mean), so params[0] tells; a tied
+ * parameter is its owner's, whose gradient is final only when the owner's backward has run. */
+static int has_trainable(const crew_layer *l) { return l->n_params && l->params[0].trainable && !l->params[0].tied; }
+
+
+/* lm_head: the layer spec.tie names (else the latest gpt_embedding or embedding), whose first
+ * parameter, its token table [vocab, dim], the head shares. */
+static crew_status resolve_tie(const crew_model *m, crew_layer *l)
+{
+    const char *tie = l->spec.tie;
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        const crew_layer *o = m->layers[i];
+        int named = tie && tie[0] ? strcmp(o->name, tie) == 0 : 0;
+        int kind = o->spec.type == CREW_LAYER_GPT_EMBEDDING || o->spec.type == CREW_LAYER_EMBEDDING;
+        if (named && !kind)
+            return crew_errorf(CREW_CODE_BAD_INPUT, "key 'tie': layer '%s' is not an embedding", tie);
+        if (named || (kind && !(tie && tie[0]))) {
+            l->tie_owner = i;
+            l->tie_shape = o->params[0].shape;
+            l->spec.tie = o->name; /* the owner's storage: a clone resolves the same name again */
+            return CREW_OK;
+        }
+    }
+    if (tie && tie[0]) return crew_errorf(CREW_CODE_BAD_INPUT, "key 'tie': no earlier layer is named '%s'", tie);
+    return crew_errorf(CREW_CODE_BAD_INPUT, "an lm_head needs an earlier embedding layer to share its table");
+}
 
 int crew_model_layer_in_place(const crew_model *m, int i)
 {
@@ -102,13 +126,16 @@ static crew_status append_layer(crew_model *m, const crew_layer_spec *spec, cons
     l->in = last_shape(m);
     snprintf(l->name, sizeof l->name, "%s", name);
     l->spec.name = l->name;
-    crew_status s = ops->build(l);
+    crew_status s = spec->type == CREW_LAYER_LM_HEAD ? resolve_tie(m, l) : CREW_OK;
+    if (!s) s = ops->build(l);
     if (!s && crew_shape_size(&l->out) <= 0)
         s = crew_errorf(CREW_CODE_BAD_INPUT, "produces an empty output");
     if (s) {
         free(l);
         return crew_error_prefix(s, "layer %d (%s): ", index, name);
     }
+    for (int j = 0; j < l->n_params; j++)
+        if (l->params[j].tied) m->layers[l->params[j].tie_layer]->params[l->params[j].tie_param].shared = 1;
     m->layers[m->n_layers++] = l;
     m->n_compute = m->n_layers;
     return CREW_OK;
@@ -135,7 +162,7 @@ crew_status crew_model_add(crew_model *m, const crew_layer_spec *spec)
                            m->n_layers, name);
     crew_activation act = spec->activation;
     int fused_act = (spec->type == CREW_LAYER_DENSE || spec->type == CREW_LAYER_CONV2D) && act != CREW_ACT_NONE;
-    if (fused_act && (act < CREW_ACT_NONE || act > CREW_ACT_SOFTMAX))
+    if (fused_act && (act < CREW_ACT_NONE || act > CREW_ACT_GELU_TANH))
         return crew_errorf(CREW_CODE_BAD_INPUT, "layer %d (%s): key 'activation' has an unknown value %d",
                            m->n_layers, name, (int)act);
     CREW_TRY(append_layer(m, spec, name));
@@ -178,8 +205,10 @@ int64_t crew_model_param_count(const crew_model *m)
 {
     int64_t n = 0;
     for (int i = 0; i < m->n_layers; i++)
-        for (int j = 0; j < m->layers[i]->n_params; j++)
-            if (m->layers[i]->params[j].trainable) n += crew_shape_size(&m->layers[i]->params[j].shape);
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            const crew_param *p = &m->layers[i]->params[j];
+            if (p->trainable && crew_param_owned(p)) n += crew_shape_size(&p->shape);
+        }
     return n;
 }
 
@@ -198,6 +227,12 @@ int64_t crew_model_classes(const crew_model *m)
 
 int64_t crew_model_output_size(const crew_model *m) { return crew_model_classes(m); }
 
+int64_t crew_model_positions(const crew_model *m)
+{
+    crew_shape s = crew_model_output_shape(m);
+    return crew_shape_size(&s) / s.dim[s.ndim - 1];
+}
+
 void crew_model_summary(const crew_model *m, char *buf, size_t len)
 {
     size_t used = 0;
@@ -212,9 +247,13 @@ void crew_model_summary(const crew_model *m, char *buf, size_t len)
     for (int i = 0; i < m->n_layers; i++) {
         const crew_layer *l = m->layers[i];
         int64_t n = 0;
-        for (int j = 0; j < l->n_params; j++) n += crew_shape_size(&l->params[j].shape);
+        for (int j = 0; j < l->n_params; j++)
+            if (crew_param_owned(&l->params[j])) n += crew_shape_size(&l->params[j].shape);
         crew_shape_format(&l->out, shape, sizeof shape);
-        APPEND("%-28s %-20s %10lld\n", l->name, shape, (long long)n);
+        if (l->spec.type == CREW_LAYER_LM_HEAD)
+            APPEND("%-28s %-20s %10s\n", l->name, shape, "tied");
+        else
+            APPEND("%-28s %-20s %10lld\n", l->name, shape, (long long)n);
     }
     APPEND("trainable parameters: %lld\n", (long long)crew_model_param_count(m));
 #undef APPEND
@@ -247,6 +286,7 @@ crew_status crew_model_layout(crew_model *m)
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             crew_param *p = &m->layers[i]->params[j];
+            if (!crew_param_owned(p)) continue;
             int64_t size = crew_shape_size(&p->shape);
             p->offset = p->trainable ? np : ns;
             *(p->trainable ? &np : &ns) += size;
@@ -263,6 +303,14 @@ crew_status crew_model_layout(crew_model *m)
             crew_param *p = &m->layers[i]->params[j];
             p->value = (p->trainable ? m->params : m->state) + p->offset;
         }
+    for (int i = 0; i < m->n_layers; i++) /* tied parameters: their owners are laid out by now */
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            crew_param *p = &m->layers[i]->params[j];
+            if (!p->tied) continue;
+            const crew_param *owner = &m->layers[p->tie_layer]->params[p->tie_param];
+            p->offset = owner->offset;
+            p->value = owner->value;
+        }
     m->laid_out = 1;
     return CREW_OK;
 }
@@ -278,6 +326,14 @@ static void init_values(const crew_param *p, uint64_t key, float *host, int64_t 
         return;
     case CREW_INIT_GLOROT_UNIFORM: limit = sqrtf(6.0f / (float)(p->fan_in + p->fan_out)); break;
     case CREW_INIT_UNIFORM_005: limit = 0.05f; break;
+    case CREW_INIT_NORMAL: /* Box–Muller over pairs of uniforms; 1 − u keeps the log's argument in (0, 1] */
+        for (int64_t i = 0; i < n; i += 2) {
+            double u1 = 1.0 - (double)crew_rng_next_uniform(&rng), u2 = (double)crew_rng_next_uniform(&rng);
+            double r = sqrt(-2.0 * log(u1)) * (double)p->std, a = 6.283185307179586 * u2;
+            host[i] = (float)(r * cos(a));
+            if (i + 1 < n) host[i + 1] = (float)(r * sin(a));
+        }
+        return;
     }
     for (int64_t i = 0; i < n; i++) host[i] = (2.0f * crew_rng_next_uniform(&rng) - 1.0f) * limit;
 }
@@ -288,6 +344,7 @@ crew_status crew_model_init_params(crew_model *m, uint64_t seed)
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             crew_param *p = &m->layers[i]->params[j];
+            if (!crew_param_owned(p)) continue;
             int64_t n = crew_shape_size(&p->shape);
             float *host = malloc((size_t)n * sizeof(float));
             if (!host) return CREW_OOM();
@@ -317,9 +374,9 @@ void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_siz
     }
     out->act_input = rows * crew_shape_size(&m->input);
     out->dbuf[0] = out->dbuf[1] = rows * widest;
-    out->labels = rows;
+    out->labels = rows * crew_model_positions(m);
     out->sample_ids = rows;
-    out->row_loss = rows;
+    out->row_loss = rows * crew_model_positions(m);
 }
 
 /* Frees *p and allocates n elements of type t in its place. */
@@ -347,7 +404,7 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
         for (int i = 0; i < m->n_layers; i++)
             for (int j = 0; j < m->layers[i]->n_params; j++) {
                 crew_param *p = &m->layers[i]->params[j];
-                if (p->trainable) p->grad = m->grads + p->offset;
+                if (p->trainable) p->grad = m->grads + p->offset; /* a tied one's offset is its owner's */
             }
     }
     for (int i = 0; i <= m->n_layers; i++) {
@@ -388,14 +445,18 @@ crew_status crew_model_forward(crew_model *m, const crew_pass *p)
     return CREW_OK;
 }
 
-crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, double *loss_sum, int64_t *correct)
+crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, double *loss_sum, double *correct)
 {
-    int64_t classes = crew_model_classes(m);
+    int64_t classes = crew_model_classes(m), pos = crew_model_positions(m), right = 0;
     const crew_backend_ops *o = m->be.ops;
-    CREW_TRY(o->softmax_xent(m->be.ctx, m->act[m->n_compute], m->labels, p->rows, classes, scale, m->row_loss,
-                             m->dbuf[0], correct));
+    /* every position is a row of the softmax; the 1/pos makes a sample's loss their mean */
+    CREW_TRY(o->softmax_xent(m->be.ctx, m->act[m->n_compute], m->labels, p->rows * pos, classes,
+                             pos > 1 ? scale / (float)pos : scale, m->row_loss, m->dbuf[0], &right));
     /* in row order, in double: the same sum whichever device ran the loss */
-    return o->sum(m->be.ctx, m->row_loss, p->rows, loss_sum);
+    CREW_TRY(o->sum(m->be.ctx, m->row_loss, p->rows * pos, loss_sum));
+    *loss_sum /= (double)pos;
+    *correct = (double)right / (double)pos;
+    return CREW_OK;
 }
 
 crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_ready_fn ready, void *user)
@@ -462,6 +523,7 @@ int crew_model_named_params(const crew_model *m, crew_named_param *out, int cap)
     int n = 0;
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
+            if (!crew_param_owned(&m->layers[i]->params[j])) continue;
             if (n < cap) {
                 snprintf(out[n].name, sizeof out[n].name, "%s.%s", m->layers[i]->name, m->layers[i]->params[j].name);
                 out[n].param = &m->layers[i]->params[j];

@@ -48,7 +48,7 @@ struct crew_model {
     int64_t max_rows;
     float **act;                    /* act[0]: input [max_rows, in]; act[i+1]: output of layer i */
     float *dbuf[2];                 /* ping-pong gradient buffers, [max_rows, largest layer size] */
-    int32_t *labels;                /* [max_rows] */
+    int32_t *labels;                /* [max_rows, positions]: a label at every position of the output */
     int64_t *sample_ids;            /* [max_rows] dataset index of each row, for dropout masks */
     float *row_loss;                /* [max_rows] */
 
@@ -68,9 +68,9 @@ crew_status crew_model_init_params(crew_model *m, uint64_t seed);
 typedef struct crew_model_buffer_sizes {
     int64_t act_input;          /* act[0]: [rows, input size] */
     int64_t dbuf[2];            /* dbuf[k]: [rows, widest of the input and every layer's output] */
-    int64_t labels;             /* [rows] int32 */
+    int64_t labels;             /* [rows, positions] int32 */
     int64_t sample_ids;         /* [rows] int64 */
-    int64_t row_loss;           /* [rows] */
+    int64_t row_loss;           /* [rows, positions] */
 } crew_model_buffer_sizes;
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out);
 /* 1: layer i writes its output over its input (act[i + 1] is act[i]): an activation whose
@@ -89,9 +89,11 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows);
 /* Forward through the computed layers; input in act[0], logits in act[n_compute]. The pass's
  * sample_ids, when dropout needs them, are device memory (m->sample_ids). */
 crew_status crew_model_forward(crew_model *m, const crew_pass *p);
-/* Softmax cross-entropy of the logits against m->labels; leaves d(scale · Σ loss)/d logits in
- * dbuf[0]. Returns the summed loss and the count of right arg-maxes. */
-crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, double *loss_sum, int64_t *correct);
+/* Softmax cross-entropy of the logits against m->labels at every position; a sample's loss is the
+ * mean over its positions (GPT: the mean over the context). Leaves d(scale · Σ sample loss)/d logits
+ * in dbuf[0]. Returns the summed sample loss and the right arg-maxes, each position counting
+ * 1/positions (so a classifier's count, and a language model's in samples' worth). */
+crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, double *loss_sum, double *correct);
 
 /* Called during backward each time the gradients from `offset` to the end of the buffer are
  * final, so the caller can start reducing them while earlier layers still compute. */
@@ -100,6 +102,9 @@ crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_re
 
 /* The logits' width (classes). */
 int64_t crew_model_classes(const crew_model *m);
+/* Positions per sample that each get logits and a label: 1 for a classifier, the context for a
+ * language model ([T, vocab] logits). */
+int64_t crew_model_positions(const crew_model *m);
 /* Output shape of the model's last computed layer. */
 crew_shape crew_model_output_shape(const crew_model *m);
 

@@ -19,8 +19,20 @@ crew_status crew_model_flops(const crew_model *m, crew_flops *out)
     *out = (crew_flops){0};
     for (int i = 0; i < m->n_layers; i++) {
         const crew_layer *l = m->layers[i];
-        if (l->spec.type != CREW_LAYER_DENSE && l->spec.type != CREW_LAYER_CONV2D) continue;
-        double f = 2.0 * gemm_macs(l);
+        double f;
+        if (l->spec.type == CREW_LAYER_DENSE || l->spec.type == CREW_LAYER_CONV2D) {
+            f = 2.0 * gemm_macs(l);
+        } else if (l->spec.type == CREW_LAYER_TRANSFORMER_BLOCK) {
+            /* per sample of T positions, width C: the four dense GEMMs (C·3C + C·C + C·4C + 4C·C
+             * multiply-adds a position) and attention's q·kᵀ and att·v, each T × T × C (over the
+             * whole square, as the backends compute it) */
+            double T = (double)l->in.dim[0], C = (double)l->in.dim[1];
+            f = 2.0 * (T * 12.0 * C * C + 2.0 * T * T * C);
+        } else if (l->spec.type == CREW_LAYER_LM_HEAD) {
+            f = 2.0 * (double)crew_shape_size(&l->out) * (double)l->spec.dim; /* [T, C] · [C, V] */
+        } else {
+            continue;
+        }
         out->forward += f;
         out->backward += f * (l->needs_input_grad ? 2.0 : 1.0); /* dW, and dX where it is needed */
     }

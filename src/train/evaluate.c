@@ -16,9 +16,10 @@ crew_status crew_model_compile(crew_model *m, const crew_compile_options *opts)
     CREW_TRY(crew_optimizer_spec_check(&c.optimizer));
     CREW_TRY(crew_model_layout(m));
     crew_shape out = crew_model_output_shape(m);
-    if (out.ndim != 1)
+    if (out.ndim != 1 && m->layers[m->n_compute - 1]->spec.type != CREW_LAYER_LM_HEAD)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
-                           "compile: cross-entropy needs a vector of logits per sample; the last layer gives %d axes",
+                           "compile: cross-entropy needs a vector of logits per sample (or an lm_head's at every "
+                           "position); the last layer gives %d axes",
                            out.ndim);
     m->compile = c; /* the state itself is made by each fit, on each rank's device */
     m->compiled = 1;
@@ -26,27 +27,26 @@ crew_status crew_model_compile(crew_model *m, const crew_compile_options *opts)
 }
 
 crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, int64_t hi, int64_t batch,
-                            double *loss_sum, int64_t *correct)
+                            double *loss_sum, double *correct)
 {
     CREW_TRY(crew_model_reserve(m, batch));
     const crew_backend *be = &m->be;
-    int64_t in = crew_shape_size(&m->input);
+    int64_t in = crew_shape_size(&m->input), pos = crew_model_positions(m);
     int64_t *idx = malloc((size_t)batch * sizeof *idx);
-    int32_t *y = malloc((size_t)batch * sizeof *y);
+    int32_t *y = malloc((size_t)(batch * pos) * sizeof *y);
     float *x = NULL;
     crew_status s = idx && y ? be->ops->host_alloc(be->ctx, CREW_DT_F32, batch * in, (void **)&x) : CREW_OOM();
     *loss_sum = 0.0;
-    *correct = 0;
+    *correct = 0.0;
     for (int64_t start = lo; start < hi && !s; start += batch) {
         int64_t rows = hi - start < batch ? hi - start : batch;
         for (int64_t r = 0; r < rows; r++) idx[r] = start + r;
         crew_dataset_gather(d, idx, rows, x, y);
         s = be->ops->upload(be->ctx, NULL, m->act[0], x, rows * in, CREW_DT_F32);
-        if (!s) s = be->ops->upload(be->ctx, NULL, m->labels, y, rows, CREW_DT_I32);
+        if (!s) s = be->ops->upload(be->ctx, NULL, m->labels, y, rows * pos, CREW_DT_I32);
         crew_pass p = {.be = be, .rows = rows, .training = 0};
         if (!s) s = crew_model_forward(m, &p);
-        double l = 0.0;
-        int64_t c = 0;
+        double l = 0.0, c = 0.0;
         if (!s) s = crew_model_loss(m, &p, 1.0f, &l, &c); /* synchronous: x and y may be refilled after */
         *loss_sum += l;
         *correct += c;
@@ -66,12 +66,12 @@ crew_status crew_model_evaluate(crew_model *m, const crew_dataset *d, int64_t ba
     CREW_TRY(crew_check_dataset(m, d));
     if (!m->initialized)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "evaluate: the model has no weights yet (train or load them)");
-    double loss = 0.0;
-    int64_t correct = 0, n = crew_dataset_size(d);
+    double loss = 0.0, correct = 0.0;
+    int64_t n = crew_dataset_size(d);
     CREW_TRY(crew_eval_range(m, d, 0, n, batch, &loss, &correct));
     r->samples = n;
     r->loss = n ? (float)(loss / (double)n) : NAN;
-    r->accuracy = n ? (float)((double)correct / (double)n) : NAN;
+    r->accuracy = n ? (float)(correct / (double)n) : NAN;
     return CREW_OK;
 }
 

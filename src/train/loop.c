@@ -51,7 +51,7 @@ static crew_status next_batch(void *user, int index, double *wait_s)
         ids = r->plant_rows;
     }
     crew_status s = o->upload(ctx, r->copy_q, m->act[0], lb.x, values, CREW_DT_F32);
-    if (!s) s = o->upload(ctx, r->copy_q, m->labels, lb.y, rows, CREW_DT_I32);
+    if (!s) s = o->upload(ctx, r->copy_q, m->labels, lb.y, rows * crew_model_positions(m), CREW_DT_I32);
     if (!s) s = o->upload(ctx, r->copy_q, m->sample_ids, ids, rows, CREW_DT_I64);
     int skip = r->run->hooks.faults.skip_copy_wait; /* test fault: the bug the guard must expose */
     if (!s && !skip) s = o->queue_wait(ctx, NULL, r->copy_q);
@@ -320,10 +320,8 @@ static crew_status evaluate_shared(crew_rank *r, const crew_dataset *d, int64_t 
     int64_t n = crew_dataset_size(d), size = r->size;
     int64_t lo = n * r->rank / size, hi = n * (r->rank + 1) / size;
     double sums[2] = {0.0, 0.0};
-    int64_t correct = 0;
     /* Evaluation reuses the training batch size: the activations are already sized for it. */
-    CREW_TRY(crew_eval_range(r->m, d, lo, hi, r->run->plan.batch_per_device, &sums[0], &correct));
-    sums[1] = (double)correct;
+    CREW_TRY(crew_eval_range(r->m, d, lo, hi, r->run->plan.batch_per_device, &sums[0], &sums[1]));
     CREW_TRY(phase_error(r, crew_rank_allreduce_host(r, sums, 2), step, "evaluation"));
     *loss = (float)(sums[0] / (double)n);
     *acc = (float)(sums[1] / (double)n);

@@ -46,6 +46,15 @@ void crew_model_default_fit(const crew_model *m, crew_fit_options *opts)
 
 static crew_status check_data(const crew_model *m, const crew_dataset *d)
 {
+    crew_shape out = crew_model_output_shape(m);
+    int64_t classes = out.dim[out.ndim - 1], pos = crew_model_positions(m);
+    if (pos != d->label_positions)
+        return crew_errorf(CREW_CODE_BAD_INPUT,
+                           pos > 1 ? "the model predicts a token at each of %lld positions, but dataset %s (%s) has %lld "
+                                     "label(s) per sample: a language model trains on a token dataset"
+                                   : "the model predicts one class per sample (%lld), but dataset %s (%s) is a token "
+                                     "dataset with %lld labels per sample: it trains a language model (a gpt block)",
+                           (long long)pos, d->dir, d->split, (long long)d->label_positions);
     int64_t shape[4];
     int nd = crew_dataset_sample_shape(d, shape);
     int same = nd == m->input.ndim;
@@ -58,13 +67,10 @@ static crew_status check_data(const crew_model *m, const crew_dataset *d)
         return crew_errorf(CREW_CODE_BAD_INPUT, "dataset %s (%s) has samples of shape %s but the model takes %s",
                            d->dir, d->split, got, want);
     }
-    crew_shape out = crew_model_output_shape(m);
-    if (out.ndim != 1)
-        return crew_errorf(CREW_CODE_BAD_INPUT, "the model's output must be a vector of class logits, not %d axes",
-                           out.ndim);
-    if (crew_dataset_classes(d) > out.dim[0])
-        return crew_errorf(CREW_CODE_BAD_INPUT, "dataset %s has %d classes but the model outputs only %lld logits",
-                           d->dir, crew_dataset_classes(d), (long long)out.dim[0]);
+    if (crew_dataset_classes(d) > classes)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "dataset %s has %d %s but the model outputs only %lld logits", d->dir,
+                           crew_dataset_classes(d), d->tokens ? "tokens in its vocabulary" : "classes",
+                           (long long)classes);
     return CREW_OK;
 }
 

@@ -184,10 +184,10 @@ static crew_status micro_batch(crew_stepper *s, int index, uint64_t seed, int64_
     CREW_TRY(crew_model_forward(m, &pass));
     double t2 = crew_now();
     double loss = 0.0;
-    int64_t correct = 0;
+    double correct = 0.0;
     CREW_TRY(crew_model_loss(m, &pass, 1.0f / (float)s->global_batch, &loss, &correct));
     t->loss_sum += loss;
-    t->correct += (double)correct;
+    t->correct += correct;
     s->done_from = m->n_params;
     CREW_TRY(crew_model_backward(m, &pass, grads_ready, s));
     grads_ready(s, 0); /* leading layers without parameters: nothing left, but flush the buckets */

@@ -17,7 +17,7 @@ crew_lr_plan crew_lr_plan_of(const crew_fit_plan *p, const crew_optimizer_spec *
 /* Loss and accuracy of samples [lo, hi) of d on one replica, in batches of `batch` rows;
  * returns the sums (not means). */
 crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, int64_t hi, int64_t batch,
-                            double *loss_sum, int64_t *correct);
+                            double *loss_sum, double *correct);
 
 struct crew_checkpoint_state;
 /* The options of a resumed run: the checkpoint's global batch, per-device batch, seed and length

@@ -117,7 +117,7 @@ crew_status crew_verify_compare(const crew_verify_values *a, const crew_verify_v
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             const crew_param *p = &m->layers[i]->params[j];
-            if (!p->trainable && !with_state) continue;
+            if ((!p->trainable && !with_state) || !crew_param_owned(p)) continue;
             double rel = tensor_rel_diff(tensor(&ha, p), tensor(&hb, p), crew_shape_size(&p->shape));
             *max_rel = rel > *max_rel ? rel : *max_rel;
         }
@@ -174,7 +174,7 @@ int crew_verify_first_step(const crew_verify_values *x, const crew_verify_values
         double n = (double)g * (double)positions_per_sample(l);
         for (int j = 0; j < l->n_params; j++) {
             const crew_param *p = &l->params[j];
-            if (!p->trainable) continue;
+            if (!p->trainable || !crew_param_owned(p)) continue;
             double diff = max_abs_diff(x->first_grads + p->offset, c->first_grads + p->offset, crew_shape_size(&p->shape));
             char what[160];
             snprintf(what, sizeof what, "%.100s.%.40s", l->name, p->name);
@@ -192,6 +192,7 @@ static void judge(const crew_model *m, const host_values *a, const host_values *
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             const crew_param *p = &m->layers[i]->params[j];
+            if (!crew_param_owned(p)) continue;
             int64_t n = crew_shape_size(&p->shape);
             double diff = tensor_rel_diff(tensor(a, p), tensor(c, p), n);
             double spread = d ? tensor_rel_diff(tensor(c, p), tensor(d, p), n) : 0.0;

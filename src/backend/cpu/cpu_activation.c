@@ -14,6 +14,8 @@ static inline float sigmoidf(float x)
 
 #define CREW_SQRT1_2 0.70710678118654752440f
 #define CREW_INV_SQRT_2PI 0.39894228040143267794f
+#define CREW_SQRT_2_OVER_PI 0.79788456080286535588f
+#define CREW_GELU_CUBIC 0.044715f
 
 void cpu_act_forward(void *ctx, crew_activation act, const float *x, float *y, int64_t n)
 {
@@ -24,6 +26,12 @@ void cpu_act_forward(void *ctx, crew_activation act, const float *x, float *y, i
         break;
     case CREW_ACT_GELU:
         for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * CREW_SQRT1_2));
+        break;
+    case CREW_ACT_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            float u = CREW_SQRT_2_OVER_PI * (x[i] + CREW_GELU_CUBIC * x[i] * x[i] * x[i]);
+            y[i] = 0.5f * x[i] * (1.0f + tanhf(u));
+        }
         break;
     case CREW_ACT_TANH:
         for (int64_t i = 0; i < n; i++) y[i] = tanhf(x[i]);
@@ -50,6 +58,13 @@ void cpu_act_backward(void *ctx, crew_activation act, const float *x, const floa
             float cdf = 0.5f * (1.0f + erff(x[i] * CREW_SQRT1_2));
             float pdf = CREW_INV_SQRT_2PI * expf(-0.5f * x[i] * x[i]);
             dx[i] = dy[i] * (cdf + x[i] * pdf);
+        }
+        break;
+    case CREW_ACT_GELU_TANH: /* d/dx of 0.5·x·(1 + tanh u), u = √(2/π)(x + 0.044715x³) */
+        for (int64_t i = 0; i < n; i++) {
+            float xi = x[i], u = CREW_SQRT_2_OVER_PI * (xi + CREW_GELU_CUBIC * xi * xi * xi);
+            float t = tanhf(u), du = CREW_SQRT_2_OVER_PI * (1.0f + 3.0f * CREW_GELU_CUBIC * xi * xi);
+            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * du);
         }
         break;
     case CREW_ACT_TANH:

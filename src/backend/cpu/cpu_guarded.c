@@ -734,6 +734,32 @@ static void guard_layernorm_backward(void *ctx, const float *dy, const float *x,
     if (c.ok) crew_cpu_ops.layernorm_backward(c.cpu, sdy, sx, sg, sm, sr, sdx, sdg, sdb, rows, ch);
 }
 
+/* ---- attention */
+
+static void guard_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
+                                    int64_t heads, int64_t d)
+{
+    op_call c = begin(ctx, "attention_forward");
+    int64_t bt = times(batch, T), ch = times(heads, d);
+    const float *sqkv = f32(&c, "qkv", qkv, times(bt, times(3, ch)));
+    float *satt = f32(&c, "att", att, times(times(batch, heads), times(T, T)));
+    float *sy = f32(&c, "y", y, times(bt, ch));
+    if (c.ok) crew_cpu_ops.attention_forward(c.cpu, sqkv, satt, sy, batch, T, heads, d);
+}
+
+static void guard_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
+                                     float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
+{
+    op_call c = begin(ctx, "attention_backward");
+    int64_t bt = times(batch, T), ch = times(heads, d), sq = times(times(batch, heads), times(T, T));
+    const float *sdy = f32(&c, "dy", dy, times(bt, ch));
+    const float *sqkv = f32(&c, "qkv", qkv, times(bt, times(3, ch)));
+    const float *satt = f32(&c, "att", att, sq);
+    float *sdatt = f32(&c, "datt", datt, sq);
+    float *sdqkv = f32(&c, "dqkv", dqkv, times(bt, times(3, ch)));
+    if (c.ok) crew_cpu_ops.attention_backward(c.cpu, sdy, sqkv, satt, sdatt, sdqkv, batch, T, heads, d);
+}
+
 /* ---- embedding and loss */
 
 static crew_status guard_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
@@ -844,6 +870,8 @@ static const crew_backend_ops guarded_ops = {
     .bn_param_grads = guard_bn_param_grads,
     .layernorm_forward = guard_layernorm_forward,
     .layernorm_backward = guard_layernorm_backward,
+    .attention_forward = guard_attention_forward,
+    .attention_backward = guard_attention_backward,
     .embedding_forward = guard_embedding_forward,
     .embedding_backward = guard_embedding_backward,
     .softmax_xent = guard_softmax_xent,

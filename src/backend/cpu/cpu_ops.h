@@ -42,6 +42,12 @@ void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const fl
                             const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
                             int64_t rows, int64_t c);
 
+/* cpu_attention.c */
+void cpu_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
+                           int64_t heads, int64_t head_dim);
+void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
+                            float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+
 /* cpu_loss.c */
 crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
                              float scale, float *row_loss, float *dlogits, int64_t *correct);

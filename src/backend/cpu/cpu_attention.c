@@ -1,0 +1,84 @@
+/* cpu_attention.c — causal multi-head self-attention, one (sample, head) at a time, its three
+ * products as OpenBLAS GEMMs on strided views of qkv (no copies into per-head buffers).
+ *
+ * Shapes (backend.h): qkv [batch, T, 3C] holding q | k | v, head h in columns [h·d, (h+1)·d) of
+ * each; att and datt [batch, heads, T, T]; y and dy [batch, T, C]; C = heads · d.
+ * The scores are computed for the whole T × T square and the softmax then zeroes the part above
+ * the diagonal (s > t): a GEMM over the square is faster than T dot products of growing length,
+ * and the masked half never reaches a result. Every sum runs in a fixed order, so results do not
+ * depend on the batch's split across replicas (each sample is its own set of products). */
+#include <cblas.h>
+#include <math.h>
+
+#include "backend/cpu/cpu_ops.h"
+
+static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float *c, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m,
+                (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, 0.0f, c, (blasint)ldc);
+}
+
+/* Row t of a [T, T] score matrix becomes softmax over s ≤ t (max subtracted first, so exp never
+ * overflows), and zeros above the diagonal. */
+static void causal_softmax(float *a, int64_t T)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float *row = a + t * T;
+        float max = row[0];
+        for (int64_t s = 1; s <= t; s++)
+            if (row[s] > max) max = row[s];
+        float sum = 0.0f;
+        for (int64_t s = 0; s <= t; s++) {
+            row[s] = expf(row[s] - max);
+            sum += row[s];
+        }
+        float inv = 1.0f / sum;
+        for (int64_t s = 0; s <= t; s++) row[s] *= inv;
+        for (int64_t s = t + 1; s < T; s++) row[s] = 0.0f;
+    }
+}
+
+void cpu_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
+                           int64_t heads, int64_t d)
+{
+    (void)ctx;
+    const int64_t C = heads * d, ld = 3 * C;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < heads; h++) {
+            const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C;
+            float *a = att + (b * heads + h) * T * T;
+            gemm(0, 1, T, T, d, scale, q, ld, k, ld, a, T); /* a = q·kᵀ/√d  [T, T] */
+            causal_softmax(a, T);
+            gemm(0, 0, T, d, T, 1.0f, a, T, v, ld, y + b * T * C + h * d, C); /* y_h = a·v  [T, d] */
+        }
+}
+
+void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
+                            float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
+{
+    (void)ctx;
+    const int64_t C = heads * d, ld = 3 * C;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < heads; h++) {
+            const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C;
+            const float *a = att + (b * heads + h) * T * T, *dyh = dy + b * T * C + h * d;
+            float *da = datt + (b * heads + h) * T * T;
+            float *dq = dqkv + b * T * ld + h * d, *dk = dq + C, *dv = dq + 2 * C;
+            gemm(0, 1, T, T, d, 1.0f, dyh, C, v, ld, da, T); /* d att = dy_h · vᵀ  [T, T] */
+            gemm(1, 0, T, d, T, 1.0f, a, T, dyh, C, dv, ld); /* dv = attᵀ · dy_h  [T, d] */
+            /* through the softmax: ds = att ⊙ (d att − Σ_s att·d att), row by row; 0 above the diagonal */
+            for (int64_t t = 0; t < T; t++) {
+                const float *ar = a + t * T;
+                float *dr = da + t * T;
+                float dot = 0.0f;
+                for (int64_t s = 0; s <= t; s++) dot += ar[s] * dr[s];
+                for (int64_t s = 0; s <= t; s++) dr[s] = ar[s] * (dr[s] - dot);
+                for (int64_t s = t + 1; s < T; s++) dr[s] = 0.0f;
+            }
+            gemm(0, 0, T, d, T, scale, da, T, k, ld, dq, ld); /* dq = ds · k / √d */
+            gemm(1, 0, T, d, T, scale, da, T, q, ld, dk, ld); /* dk = dsᵀ · q / √d */
+        }
+}

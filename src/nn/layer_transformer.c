@@ -1,0 +1,159 @@
+/* layer_transformer.c — one GPT-2 transformer block over x [T, C] per sample (pre-norm):
+ *   r = x + attn(ln_1(x)) · W_proj + b_proj
+ *   y = r + gelu_tanh(ln_2(r) · W_fc + b_fc) · W_mlp_proj + b_mlp_proj
+ * attn: causal multi-head self-attention (backend.h, attention_forward) over
+ * qkv = ln_1(x) · W_attn + b_attn, [T, 3C]. Kernels are [in, out] (crew's layout for every dense
+ * kernel). Init as GPT-2: kernels N(0, 0.02²), the two residual projections N(0, (0.02/√(2·blocks))²),
+ * biases 0, layer norms 1 and 0; layer norm's epsilon 1e-5.
+ *
+ * One layer rather than a dozen: the block's two residual branches need the block's input
+ * twice, which a sequential model of single-input layers cannot say. Its work buffers (below)
+ * keep what backward needs; n = rows · T positions, H heads. */
+#include <math.h>
+
+#include "core/status.h"
+#include "nn/layer.h"
+
+enum {
+    P_LN1_G, P_LN1_B, P_ATTN_K, P_ATTN_B, P_PROJ_K, P_PROJ_B,
+    P_LN2_G, P_LN2_B, P_FC_K, P_FC_B, P_MLP_PROJ_K, P_MLP_PROJ_B,
+};
+
+enum {
+    W_LN1,      /* [n, C]   ln_1(x) */
+    W_LN1_STAT, /* [2n]     its mean | rstd */
+    W_QKV,      /* [n, 3C] */
+    W_ATT,      /* [rows, H, T, T] attention probabilities */
+    W_ATTY,     /* [n, C]   attention output, heads side by side */
+    W_RES,      /* [n, C]   r, the residual stream after attention */
+    W_LN2,      /* [n, C]   ln_2(r) */
+    W_LN2_STAT, /* [2n] */
+    W_FC,       /* [n, 4C]  before GELU */
+    W_GELU,     /* [n, 4C]  after GELU */
+    W_D4C,      /* [n, 4C]  backward: d before GELU, then d qkv */
+    W_DC,       /* [n, C]   backward: d ln_2, d attention output, d ln_1 */
+    W_DRES,     /* [n, C]   backward: d r */
+    W_DATT,     /* [rows, H, T, T] backward scratch */
+    N_WORK
+};
+
+#define LN_EPS 1e-5f
+_Static_assert(N_WORK <= CREW_LAYER_MAX_WORK, "a transformer block's work buffers");
+
+static int64_t T_of(const crew_layer *l) { return l->in.dim[0]; }
+static int64_t C_of(const crew_layer *l) { return l->in.dim[1]; }
+
+static crew_status block_build(crew_layer *l)
+{
+    if (l->in.ndim != 2)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "input must be [context, width], got %d axes", l->in.ndim);
+    int64_t C = C_of(l), H = l->spec.heads;
+    if (H <= 0) return crew_errorf(CREW_CODE_BAD_INPUT, "key 'heads' must be a positive integer, got %lld", (long long)H);
+    if (C % H)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "width %lld is not divisible by its %lld heads", (long long)C,
+                           (long long)H);
+    int blocks = l->spec.blocks > 0 ? l->spec.blocks : 1;
+    float proj_std = 0.02f / sqrtf(2.0f * (float)blocks);
+    l->out = l->in;
+    crew_layer_declare(l, "ln1_gamma", crew_shape1(C), 1, CREW_INIT_ONES, 0, 0);
+    crew_layer_declare(l, "ln1_beta", crew_shape1(C), 1, CREW_INIT_ZEROS, 0, 0);
+    crew_layer_declare_normal(l, "attn_kernel", (crew_shape){2, {C, 3 * C}}, 0.02f);
+    crew_layer_declare(l, "attn_bias", crew_shape1(3 * C), 1, CREW_INIT_ZEROS, 0, 0);
+    crew_layer_declare_normal(l, "attn_proj_kernel", (crew_shape){2, {C, C}}, proj_std);
+    crew_layer_declare(l, "attn_proj_bias", crew_shape1(C), 1, CREW_INIT_ZEROS, 0, 0);
+    crew_layer_declare(l, "ln2_gamma", crew_shape1(C), 1, CREW_INIT_ONES, 0, 0);
+    crew_layer_declare(l, "ln2_beta", crew_shape1(C), 1, CREW_INIT_ZEROS, 0, 0);
+    crew_layer_declare_normal(l, "mlp_kernel", (crew_shape){2, {C, 4 * C}}, 0.02f);
+    crew_layer_declare(l, "mlp_bias", crew_shape1(4 * C), 1, CREW_INIT_ZEROS, 0, 0);
+    crew_layer_declare_normal(l, "mlp_proj_kernel", (crew_shape){2, {4 * C, C}}, proj_std);
+    crew_layer_declare(l, "mlp_proj_bias", crew_shape1(C), 1, CREW_INIT_ZEROS, 0, 0);
+    return CREW_OK;
+}
+
+static void block_workspace(const crew_layer *l, int64_t rows, int64_t w[CREW_LAYER_MAX_WORK])
+{
+    int64_t T = T_of(l), C = C_of(l), n = rows * T, att = rows * l->spec.heads * T * T;
+    w[W_LN1] = w[W_ATTY] = w[W_RES] = w[W_LN2] = w[W_DC] = w[W_DRES] = n * C;
+    w[W_LN1_STAT] = w[W_LN2_STAT] = 2 * n;
+    w[W_QKV] = 3 * n * C;
+    w[W_FC] = w[W_GELU] = w[W_D4C] = 4 * n * C;
+    w[W_ATT] = w[W_DATT] = att;
+}
+
+static float *val(crew_layer *l, int i) { return l->params[i].value; }
+static float *grad(crew_layer *l, int i) { return l->params[i].grad; }
+
+/* y [n, out] = bias + x [n, in] · kernel [in, out] */
+static void dense(const crew_pass *p, const float *x, const float *kernel, const float *bias, float *y, int64_t n,
+                  int64_t in, int64_t out)
+{
+    const crew_backend_ops *o = p->be->ops;
+    o->broadcast_rows(p->be->ctx, y, bias, n, out);
+    o->gemm(p->be->ctx, 0, 0, n, out, in, 1.0f, x, in, kernel, out, 1.0f, y, out);
+}
+
+/* d kernel = xᵀ · dy, d bias = Σ_rows dy (both overwritten), and dx = dy · kernelᵀ when dx is given */
+static void dense_back(const crew_pass *p, const float *x, const float *dy, const float *kernel, float *dkernel,
+                       float *dbias, float *dx, int64_t n, int64_t in, int64_t out)
+{
+    const crew_backend_ops *o = p->be->ops;
+    o->gemm(p->be->ctx, 1, 0, in, out, n, 1.0f, x, in, dy, out, 0.0f, dkernel, out);
+    o->col_sum(p->be->ctx, dy, n, out, dbias, 0);
+    if (dx) o->gemm(p->be->ctx, 0, 1, n, in, out, 1.0f, dy, out, kernel, out, 0.0f, dx, in);
+}
+
+static crew_status block_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
+{
+    const crew_backend_ops *o = p->be->ops;
+    void *ctx = p->be->ctx;
+    int64_t T = T_of(l), C = C_of(l), H = l->spec.heads, n = p->rows * T;
+    float **w = l->work;
+    o->layernorm_forward(ctx, x, val(l, P_LN1_G), val(l, P_LN1_B), LN_EPS, w[W_LN1], w[W_LN1_STAT],
+                         w[W_LN1_STAT] + n, n, C);
+    dense(p, w[W_LN1], val(l, P_ATTN_K), val(l, P_ATTN_B), w[W_QKV], n, C, 3 * C);
+    o->attention_forward(ctx, w[W_QKV], w[W_ATT], w[W_ATTY], p->rows, T, H, C / H);
+    dense(p, w[W_ATTY], val(l, P_PROJ_K), val(l, P_PROJ_B), w[W_RES], n, C, C);
+    o->axpby(ctx, n * C, 1.0f, x, 1.0f, w[W_RES]); /* r = x + attention branch */
+    o->layernorm_forward(ctx, w[W_RES], val(l, P_LN2_G), val(l, P_LN2_B), LN_EPS, w[W_LN2], w[W_LN2_STAT],
+                         w[W_LN2_STAT] + n, n, C);
+    dense(p, w[W_LN2], val(l, P_FC_K), val(l, P_FC_B), w[W_FC], n, C, 4 * C);
+    o->act_forward(ctx, CREW_ACT_GELU_TANH, w[W_FC], w[W_GELU], 4 * n * C);
+    dense(p, w[W_GELU], val(l, P_MLP_PROJ_K), val(l, P_MLP_PROJ_B), y, n, 4 * C, C);
+    o->axpby(ctx, n * C, 1.0f, w[W_RES], 1.0f, y); /* y = r + MLP branch */
+    return CREW_OK;
+}
+
+static crew_status block_backward(crew_layer *l, const crew_pass *p, const float *x, const float *y,
+                                  const float *dy, float *dx)
+{
+    (void)y;
+    const crew_backend_ops *o = p->be->ops;
+    void *ctx = p->be->ctx;
+    int64_t T = T_of(l), C = C_of(l), H = l->spec.heads, n = p->rows * T;
+    float **w = l->work;
+    /* MLP branch: dy reaches it and, unchanged, the residual stream r */
+    dense_back(p, w[W_GELU], dy, val(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_B), w[W_D4C], n,
+               4 * C, C);
+    o->act_backward(ctx, CREW_ACT_GELU_TANH, w[W_FC], w[W_GELU], w[W_D4C], w[W_D4C], 4 * n * C);
+    dense_back(p, w[W_LN2], w[W_D4C], val(l, P_FC_K), grad(l, P_FC_K), grad(l, P_FC_B), w[W_DC], n, C, 4 * C);
+    o->fill(ctx, grad(l, P_LN2_G), 0.0f, C);
+    o->fill(ctx, grad(l, P_LN2_B), 0.0f, C);
+    o->layernorm_backward(ctx, w[W_DC], w[W_RES], val(l, P_LN2_G), w[W_LN2_STAT], w[W_LN2_STAT] + n, w[W_DRES],
+                          grad(l, P_LN2_G), grad(l, P_LN2_B), n, C);
+    o->axpby(ctx, n * C, 1.0f, dy, 1.0f, w[W_DRES]); /* d r = through ln_2 + the residual's dy */
+    /* attention branch */
+    dense_back(p, w[W_ATTY], w[W_DRES], val(l, P_PROJ_K), grad(l, P_PROJ_K), grad(l, P_PROJ_B), w[W_DC], n, C, C);
+    o->attention_backward(ctx, w[W_DC], w[W_QKV], w[W_ATT], w[W_DATT], w[W_D4C], p->rows, T, H, C / H);
+    dense_back(p, w[W_LN1], w[W_D4C], val(l, P_ATTN_K), grad(l, P_ATTN_K), grad(l, P_ATTN_B), w[W_DC], n, C, 3 * C);
+    o->fill(ctx, grad(l, P_LN1_G), 0.0f, C);
+    o->fill(ctx, grad(l, P_LN1_B), 0.0f, C);
+    /* without a dx to write (nothing upstream trains), ln_2's output buffer, spent by now, takes it */
+    float *dxo = dx ? dx : w[W_LN2];
+    o->layernorm_backward(ctx, w[W_DC], x, val(l, P_LN1_G), w[W_LN1_STAT], w[W_LN1_STAT] + n, dxo, grad(l, P_LN1_G),
+                          grad(l, P_LN1_B), n, C);
+    if (dx) o->axpby(ctx, n * C, 1.0f, w[W_DRES], 1.0f, dx); /* dx = through ln_1 + the residual's d r */
+    return CREW_OK;
+}
+
+const crew_layer_ops crew_transformer_block_ops = {block_build, block_workspace, block_forward, block_backward,
+                                                   crew_layer_free_work};
