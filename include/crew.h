@@ -200,6 +200,9 @@ int crew_dataset_is_tokens(const crew_dataset *d);
 /* Re-cuts a token dataset into windows of `context` tokens (a GPT's context): an error when no
  * shard holds context + 1 tokens. */
 crew_status crew_dataset_set_context(crew_dataset *d, int64_t context);
+/* crew_dataset_open for training or evaluating model m: a token dataset is cut into windows of
+ * m's context (crew_model_context) when m is a language model. */
+crew_status crew_dataset_open_for(const crew_model *m, const char *dir, const char *split, crew_dataset **out);
 
 typedef void (*crew_progress_fn)(void *user, int64_t done, int64_t total, const char *what);
 
@@ -284,6 +287,9 @@ typedef struct crew_epoch_info {
     float test_accuracy;
     double wall_s;         /* training steps of this epoch, evaluation excluded */
     double samples_per_s;
+    /* A language model's test loss in bits per token (test_loss / ln 2; per byte on byte-level
+     * data, whose tokens are bytes); NaN for a classifier or without a test set. */
+    float test_bits;
 } crew_epoch_info;
 
 /* Something that needs a person's attention; the run goes on unless said otherwise. */
@@ -400,6 +406,7 @@ typedef struct crew_fit_result {
     char last_checkpoint[512]; /* the newest checkpoint written, or "" */
     double gflops;             /* the FLOP rate of the training steps (plan.flops_per_sample × samples/s) */
     double peak_fraction;      /* gflops / plan.peak_gflops; NaN when the peak is unknown */
+    float test_bits;           /* a language model's test loss in bits per token (crew_epoch_info) */
 } crew_fit_result;
 
 /* Fills opts with the model file's training settings (or the defaults above), struct_size included.
@@ -484,8 +491,23 @@ typedef struct crew_eval_result {
 
 crew_status crew_model_evaluate(crew_model *m, const crew_dataset *data, int64_t batch,
                                 crew_eval_result *result);
-/* Class probabilities for n samples. x: [n, input...] float32; probs: [n, classes]. */
+/* Class probabilities for n samples. x: [n, input...] float32; probs: [n, classes] — or, for a
+ * language model, [n, context, vocab]: the next token's distribution at every position. */
 crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *probs);
+/* The vocabulary of a language model (its lm_head's logits), or 0 for a model that is not one. */
+int64_t crew_model_vocab(const crew_model *m);
+/* Its context: the most tokens it sees at once (0 for a model that is not a language model). */
+int64_t crew_model_context(const crew_model *m);
+
+/* Text generation from a trained language model: continues prompt[0..n_prompt) by n_new tokens,
+ * written to out[0..n_new). Each token is drawn from the model's distribution at the last
+ * position, sharpened by temperature (p^(1/temperature), renormalised; 0 takes the most likely
+ * token), by counter-based random numbers of (seed, position): the same seed gives the same text.
+ * The model sees the last `context` tokens; a shorter history is left-aligned (causal attention
+ * keeps the padding after it from mattering). n_prompt must be at least 1; a prompt token outside
+ * the vocabulary is an error. */
+crew_status crew_model_generate(crew_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n_new,
+                                float temperature, uint64_t seed, int32_t *out);
 int64_t crew_model_output_size(const crew_model *m); /* classes */
 
 /* ---------------------------------------------------------------- FLOPs and the peak */

@@ -7,6 +7,8 @@ packages=(build-essential cmake pkg-config libopenblas-dev libcjson-dev libxxhas
           libpng-dev libjpeg62-turbo-dev dataset-fashion-mnist chromium
           libopenmpi-dev openmpi-bin iproute2)
 [ "${CREW_WITH_CLANG:-0}" = 1 ] && packages+=(clang libclang-rt-14-dev)
+# The King James Bible (public domain) as text, for `make demo-gpt`: its `bible` program prints it.
+[ "${CREW_WITH_KJV:-0}" = 1 ] && packages+=(bible-kjv)
 # MPI's other family, for `make mpich`; Open MPI stays the default mpicc and mpirun.
 [ "${CREW_WITH_MPICH:-0}" = 1 ] && packages+=(libmpich-dev mpich)
 

@@ -1,4 +1,4 @@
-/* test_reference.c — crew against PyTorch on the example models and a Keras-written model.
+/* test_reference.c — crew against PyTorch on the example models, a Keras-written model and a GPT.
  *
  * tools/make_reference.py built each network in PyTorch (float32, one thread) and recorded, for
  * one batch of 8 samples, the logits, the mean softmax cross-entropy, the gradient of every
@@ -306,8 +306,140 @@ static void run_case(const ref_case *c)
     crew_st_free(&r.f);
 }
 
+/* ---------------------------------------------------------------- GPT (tools/gpt_reference.py)
+ *
+ * tests/fixtures/gpt_ref: a 2-block GPT (width 32, 4 heads, context 16, vocabulary 64) built in
+ * PyTorch as GPT-2 is (tied LM head, tanh GELU), its starting weights in crew's names and layouts
+ * (weights.safetensors), and for one batch of 4 windows: the logits, the loss (mean over all 64
+ * positions), every gradient (grad.<name>; the tied table's holds both of its uses), the loss
+ * before each of 10 torch.optim.AdamW steps (lr 1e-3, weight decay 0.1 on every parameter) and
+ * the parameters after them (final.<name>). crew must match within 1e-5 of each tensor's scale,
+ * the 10 losses within 1e-5 relative. Measured (OpenBLAS 0.3.21, torch 2.15): gradients 5.0e-7
+ * (block_1.ln2_gamma), losses 1.1e-7; the parameters after 10 steps 5.5e-5 (attn_bias). */
+
+#define GPT_BATCH 4
+#define GPT_STEPS 10
+#define GPT_TOL 1e-5
+/* Parameters after 10 steps. The key third of attn_bias has a gradient that is 0 in exact
+ * arithmetic (adding b to every key adds q·b to a whole softmax row), so both sides hold rounding
+ * noise of ~1e-10 there, and AdamW divides it by its own √v into steps of about lr: those entries
+ * move by noise, differently on each side. 1e-4 of the tensor's scale bounds that (measured 5.5e-5);
+ * a wrong update rule is off by 1e-2 or more. */
+#define GPT_FINAL_TOL 1e-4
+
+static void check_gpt_params(ref_run *r, const char *prefix, int grads, double tol)
+{
+    crew_named_param params[64];
+    int n = crew_model_named_params(r->m, params, 64);
+    CHECK_MSG(n == 28, "gpt_ref: %d parameters, the fixture 28", n);
+    for (int i = 0; i < n && i < 64; i++) {
+        const crew_param *p = params[i].param;
+        int64_t count = crew_shape_size(&p->shape);
+        char key[sizeof params[i].name + 8];
+        snprintf(key, sizeof key, "%s.%.*s", prefix, (int)sizeof params[i].name - 1, params[i].name);
+        float *want = fixture_tensor(r, key, CREW_ST_F32, count);
+        float *got = malloc((size_t)count * sizeof *got);
+        if (want && got) {
+            CHECK_OK(crew_dev_download_f32(&r->m->be, got, grads ? p->grad : p->value, count));
+            compare(r, key, got, want, count, tol);
+        }
+        free(want);
+        free(got);
+    }
+}
+
+static int gpt_load_batch(ref_run *r)
+{
+    crew_model *m = r->m;
+    int64_t T = m->input.dim[0], n = GPT_BATCH * T;
+    float *x = fixture_tensor(r, "x", CREW_ST_F32, n), *yf = fixture_tensor(r, "y", CREW_ST_F32, n);
+    int32_t *y = malloc((size_t)n * sizeof *y);
+    int ok = x && yf && y && crew_model_positions(m) == T;
+    for (int64_t i = 0; ok && i < n; i++) y[i] = (int32_t)yf[i];
+    if (ok) {
+        static const int64_t ids[GPT_BATCH] = {0, 1, 2, 3};
+        CHECK_OK(m->be.ops->upload(m->be.ctx, NULL, m->act[0], x, n, CREW_DT_F32));
+        CHECK_OK(m->be.ops->upload(m->be.ctx, NULL, m->labels, y, n, CREW_DT_I32));
+        CHECK_OK(m->be.ops->upload(m->be.ctx, NULL, m->sample_ids, ids, GPT_BATCH, CREW_DT_I64));
+        CHECK_OK(m->be.ops->sync(m->be.ctx, NULL));
+    }
+    free(x);
+    free(yf);
+    free(y);
+    return ok;
+}
+
+static crew_status gpt_pass(crew_model *m, double *loss)
+{
+    crew_pass p = {.be = &m->be, .rows = GPT_BATCH, .training = 1, .seed = 1, .sample_ids = m->sample_ids,
+                   .total_rows = GPT_BATCH};
+    CREW_TRY(crew_model_forward(m, &p));
+    double correct = 0.0;
+    CREW_TRY(crew_model_loss(m, &p, 1.0f / GPT_BATCH, loss, &correct));
+    *loss /= GPT_BATCH;
+    return crew_model_backward(m, &p, NULL, NULL);
+}
+
+static void run_gpt_case(void)
+{
+    ref_run r = {.name = "gpt_ref"};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/fixtures/gpt_ref/expected.safetensors", source_dir());
+    crew_status s = crew_st_read(path, &r.f);
+    snprintf(path, sizeof path, "%s/tests/fixtures/gpt_ref/model.json", source_dir());
+    if (!s) s = crew_model_load_file(path, &r.m);
+    crew_compile_options opts;
+    if (!s) crew_model_default_compile(r.m, &opts); /* the file's AdamW */
+    if (!s) s = crew_model_compile(r.m, &opts);
+    if (!s) s = crew_model_reserve(r.m, GPT_BATCH);
+    snprintf(path, sizeof path, "%s/tests/fixtures/gpt_ref/weights.safetensors", source_dir());
+    if (!s) s = crew_model_load_weights(r.m, path);
+    if (!s) s = crew_optimizer_init(&r.opt, &r.m->compile.optimizer, &r.m->be, r.m->n_params);
+    r.has_opt = !s;
+    CHECK_MSG(s == CREW_OK, "gpt_ref: %s (regenerate with python3 tools/gpt_reference.py --out tests/fixtures/gpt_ref)",
+              crew_status_message(s));
+    crew_status_free(s);
+    float *losses = s ? NULL : fixture_tensor(&r, "losses", CREW_ST_F32, GPT_STEPS);
+    if (losses && gpt_load_batch(&r)) {
+        double worst_loss = 0.0;
+        for (int t = 0; t < GPT_STEPS; t++) {
+            double loss = 0.0;
+            s = gpt_pass(r.m, &loss);
+            CHECK_MSG(s == CREW_OK, "gpt_ref: step %d: %s", t, crew_status_message(s));
+            crew_status_free(s);
+            if (s) break;
+            if (t == 0) { /* logits, loss and gradients at the starting weights */
+                int64_t n = GPT_BATCH * crew_shape_size(&r.m->layers[r.m->n_compute - 1]->out);
+                float *want = fixture_tensor(&r, "logits", CREW_ST_F32, n), *got = malloc((size_t)n * sizeof *got);
+                if (want && got) {
+                    CHECK_OK(crew_dev_download_f32(&r.m->be, got, r.m->act[r.m->n_compute], n));
+                    compare(&r, "logits", got, want, n, GPT_TOL);
+                }
+                free(want);
+                free(got);
+                check_gpt_params(&r, "grad", 1, GPT_TOL);
+            }
+            double e = fabs(loss - (double)losses[t]) / fabs((double)losses[t]);
+            if (!(e <= worst_loss)) worst_loss = e;
+            CHECK_MSG(e <= GPT_TOL, "gpt_ref: AdamW step %d: loss %.8g, torch %.8g, relative error %.3g exceeds %.0e", t,
+                      loss, (double)losses[t], e, GPT_TOL);
+            CHECK_OK(crew_optimizer_step(&r.opt, &r.m->be, r.m->params, r.m->grads, r.m->compile.optimizer.lr, NULL));
+        }
+        printf("%-18s worst logits/gradient error: %.3g (%s); worst of 10 AdamW losses: %.3g\n", r.name, r.worst,
+               r.worst_tensor, worst_loss);
+        r.worst = 0.0;
+        check_gpt_params(&r, "final", 0, GPT_FINAL_TOL);
+        printf("%-18s worst parameter error after 10 AdamW steps: %.3g (%s)\n", r.name, r.worst, r.worst_tensor);
+    }
+    free(losses);
+    if (r.has_opt) crew_optimizer_release(&r.opt, &r.m->be);
+    crew_model_free(r.m);
+    crew_st_free(&r.f);
+}
+
 int main(void)
 {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) run_case(&CASES[i]);
+    run_gpt_case();
     return check_report();
 }

@@ -35,7 +35,6 @@ SEED = 20250101
 LN_EPS = 1e-5
 
 
-
 def num(v):
     """A float as the model file spells it: 0.001, 1e-8 (not Python's 1e-08)."""
     return repr(v).replace("e-0", "e-")

@@ -57,6 +57,7 @@ enum {
     CREW_STREAM_SHUFFLE = 2,
     CREW_STREAM_DROPOUT = 3,
     CREW_STREAM_AUGMENT = 4,
+    CREW_STREAM_SAMPLE = 5, /* text generation */
 };
 
 #endif

@@ -177,6 +177,7 @@ crew_status crew_monitor_epoch(crew_monitor *m, const crew_epoch_info *e)
     json_num(f, "train_accuracy", e->train_accuracy, 1);
     json_num(f, "test_loss", e->test_loss, 1);
     json_num(f, "test_accuracy", e->test_accuracy, 1);
+    if (!isnan(e->test_bits)) json_num(f, "test_bits", e->test_bits, 1); /* language models only */
     json_num(f, "wall_s", e->wall_s, 1);
     json_num(f, "samples_per_s", e->samples_per_s, 0);
     crew_text_putc(f, '}');
@@ -231,6 +232,7 @@ crew_status crew_monitor_finish(crew_monitor *m, crew_fit_result *res)
     json_num(f, "peak_fraction", res->peak_fraction, 1);
     json_num(f, "test_accuracy", res->test_accuracy, 1);
     json_num(f, "test_loss", res->test_loss, 1);
+    if (!isnan(res->test_bits)) json_num(f, "test_bits", res->test_bits, 1); /* language models only */
     json_num(f, "data_fraction", res->data_fraction, 1);
     json_num(f, "compute_fraction", res->compute_fraction, 1);
     json_num(f, "comm_exposed_fraction", res->comm_exposed_fraction, 1);

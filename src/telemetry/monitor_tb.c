@@ -1,4 +1,5 @@
 /* monitor_tb.c — the monitor's TensorBoard scalars, in RUN_DIR/tb/ (docs/TENSORBOARD.md). */
+#include <math.h>
 #include <stdio.h>
 
 #include "core/status.h"
@@ -41,11 +42,11 @@ crew_status crew_monitor_tb_step(crew_monitor *m, const crew_step_record *r)
 crew_status crew_monitor_tb_epoch(crew_monitor *m, const crew_epoch_info *e)
 {
     if (!m->tb) return CREW_OK;
-    static const char *const tags[] = {"test/loss", "test/accuracy"};
-    float v[] = {e->test_loss, e->test_accuracy};
+    static const char *const tags[] = {"test/loss", "test/accuracy", "test/bits_per_token"};
+    float v[] = {e->test_loss, e->test_accuracy, e->test_bits};
     /* At the step the epoch ended: m->steps counts only this run's steps, and a resumed run
-     * started after its checkpoint. */
-    CREW_TRY(crew_tb_scalars(m->tb, m->last_step, crew_unix_now(), tags, v, 2));
+     * started after its checkpoint. A classifier has no bits per token. */
+    CREW_TRY(crew_tb_scalars(m->tb, m->last_step, crew_unix_now(), tags, v, isnan(e->test_bits) ? 2 : 3));
     return crew_tb_flush(m->tb);
 }
 

@@ -82,6 +82,7 @@ crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *
     if (!m->initialized)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "predict: the model has no weights yet (train or load them)");
     const int64_t batch = 256, in = crew_shape_size(&m->input), classes = crew_model_classes(m);
+    const int64_t pos = crew_model_positions(m), out = pos * classes; /* per sample */
     CREW_TRY(crew_model_reserve(m, batch));
     const crew_backend_ops *o = m->be.ops;
     for (int64_t start = 0; start < n; start += batch) {
@@ -89,8 +90,8 @@ crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *
         CREW_TRY(crew_dev_upload_f32(&m->be, m->act[0], x + start * in, rows * in));
         crew_pass p = {.be = &m->be, .rows = rows, .training = 0};
         CREW_TRY(crew_model_forward(m, &p));
-        o->softmax(m->be.ctx, m->act[m->n_compute], m->dbuf[0], rows, classes);
-        CREW_TRY(crew_dev_download_f32(&m->be, probs + start * classes, m->dbuf[0], rows * classes));
+        o->softmax(m->be.ctx, m->act[m->n_compute], m->dbuf[0], rows * pos, classes);
+        CREW_TRY(crew_dev_download_f32(&m->be, probs + start * out, m->dbuf[0], rows * out));
     }
     return CREW_OK;
 }

@@ -332,6 +332,7 @@ static crew_status finish_epoch(crew_rank *r, crew_epoch_info *info, int64_t ste
 {
     const crew_fit_options *o = r->run->opts;
     if (o->test) CREW_TRY(evaluate_shared(r, o->test, step, &info->test_loss, &info->test_accuracy));
+    info->test_bits = o->test && crew_model_positions(r->m) > 1 ? (float)(info->test_loss / log(2.0)) : NAN;
     if (!r->sinks) return CREW_OK;
     crew_rank_sink_enter(r);
     crew_fit_result *res = r->sinks->result;
@@ -340,6 +341,7 @@ static crew_status finish_epoch(crew_rank *r, crew_epoch_info *info, int64_t ste
     res->train_accuracy = info->train_accuracy;
     res->test_loss = info->test_loss;
     res->test_accuracy = info->test_accuracy;
+    res->test_bits = info->test_bits;
     crew_status s = crew_monitor_epoch(r->sinks->monitor, info);
     if (!s && o->on_epoch) o->on_epoch(o->user, info);
     crew_rank_sink_leave(r);
@@ -391,7 +393,8 @@ static crew_status run_epoch(crew_rank *r, int epoch, int64_t *step, int *stoppe
         *stopped = sr.stop;
         CREW_TRY(maybe_checkpoint(r, *step, *stopped));
     }
-    crew_epoch_info info = {.epoch = epoch, .epochs = p->epochs, .steps = steps, .test_loss = NAN, .test_accuracy = NAN};
+    crew_epoch_info info = {.epoch = epoch, .epochs = p->epochs, .steps = steps, .test_loss = NAN, .test_accuracy = NAN,
+                           .test_bits = NAN};
     info.wall_s = crew_now() - start;
     if (r->sinks) {
         crew_rank_sink_enter(r);

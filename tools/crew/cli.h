@@ -11,6 +11,7 @@
 int cli_prep(int argc, char **argv);
 int cli_train(int argc, char **argv);
 int cli_eval(int argc, char **argv);
+int cli_sample(int argc, char **argv);
 int cli_verify(int argc, char **argv);
 int cli_bench_data(int argc, char **argv);
 int cli_report(int argc, char **argv);

@@ -53,7 +53,7 @@ int cli_eval(int argc, char **argv)
     crew_status s = crew_model_load_file(a.model, &m);
     if (!s) s = crew_model_load_weights(m, a.weights);
     if (!s) warn_unfinished(a.weights);
-    if (!s) s = crew_dataset_open(a.data, a.split, &d);
+    if (!s) s = crew_dataset_open_for(m, a.data, a.split, &d);
     if (!s) s = crew_model_evaluate(m, d, a.batch, &r);
     int rc = 0;
     if (s) {

@@ -210,6 +210,7 @@ typedef struct train_view {
     cli_progress bar;
     int quiet, json;
     int epoch_open;
+    const char *bits_unit;       /* a language model's "bits per byte" (byte data) or "per token" */
     unsigned char shown[16 * 65]; /* events printed, by kind and replica */
 } train_view;
 
@@ -233,14 +234,16 @@ static void on_epoch(void *user, const crew_epoch_info *e)
     train_view *v = user;
     v->epoch_open = 0;
     if (v->quiet) return;
+    char bits[64] = "";
+    if (e->test_bits == e->test_bits) snprintf(bits, sizeof bits, ", %.3f %s", (double)e->test_bits, v->bits_unit);
     if (v->bar.tty) {
-        printf(" - test_loss: %.4f - test_accuracy: %.4f\n", (double)e->test_loss, (double)e->test_accuracy);
+        printf(" - test_loss: %.4f - test_accuracy: %.4f%s\n", (double)e->test_loss, (double)e->test_accuracy, bits);
         v->bar.last_width = 0;
     } else {
         printf("epoch %d/%d: %lld steps in %.1fs (%.0f samples/s), loss %.4f, accuracy %.4f, test_loss %.4f, "
-               "test_accuracy %.4f\n",
+               "test_accuracy %.4f%s\n",
                e->epoch + 1, e->epochs, (long long)e->steps, e->wall_s, e->samples_per_s, (double)e->train_loss,
-               (double)e->train_accuracy, (double)e->test_loss, (double)e->test_accuracy);
+               (double)e->train_accuracy, (double)e->test_loss, (double)e->test_accuracy, bits);
     }
     fflush(stdout);
 }
@@ -304,8 +307,8 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
 {
     cli_warn_slow_blas("train");
     crew_status s = crew_model_load_file(a->model, &st->m);
-    if (!s) s = crew_dataset_open(a->data, "train", &st->train);
-    if (!s) s = crew_dataset_open(a->data, "test", &st->test);
+    if (!s) s = crew_dataset_open_for(st->m, a->data, "train", &st->train);
+    if (!s) s = crew_dataset_open_for(st->m, a->data, "test", &st->test);
     if (!s && a->init_weights) s = crew_model_load_weights(st->m, a->init_weights);
     if (s) return s;
     crew_model_default_fit(st->m, o);
@@ -531,7 +534,8 @@ static void report_failure(const crew_fit_result *res)
                 (long long)res->resumed_from_step);
 }
 
-static void print_summary(const crew_fit_result *res, const crew_fit_plan *plan, const char *run_dir, int finished)
+static void print_summary(const crew_fit_result *res, const crew_fit_plan *plan, const char *run_dir, int finished,
+                          const char *bits_unit)
 {
     char weights[700], report[700], hint[512];
     snprintf(weights, sizeof weights, "%s/weights.safetensors", run_dir);
@@ -539,9 +543,11 @@ static void print_summary(const crew_fit_result *res, const crew_fit_plan *plan,
     char peak[96] = "";
     if (plan->peak_gflops > 0 && res->peak_fraction == res->peak_fraction)
         snprintf(peak, sizeof peak, " = %.0f%% of the peak", 100 * res->peak_fraction);
-    printf("%s after %lld steps in %.1fs (%.0f samples/s, %.1f GFLOP/s%s): test accuracy %.4f, test loss %.4f\n",
+    char bits[64] = "";
+    if (res->test_bits == res->test_bits) snprintf(bits, sizeof bits, " (%.3f %s)", (double)res->test_bits, bits_unit);
+    printf("%s after %lld steps in %.1fs (%.0f samples/s, %.1f GFLOP/s%s): test accuracy %.4f, test loss %.4f%s\n",
            finished ? "trained" : "stopped by signal", (long long)res->steps, res->wall_s, res->samples_per_s,
-           res->gflops, peak, (double)res->test_accuracy, (double)res->test_loss);
+           res->gflops, peak, (double)res->test_accuracy, (double)res->test_loss, bits);
     printf("%s\n", res->bottleneck);
     if (crew_fit_scaling_hint(res, plan, hint, sizeof hint)) printf("%s\n", hint);
     if (finished) printf("weights: %s\n", weights);
@@ -593,7 +599,7 @@ static int run_and_save(const train_args *a, train_state *st, train_view *view)
     crew_status_free(rs);
     int finished = res.steps == plan->total_steps;
     if (!finished) report_stop(a, &res, plan, run_dir);
-    if (!a->quiet) print_summary(&res, plan, run_dir, finished);
+    if (!a->quiet) print_summary(&res, plan, run_dir, finished, view->bits_unit);
     if (a->json) print_result_json(&res, weights, run_dir);
     return finished ? 0 : 1;
 }
@@ -626,7 +632,8 @@ int cli_train(int argc, char **argv)
     crew_status s = load_inputs(&a, &st, &o);
     if (!lead) o.run_dir = o.checkpoint_dir = NULL; /* rank 0 owns the run directory */
     o.group = g;
-    train_view view = {.quiet = a.quiet, .json = a.json};
+    train_view view = {.quiet = a.quiet, .json = a.json,
+                       .bits_unit = !s && crew_dataset_classes(st.train) == 256 ? "bits per byte" : "bits per token"};
     o.on_step = on_step;
     o.on_epoch = on_epoch;
     o.on_event = on_event;

@@ -182,7 +182,7 @@ int cli_verify(int argc, char **argv)
         fprintf(stderr, "crew verify: out of memory\n");
         return 1;
     }
-    if (!s) s = crew_dataset_open(a.data, "train", &train);
+    if (!s) s = crew_dataset_open_for(m, a.data, "train", &train);
     if (!s) s = crew_model_verify(m, train, &o, &r);
     if (s) {
         rc = cli_fail("verify", s);

@@ -14,6 +14,7 @@ static const struct {
     {"prep", cli_prep, "convert a dataset into crew's ready-to-use format", 0},
     {"train", cli_train, "train a model file on a dataset", 1},
     {"eval", cli_eval, "evaluate saved weights on a dataset's test split", 0},
+    {"sample", cli_sample, "continue a prompt with text from a trained language model", 0},
     {"bench-data", cli_bench_data, "measure how fast the loader alone prepares batches", 0},
     {"verify", cli_verify, "prove that N replicas compute what one replica computes", 1},
     {"report", cli_report, "write a run directory's metrics as a self-contained HTML report", 0},
