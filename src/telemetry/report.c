@@ -268,9 +268,12 @@ static void write_epochs(FILE *f, const crew_report_data *d)
         fputs("<p class=\"how\">No epoch finished.</p>\n", f);
         return;
     }
-    fputs("<table id=\"epochs\"><tr><th class=\"n\">epoch</th><th class=\"n\">steps</th><th class=\"n\">train loss</th>"
-          "<th class=\"n\">train accuracy</th><th class=\"n\">test loss</th><th class=\"n\">test accuracy</th>"
-          "<th class=\"n\">wall time</th><th class=\"n\">samples/s</th></tr>\n", f);
+    int lm = 0; /* a language model's epochs carry bits per token: a column of their own */
+    for (int i = 0; i < d->n_epochs; i++) lm |= !isnan(d->epochs_seen[i].test_bits);
+    fprintf(f, "<table id=\"epochs\"><tr><th class=\"n\">epoch</th><th class=\"n\">steps</th><th class=\"n\">train loss</th>"
+               "<th class=\"n\">train accuracy</th><th class=\"n\">test loss</th><th class=\"n\">test accuracy</th>%s"
+               "<th class=\"n\">wall time</th><th class=\"n\">samples/s</th></tr>\n",
+            lm ? "<th class=\"n\">test bits/token</th>" : "");
     for (int i = 0; i < d->n_epochs; i++) {
         const crew_report_epoch *e = &d->epochs_seen[i];
         fprintf(f, "<tr><td class=\"n\">%s</td><td class=\"n\">%s</td>", num(v[0], 48, "%.0f", e->epoch + 1.0),
@@ -278,6 +281,7 @@ static void write_epochs(FILE *f, const crew_report_data *d)
         fprintf(f, "<td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td><td class=\"n\">%s</td>",
                 num(v[2], 48, "%.4f", e->train_loss), num(v[3], 48, "%.4f", e->train_accuracy),
                 num(v[4], 48, "%.4f", e->test_loss), num(v[5], 48, "%.4f", e->test_accuracy));
+        if (lm) fprintf(f, "<td class=\"n\">%s</td>", num(v[6], 48, "%.3f", e->test_bits));
         fprintf(f, "<td class=\"n\">%s</td><td class=\"n\">%s</td></tr>\n", duration(v[6], 48, e->wall_s),
                 num(v[7], 48, "%.0f", e->samples_per_s));
     }

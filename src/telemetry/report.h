@@ -59,6 +59,7 @@ typedef struct crew_report_epoch {
     int64_t steps;    /* -1 when missing */
     int64_t end_step; /* the last step line read before it (0: none) */
     double train_loss, train_accuracy, test_loss, test_accuracy, wall_s, samples_per_s; /* NaN: missing */
+    double test_bits; /* a language model's bits per token; NaN for a classifier */
 } crew_report_epoch;
 
 /* A restart from a checkpoint: a "resume" line, or (files of an older crew, which wrote none) a

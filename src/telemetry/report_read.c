@@ -374,6 +374,7 @@ static crew_status read_epoch(const read_ctx *c, const cJSON *o)
     CREW_TRY(get_num(c, o, "train_accuracy", &e.train_accuracy));
     CREW_TRY(get_num(c, o, "test_loss", &e.test_loss));
     CREW_TRY(get_num(c, o, "test_accuracy", &e.test_accuracy));
+    CREW_TRY(get_num(c, o, "test_bits", &e.test_bits));
     CREW_TRY(get_num(c, o, "wall_s", &e.wall_s));
     CREW_TRY(get_num(c, o, "samples_per_s", &e.samples_per_s));
     if (c->raw_step > c->cutoff) { /* it ended after the checkpoint a later run restarted from */
