@@ -1623,6 +1623,284 @@ static void test_layer_norm(const device *d)
     DEV_FREE(d, x_d, dy_d, gamma_d, beta_d, stats_in_d, y_d, stats_d, dx_d, grads_d);
 }
 
+/* ------------------------------------------------------------------ attention */
+
+/* Causal multi-head self-attention (backend.h) against a reference written from the definition,
+ * in double, one (sample, head, position) at a time: scores q_t·k_s/√d for s ≤ t only, their
+ * softmax, y_t = Σ_s att·v_s; backward by the chain rule through each of those, term by term. */
+typedef struct attn_case {
+    int64_t batch, T, heads, d;
+    float q_scale; /* q drawn from U(±q_scale), k and v from U(±1) */
+} attn_case;
+
+static const attn_case attn_cases[] = {
+    {2, 7, 3, 5, 1.0f},   /* several samples and heads, head_dim neither T nor a power of 2 */
+    {3, 1, 2, 4, 1.0f},   /* T = 1: att is 1, y = v, and dq = dk = 0 (the softmax of one score) */
+    {2, 6, 1, 8, 1.0f},   /* one head: C = d */
+    {1, 1, 1, 1, 1.0f},   /* the smallest: every size 1 */
+    {2, 9, 2, 4, 200.0f}, /* scores past 88, where expf overflows float: the row's max must come off */
+};
+
+/* The sizes of one case's arrays. */
+typedef struct attn_sizes {
+    int64_t C, n_qkv, n_att, n_y;
+} attn_sizes;
+
+static attn_sizes attn_sizes_of(const attn_case *ac)
+{
+    int64_t C = ac->heads * ac->d;
+    return (attn_sizes){C, ac->batch * ac->T * 3 * C, ac->batch * ac->heads * ac->T * ac->T, ac->batch * ac->T * C};
+}
+
+/* Index into qkv [batch, T, 3C] of element i of head h of part (0 q, 1 k, 2 v) at position t. */
+static int64_t qkv_index(const attn_case *ac, int64_t b, int64_t t, int part, int64_t h, int64_t i)
+{
+    int64_t C = ac->heads * ac->d;
+    return (b * ac->T + t) * 3 * C + part * C + h * ac->d + i;
+}
+
+/* Index into att [batch, heads, T, T], and into y or dy [batch, T, C]. */
+static int64_t att_index(const attn_case *ac, int64_t b, int64_t h, int64_t t, int64_t s)
+{
+    return ((b * ac->heads + h) * ac->T + t) * ac->T + s;
+}
+
+static int64_t y_index(const attn_case *ac, int64_t b, int64_t t, int64_t h, int64_t i)
+{
+    return (b * ac->T + t) * ac->heads * ac->d + h * ac->d + i;
+}
+
+/* Forward in double from qkv. mag_att and mag_y (either may be NULL) receive the size of what
+ * float rounding errs relative to: an att value is exp(score − logsumexp), so its relative error
+ * is the absolute error of the exponent, which is relative to the scores' terms Σ|q·k|/√d (its
+ * own and the row maximum's); y's is Σ_s mag_att·|v|. Returns the largest score. */
+static double attention_ref_forward(const attn_case *ac, const double *qkv, double *att, double *y, double *mag_att,
+                                    double *mag_y)
+{
+    const int64_t T = ac->T, d = ac->d;
+    const double rs = 1.0 / sqrt((double)d);
+    double *score = dbuf(T), *terms = dbuf(T), max_score = -INFINITY;
+    for (int64_t b = 0; b < ac->batch; b++)
+        for (int64_t h = 0; h < ac->heads; h++)
+            for (int64_t t = 0; t < T; t++) {
+                double mx = -INFINITY, big = 0.0, z = 0.0;
+                for (int64_t s = 0; s <= t; s++) {
+                    score[s] = terms[s] = 0.0;
+                    for (int64_t i = 0; i < d; i++) {
+                        double p = qkv[qkv_index(ac, b, t, 0, h, i)] * qkv[qkv_index(ac, b, s, 1, h, i)];
+                        score[s] += p * rs;
+                        terms[s] += fabs(p) * rs;
+                    }
+                    mx = fmax(mx, score[s]);
+                    big = fmax(big, terms[s]);
+                }
+                max_score = fmax(max_score, mx);
+                for (int64_t s = 0; s <= t; s++) z += exp(score[s] - mx);
+                for (int64_t s = 0; s < T; s++) {
+                    int64_t a = att_index(ac, b, h, t, s);
+                    att[a] = s <= t ? exp(score[s] - mx) / z : 0.0;
+                    if (mag_att) mag_att[a] = att[a] * (1.0 + terms[s <= t ? s : 0] + big);
+                }
+                for (int64_t i = 0; i < d; i++) {
+                    double sum = 0.0, mag = 0.0;
+                    for (int64_t s = 0; s <= t; s++) {
+                        int64_t a = att_index(ac, b, h, t, s);
+                        double v = qkv[qkv_index(ac, b, s, 2, h, i)];
+                        sum += att[a] * v;
+                        if (mag_att) mag += mag_att[a] * fabs(v);
+                    }
+                    y[y_index(ac, b, t, h, i)] = sum;
+                    if (mag_y) mag_y[y_index(ac, b, t, h, i)] = mag;
+                }
+            }
+    free(score);
+    free(terms);
+    return max_score;
+}
+
+/* Backward in double: with datt_ts = dy_t·v_s, the softmax's ds_ts = att_ts·(datt_ts − Σ_s' att_ts'·datt_ts'),
+ * dq_t = Σ_s ds_ts·k_s/√d, dk_s = Σ_t ds_ts·q_t/√d, dv_s = Σ_t att_ts·dy_t, over s ≤ t. The
+ * difference inside ds cancels (its row sums to 0; all of it when T = 1), so mag receives the size
+ * of the terms instead: M_ts = Σ_i |dy·v| in place of datt, att·(M + Σ att·M) in place of |ds|. */
+static void attention_ref_backward(const attn_case *ac, const double *qkv, const double *att, const double *dy,
+                                   double *dqkv, double *mag)
+{
+    const int64_t T = ac->T, d = ac->d;
+    const double rs = 1.0 / sqrt((double)d);
+    attn_sizes z = attn_sizes_of(ac);
+    double *ds = dbuf(T * T), *mds = dbuf(T * T);
+    memset(dqkv, 0, sizeof(double) * (size_t)z.n_qkv);
+    memset(mag, 0, sizeof(double) * (size_t)z.n_qkv);
+    for (int64_t b = 0; b < ac->batch; b++)
+        for (int64_t h = 0; h < ac->heads; h++) {
+            for (int64_t t = 0; t < T; t++) {
+                double dot = 0.0, mdot = 0.0;
+                for (int64_t s = 0; s <= t; s++) {
+                    double da = 0.0, m = 0.0;
+                    for (int64_t i = 0; i < d; i++) {
+                        double p = dy[y_index(ac, b, t, h, i)] * qkv[qkv_index(ac, b, s, 2, h, i)];
+                        da += p;
+                        m += fabs(p);
+                    }
+                    ds[t * T + s] = da;
+                    mds[t * T + s] = m;
+                    dot += att[att_index(ac, b, h, t, s)] * da;
+                    mdot += att[att_index(ac, b, h, t, s)] * m;
+                }
+                for (int64_t s = 0; s <= t; s++) {
+                    double a = att[att_index(ac, b, h, t, s)];
+                    ds[t * T + s] = a * (ds[t * T + s] - dot);
+                    mds[t * T + s] = a * (mds[t * T + s] + mdot);
+                }
+            }
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t s = 0; s <= t; s++) {
+                    double a = att[att_index(ac, b, h, t, s)];
+                    for (int64_t i = 0; i < d; i++) {
+                        int64_t qi = qkv_index(ac, b, t, 0, h, i), ki = qkv_index(ac, b, s, 1, h, i);
+                        int64_t vi = qkv_index(ac, b, s, 2, h, i);
+                        double dyi = dy[y_index(ac, b, t, h, i)];
+                        dqkv[qi] += ds[t * T + s] * qkv[ki] * rs;
+                        mag[qi] += mds[t * T + s] * fabs(qkv[ki]) * rs;
+                        dqkv[ki] += ds[t * T + s] * qkv[qi] * rs;
+                        mag[ki] += mds[t * T + s] * fabs(qkv[qi]) * rs;
+                        dqkv[vi] += a * dyi;
+                        mag[vi] += a * fabs(dyi);
+                    }
+                }
+        }
+    free(ds);
+    free(mds);
+}
+
+/* L = Σ dy·y(qkv): the reference backward is its gradient. */
+static double attention_ref_loss(const attn_case *ac, const double *qkv, const double *dy)
+{
+    attn_sizes z = attn_sizes_of(ac);
+    double *att = dbuf(z.n_att), *y = dbuf(z.n_y), l = 0.0;
+    attention_ref_forward(ac, qkv, att, y, NULL, NULL);
+    for (int64_t j = 0; j < z.n_y; j++) l += dy[j] * y[j];
+    HOST_FREE(att, y);
+    return l;
+}
+
+/* The reference checks itself: central differences of attention_ref_loss in double. h = 1e-6:
+ * truncation h²·L'''/6 stays below 1e-8 even where q is scaled by 200 (L''' ~ (200/√d)³·|k|³),
+ * rounding ~1e-16·|L|/h ≈ 1e-9; both far below 1e-6 of the gradient's terms. */
+static int attention_grad_agrees_with_differences(const attn_case *ac, double *qkv, const double *dy,
+                                                  const double *dqkv, const double *mag)
+{
+    const double h = 1e-6;
+    attn_sizes z = attn_sizes_of(ac);
+    for (int64_t j = 0; j < z.n_qkv; j++) {
+        double keep = qkv[j];
+        qkv[j] = keep + h;
+        double up = attention_ref_loss(ac, qkv, dy);
+        qkv[j] = keep - h;
+        double down = attention_ref_loss(ac, qkv, dy);
+        qkv[j] = keep;
+        if (fabs((up - down) / (2.0 * h) - dqkv[j]) > 1e-6 * (mag[j] + 1.0)) return 0;
+    }
+    return 1;
+}
+
+/* att, y and dqkv relative to the size of their terms (mag, first_mismatch_of_sum). A score is a
+ * sum of d ≤ 8 products, an att value a few float operations more on it and the row's sum of
+ * T ≤ 9 exponentials, y and each piece of dqkv a GEMM over T or d ≤ 9 terms, the softmax's
+ * backward one dot over T more: ≤ ~30 roundings of 2^-24, under 2e-6 of the terms, so 1e-5 leaves
+ * a margin of 5x while a wrong index, scale or mask errs by O(1). */
+static const tolerance attn_forward_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+static const tolerance attn_backward_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
+
+/* backend.h: "each sample is computed on its own, in a fixed order". Sample b run alone (batch
+ * 1, at device offsets into the same inputs) must give the bits of sample b in the batch. */
+static void check_attention_per_sample(const device *d, const attn_case *ac, const float *qkv_d, const float *att_d,
+                                       const float *dy_d, const float *att, const float *y, const float *dqkv,
+                                       const char *shape)
+{
+    const crew_backend *be = &d->be;
+    attn_sizes z = attn_sizes_of(ac);
+    const int64_t T = ac->T, H = ac->heads, C = z.C, sq = H * T * T;
+    float *att1_d = dev_zeros_f32(d, sq), *y1_d = dev_zeros_f32(d, T * C), *datt1_d = dev_zeros_f32(d, sq);
+    float *dqkv1_d = dev_zeros_f32(d, T * 3 * C);
+    float *att1 = fbuf(sq), *y1 = fbuf(T * C), *dqkv1 = fbuf(T * 3 * C);
+    int same = 1;
+    for (int64_t b = 0; b < ac->batch; b++) {
+        be->ops->attention_forward(be->ctx, qkv_d + b * T * 3 * C, att1_d, y1_d, 1, T, H, ac->d);
+        be->ops->attention_backward(be->ctx, dy_d + b * T * C, qkv_d + b * T * 3 * C, att_d + b * sq, datt1_d,
+                                    dqkv1_d, 1, T, H, ac->d);
+        EXPECT_SYNCED(d);
+        fetch(d, att1, att1_d, sq, CREW_DT_F32);
+        fetch(d, y1, y1_d, T * C, CREW_DT_F32);
+        fetch(d, dqkv1, dqkv1_d, T * 3 * C, CREW_DT_F32);
+        same &= memcmp(att1, att + b * sq, sizeof(float) * (size_t)sq) == 0;
+        same &= memcmp(y1, y + b * T * C, sizeof(float) * (size_t)(T * C)) == 0;
+        same &= memcmp(dqkv1, dqkv + b * T * 3 * C, sizeof(float) * (size_t)(T * 3 * C)) == 0;
+    }
+    EXPECT(d, same, "attention (%s): a sample run alone differs from the same sample in the batch", shape);
+    HOST_FREE(att1, y1, dqkv1);
+    DEV_FREE(d, att1_d, y1_d, datt1_d, dqkv1_d);
+}
+
+/* One case: forward into att and y prefilled with garbage (the op overwrites them, the masked
+ * half of att included, which must be exactly 0); backward from the reference's att rounded to
+ * float (so that it is checked on its own, as layer norm's from the reference's statistics), into
+ * garbage-filled dqkv and datt (overwritten; datt is scratch and not compared). */
+static void check_attention(const device *d, const attn_case *ac)
+{
+    const crew_backend *be = &d->be;
+    attn_sizes z = attn_sizes_of(ac);
+    char shape[96];
+    snprintf(shape, sizeof shape, "batch %lld, T %lld, heads %lld, head_dim %lld, q in +-%g", (long long)ac->batch,
+             (long long)ac->T, (long long)ac->heads, (long long)ac->d, (double)ac->q_scale);
+    float *qkv = fbuf(z.n_qkv), *dy = fbuf(z.n_y), *att_f = fbuf(z.n_att), *garbage = fbuf(z.n_qkv);
+    double *qkv_r = dbuf(z.n_qkv), *dy_r = dbuf(z.n_y), *want_att = dbuf(z.n_att), *mag_att = dbuf(z.n_att);
+    double *want_y = dbuf(z.n_y), *mag_y = dbuf(z.n_y), *want_dqkv = dbuf(z.n_qkv), *mag_dqkv = dbuf(z.n_qkv);
+    uint64_t key = 3001 + 16 * (uint64_t)(ac - attn_cases);
+    fill_uniform(qkv, z.n_qkv, -1.0f, 1.0f, key);
+    for (int64_t b = 0; b < ac->batch; b++)
+        for (int64_t t = 0; t < ac->T; t++)
+            for (int64_t j = 0; j < z.C; j++) qkv[(b * ac->T + t) * 3 * z.C + j] *= ac->q_scale;
+    fill_uniform(dy, z.n_y, -1.0f, 1.0f, key + 1);
+    fill_uniform(garbage, z.n_qkv, 5.0f, 6.0f, key + 2);
+    for (int64_t j = 0; j < z.n_qkv; j++) qkv_r[j] = qkv[j];
+    for (int64_t j = 0; j < z.n_y; j++) dy_r[j] = dy[j];
+    double max_score = attention_ref_forward(ac, qkv_r, want_att, want_y, mag_att, mag_y);
+    attention_ref_backward(ac, qkv_r, want_att, dy_r, want_dqkv, mag_dqkv);
+    EXPECT(d, attention_grad_agrees_with_differences(ac, qkv_r, dy_r, want_dqkv, mag_dqkv),
+           "attention (%s): the reference dqkv disagrees with finite differences", shape);
+    if (ac->q_scale > 1.0f)
+        EXPECT(d, max_score > 89.0, "attention (%s): the largest score is %.3g, which expf does not overflow on",
+               shape, max_score);
+    for (int64_t j = 0; j < z.n_att; j++) att_f[j] = (float)want_att[j];
+
+    float *qkv_d = dev_f32(d, qkv, z.n_qkv), *dy_d = dev_f32(d, dy, z.n_y), *att_in_d = dev_f32(d, att_f, z.n_att);
+    float *att_d = dev_f32(d, garbage, z.n_att), *y_d = dev_f32(d, garbage, z.n_y);
+    float *datt_d = dev_f32(d, garbage, z.n_att), *dqkv_d = dev_f32(d, garbage, z.n_qkv);
+    be->ops->attention_forward(be->ctx, qkv_d, att_d, y_d, ac->batch, ac->T, ac->heads, ac->d);
+    be->ops->attention_backward(be->ctx, dy_d, qkv_d, att_in_d, datt_d, dqkv_d, ac->batch, ac->T, ac->heads, ac->d);
+    EXPECT_SYNCED(d);
+    float *att = host_f32(d, att_d, z.n_att), *y = host_f32(d, y_d, z.n_y), *dqkv = host_f32(d, dqkv_d, z.n_qkv);
+    expect_match(d, att, want_att, mag_att, z.n_att, attn_forward_tol, "attention_forward", shape, "att");
+    expect_match(d, y, want_y, mag_y, z.n_y, attn_forward_tol, "attention_forward", shape, "y");
+    expect_match(d, dqkv, want_dqkv, mag_dqkv, z.n_qkv, attn_backward_tol, "attention_backward", shape, "dqkv");
+    int64_t unmasked = 0;
+    for (int64_t bh = 0; bh < ac->batch * ac->heads; bh++)
+        for (int64_t t = 0; t < ac->T; t++)
+            for (int64_t s = t + 1; s < ac->T; s++) unmasked += att[(bh * ac->T + t) * ac->T + s] != 0.0f;
+    EXPECT(d, unmasked == 0, "attention_forward (%s): %lld values above the diagonal are not 0", shape,
+           (long long)unmasked);
+    if (ac->batch > 1) check_attention_per_sample(d, ac, qkv_d, att_in_d, dy_d, att, y, dqkv, shape);
+    HOST_FREE(qkv, dy, att_f, garbage, qkv_r, dy_r, want_att, mag_att, want_y, mag_y, want_dqkv, mag_dqkv);
+    HOST_FREE(att, y, dqkv);
+    DEV_FREE(d, qkv_d, dy_d, att_in_d, att_d, y_d, datt_d, dqkv_d);
+}
+
+static void test_attention(const device *d)
+{
+    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) check_attention(d, &attn_cases[i]);
+}
+
 /* ------------------------------------------------------------------ optimisers */
 
 /* The updates are a few float operations per step on values ≤ 1. */
@@ -1722,6 +2000,12 @@ static void act_reference(crew_activation act, double v, double *f, double *df)
         *f = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
         *df = 0.5 * (1.0 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
         break;
+    case CREW_ACT_GELU_TANH: { /* 0.5·v·(1 + tanh u), u = √(2/π)(v + 0.044715v³); du/dv = √(2/π)(1 + 3·0.044715v²) */
+        double k = sqrt(2.0 / M_PI), u = k * (v + 0.044715 * v * v * v), t = tanh(u);
+        *f = 0.5 * v * (1.0 + t);
+        *df = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * v * v);
+        break;
+    }
     case CREW_ACT_TANH: *f = tanh(v), *df = 1.0 - *f * *f; break;
     case CREW_ACT_SIGMOID: *f = 1.0 / (1.0 + exp(-v)), *df = *f * (1.0 - *f); break;
     default: *f = v, *df = 1.0; break;
@@ -1749,6 +2033,25 @@ static void check_activation(const device *d, crew_activation act, const float *
     HOST_FREE(y, dx);
 }
 
+/* act_backward with dx == dy, as the transformer block runs GELU's backward (layer_transformer.c:
+ * its d-before-GELU buffer is both): elementwise, so it must give the bits of dx apart from dy. */
+static void check_activation_backward_over_dy(const device *d, crew_activation act, const float *x, const float *dy,
+                                              int n)
+{
+    const crew_backend *be = &d->be;
+    float *x_d = dev_f32(d, x, n), *y_d = dev_zeros_f32(d, n), *dy_d = dev_f32(d, dy, n), *dx_d = dev_zeros_f32(d, n);
+    float *v_d = dev_f32(d, dy, n);
+    be->ops->act_forward(be->ctx, act, x_d, y_d, n);
+    be->ops->act_backward(be->ctx, act, x_d, y_d, dy_d, dx_d, n);
+    be->ops->act_backward(be->ctx, act, x_d, y_d, v_d, v_d, n);
+    EXPECT_SYNCED(d);
+    float *dx = host_f32(d, dx_d, n), *v = host_f32(d, v_d, n);
+    EXPECT(d, memcmp(dx, v, sizeof(float) * (size_t)n) == 0, "activation %d: backward with dx == dy differs",
+           (int)act);
+    HOST_FREE(dx, v);
+    DEV_FREE(d, x_d, y_d, dy_d, dx_d, v_d);
+}
+
 static void test_activations(const device *d)
 {
     enum { N = 64 };
@@ -1759,9 +2062,11 @@ static void test_activations(const device *d)
     x[1] = -30.0f; /* sigmoid and tanh saturate without overflow */
     x[2] = 30.0f;
     float *x_d = dev_f32(d, x, N), *dy_d = dev_f32(d, dy, N), *y_d = dev_zeros_f32(d, N), *dx_d = dev_zeros_f32(d, N);
-    const crew_activation acts[] = {CREW_ACT_NONE, CREW_ACT_RELU, CREW_ACT_GELU, CREW_ACT_TANH, CREW_ACT_SIGMOID};
-    for (int a = 0; a < 5; a++) check_activation(d, acts[a], x, dy, x_d, dy_d, y_d, dx_d, N);
+    const crew_activation acts[] = {CREW_ACT_NONE, CREW_ACT_RELU, CREW_ACT_GELU, CREW_ACT_TANH, CREW_ACT_SIGMOID,
+                                    CREW_ACT_GELU_TANH};
+    for (int a = 0; a < 6; a++) check_activation(d, acts[a], x, dy, x_d, dy_d, y_d, dx_d, N);
     DEV_FREE(d, x_d, dy_d, y_d, dx_d);
+    check_activation_backward_over_dy(d, CREW_ACT_GELU_TANH, x, dy, N);
 }
 
 /* backend.h: act_forward may run in place (y == x), and then act_backward gets x == y; relu, tanh
@@ -1930,6 +2235,7 @@ static void run_checks(const device *d)
     test_broadcast_rows(d);
     test_batch_norm(d);
     test_layer_norm(d);
+    test_attention(d);
     test_sgd(d);
     test_adamw(d);
     test_activations(d);

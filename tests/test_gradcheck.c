@@ -3,17 +3,20 @@
  *
  * Each case is a tiny model: a dense layer first (so the gradient flowing into the layer under
  * test, its dx, is checked through that dense layer's kernel and bias), the layer under test,
- * then flatten/dense down to a few logits with softmax cross-entropy. The analytic gradient is
- * one forward + loss + backward with scale = 1/rows (the loss is the batch mean); the numeric one
- * is (L(p + h) − L(p − h)) / (p⁺ − p⁻) for each parameter, or 64 of them drawn at random from a
- * bigger tensor. p⁺ and p⁻ are the float32 values actually stored (p ± h rounded), so the
- * rounding of the perturbation itself is no error source; L is summed in double.
+ * then flatten/dense down to a few logits with softmax cross-entropy (the GPT case is a whole
+ * language model instead: token ids in, logits and a label at every position). The analytic
+ * gradient is one forward + loss + backward with scale = 1/rows (the loss is the batch mean); the
+ * numeric one is (L(p + h) − L(p − h)) / (p⁺ − p⁻) for each parameter, or 64 of them drawn at
+ * random from a bigger tensor. p⁺ and p⁻ are the float32 values actually stored (p ± h rounded),
+ * so the rounding of the perturbation itself is no error source; L is summed in double.
  *
  * Step h = 1e-2. The model computes in float32, so L carries a rounding noise of a few
  * 1e-7 (L ≈ 1); the finite difference divides that by 2h, giving ~1e-5 of noise at h = 1e-2
  * (and ~1e-4 at 1e-3). The truncation error of the central difference is h²·L'''/6 ≈ 2e-5 for
  * these smooth, O(1)-scaled nets. 1e-2 balances the two; smaller h makes noise dominate.
- * Kinks (relu at 0, max pooling's switch of arg-max) are kept > 2h away by construction.
+ * Kinks (relu at 0, max pooling's switch of arg-max) are kept > 2h away by construction. Where a
+ * case's curvature makes the truncation large (the GPT: layer norms over a residual stream of
+ * small σ), it extrapolates the differences at h and h/2 instead (gc_case.richardson).
  *
  * Tolerance: |a − n| ≤ ATOL + RTOL·max(|a|, |n|) with RTOL 1e-2, ATOL 1e-4. The gradients here
  * are up to ~1 (5 behind batch norm); observed errors are ≤ 7e-5 absolute, except through the
@@ -32,6 +35,7 @@
 
 #include "check.h"
 #include "core/rng.h"
+#include "io/model_file.h"
 #include "model_values.h"
 #include "nn/model.h"
 
@@ -55,6 +59,8 @@ typedef struct gc_case {
     int training;
     int64_t vocab;      /* INPUT_IDS: ids in [0, vocab) */
     const char *zero;   /* "<layer>.<param>" whose gradient must vanish (a bias before batch norm) */
+    float jitter;       /* every parameter moves off its initialiser by U(±jitter) [0.1] */
+    int richardson;     /* numeric gradient: Richardson extrapolation of the differences at h and h/2 */
 } gc_case;
 
 static int64_t sample_ids[64]; /* row r of every pass is sample 1000 + 7r (main) */
@@ -76,13 +82,14 @@ static crew_pass make_pass(crew_model *m, int64_t rows, int training)
 
 /* ------------------------------------------------------------------ building a case */
 
-/* Moves every trainable value off its initialiser (zero biases, unit gammas) by U(±0.1), so no
- * gradient is checked only at a special point. */
-static void jitter_params(crew_model *m, uint64_t key)
+/* Moves every trainable value off its initialiser (zero biases, unit gammas) by U(±0.1), or
+ * U(±jitter) where a case says, so no gradient is checked only at a special point. */
+static void jitter_params(crew_model *m, uint64_t key, float jitter)
 {
     crew_rng r = crew_rng_make(key);
     float *params = mv_params(m);
-    for (int64_t i = 0; i < m->n_params; i++) params[i] += 0.2f * crew_rng_next_uniform(&r) - 0.1f;
+    const float a = jitter > 0.0f ? jitter : 0.1f;
+    for (int64_t i = 0; i < m->n_params; i++) params[i] += 2.0f * a * crew_rng_next_uniform(&r) - a;
     mv_upload(m, m->params, params, m->n_params);
     free(params);
 }
@@ -138,12 +145,13 @@ static void fill_input(crew_model *m, const gc_case *c, uint64_t key)
         }
     }
     if (c->input == INPUT_PERMUTED) fill_permuted(x, c->shape, c->rows, &r);
-    int64_t classes = crew_model_classes(m);
-    int32_t *labels = malloc((size_t)c->rows * sizeof *labels);
+    /* a label at every position: one per row for a classifier, [rows, T] for a language model */
+    int64_t classes = crew_model_classes(m), n_labels = c->rows * crew_model_positions(m);
+    int32_t *labels = malloc((size_t)n_labels * sizeof *labels);
     if (!labels) abort();
-    for (int64_t i = 0; i < c->rows; i++) labels[i] = (int32_t)crew_rng_next_below(&r, (uint64_t)classes);
+    for (int64_t i = 0; i < n_labels; i++) labels[i] = (int32_t)crew_rng_next_below(&r, (uint64_t)classes);
     mv_upload(m, m->act[0], x, n);
-    mv_upload_as(m, m->labels, labels, c->rows, CREW_DT_I32);
+    mv_upload_as(m, m->labels, labels, n_labels, CREW_DT_I32);
     free(x);
     free(labels);
 }
@@ -161,7 +169,7 @@ static crew_model *build_case(const gc_case *c)
         crew_model_free(m);
         return NULL;
     }
-    jitter_params(m, SEED + 1);
+    jitter_params(m, SEED + 1, c->jitter);
     if (c->identity_first) set_identity_kernel(m, m->layers[0]);
     fill_input(m, c, SEED + 2);
     return m;
@@ -216,10 +224,26 @@ typedef struct gc_stats {
     double worst; /* largest |a − n| / (ATOL + RTOL·max(|a|, |n|)): must stay ≤ 1 */
 } gc_stats;
 
+/* The central difference (L(v + h) − L(v − h)) / (v⁺ − v⁻) of the loss in one parameter value,
+ * which is left as it was (orig). */
+static double difference(crew_model *m, const crew_pass *p, float *v, float orig, double h)
+{
+    float up = orig + (float)h, dn = orig - (float)h;
+    mv_set(m, v, up);
+    double lp = eval_loss(m, p);
+    mv_set(m, v, dn);
+    double lm = eval_loss(m, p);
+    mv_set(m, v, orig);
+    return (lp - lm) / ((double)up - (double)dn);
+}
+
 /* Compares one tensor's analytic gradient with central differences (MAX_CHECKED values at most)
- * and accumulates the statistics. */
+ * and accumulates the statistics. richardson: (4·D(h/2) − D(h)) / 3 instead of D(h), which
+ * cancels the h² truncation term (as the whole-model checks below do) at the price of about twice
+ * D(h/2)'s rounding noise. */
 static void check_tensor(crew_model *m, const crew_pass *p, const crew_layer *l, const crew_param *t,
-                         const float *analytic, const char *name, const char *zero, crew_rng *r, gc_stats *st)
+                         const float *analytic, const char *name, const char *zero, int richardson, crew_rng *r,
+                         gc_stats *st)
 {
     char full[160];
     snprintf(full, sizeof full, "%s.%s", l->name, t->name);
@@ -229,13 +253,9 @@ static void check_tensor(crew_model *m, const crew_pass *p, const crew_layer *l,
     int64_t worst_i = -1;
     double worst_a = 0.0, worst_n = 0.0;
     for (int64_t q = 0; q < k; q++) {
-        float *v = t->value + idx[q], orig = mv_get(m, v), up = orig + (float)H, dn = orig - (float)H;
-        mv_set(m, v, up);
-        double lp = eval_loss(m, p);
-        mv_set(m, v, dn);
-        double lm = eval_loss(m, p);
-        mv_set(m, v, orig);
-        double num = (lp - lm) / ((double)up - (double)dn), a = analytic[t->offset + idx[q]];
+        float *v = t->value + idx[q], orig = mv_get(m, v);
+        double num = difference(m, p, v, orig, H), a = analytic[t->offset + idx[q]];
+        if (richardson) num = (4.0 * difference(m, p, v, orig, H / 2) - num) / 3.0;
         double err = fabs(a - num), ratio = err / (ATOL + RTOL * fmax(fabs(a), fabs(num)));
         if (!(ratio <= worst)) worst = ratio, worst_i = idx[q], worst_a = a, worst_n = num;
         max_num = fmax(max_num, fabs(num));
@@ -254,9 +274,11 @@ static void check_tensor(crew_model *m, const crew_pass *p, const crew_layer *l,
         CHECK_MSG(max_num > 10 * ATOL, "%s: %s: every numeric gradient is below %g", name, full, 10 * ATOL);
 }
 
-/* Checks every trainable tensor of m at the current input; prints one summary line. */
-static void gradcheck_model(crew_model *m, const crew_pass *p, const char *name, const char *zero)
+/* Checks every trainable tensor of m at the current input (case c: its name, zero and
+ * richardson); prints one summary line. */
+static void gradcheck_model(crew_model *m, const crew_pass *p, const gc_case *c)
 {
+    const char *name = c->name;
     float *analytic = host_buf(m->n_params), *again = host_buf(m->n_params);
     gc_stats st = {0};
     crew_rng r = crew_rng_make(SEED + 3);
@@ -265,11 +287,14 @@ static void gradcheck_model(crew_model *m, const crew_pass *p, const char *name,
     int ok = analytic_grads(m, p, analytic) && analytic_grads(m, p, again);
     CHECK_MSG(!ok || memcmp(analytic, again, (size_t)m->n_params * sizeof(float)) == 0,
               "%s: a second backward pass changed the gradients (accumulated instead of overwriting?)", name);
+    /* A tied parameter (lm_head's table) is its owner's values and gradient, which the owner's
+     * check covers: both layers' contributions are in that one gradient. */
     if (ok)
         for (int i = 0; i < m->n_compute; i++)
             for (int j = 0; j < m->layers[i]->n_params; j++)
-                if (m->layers[i]->params[j].trainable)
-                    check_tensor(m, p, m->layers[i], &m->layers[i]->params[j], analytic, name, zero, &r, &st);
+                if (m->layers[i]->params[j].trainable && crew_param_owned(&m->layers[i]->params[j]))
+                    check_tensor(m, p, m->layers[i], &m->layers[i]->params[j], analytic, name, c->zero,
+                                 c->richardson, &r, &st);
     printf("%-26s %4lld values  max |grad| %-7.3g max |a-n| %-9.3g %.2f of the tolerance\n", name,
            (long long)st.checked, st.max_grad, st.max_abs_err, st.worst);
     free(analytic);
@@ -281,7 +306,7 @@ static void run_case(const gc_case *c)
     crew_model *m = build_case(c);
     if (!m) return;
     crew_pass p = make_pass(m, c->rows, c->training);
-    gradcheck_model(m, &p, c->name, c->zero);
+    gradcheck_model(m, &p, c);
     crew_model_free(m);
 }
 
@@ -299,6 +324,7 @@ static void run_case(const gc_case *c)
 #define AVGP CREW_LAYER_AVG_POOL2D
 #define VALID CREW_PAD_VALID
 #define SAME CREW_PAD_SAME
+#define BLOCK(h, n) {.type = CREW_LAYER_TRANSFORMER_BLOCK, .heads = (h), .blocks = (n)}
 
 /* name, input axes, rows: the fields every case sets */
 #define CASE(nm, nd, r) .name = (nm), .ndim = (nd), .rows = (r)
@@ -376,6 +402,25 @@ static const gc_case cases[] = {
     /* embedding: 15 ids from a vocabulary of 7, so ids repeat and their gradients add up */
     {CASE("embedding", 1, 3), .shape = {5}, .input = INPUT_IDS, .vocab = 7,
      .layers = {{.type = CREW_LAYER_EMBEDDING, .vocab = 7, .dim = 3}, FLAT, DENSE(4)}},
+    /* Transformer blocks, jittered by ±0.3: GPT-2's N(0, 0.02²) kernels moved by ±0.1 give
+     * scores q·k/√d of ~1e-2, an almost uniform softmax, and q and k gradients of ~1e-4 (ATOL's
+     * size: unchecked in effect); at ±0.3 they are 6e-3 to 0.1, and every tensor's largest
+     * numeric gradient is over 40x the 1e-3 that check_tensor asks of it. */
+    /* ...on a float input [T, C], the dense over C before it checking the block's dx */
+    {CASE("transformer block", 2, 2), .shape = {5, 8}, .jitter = 0.3f,
+     .layers = {DENSE(8), BLOCK(2, 1), FLAT, DENSE(3)}},
+    {CASE("transformer block 3 heads", 2, 2), .shape = {4, 6}, .jitter = 0.3f,
+     .layers = {DENSE(6), BLOCK(3, 1), FLAT, DENSE(3)}},
+    /* ...and a whole GPT: token + position embedding, two blocks, the final layer norm and the
+     * lm_head tied to the embedding's wte (whose gradient has both layers' parts), a label at
+     * every position (the loss their mean); 10 ids from a vocabulary of 11, so the last id's
+     * row of wte gets the lm_head's part alone. Five layer norms over a residual stream of
+     * σ ≈ 0.25 (wte + wpe) make the h² truncation error of wte's and wpe's differences 0.41 of
+     * the tolerance at h = 1e-2 (measured: it scales as h², 1.7 at 2e-2, 0.15 at 5e-3);
+     * Richardson's extrapolation leaves 0.18, mostly noise. */
+    {CASE("gpt", 1, 2), .shape = {5}, .input = INPUT_IDS, .vocab = 11, .jitter = 0.3f, .richardson = 1,
+     .layers = {{.type = CREW_LAYER_GPT_EMBEDDING, .vocab = 11, .dim = 8}, BLOCK(2, 2), BLOCK(2, 2),
+                {.type = CREW_LAYER_LAYER_NORM, .epsilon = 1e-5f}, {.type = CREW_LAYER_LM_HEAD}}},
 };
 
 static const gc_case *find_case(const char *name)
@@ -420,6 +465,69 @@ static void test_embedding_rows(void)
         CHECK(used_nonzero);
     }
     free(g);
+    crew_model_free(m);
+}
+
+/* The GPT case's tied table: the lm_head's kernel is the embedding's wte (its value and gradient,
+ * no room of its own: counted once), the row of the id that never occurs gets the lm_head's part
+ * of the gradient alone (nonzero: every token has some probability), and the same model from a
+ * model file's gpt block (src/io/model_file_gpt.c: the lm_head tied by name) is the same layers
+ * and, from the same seed, the same parameters and loss, bit for bit. */
+static void test_gpt_tied(void)
+{
+    const gc_case *c = find_case("gpt");
+    crew_model *m = build_case(c);
+    if (!m) return;
+    const crew_layer *emb = m->layers[0], *head = m->layers[m->n_layers - 1];
+    const crew_param *wte = &emb->params[0], *kernel = &head->params[0];
+    CHECK(head->spec.type == CREW_LAYER_LM_HEAD && kernel->tied && !crew_param_owned(kernel) && wte->shared);
+    CHECK(kernel->value == wte->value && kernel->grad == wte->grad && kernel->offset == wte->offset);
+    int64_t owned = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++)
+            if (crew_param_owned(&m->layers[i]->params[j])) owned += crew_shape_size(&m->layers[i]->params[j].shape);
+    CHECK_MSG(owned == m->n_params, "gpt: %lld parameters owned, %lld in the buffer", (long long)owned,
+              (long long)m->n_params);
+    CHECK(crew_model_positions(m) == c->shape[0] && crew_model_classes(m) == c->vocab);
+    crew_pass p = make_pass(m, c->rows, 0);
+    float *g = host_buf(m->n_params);
+    if (analytic_grads(m, &p, g)) {
+        const int64_t dim = wte->shape.dim[1], unused = (c->vocab - 1) * dim;
+        double norm = 0.0;
+        for (int64_t j = 0; j < dim; j++) norm += fabs(g[wte->offset + unused + j]);
+        CHECK_MSG(norm > 1e-3, "gpt: the unused id's row of wte has gradient %g: the lm_head's part is missing",
+                  norm);
+    }
+    free(g);
+
+    static const char json[] =
+        "{\"layers\": [{\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"width\": 8, \"context\": 5, \"vocab\": 11}]}";
+    crew_model *f = NULL, *a = NULL;
+    CHECK_OK(crew_model_parse_json(json, sizeof json - 1, "gpt block", &f));
+    crew_status s = crew_model_create(c->shape, c->ndim, &a);
+    for (int i = 0; !s && i < 5; i++) s = crew_model_add(a, &c->layers[i]);
+    CHECK_OK(s);
+    if (f && a) {
+        CHECK(f->n_layers == a->n_layers);
+        for (int i = 0; i < f->n_layers && i < a->n_layers; i++) {
+            const crew_layer *x = f->layers[i], *y = a->layers[i];
+            CHECK_MSG(x->spec.type == y->spec.type && x->spec.heads == y->spec.heads &&
+                          x->spec.blocks == y->spec.blocks && x->n_params == y->n_params,
+                      "gpt block: layer %d is %s, built by hand %s", i, x->name, y->name);
+        }
+        CHECK_OK(crew_model_init_params(f, SEED));
+        CHECK_OK(crew_model_init_params(a, SEED));
+        CHECK_MSG(mv_equal(f, a), "gpt block: the file's model has other parameters than the same layers added");
+        CHECK_OK(crew_model_reserve(f, c->rows));
+        CHECK_OK(crew_model_reserve(a, c->rows));
+        fill_input(f, c, SEED + 2);
+        fill_input(a, c, SEED + 2);
+        crew_pass pf = make_pass(f, c->rows, 0), pa = make_pass(a, c->rows, 0);
+        double lf = eval_loss(f, &pf), la = eval_loss(a, &pa);
+        CHECK_MSG(lf == la && isfinite(lf), "gpt block: loss %.17g, the same layers added %.17g", lf, la);
+    }
+    crew_model_free(f);
+    crew_model_free(a);
     crew_model_free(m);
 }
 
@@ -645,7 +753,7 @@ static void test_softmax_fused(void)
         free(logits);
         free(labels);
         CHECK_MSG(fabs(mean - want) < 1e-6, "%s: loss %.9g, want %.9g from the logits", c.name, mean, want);
-        gradcheck_model(m, &p, c.name, NULL);
+        gradcheck_model(m, &p, &c);
         crew_model_free(m);
     }
     /* Anything after a softmax is refused: it could not be fused. */
@@ -771,7 +879,7 @@ static void test_model_files(void)
         }
         CHECK_OK(crew_model_init_params(m, SEED));
         CHECK_OK(crew_model_reserve(m, c.rows));
-        jitter_params(m, SEED + f);
+        jitter_params(m, SEED + f, 0.0f);
         fill_input(m, &c, SEED + 100 + f);
         crew_pass p = make_pass(m, c.rows, 1);
         check_file_model(m, &p, files[f]);
@@ -785,6 +893,7 @@ int main(void)
     test_model_files();
     test_layers();
     test_embedding_rows();
+    test_gpt_tied();
     test_batch_norm_moving_stats();
     test_dropout_mask();
     test_dropout_batch_split();

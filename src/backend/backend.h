@@ -138,7 +138,8 @@ typedef struct crew_backend_ops {
 
     /* ---- activations, elementwise over n values. backward gets the forward input x and output y.
      * forward may run in place (y == x), and then backward gets x == y: relu, tanh and sigmoid
-     * take their derivative from y (crew_model_layer_in_place). */
+     * take their derivative from y (crew_model_layer_in_place). backward may also write dx over
+     * dy (dx == dy; a transformer block does), element by element. */
     void (*act_forward)(void *ctx, crew_activation act, const float *x, float *y, int64_t n);
     void (*act_backward)(void *ctx, crew_activation act, const float *x, const float *y,
                          const float *dy, float *dx, int64_t n);
