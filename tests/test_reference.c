@@ -315,7 +315,7 @@ static void run_case(const ref_case *c)
  * before each of 10 torch.optim.AdamW steps (lr 1e-3, weight decay 0.1 on every parameter) and
  * the parameters after them (final.<name>). crew must match within 1e-5 of each tensor's scale,
  * the 10 losses within 1e-5 relative. Measured (OpenBLAS 0.3.21, torch 2.15): gradients 5.0e-7
- * (block_1.ln2_gamma), losses 1.1e-7; the parameters after 10 steps 5.5e-5 (attn_bias). */
+ * (block_1.ln2_gamma), losses 1.1e-7; the parameters after 10 steps: printed. */
 
 #define GPT_BATCH 4
 #define GPT_STEPS 10
@@ -323,9 +323,10 @@ static void run_case(const ref_case *c)
 /* Parameters after 10 steps. The key third of attn_bias has a gradient that is 0 in exact
  * arithmetic (adding b to every key adds q·b to a whole softmax row), so both sides hold rounding
  * noise of ~1e-10 there, and AdamW divides it by its own √v into steps of about lr: those entries
- * move by noise, differently on each side. 1e-4 of the tensor's scale bounds that (measured 5.5e-5);
- * a wrong update rule is off by 1e-2 or more. */
-#define GPT_FINAL_TOL 1e-4
+ * move by noise, differently on each side, and are held only to that (check_gpt_params). Every
+ * other tensor within 1e-5 of its scale, as the gradients (measured 3.6e-6, mlp_proj_kernel); a
+ * wrong update rule is off by 1e-2 or more. */
+#define GPT_FINAL_TOL 1e-5
 
 static void check_gpt_params(ref_run *r, const char *prefix, int grads, double tol)
 {
@@ -341,7 +342,23 @@ static void check_gpt_params(ref_run *r, const char *prefix, int grads, double t
         float *got = malloc((size_t)count * sizeof *got);
         if (want && got) {
             CHECK_OK(crew_dev_download_f32(&r->m->be, got, grads ? p->grad : p->value, count));
-            compare(r, key, got, want, count, tol);
+            if (!grads && strcmp(p->name, "attn_bias") == 0) {
+                /* q | k | v: the key third's updates are noise on both sides (GPT_FINAL_TOL), so it
+                 * is held only to AdamW's largest move, lr a step; q and v to the tolerance */
+                int64_t c = count / 3;
+                char part[sizeof key + 8];
+                snprintf(part, sizeof part, "%s[q]", key);
+                compare(r, part, got, want, c, tol);
+                snprintf(part, sizeof part, "%s[v]", key);
+                compare(r, part, got + 2 * c, want + 2 * c, c, tol);
+                double moved = 0.0;
+                for (int64_t k = c; k < 2 * c; k++)
+                    moved = fmax(moved, fabs((double)got[k] - (double)want[k]));
+                CHECK_MSG(moved <= 2.0 * GPT_STEPS * 1e-3, "%s[k]: differs by %.3g, more than 2 x 10 AdamW steps of lr",
+                          key, moved);
+            } else {
+                compare(r, key, got, want, count, tol);
+            }
         }
         free(want);
         free(got);

@@ -1,6 +1,7 @@
 /* cpu_activation.c — elementwise activations and dropout. */
 #include <math.h>
 
+#include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/rng.h"
 
@@ -28,9 +29,11 @@ void cpu_act_forward(void *ctx, crew_activation act, const float *x, float *y, i
         for (int64_t i = 0; i < n; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * CREW_SQRT1_2));
         break;
     case CREW_ACT_GELU_TANH:
+        /* 0.5·(1 + tanh u) is σ(2u): one exp instead of tanhf (whose expm1f took 40% of a GPT's
+         * forward pass), with no cancellation, and cpu_expf vectorises */
         for (int64_t i = 0; i < n; i++) {
             float u = CREW_SQRT_2_OVER_PI * (x[i] + CREW_GELU_CUBIC * x[i] * x[i] * x[i]);
-            y[i] = 0.5f * x[i] * (1.0f + tanhf(u));
+            y[i] = x[i] / (1.0f + cpu_expf(-2.0f * u));
         }
         break;
     case CREW_ACT_TANH:
@@ -60,11 +63,11 @@ void cpu_act_backward(void *ctx, crew_activation act, const float *x, const floa
             dx[i] = dy[i] * (cdf + x[i] * pdf);
         }
         break;
-    case CREW_ACT_GELU_TANH: /* d/dx of 0.5·x·(1 + tanh u), u = √(2/π)(x + 0.044715x³) */
+    case CREW_ACT_GELU_TANH: /* d/dx of x·σ(2u), u = √(2/π)(x + 0.044715x³): σ + 2x·σ(1 − σ)·u' */
         for (int64_t i = 0; i < n; i++) {
             float xi = x[i], u = CREW_SQRT_2_OVER_PI * (xi + CREW_GELU_CUBIC * xi * xi * xi);
-            float t = tanhf(u), du = CREW_SQRT_2_OVER_PI * (1.0f + 3.0f * CREW_GELU_CUBIC * xi * xi);
-            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * xi * (1.0f - t * t) * du);
+            float sg = 1.0f / (1.0f + cpu_expf(-2.0f * u)), du = CREW_SQRT_2_OVER_PI * (1.0f + 3.0f * CREW_GELU_CUBIC * xi * xi);
+            dx[i] = dy[i] * (sg + 2.0f * xi * sg * (1.0f - sg) * du);
         }
         break;
     case CREW_ACT_TANH:

@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <math.h>
 
+#include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_ops.h"
 
 static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
@@ -28,11 +29,9 @@ static void causal_softmax(float *a, int64_t T)
         float max = row[0];
         for (int64_t s = 1; s <= t; s++)
             if (row[s] > max) max = row[s];
+        for (int64_t s = 0; s <= t; s++) row[s] = cpu_expf(row[s] - max); /* vectorised */
         float sum = 0.0f;
-        for (int64_t s = 0; s <= t; s++) {
-            row[s] = expf(row[s] - max);
-            sum += row[s];
-        }
+        for (int64_t s = 0; s <= t; s++) sum += row[s];
         float inv = 1.0f / sum;
         for (int64_t s = 0; s <= t; s++) row[s] *= inv;
         for (int64_t s = t + 1; s < T; s++) row[s] = 0.0f;
