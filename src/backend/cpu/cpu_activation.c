@@ -17,6 +17,7 @@ static inline float sigmoidf(float x)
 #define CREW_INV_SQRT_2PI 0.39894228040143267794f
 #define CREW_SQRT_2_OVER_PI 0.79788456080286535588f
 #define CREW_GELU_CUBIC 0.044715f
+#define GELU_BLOCK 256
 
 void cpu_act_forward(void *ctx, crew_activation act, const float *x, float *y, int64_t n)
 {
@@ -64,10 +65,19 @@ void cpu_act_backward(void *ctx, crew_activation act, const float *x, const floa
         }
         break;
     case CREW_ACT_GELU_TANH: /* d/dx of x·σ(2u), u = √(2/π)(x + 0.044715x³): σ + 2x·σ(1 − σ)·u' */
-        for (int64_t i = 0; i < n; i++) {
-            float xi = x[i], u = CREW_SQRT_2_OVER_PI * (xi + CREW_GELU_CUBIC * xi * xi * xi);
-            float sg = 1.0f / (1.0f + cpu_expf(-2.0f * u)), du = CREW_SQRT_2_OVER_PI * (1.0f + 3.0f * CREW_GELU_CUBIC * xi * xi);
-            dx[i] = dy[i] * (sg + 2.0f * xi * sg * (1.0f - sg) * du);
+        /* in blocks through a local buffer: dx may be dy (backend.h), and a loop whose output may
+         * alias an input runs unvectorised, exp and all; the derivative's loop reads only x */
+        for (int64_t i0 = 0; i0 < n; i0 += GELU_BLOCK) {
+            float g[GELU_BLOCK];
+            int64_t m = n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK;
+            const float *xb = x + i0;
+            for (int64_t i = 0; i < m; i++) {
+                float xi = xb[i], u = CREW_SQRT_2_OVER_PI * (xi + CREW_GELU_CUBIC * xi * xi * xi);
+                float sg = 1.0f / (1.0f + cpu_expf(-2.0f * u));
+                float du = CREW_SQRT_2_OVER_PI * (1.0f + 3.0f * CREW_GELU_CUBIC * xi * xi);
+                g[i] = sg + 2.0f * xi * sg * (1.0f - sg) * du;
+            }
+            for (int64_t i = 0; i < m; i++) dx[i0 + i] = dy[i0 + i] * g[i];
         }
         break;
     case CREW_ACT_TANH:

@@ -15,7 +15,8 @@
 
 static inline float cpu_expf(float x)
 {
-    x = fminf(fmaxf(x, -87.3f), 88.3f);
+    x = x > -87.3f ? x : -87.3f; /* not fminf/fmaxf: a call each where the loop is not vectorised */
+    x = x < 88.3f ? x : 88.3f;
     float n = rintf(x * 1.44269504088896341f);
     float r = fmaf(n, -0.693359375f, x);
     r = fmaf(n, 2.12194440e-4f, r);
