@@ -63,7 +63,7 @@ demo-gpt: build
 	@CREW_WITH_KJV=1 scripts/install-deps.sh
 	@[ -f $(GPT_DATA)/manifest.json ] || { mkdir -p $(dir $(GPT_DATA)) && bible "Gen1:1-Rev22:21" > $(GPT_DATA).txt && \
 	  $(BUILD)/crew prep text $(GPT_DATA).txt --seq-len 128 --out $(GPT_DATA); }
-	$(BUILD)/crew train $(GPT_MODEL) --data $(GPT_DATA) --run-dir $(GPT_RUN_DIR) --replace
+	$(BUILD)/crew train $(GPT_MODEL) --data $(GPT_DATA) --run-dir $(GPT_RUN_DIR) --replace --log-every 100
 	$(BUILD)/crew sample $(GPT_MODEL) --weights $(GPT_RUN_DIR)/weights.safetensors --prompt "And God said" \
 	  --tokens 400 --temperature 0.8
 

@@ -70,6 +70,8 @@ static const char *usage_text =
     "  --json                     end with one JSON line: test_accuracy, test_loss, train_loss,\n"
     "                             epochs, steps, samples_per_s, gflops, peak_fraction, wall_s,\n"
     "                             weights, run_dir\n"
+    "  --log-every N              a line every N steps (loss, accuracy, learning rate, step time)\n"
+    "                             instead of the progress bar, also when stdout is not a terminal\n"
     "  --quiet                    no progress output (a run stopped by a signal still says on\n"
     "                             stderr how to resume it)\n"
     "\n"
@@ -85,6 +87,7 @@ typedef struct train_args {
     char **argv;                /* as given, for the command that resumes the run */
     /* 0 (seed, lr_scaling, sync_bn, on_nan, warmup_steps: -1): not given, the model file's or
      * the library's default; a resumed run's checkpoint decides these unless given */
+    int64_t log_every;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int lr_scaling, sync_bn, on_nan, allreduce;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
@@ -129,6 +132,7 @@ static const char *const allreduce_kinds[] = {"ordered", "fast", NULL}; /* crew_
 static const cli_flag_spec train_flags[] = {
     CLI_SWITCH_FLAG(train_args, "--json", json),
     CLI_SWITCH_FLAG(train_args, "--quiet", quiet),
+    CLI_INT_FLAG(train_args, "--log-every", log_every, 1, INT64_MAX / 2),
     CLI_SWITCH_FLAG(train_args, "--pad-last", pad_last),
     CLI_SWITCH_FLAG(train_args, "--replace", replace),
     CLI_STRING_FLAG(train_args, "--data", data),
@@ -209,6 +213,7 @@ static int parse_args(int argc, char **argv, train_args *a)
 typedef struct train_view {
     cli_progress bar;
     int quiet, json;
+    int64_t log_every;           /* --log-every: a line every N steps instead of the bar */
     int epoch_open;
     const char *bits_unit;       /* a language model's "bits per byte" (byte data) or "per token" */
     unsigned char shown[16 * 65]; /* events printed, by kind and replica */
@@ -217,6 +222,14 @@ typedef struct train_view {
 static void on_step(void *user, const crew_step_info *s)
 {
     train_view *v = user;
+    if (!v->quiet && v->log_every > 0) {
+        if (s->step % v->log_every == 0 || s->step == s->steps_total)
+            printf("step %lld/%lld (epoch %d): loss %.4f, accuracy %.4f, lr %.3g, %.3f s a step\n", (long long)s->step,
+                   (long long)s->steps_total, s->epoch + 1, (double)s->loss, (double)s->accuracy, (double)s->lr,
+                   s->step_s);
+        fflush(stdout);
+        return;
+    }
     if (v->quiet || !v->bar.tty) return;
     if (!v->epoch_open) {
         printf("Epoch %d\n", s->epoch + 1);
@@ -236,7 +249,7 @@ static void on_epoch(void *user, const crew_epoch_info *e)
     if (v->quiet) return;
     char bits[64] = "";
     if (e->test_bits == e->test_bits) snprintf(bits, sizeof bits, ", %.3f %s", (double)e->test_bits, v->bits_unit);
-    if (v->bar.tty) {
+    if (v->bar.tty && !v->log_every) {
         printf(" - test_loss: %.4f - test_accuracy: %.4f%s\n", (double)e->test_loss, (double)e->test_accuracy, bits);
         v->bar.last_width = 0;
     } else {
@@ -632,7 +645,7 @@ int cli_train(int argc, char **argv)
     crew_status s = load_inputs(&a, &st, &o);
     if (!lead) o.run_dir = o.checkpoint_dir = NULL; /* rank 0 owns the run directory */
     o.group = g;
-    train_view view = {.quiet = a.quiet, .json = a.json,
+    train_view view = {.quiet = a.quiet, .json = a.json, .log_every = a.log_every,
                        .bits_unit = !s && crew_dataset_classes(st.train) == 256 ? "bits per byte" : "bits per token"};
     o.on_step = on_step;
     o.on_epoch = on_epoch;
