@@ -243,6 +243,15 @@ crew_status crew_prep_csv(const char *file, const char *label_column, double tes
  * manifest.json recording them and seq_len (each shard must hold at least seq_len + 1 tokens). */
 crew_status crew_prep_text(const char *file, int64_t seq_len, double test_fraction,
                            const char *out_dir, crew_progress_fn progress, void *user);
+/* A directory of llm.c GPT-2 token shards (as llm.c's fineweb.py or tinyshakespeare.py write
+ * them) as a token dataset: every regular file *.bin of src_dir whose name contains "_train" is a
+ * train shard, "_val" a val shard, in byte order of the names; other files are ignored. Each
+ * shard must be a valid llm.c shard with every token in [0, vocab) (2 ≤ vocab ≤ 65536; GPT-2's is
+ * 50257), and each split must hold a shard of at least seq_len + 1 tokens. The shards are hard-
+ * linked (copied where a link fails) into out_dir as train_000000.bin, ..., val_000000.bin, with
+ * a manifest.json named after src_dir's base name; written atomically. */
+crew_status crew_prep_shards(const char *src_dir, int vocab, int64_t seq_len, const char *out_dir,
+                             crew_progress_fn progress, void *user);
 
 /* Per-sample augmentations, applied by the loader's threads with per-sample random keys. */
 typedef struct crew_augment_options {

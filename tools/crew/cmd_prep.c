@@ -1,6 +1,7 @@
 /* cmd_prep.c — crew prep SOURCE ... --out DIR: convert data into crew's dataset directory. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -13,6 +14,7 @@ static const char *usage_text =
     "       crew prep images --src DIR --size HxW [--channels 1|3] [--test-fraction F] [--seed S] --out DIR\n"
     "       crew prep csv FILE --label COLUMN [--test-fraction F] [--seed S] --out DIR\n"
     "       crew prep text FILE [--seq-len T] [--test-fraction F] --out DIR\n"
+    "       crew prep shards DIR [--vocab N] [--seq-len T] --out DIR\n"
     "\n"
     "Converts a dataset once into crew's ready-to-use format: manifest.json plus one .npy array\n"
     "per split and field, written atomically (a temporary directory renamed into place).\n"
@@ -34,12 +36,17 @@ static const char *usage_text =
     "                  (train_000000.bin, val_000000.bin) plus manifest.json; the last\n"
     "                  --test-fraction [0.1] of the bytes is the val split (0: none);\n"
     "                  --seq-len [256] is recorded, and each split must exceed it\n"
+    "  shards          a folder of llm.c GPT-2 token shards (fineweb.py, tinyshakespeare.py):\n"
+    "                  *_train*.bin are the train split, *_val*.bin the val split, in name\n"
+    "                  order; hard-linked (else copied) as train_000000.bin, ... with a\n"
+    "                  manifest.json. Every token must be below --vocab [50257, GPT-2's];\n"
+    "                  --seq-len [1024] is recorded, and a shard of each split must exceed it\n"
     "Bad input is reported as one line naming the file (and line, column or record) with exit\n"
     "status 2. See docs/DATA.md.\n";
 
 enum {
     F_SRC = 1 << 0, F_TEST_IMAGES = 1 << 1, F_TEST_LABELS = 1 << 2, F_SIZE = 1 << 3, F_CHANNELS = 1 << 4,
-    F_FRACTION = 1 << 5, F_SEED = 1 << 6, F_LABEL = 1 << 7, F_SEQ_LEN = 1 << 8,
+    F_FRACTION = 1 << 5, F_SEED = 1 << 6, F_LABEL = 1 << 7, F_SEQ_LEN = 1 << 8, F_VOCAB = 1 << 9,
 };
 
 static const struct {
@@ -49,6 +56,7 @@ static const struct {
     {"--src", F_SRC},       {"--test-images", F_TEST_IMAGES},   {"--test-labels", F_TEST_LABELS},
     {"--size", F_SIZE},     {"--channels", F_CHANNELS},         {"--test-fraction", F_FRACTION},
     {"--seed", F_SEED},     {"--label", F_LABEL},               {"--seq-len", F_SEQ_LEN},
+    {"--vocab", F_VOCAB},
 };
 #define N_FLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -64,6 +72,7 @@ static const struct {
     {"images", 0, F_SRC | F_SIZE | F_CHANNELS | F_FRACTION | F_SEED},
     {"csv", 1, F_LABEL | F_FRACTION | F_SEED},
     {"text", 1, F_SEQ_LEN | F_FRACTION},
+    {"shards", 1, F_VOCAB | F_SEQ_LEN},
 };
 #define N_SOURCES (int)(sizeof sources / sizeof sources[0])
 
@@ -131,19 +140,20 @@ static int parse_args(int argc, char **argv, prep_args *a)
         int r = parse_one(argc, argv, &i, a, &source);
         if (r) return r;
     }
-    if (!source) return cli_usage_error("prep", "missing the source (fashion-mnist, idx, cifar10, images, csv or text)");
+    if (!source) return cli_usage_error("prep", "missing the source (fashion-mnist, idx, cifar10, images, csv, text or shards)");
     a->source = -1;
     for (int s = 0; s < N_SOURCES; s++)
         if (!strcmp(source, sources[s].name)) a->source = s;
     if (a->source < 0)
-        return cli_usage_error("prep", "unknown source '%s' (fashion-mnist, idx, cifar10, images, csv or text)", source);
+        return cli_usage_error("prep", "unknown source '%s' (fashion-mnist, idx, cifar10, images, csv, text or shards)", source);
     for (int f = 0; f < N_FLAGS; f++)
         if ((a->given & flags[f].bit) && !(sources[a->source].allowed & flags[f].bit))
             return cli_usage_error("prep", "%s does not apply to %s", flags[f].name, source);
     int want = sources[a->source].positional;
     if (a->n_pos > want) return cli_usage_error("prep", "unexpected argument '%s'", a->pos[want]);
     if (a->n_pos < want)
-        return cli_usage_error("prep", "%s needs %s", source, want == 2 ? "IMAGES and LABELS files" : "a FILE");
+        return cli_usage_error("prep", "%s needs %s", source,
+                               want == 2 ? "IMAGES and LABELS files" : !strcmp(source, "shards") ? "a DIR" : "a FILE");
     if (!a->out) return cli_usage_error("prep", "missing --out DIR");
     return 0;
 }
@@ -197,6 +207,16 @@ static int run_csv_text(const prep_args *a, prep_view *view, crew_status *s)
     return 0;
 }
 
+static int run_shards(const prep_args *a, prep_view *view, crew_status *s)
+{
+    const char *vocab = flag_value(a, F_VOCAB), *seq = flag_value(a, F_SEQ_LEN);
+    int64_t v = 50257, t = 1024; /* GPT-2's vocabulary and context */
+    if (vocab && !cli_parse_int("prep", "--vocab", vocab, 2, 65536, &v)) return 2;
+    if (seq && !cli_parse_int("prep", "--seq-len", seq, 1, 1 << 24, &t)) return 2;
+    *s = crew_prep_shards(a->pos[0], (int)v, t, a->out, on_progress, view);
+    return 0;
+}
+
 static int run_source(const prep_args *a, prep_view *view, crew_status *s)
 {
     const char *name = sources[a->source].name, *src = flag_value(a, F_SRC);
@@ -211,15 +231,47 @@ static int run_source(const prep_args *a, prep_view *view, crew_status *s)
         *s = crew_prep_cifar10(src, a->out, on_progress, view);
     } else if (!strcmp(name, "images")) {
         return run_images(a, view, s);
+    } else if (!strcmp(name, "shards")) {
+        return run_shards(a, view, s);
     } else {
         return run_csv_text(a, view, s);
     }
     return 0;
 }
 
+/* The tokens and shards (of each split) crew prep shards wrote into dir, from the sizes of its
+ * llm.c shards (1024-byte header, then 2 bytes a token). */
+static void count_shards(const char *dir, long long *tokens, int *train, int *val)
+{
+    *tokens = 0;
+    *train = *val = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int is_train = !strncmp(e->d_name, "train_", 6), is_val = !strncmp(e->d_name, "val_", 4);
+        char path[2048];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if ((!is_train && !is_val) || stat(path, &st) != 0 || st.st_size < 1024) continue;
+        *tokens += (long long)(st.st_size - 1024) / 2;
+        *train += is_train;
+        *val += is_val;
+    }
+    if (d) closedir(d);
+}
+
 /* One line about what was written. */
 static int summary(const prep_args *a, const prep_view *view)
 {
+    if (!strcmp(sources[a->source].name, "shards")) {
+        const char *vocab = flag_value(a, F_VOCAB);
+        long long tokens;
+        int train, val;
+        count_shards(a->out, &tokens, &train, &val);
+        printf("prepared %s: %lld tokens (vocab %d) in %d shards (%d train, %d val) as llm.c token shards (%.1fs)\n",
+               a->out, tokens, vocab ? atoi(vocab) : 50257, train + val, train, val, cli_now() - view->start);
+        return 0;
+    }
     if (!strcmp(sources[a->source].name, "text")) {
         struct stat st;
         long long bytes = stat(a->pos[0], &st) == 0 ? (long long)st.st_size : -1;
