@@ -107,7 +107,8 @@ typedef struct crew_layer_spec {
     int pool[2];                /* pooling window [2,2] */
     crew_padding padding;       /* conv2d, pooling [valid] */
     int no_bias;                /* dense, conv2d: 1 to omit the bias */
-    float rate;                 /* dropout: fraction dropped, in [0, 1) */
+    float rate;                 /* dropout: fraction dropped, in [0, 1); transformer_block: of each
+                                   residual branch, in training */
     float momentum;             /* batch norm: running-statistics momentum [0.99, as Keras] */
     float epsilon;              /* batch/layer norm [1e-3 as Keras] */
     int64_t vocab;              /* embedding: input_dim */

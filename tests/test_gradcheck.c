@@ -411,6 +411,10 @@ static const gc_case cases[] = {
      .layers = {DENSE(8), BLOCK(2, 1), FLAT, DENSE(3)}},
     {CASE("transformer block 3 heads", 2, 2), .shape = {4, 6}, .jitter = 0.3f,
      .layers = {DENSE(6), BLOCK(3, 1), FLAT, DENSE(3)}},
+    /* ...with residual dropout, training: both branches masked, the masks fixed by seed and step */
+    {CASE("transformer block dropout", 2, 2), .shape = {5, 8}, .jitter = 0.3f, .training = 1,
+     .layers = {DENSE(8), {.type = CREW_LAYER_TRANSFORMER_BLOCK, .heads = 2, .blocks = 1, .rate = 0.2f}, FLAT,
+                DENSE(3)}},
     /* ...and a whole GPT: token + position embedding, two blocks, the final layer norm and the
      * lm_head tied to the embedding's wte (whose gradient has both layers' parts), a label at
      * every position (the loss their mean); 10 ids from a vocabulary of 11, so the last id's

@@ -4,7 +4,9 @@
  *   {"type": "gpt", "layers": 6, "heads": 6, "width": 384, "context": 256, "vocab": 256}
  *
  * becomes gpt_embedding (token + position), `layers` transformer blocks block_0 … block_{L−1},
- * a final layer norm ln_f (epsilon 1e-5) and an lm_head tied to the token embedding. The model's
+ * a final layer norm ln_f (epsilon 1e-5) and an lm_head tied to the token embedding; with
+ * "dropout" (GPT-2's resid_pdrop, [0, 1), 0 by default) a dropout layer after the embedding and
+ * in each block's two residual branches (attention probabilities are not dropped). The model's
  * input is [context] token ids; input_shape may be left out (the block gives it). */
 #include <string.h>
 
@@ -17,9 +19,10 @@
 
 typedef struct gpt_config {
     int64_t layers, heads, width, context, vocab;
+    double dropout; /* GPT-2's embedding and residual dropout [0] */
 } gpt_config;
 
-static const char *const GPT_KEYS[] = {"type", "name", "layers", "heads", "width", "context", "vocab"};
+static const char *const GPT_KEYS[] = {"type", "name", "layers", "heads", "width", "context", "vocab", "dropout"};
 
 static crew_status read_config(const crew_mf_where *w, const cJSON *obj, gpt_config *g)
 {
@@ -32,6 +35,8 @@ static crew_status read_config(const crew_mf_where *w, const cJSON *obj, gpt_con
     CREW_TRY(crew_mf_int(w, obj, "width", 1, 1, GPT_MAX_WIDTH, &g->width));
     CREW_TRY(crew_mf_int(w, obj, "context", 1, 1, GPT_MAX_CONTEXT, &g->context));
     CREW_TRY(crew_mf_int(w, obj, "vocab", 1, 2, GPT_MAX_VOCAB, &g->vocab));
+    g->dropout = 0.0;
+    CREW_TRY(crew_mf_real(w, obj, "dropout", 0, 0.0, 1.0, "[)", &g->dropout));
     if (g->width % g->heads)
         return crew_mf_error(w, "width %lld is not divisible by its %lld heads", (long long)g->width,
                              (long long)g->heads);
@@ -61,11 +66,14 @@ crew_status crew_mf_add_gpt(crew_model *m, const cJSON *item, const crew_mf_wher
         return crew_mf_error(w, "input_shape must be [%lld] (the context: token ids), or left out", (long long)g.context);
     CREW_TRY(crew_mf_add_layer(m, &(crew_layer_spec){.type = CREW_LAYER_GPT_EMBEDDING, .name = "gpt_embedding",
                                                      .vocab = g.vocab, .dim = g.width}, w));
+    if (g.dropout > 0.0) /* on the embeddings, as GPT-2 */
+        CREW_TRY(crew_mf_add_layer(m, &(crew_layer_spec){.type = CREW_LAYER_DROPOUT, .name = "drop",
+                                                         .rate = (float)g.dropout}, w));
     for (int64_t i = 0; i < g.layers; i++) {
         char name[32];
         snprintf(name, sizeof name, "block_%lld", (long long)i);
         crew_layer_spec b = {.type = CREW_LAYER_TRANSFORMER_BLOCK, .name = name, .heads = g.heads,
-                             .blocks = (int)g.layers};
+                             .blocks = (int)g.layers, .rate = (float)g.dropout};
         CREW_TRY(crew_mf_add_layer(m, &b, w));
     }
     CREW_TRY(crew_mf_add_layer(m, &(crew_layer_spec){.type = CREW_LAYER_LAYER_NORM, .name = "ln_f", .epsilon = 1e-5f}, w));

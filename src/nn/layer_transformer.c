@@ -6,11 +6,15 @@
  * kernel). Init as GPT-2: kernels N(0, 0.02²), the two residual projections N(0, (0.02/√(2·blocks))²),
  * biases 0, layer norms 1 and 0; layer norm's epsilon 1e-5.
  *
+ * With spec.rate > 0, each branch's output is dropped out (GPT-2's residual dropout) before it
+ * joins the stream, in training only, by masks of (seed, step, layer, branch, sample, position).
+ *
  * One layer rather than a dozen: the block's two residual branches need the block's input
  * twice, which a sequential model of single-input layers cannot say. Its work buffers (below)
  * keep what backward needs; n = rows · T positions, H heads. */
 #include <math.h>
 
+#include "core/rng.h"
 #include "core/status.h"
 #include "nn/layer.h"
 
@@ -34,6 +38,8 @@ enum {
     W_DC,       /* [n, C]   backward: d ln_2, d attention output, d ln_1 */
     W_DRES,     /* [n, C]   backward: d r */
     W_DATT,     /* [rows, H, T, T] backward scratch */
+    W_DROP1,    /* [n, C]   dropout masks of the attention and MLP branches (rate > 0 only) */
+    W_DROP2,
     N_WORK
 };
 
@@ -52,6 +58,8 @@ static crew_status block_build(crew_layer *l)
     if (C % H)
         return crew_errorf(CREW_CODE_BAD_INPUT, "width %lld is not divisible by its %lld heads", (long long)C,
                            (long long)H);
+    if (!(l->spec.rate >= 0.0f && l->spec.rate < 1.0f))
+        return crew_errorf(CREW_CODE_BAD_INPUT, "key 'dropout' must be in [0, 1), got %g", (double)l->spec.rate);
     int blocks = l->spec.blocks > 0 ? l->spec.blocks : 1;
     float proj_std = 0.02f / sqrtf(2.0f * (float)blocks);
     l->out = l->in;
@@ -78,6 +86,17 @@ static void block_workspace(const crew_layer *l, int64_t rows, int64_t w[CREW_LA
     w[W_QKV] = 3 * n * C;
     w[W_FC] = w[W_GELU] = w[W_D4C] = 4 * n * C;
     w[W_ATT] = w[W_DATT] = att;
+    if (l->spec.rate > 0.0f) w[W_DROP1] = w[W_DROP2] = n * C;
+}
+
+static int dropping(const crew_layer *l, const crew_pass *p) { return p->training && l->spec.rate > 0.0f; }
+
+/* branch [rows, T·C] := branch · mask, the mask drawn for (seed, step, this layer, branch k) */
+static void drop(crew_layer *l, const crew_pass *p, float *branch, float *mask, uint64_t k)
+{
+    uint64_t key = crew_rng_key(crew_rng_key(p->seed, CREW_STREAM_DROPOUT, (uint64_t)p->step, (uint64_t)l->index), k, 0, 0);
+    p->be->ops->dropout_forward(p->be->ctx, branch, branch, mask, p->rows, crew_shape_size(&l->in), l->spec.rate, key,
+                                p->sample_ids);
 }
 
 static float *val(crew_layer *l, int i) { return l->params[i].value; }
@@ -113,12 +132,14 @@ static crew_status block_forward(crew_layer *l, const crew_pass *p, const float 
     dense(p, w[W_LN1], val(l, P_ATTN_K), val(l, P_ATTN_B), w[W_QKV], n, C, 3 * C);
     o->attention_forward(ctx, w[W_QKV], w[W_ATT], w[W_ATTY], p->rows, T, H, C / H);
     dense(p, w[W_ATTY], val(l, P_PROJ_K), val(l, P_PROJ_B), w[W_RES], n, C, C);
+    if (dropping(l, p)) drop(l, p, w[W_RES], w[W_DROP1], 1);
     o->axpby(ctx, n * C, 1.0f, x, 1.0f, w[W_RES]); /* r = x + attention branch */
     o->layernorm_forward(ctx, w[W_RES], val(l, P_LN2_G), val(l, P_LN2_B), LN_EPS, w[W_LN2], w[W_LN2_STAT],
                          w[W_LN2_STAT] + n, n, C);
     dense(p, w[W_LN2], val(l, P_FC_K), val(l, P_FC_B), w[W_FC], n, C, 4 * C);
     o->act_forward(ctx, CREW_ACT_GELU_TANH, w[W_FC], w[W_GELU], 4 * n * C);
     dense(p, w[W_GELU], val(l, P_MLP_PROJ_K), val(l, P_MLP_PROJ_B), y, n, 4 * C, C);
+    if (dropping(l, p)) drop(l, p, y, w[W_DROP2], 2);
     o->axpby(ctx, n * C, 1.0f, w[W_RES], 1.0f, y); /* y = r + MLP branch */
     return CREW_OK;
 }
@@ -131,8 +152,13 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
     void *ctx = p->be->ctx;
     int64_t T = T_of(l), C = C_of(l), H = l->spec.heads, n = p->rows * T;
     float **w = l->work;
-    /* MLP branch: dy reaches it and, unchanged, the residual stream r */
-    dense_back(p, w[W_GELU], dy, val(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_B), w[W_D4C], n,
+    /* MLP branch: dy reaches it (through its dropout mask) and, unchanged, the residual stream r */
+    const float *dmlp = dy;
+    if (dropping(l, p)) {
+        o->mul(ctx, n * C, dy, w[W_DROP2], w[W_DC]);
+        dmlp = w[W_DC];
+    }
+    dense_back(p, w[W_GELU], dmlp, val(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_B), w[W_D4C], n,
                4 * C, C);
     o->act_backward(ctx, CREW_ACT_GELU_TANH, w[W_FC], w[W_GELU], w[W_D4C], w[W_D4C], 4 * n * C);
     dense_back(p, w[W_LN2], w[W_D4C], val(l, P_FC_K), grad(l, P_FC_K), grad(l, P_FC_B), w[W_DC], n, C, 4 * C);
@@ -141,8 +167,13 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
     o->layernorm_backward(ctx, w[W_DC], w[W_RES], val(l, P_LN2_G), w[W_LN2_STAT], w[W_LN2_STAT] + n, w[W_DRES],
                           grad(l, P_LN2_G), grad(l, P_LN2_B), n, C);
     o->axpby(ctx, n * C, 1.0f, dy, 1.0f, w[W_DRES]); /* d r = through ln_2 + the residual's dy */
-    /* attention branch */
-    dense_back(p, w[W_ATTY], w[W_DRES], val(l, P_PROJ_K), grad(l, P_PROJ_K), grad(l, P_PROJ_B), w[W_DC], n, C, C);
+    /* attention branch; ln_2's output buffer, spent by now, takes the masked gradient */
+    const float *dattn = w[W_DRES];
+    if (dropping(l, p)) {
+        o->mul(ctx, n * C, w[W_DRES], w[W_DROP1], w[W_LN2]);
+        dattn = w[W_LN2];
+    }
+    dense_back(p, w[W_ATTY], dattn, val(l, P_PROJ_K), grad(l, P_PROJ_K), grad(l, P_PROJ_B), w[W_DC], n, C, C);
     o->attention_backward(ctx, w[W_DC], w[W_QKV], w[W_ATT], w[W_DATT], w[W_D4C], p->rows, T, H, C / H);
     dense_back(p, w[W_LN1], w[W_D4C], val(l, P_ATTN_K), grad(l, P_ATTN_K), grad(l, P_ATTN_B), w[W_DC], n, C, 3 * C);
     o->fill(ctx, grad(l, P_LN1_G), 0.0f, C);
