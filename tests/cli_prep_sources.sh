@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# cli_prep_sources.sh — crew prep cifar10, images, csv and text from the command line, on
+# cli_prep_sources.sh — crew prep cifar10, images, csv, text and shards from the command line, on
 # fixtures made here: the datasets they write train end to end with crew train (a tiny conv net
-# on the CIFAR-shaped and image-folder datasets, a dense net on the CSV one), text becomes llm.c
-# shards, and bad input gives exit status 2 with one line naming the file.
+# on the CIFAR-shaped and image-folder datasets, a dense net on the CSV one, a tiny GPT on the
+# shards), text becomes llm.c shards, a folder of llm.c shards a token dataset, and bad input
+# gives exit status 2 with one line naming the file.
 . "$(dirname "$0")/lib_cli.sh"
 
 # ---------------------------------------------------------------- fixtures
@@ -135,8 +136,41 @@ expect_exit 2 "is a token dataset" -- "$CREW" train "$TMP/dense.json" --data "$T
 : > "$TMP/empty.txt"
 expect_exit 2 "empty.txt: empty file" -- "$CREW" prep text "$TMP/empty.txt" --out "$TMP/text-x"
 
+# ---------------------------------------------------------------- shards
+# A folder as llm.c's data scripts leave it (the shards crew prep text wrote above, renamed as
+# fineweb.py names them, plus files that are not shards), prepared and trained on with a tiny GPT.
+L="$TMP/llmc"; mkdir -p "$L"
+cp "$TMP/text-out/val_000000.bin" "$L/tiny_val_000000.bin"
+cp "$TMP/text-out/train_000000.bin" "$L/tiny_train_000001.bin"
+echo "not a shard" > "$L/README.md"
+"$CREW" prep shards "$L" --vocab 256 --seq-len 32 --out "$TMP/shards-out" > "$TMP/out" 2>&1 || fail "prep shards: $(cat "$TMP/out")"
+grep -q "prepared $TMP/shards-out: 3000 tokens (vocab 256) in 2 shards (1 train, 1 val)" "$TMP/out" && ok \
+  || fail "prep shards said: $(cat "$TMP/out")"
+cmp -s "$L/tiny_train_000001.bin" "$TMP/shards-out/train_000000.bin" && cmp -s "$L/tiny_val_000000.bin" "$TMP/shards-out/val_000000.bin" \
+  && ok || fail "prep shards: the shards differ from the sources"
+tr -d ' \t\n' < "$TMP/shards-out/manifest.json" | grep -q '"name":"llmc".*"vocab":256,"seq_len":32' && ok \
+  || fail "shards manifest: $(cat "$TMP/shards-out/manifest.json")"
+cat > "$TMP/gpt.json" <<'JSON'
+{"layers": [{"type": "gpt", "layers": 1, "heads": 2, "width": 16, "context": 32, "vocab": 256}]}
+JSON
+train "$TMP/gpt.json" "$TMP/shards-out" "$TMP/run-shards"
+"$CREW" prep shards "$L" --seq-len 32 --out "$TMP/shards-gpt2" > "$TMP/out" 2>&1 && grep -q "(vocab 50257)" "$TMP/out" && ok \
+  || fail "prep shards at GPT-2's defaults: $(cat "$TMP/out")"
+expect_exit 2 "no val shard holds seq_len + 1 = 1001 tokens" -- "$CREW" prep shards "$L" --seq-len 1000 --out "$TMP/shards-x"
+expect_exit 2 "tiny_train_000001.bin: token" -- "$CREW" prep shards "$L" --vocab 2 --out "$TMP/shards-x"
+head -c 2000 "$TMP/text-out/train_000000.bin" > "$L/tiny_train_000002.bin"
+expect_exit 2 "tiny_train_000002.bin: header says 2700 tokens" -- "$CREW" prep shards "$L" --out "$TMP/shards-x"
+[ ! -e "$TMP/shards-x" ] && ok || fail "a failed prep shards left $TMP/shards-x behind"
+expect_exit 2 "no llm.c train shards" -- "$CREW" prep shards "$TMP/img-out" --out "$TMP/shards-x"
+expect_exit 2 "shards needs a DIR" -- "$CREW" prep shards --out "$TMP/shards-x"
+expect_exit 2 "--vocab" -- "$CREW" prep shards "$L" --vocab 70000 --out "$TMP/shards-x"
+expect_exit 2 "--test-fraction does not apply to shards" -- "$CREW" prep shards "$L" --test-fraction 0.1 --out "$TMP/shards-x"
+expect_exit 2 "--vocab does not apply to text" -- "$CREW" prep text "$TMP/corpus.bin" --vocab 256 --out "$TMP/shards-x"
+[ ! -e "$TMP/shards-x" ] && ok || fail "a failed prep shards left $TMP/shards-x behind"
+
 # ---------------------------------------------------------------- usage
 expect_exit 2 "unknown source 'tiff'" -- "$CREW" prep tiff --out "$TMP/x"
 "$CREW" prep --help > "$TMP/help"
 for s in cifar10 images csv text; do grep -q "crew prep $s" "$TMP/help" && ok || fail "crew prep --help lacks $s"; done
+grep -q "crew prep shards" "$TMP/help" && ok || fail "crew prep --help lacks shards"
 report

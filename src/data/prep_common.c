@@ -179,13 +179,18 @@ crew_status crew_prep_write(const char *out_dir, crew_manifest *m, crew_npy_dtyp
     crew_status s = CREW_OK;
     m->n_splits = n_splits;
     for (int i = 0; i < n_splits && !s; i++) s = write_split(&ad, m, x_dtype, y_dtype, &splits[i], &m->splits[i], progress);
+    return crew_prep_commit(&ad, m, s, progress);
+}
+
+crew_status crew_prep_commit(crew_atomic_dir *ad, const crew_manifest *m, crew_status s, crew_prep_progress *progress)
+{
     char path[1200];
-    if (!s) s = crew_atomic_dir_file(&ad, CREW_MANIFEST_FILE, path, sizeof path);
+    if (!s) s = crew_atomic_dir_file(ad, CREW_MANIFEST_FILE, path, sizeof path);
     if (!s) s = crew_manifest_write(path, m);
     if (!s) {
-        crew_prep_tick(progress, out_dir);
-        s = crew_atomic_dir_commit(&ad); /* removes the temporary directory itself on failure */
+        crew_prep_tick(progress, ad->final);
+        s = crew_atomic_dir_commit(ad); /* removes the temporary directory itself on failure */
     }
-    crew_atomic_dir_abort(&ad);
+    crew_atomic_dir_abort(ad);
     return s;
 }

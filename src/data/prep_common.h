@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/atomic_dir.h"
 #include "crew.h"
 #include "data/manifest.h"
 #include "data/npy.h"
@@ -63,5 +64,10 @@ typedef struct crew_prep_split_data {
  * the commit. */
 crew_status crew_prep_write(const char *out_dir, crew_manifest *m, crew_npy_dtype x_dtype, crew_npy_dtype y_dtype,
                             const crew_prep_split_data *splits, int n_splits, crew_prep_progress *progress);
+
+/* The end of every prep's writing into ad: unless s already holds an error, writes m as
+ * manifest.json and commits ad (one progress step); in every case ad's temporary directory is
+ * gone afterwards. Returns s or the first new error. */
+crew_status crew_prep_commit(crew_atomic_dir *ad, const crew_manifest *m, crew_status s, crew_prep_progress *progress);
 
 #endif

@@ -176,15 +176,7 @@ static crew_status write_shards(const char *out_dir, const shard_plan *p, crew_m
         crew_prep_tick(pr, m->tokens.shards[i].file);
         s = place_shard(&ad, &p->src[i], &m->tokens.shards[i]);
     }
-    char path[1200];
-    if (!s) s = crew_atomic_dir_file(&ad, CREW_MANIFEST_FILE, path, sizeof path);
-    if (!s) s = crew_manifest_write(path, m);
-    if (!s) {
-        crew_prep_tick(pr, out_dir);
-        s = crew_atomic_dir_commit(&ad);
-    }
-    crew_atomic_dir_abort(&ad);
-    return s;
+    return crew_prep_commit(&ad, m, s, pr);
 }
 
 /* The manifest's name: the base name of dir ("data/fineweb10B/" gives "fineweb10B"). */

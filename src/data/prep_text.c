@@ -70,15 +70,7 @@ static crew_status write_all(const char *out_dir, const text_split *splits, int 
     for (int i = 0; i < n_splits && !s; i++)
         for (int k = 0; k < splits[i].shards && !s; k++)
             s = write_shard(&ad, &splits[i], k, &m->tokens.shards[m->tokens.n_shards++], pr);
-    char path[1200];
-    if (!s) s = crew_atomic_dir_file(&ad, CREW_MANIFEST_FILE, path, sizeof path);
-    if (!s) s = crew_manifest_write(path, m);
-    if (!s) {
-        crew_prep_tick(pr, out_dir);
-        s = crew_atomic_dir_commit(&ad);
-    }
-    crew_atomic_dir_abort(&ad);
-    return s;
+    return crew_prep_commit(&ad, m, s, pr);
 }
 
 /* The train and (when fraction > 0) val splits, each long enough for one sequence and its target. */
