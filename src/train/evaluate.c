@@ -81,7 +81,9 @@ crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *
     CREW_TRY(crew_model_layout(m));
     if (!m->initialized)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "predict: the model has no weights yet (train or load them)");
-    const int64_t batch = 256, in = crew_shape_size(&m->input), classes = crew_model_classes(m);
+    /* at most 256 samples a pass, and no more than asked for: a language model's logits are
+     * [context, vocab] a sample (GPT-2's 1024 × 50257), and generation predicts one at a time */
+    const int64_t batch = n < 1 ? 1 : n < 256 ? n : 256, in = crew_shape_size(&m->input), classes = crew_model_classes(m);
     const int64_t pos = crew_model_positions(m), out = pos * classes; /* per sample */
     CREW_TRY(crew_model_reserve(m, batch));
     const crew_backend_ops *o = m->be.ops;
