@@ -161,10 +161,11 @@ ls "$TMP/int/checkpoints"/step-* > /dev/null 2>&1 && ok || fail "SIGINT: no chec
 # moments and the token windows' order all come back from the checkpoint.
 awk 'BEGIN { for (i = 0; i < 900; i++) printf "%d the cat sat on the mat.\n", i % 89 }' > "$TMP/corpus.txt"
 "$CREW" prep text "$TMP/corpus.txt" --seq-len 16 --out "$TMP/text" > /dev/null || fail "prep text"
-printf '{"layers": [{"type": "gpt", "layers": 1, "heads": 2, "width": 16, "context": 16, "vocab": 256}]}' > "$TMP/gpt.json"
+printf '{"layers": [{"type": "gpt", "layers": 2, "heads": 2, "width": 32, "context": 16, "vocab": 256}]}' > "$TMP/gpt.json"
 MODEL=$TMP/gpt.json
-LAST=24
-COMMON=(--data "$TMP/text" --max-steps 24 --batch-per-device 4 --global-batch 8 --checkpoint-every 4 --quiet)
+# long enough (96 steps of ~10 ms) that a kill set off by the checkpoint of step 12 lands mid-run
+LAST=96
+COMMON=(--data "$TMP/text" --max-steps $LAST --batch-per-device 8 --global-batch 16 --checkpoint-every 4 --quiet)
 "$CREW" train $MODEL "${COMMON[@]}" --devices cpu:2 --run-dir "$TMP/gpt-ref" > /dev/null || fail "the uninterrupted GPT run"
 REF="$TMP/gpt-ref/weights.safetensors"
 kill_and_resume "$TMP/gpt" cpu:2 cpu:1 4 12

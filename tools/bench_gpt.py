@@ -367,7 +367,8 @@ def print_report(a, info, rows, best, markdown):
              + (f", median of {a.rounds} rounds" if a.rounds > 1 else ""))
     if markdown:
         print(f"Machine: {info['cpu']}, {info['cores']} CPUs, runs on {info['cores_used']}; {info['date']}; "
-              f"crew {info['crew']}, OpenBLAS {info['openblas']}, torch {info['torch']} ({info['optimizer']}).  ")
+              f"crew {info['crew']} at {info['commit']} (binary of {info['binary_time']}), OpenBLAS {info['openblas']}, "
+              f"torch {info['torch']} ({info['optimizer']}).  ")
         print(f"Command: `{info['command']}`. gpt_tiny, global batch {GLOBAL_BATCH} x {a.context} tokens; {steps}; "
               f"other procs: cores other processes kept busy during the contestant's run.\n")
         print("| " + " | ".join(head) + " |")
@@ -378,7 +379,8 @@ def print_report(a, info, rows, best, markdown):
     else:
         print(f"gpt_tiny training, global batch {GLOBAL_BATCH} x {a.context} tokens, {steps}")
         print(f"machine: {info['cpu']}, {info['cores']} CPUs (runs on {info['cores_used']}); {info['date']}")
-        print(f"crew {info['crew']}, OpenBLAS {info['openblas']}; torch {info['torch']} ({info['optimizer']})")
+        print(f"crew {info['crew']} at {info['commit']} (binary of {info['binary_time']}), OpenBLAS {info['openblas']}; "
+              f"torch {info['torch']} ({info['optimizer']})")
         print(f"command: {info['command']}")
         widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(head)]
         print("  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))))
@@ -420,7 +422,10 @@ def main():
     info = {"cpu": cpu_model(), "cores": os.cpu_count(), "cores_used": bench_compare.describe_cores(a.cores),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "crew": version.splitlines()[0].replace("crew ", ""), "openblas": bench_compare.blas_version(version),
-            "command": " ".join(["python3", "tools/bench_gpt.py"] + sys.argv[1:]), "load_before": bench_compare.loadavg()}
+            "command": " ".join(["python3", "tools/bench_gpt.py"] + sys.argv[1:]), "load_before": bench_compare.loadavg(),
+            "commit": bench_compare.capture(["git", "describe", "--always", "--dirty"]),
+            "binary_time": datetime.datetime.fromtimestamp(os.path.getmtime(a.crew), datetime.timezone.utc)
+            .strftime("%Y-%m-%d %H:%M UTC")}
     runs = {}
     with tempfile.TemporaryDirectory(prefix="crew-bench-gpt-") as tmp:
         text, data = ensure_text(a, tmp), os.path.join(tmp, "data")
