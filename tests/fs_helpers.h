@@ -53,4 +53,19 @@ static inline uint8_t *read_file(const char *path, size_t *len)
     return b;
 }
 
+/* A crew_progress_fn that records its calls: done never decreases or passes total (bad counts
+ * the calls that broke that), and the last call's figures. */
+typedef struct progress_log {
+    int64_t calls, last_done, last_total, bad;
+} progress_log;
+
+static inline void on_progress(void *user, int64_t done, int64_t total, const char *what)
+{
+    progress_log *p = user;
+    if (done < p->last_done || done > total || !what) p->bad++;
+    p->calls++;
+    p->last_done = done;
+    p->last_total = total;
+}
+
 #endif

@@ -59,14 +59,14 @@ static void make_fixture(const char *img, const char *lab, int channels)
     write_idx_gz(lab, 1, (uint32_t[]){N}, labels, N);
 }
 
-typedef struct progress_log {
+typedef struct strict_progress {
     int calls, ok;
     int64_t last_done, total;
-} progress_log;
+} strict_progress;
 
-static void on_progress(void *user, int64_t done, int64_t total, const char *what)
+static void on_strict_progress(void *user, int64_t done, int64_t total, const char *what)
 {
-    progress_log *p = user;
+    strict_progress *p = user;
     if (p->calls && (done <= p->last_done || total != p->total)) p->ok = 0;
     if (done < 0 || done > total || !what) p->ok = 0;
     p->calls++;
@@ -111,8 +111,8 @@ static void test_prep_and_gather(int channels)
     tmp_path(lab, sizeof lab, "labs.gz");
     snprintf(out, sizeof out, "%s/ds%d/nested/", tmp_dir, channels); /* parents made; trailing '/' ok */
     make_fixture(img, lab, channels);
-    progress_log log = {0, 1, 0, 0};
-    CHECK_OK(crew_prep_idx(img, lab, NULL, NULL, out, on_progress, &log));
+    strict_progress log = {0, 1, 0, 0};
+    CHECK_OK(crew_prep_idx(img, lab, NULL, NULL, out, on_strict_progress, &log));
     CHECK(log.calls >= 5 && log.ok && log.last_done == log.total); /* the last call says done */
     CHECK(temp_dirs_in(tmp_dir) == 0);
 

@@ -42,18 +42,6 @@ static char *join(char *buf, const char *dir, const char *name)
         crew_status_free(s_);                                                                                \
     } while (0)
 
-typedef struct progress_log {
-    int64_t calls, last_done, last_total, bad;
-} progress_log;
-
-static void on_progress(void *user, int64_t done, int64_t total, const char *what)
-{
-    progress_log *p = user;
-    if (done < p->last_done || done > total || !what) p->bad++;
-    p->calls++;
-    p->last_done = done;
-    p->last_total = total;
-}
 
 /* A failed prep leaves neither OUT nor OUT.tmp-*. */
 static void check_nothing_left(const char *out)

@@ -39,19 +39,6 @@ static char *tmp(char *buf, const char *name)
 
 static void write_text(const char *path, const char *text) { write_file(path, text, strlen(text)); }
 
-/* Progress reports: done never decreases or passes total, and the last call has done == total. */
-typedef struct progress_log {
-    int64_t calls, last_done, last_total, bad;
-} progress_log;
-
-static void on_progress(void *user, int64_t done, int64_t total, const char *what)
-{
-    progress_log *p = user;
-    if (done < p->last_done || done > total || !what) p->bad++;
-    p->calls++;
-    p->last_done = done;
-    p->last_total = total;
-}
 
 static void check_progress(const progress_log *p)
 {

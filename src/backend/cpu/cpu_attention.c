@@ -20,6 +20,20 @@ static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, c
                 (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, 0.0f, c, (blasint)ldc);
 }
 
+/* One (sample, head)'s views: its q, k, v columns of qkv (leading dimension 3C), its [T, T]
+ * block of an attention-shaped array, and its d columns of a [batch, T, C] array. */
+typedef struct head_view {
+    int64_t C, ld;
+    size_t qkv, att, out; /* offsets into qkv, att, y */
+} head_view;
+
+static head_view head_at(int64_t b, int64_t h, int64_t T, int64_t heads, int64_t d)
+{
+    int64_t C = heads * d;
+    return (head_view){C, 3 * C, (size_t)(b * T * 3 * C + h * d), (size_t)((b * heads + h) * T * T),
+                       (size_t)(b * T * C + h * d)};
+}
+
 /* Row t of a [T, T] score matrix becomes softmax over s ≤ t (max subtracted first, so exp never
  * overflows), and zeros above the diagonal. */
 static void causal_softmax(float *a, int64_t T)
@@ -42,15 +56,16 @@ void cpu_attention_forward(void *ctx, const float *qkv, float *att, float *y, in
                            int64_t heads, int64_t d)
 {
     (void)ctx;
-    const int64_t C = heads * d, ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)d);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
-            const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C;
-            float *a = att + (b * heads + h) * T * T;
+            head_view hv = head_at(b, h, T, heads, d);
+            const int64_t C = hv.C, ld = hv.ld;
+            const float *q = qkv + hv.qkv, *k = q + C, *v = q + 2 * C;
+            float *a = att + hv.att;
             gemm(0, 1, T, T, d, scale, q, ld, k, ld, a, T); /* a = q·kᵀ/√d  [T, T] */
             causal_softmax(a, T);
-            gemm(0, 0, T, d, T, 1.0f, a, T, v, ld, y + b * T * C + h * d, C); /* y_h = a·v  [T, d] */
+            gemm(0, 0, T, d, T, 1.0f, a, T, v, ld, y + hv.out, C); /* y_h = a·v  [T, d] */
         }
 }
 
@@ -58,14 +73,15 @@ void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const 
                             float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
 {
     (void)ctx;
-    const int64_t C = heads * d, ld = 3 * C;
     const float scale = 1.0f / sqrtf((float)d);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
-            const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C;
-            const float *a = att + (b * heads + h) * T * T, *dyh = dy + b * T * C + h * d;
-            float *da = datt + (b * heads + h) * T * T;
-            float *dq = dqkv + b * T * ld + h * d, *dk = dq + C, *dv = dq + 2 * C;
+            head_view hv = head_at(b, h, T, heads, d);
+            const int64_t C = hv.C, ld = hv.ld;
+            const float *q = qkv + hv.qkv, *k = q + C, *v = q + 2 * C;
+            const float *a = att + hv.att, *dyh = dy + hv.out;
+            float *da = datt + hv.att;
+            float *dq = dqkv + hv.qkv, *dk = dq + C, *dv = dq + 2 * C;
             gemm(0, 1, T, T, d, 1.0f, dyh, C, v, ld, da, T); /* d att = dy_h · vᵀ  [T, T] */
             gemm(1, 0, T, d, T, 1.0f, a, T, dyh, C, dv, ld); /* dv = attᵀ · dy_h  [T, d] */
             /* through the softmax: ds = att ⊙ (d att − Σ_s att·d att), row by row; 0 above the diagonal */
