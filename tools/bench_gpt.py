@@ -21,13 +21,14 @@ Each contestant is its own process: --warmup steps, then --steps timed steps. It
 median step time of the timed steps: crew's `step_s` from the step records of its metrics.jsonl
 (start-up and the end-of-run evaluation are not steps), PyTorch's from a clock around forward,
 backward, clipping and the update (its batches are cut before the clock starts). tokens/s =
-32 x 128 / that median. With --rounds R every contestant runs R times, in turns, and the median
-of its R figures counts.
+32 x 128 / that median. With --rounds R every contestant runs R times, in turns; its figure is
+the median over the rounds in which other processes kept at most 0.25 cores busy, or, where none
+was that quiet, the least disturbed round.
 
 Before each contestant the machine is sampled for 2 s: while other processes keep more than
 --idle cores busy it waits (up to --idle-wait seconds), and the table's "other procs" column says
-how much CPU other processes used during each contestant's run, so a figure taken on a busy shared
-machine can be told from a clean one.
+how many cores other processes kept busy during the contestant's runs that count (the most of
+them), so a figure taken on a busy shared machine can be told from a clean one.
 
 Data: --text (default data/kjv.txt, the King James Bible as `make demo-gpt` writes it; when it is
 missing and Debian's `bible` is installed, it is made the same way into a temporary folder),
@@ -220,7 +221,7 @@ def torch_child(a):
 def wait_for_idle(a):
     """Samples the machine for 2 s at a time (this process idle) while other processes keep more
     than --idle cores busy, for --idle-wait seconds at most. Returns the last sample (cores)."""
-    t0 = time.monotonic()
+    t0 = last_log = time.monotonic()
     while True:
         b0, w0 = bench_compare.busy_cpu_s(), time.monotonic()
         time.sleep(2)
@@ -228,9 +229,11 @@ def wait_for_idle(a):
         if b0 is None or b1 is None:
             return None
         others = (b1 - b0) / (w1 - w0)
-        if others <= a.idle or time.monotonic() - t0 > a.idle_wait:
+        if others <= a.idle or w1 - t0 > a.idle_wait:
             return others
-        log(f"  other processes keep {others:.2f} cores busy (> {a.idle}): waiting")
+        if w1 - last_log > 30:
+            log(f"  other processes keep {others:.2f} cores busy (> {a.idle}): waiting ({w1 - t0:.0f} s so far)")
+            last_log = w1
 
 
 def measured(cmd):
@@ -329,8 +332,13 @@ def summarise(a, runs):
         if not got:
             row["failed"] = runs[key][0].get("failed", "?")
         else:
-            s = statistics.median(r["step_s"] for r in got)
-            row.update(step_s=s, tokens_per_s=GLOBAL_BATCH * a.context / s, runs=got)
+            # The median of the rounds that other processes left alone; with none, the least
+            # disturbed round (and its other_cores shows it).
+            clean = [r for r in got if (r.get("other_cores") or 0) <= NOISY]
+            use = clean or [min(got, key=lambda r: r.get("other_cores") or 0)]
+            s = statistics.median(r["step_s"] for r in use)
+            row.update(step_s=s, tokens_per_s=GLOBAL_BATCH * a.context / s, runs=got,
+                       rounds_used=len(use), other_cores=max(r.get("other_cores") or 0 for r in use))
         rows.append(row)
     best = {}
     for who in ("crew", "torch eager", "torch.compile"):
@@ -350,27 +358,36 @@ def same_threads(rows, crew_key, torch_key):
     return None
 
 
+def paired(row, other):
+    """row's tokens/s over other's, round by round (the rounds both finished)."""
+    theirs = {r["round"]: r["step_s"] for r in other["runs"]}
+    return [theirs[r["round"]] / r["step_s"] for r in row["runs"] if r["round"] in theirs]
+
+
 def print_report(a, info, rows, best, markdown):
     ratio = lambda v: "" if v is None else f"{v:.2f}x"  # noqa: E731
     other = lambda v: "?" if v is None else f"{v:.2f}"  # noqa: E731
-    head = ["contestant", "layout", "ms/step", "tokens/s", "crew / eager best", "crew / compile best", "other procs"]
+    tok = lambda run: GLOBAL_BATCH * a.context / run["step_s"]  # noqa: E731
+    head = ["contestant", "layout", "ms/step", "tokens/s"] + (["rounds (lowest-highest)"] if a.rounds > 1 else []) \
+        + ["crew / eager best", "crew / compile best", "other procs"]
     table = []
     for r in rows:
         if "failed" in r:
-            table.append([r["contestant"], r["layout"], "failed", "", "", "", other(r["other_cores"])])
+            table.append([r["contestant"], r["layout"], "failed", ""] + ([""] if a.rounds > 1 else [])
+                         + ["", "", other(r["other_cores"])])
             continue
         mark = "**" if markdown and any(b is r for b in best.values()) else ""
-        table.append([r["contestant"], r["layout"], f"{1000 * r['step_s']:.1f}",
-                      f"{mark}{r['tokens_per_s']:,.0f}{mark}", ratio(r.get("vs_eager")), ratio(r.get("vs_compile")),
-                      other(r["other_cores"])])
+        spread = [f"{min(map(tok, r['runs'])):,.0f}-{max(map(tok, r['runs'])):,.0f}"] if a.rounds > 1 else []
+        table.append([r["contestant"], r["layout"], f"{1000 * r['step_s']:.1f}", f"{mark}{r['tokens_per_s']:,.0f}{mark}"]
+                     + spread + [ratio(r.get("vs_eager")), ratio(r.get("vs_compile")), other(r["other_cores"])])
     steps = (f"median step time of {a.steps} steps after {a.warmup} warm-up steps"
-             + (f", median of {a.rounds} rounds" if a.rounds > 1 else ""))
+             + (f", median of {a.rounds} rounds (those with other procs <= {NOISY})" if a.rounds > 1 else ""))
     if markdown:
         print(f"Machine: {info['cpu']}, {info['cores']} CPUs, runs on {info['cores_used']}; {info['date']}; "
               f"crew {info['crew']} at {info['commit']} (binary of {info['binary_time']}), OpenBLAS {info['openblas']}, "
               f"torch {info['torch']} ({info['optimizer']}).  ")
         print(f"Command: `{info['command']}`. gpt_tiny, global batch {GLOBAL_BATCH} x {a.context} tokens; {steps}; "
-              f"other procs: cores other processes kept busy during the contestant's run.\n")
+              f"other procs: cores other processes kept busy during the contestant's runs.\n")
         print("| " + " | ".join(head) + " |")
         print("|---|---|" + "--:|" * (len(head) - 2))
         for row in table:
@@ -396,6 +413,12 @@ def print_report(a, info, rows, best, markdown):
               + (f"; / torch.compile's best ({best['torch.compile']['layout']}): "
                  f"{best['crew']['tokens_per_s'] / best['torch.compile']['tokens_per_s']:.2f}x"
                  if best["torch.compile"] else ""))
+    if a.rounds > 1:
+        for who in ("torch eager", "torch.compile"):
+            if best["crew"] and best[who]:
+                per = paired(best["crew"], best[who])
+                print(f"  round by round (the same two layouts, run minutes apart): "
+                      + ", ".join(f"{v:.2f}x" for v in per) + f" against {who}")
     one = same_threads(rows, "crew_1", "torch_eager_1")
     if one is not None:
         print(f"at one thread each: crew / torch eager {one:.2f}x"
@@ -440,6 +463,7 @@ def main():
                 else:
                     r = torch_contestant(a, shard, *how)
                 r["other_cores_before"] = None if idle is None else round(idle, 3)
+                r["round"] = round_no
                 runs.setdefault(key, []).append(r)
                 log(f"  -> {who} {layout}: " + (f"{1000 * r['step_s']:.1f} ms/step, "
                                                 f"{GLOBAL_BATCH * a.context / r['step_s']:,.0f} tokens/s"
