@@ -338,7 +338,8 @@ def summarise(a, runs):
             use = clean or [min(got, key=lambda r: r.get("other_cores") or 0)]
             s = statistics.median(r["step_s"] for r in use)
             row.update(step_s=s, tokens_per_s=GLOBAL_BATCH * a.context / s, runs=got,
-                       rounds_used=[r["round"] for r in use], other_cores=max(r.get("other_cores") or 0 for r in use))
+                       rounds_used=[r["round"] for r in use],
+                       other_cores=max(r.get("other_cores") or 0 for r in use))
         rows.append(row)
     best = {}
     for who in ("crew", "torch eager", "torch.compile"):
@@ -369,8 +370,8 @@ def print_report(a, info, rows, best, markdown):
     ratio = lambda v: "" if v is None else f"{v:.2f}x"  # noqa: E731
     other = lambda v: "?" if v is None else f"{v:.2f}"  # noqa: E731
     tok = lambda run: GLOBAL_BATCH * a.context / run["step_s"]  # noqa: E731
-    head = ["contestant", "layout", "ms/step", "tokens/s"] + (["rounds: lowest-highest (used)"] if a.rounds > 1 else []) \
-        + ["crew / eager best", "crew / compile best", "other procs"]
+    head = (["contestant", "layout", "ms/step", "tokens/s"] + (["rounds: lowest-highest (used)"] if a.rounds > 1 else [])
+            + ["crew / eager best", "crew / compile best", "other procs"])
     table = []
     for r in rows:
         if "failed" in r:
@@ -381,8 +382,9 @@ def print_report(a, info, rows, best, markdown):
         used = [run for run in r["runs"] if run["round"] in r["rounds_used"]]
         spread = [f"{min(map(tok, used)):,.0f}-{max(map(tok, used)):,.0f} ({len(used)} of {a.rounds})"] \
             if a.rounds > 1 else []
-        table.append([r["contestant"], r["layout"], f"{1000 * r['step_s']:.1f}", f"{mark}{r['tokens_per_s']:,.0f}{mark}"]
-                     + spread + [ratio(r.get("vs_eager")), ratio(r.get("vs_compile")), other(r["other_cores"])])
+        table.append([r["contestant"], r["layout"], f"{1000 * r['step_s']:.1f}",
+                      f"{mark}{r['tokens_per_s']:,.0f}{mark}"] + spread
+                     + [ratio(r.get("vs_eager")), ratio(r.get("vs_compile")), other(r["other_cores"])])
     if best["torch.compile"] is None:  # skipped or failed: no column of empty cells
         i = head.index("crew / compile best")
         head, table = head[:i] + head[i + 1:], [t[:i] + t[i + 1:] for t in table]
@@ -390,8 +392,8 @@ def print_report(a, info, rows, best, markdown):
              + (f", median of {a.rounds} rounds (those with other procs <= {NOISY})" if a.rounds > 1 else ""))
     if markdown:
         print(f"Machine: {info['cpu']}, {info['cores']} CPUs, runs on {info['cores_used']}; {info['date']}; "
-              f"crew {info['crew']} at {info['commit']} (binary of {info['binary_time']}), OpenBLAS {info['openblas']}, "
-              f"torch {info['torch']} ({info['optimizer']}).  ")
+              f"crew {info['crew']} at {info['commit']} (binary of {info['binary_time']}), "
+              f"OpenBLAS {info['openblas']}, torch {info['torch']} ({info['optimizer']}).  ")
         print(f"Command: `{info['command']}`. gpt_tiny, global batch {GLOBAL_BATCH} x {a.context} tokens; {steps}; "
               f"other procs: cores other processes kept busy during the contestant's runs.\n")
         print("| " + " | ".join(head) + " |")
@@ -402,8 +404,8 @@ def print_report(a, info, rows, best, markdown):
     else:
         print(f"gpt_tiny training, global batch {GLOBAL_BATCH} x {a.context} tokens, {steps}")
         print(f"machine: {info['cpu']}, {info['cores']} CPUs (runs on {info['cores_used']}); {info['date']}")
-        print(f"crew {info['crew']} at {info['commit']} (binary of {info['binary_time']}), OpenBLAS {info['openblas']}; "
-              f"torch {info['torch']} ({info['optimizer']})")
+        print(f"crew {info['crew']} at {info['commit']} (binary of {info['binary_time']}), "
+              f"OpenBLAS {info['openblas']}; torch {info['torch']} ({info['optimizer']})")
         print(f"command: {info['command']}")
         widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(head)]
         print("  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))))
@@ -436,7 +438,7 @@ def print_report(a, info, rows, best, markdown):
     noisy = [r for r in rows if (r.get("other_cores") or 0) > NOISY]
     if noisy:
         print("warning: other processes used CPU during " + ", ".join(f"{r['contestant']} {r['layout']}"
-                                                                    for r in noisy) + ": those figures are low")
+                                                                    for r in noisy) + ": those figures may be low")
 
 
 def main():
@@ -454,7 +456,8 @@ def main():
     info = {"cpu": cpu_model(), "cores": os.cpu_count(), "cores_used": bench_compare.describe_cores(a.cores),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "crew": version.splitlines()[0].replace("crew ", ""), "openblas": bench_compare.blas_version(version),
-            "command": " ".join(["python3", "tools/bench_gpt.py"] + sys.argv[1:]), "load_before": bench_compare.loadavg(),
+            "command": " ".join(["python3", "tools/bench_gpt.py"] + sys.argv[1:]),
+            "load_before": bench_compare.loadavg(),
             "commit": bench_compare.capture(["git", "describe", "--always", "--dirty"]),
             "binary_time": datetime.datetime.fromtimestamp(os.path.getmtime(a.crew), datetime.timezone.utc)
             .strftime("%Y-%m-%d %H:%M UTC")}
