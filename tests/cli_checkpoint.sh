@@ -47,16 +47,22 @@ wait_for_checkpoint() {
 # SIGKILL as soon as its checkpoint of step K (or a later one) is in place, then resumes it on
 # LATER devices; the last resume runs to the end. Each kill must land mid-run (exit by SIGKILL, no
 # weights written), and each resume must start from a checkpoint at or after its kill point.
+# An attempt is killed only after it wrote a checkpoint of its own: the kill of the one before may
+# land a few checkpoints late on a loaded machine, and an attempt killed before it started would
+# leave nothing to check.
 kill_and_resume() {
-  local dir=$1 first=$2 later=$3 n=0 at pid rc
+  local dir=$1 first=$2 later=$3 n=0 at pid rc before target
   shift 3
   rm -rf "$dir"
   local how=(--devices "$first" --run-dir "$dir")
   for at in "$@"; do
     n=$((n + 1))
+    before=$(newest_checkpoint "$dir")
+    target=$at
+    [ "$before" -lt "$at" ] || target=$((before + 1))
     "$CREW" train $MODEL "${COMMON[@]}" "${how[@]}" > "$TMP/attempt.out" 2> "$TMP/attempt-$n.err" &
     pid=$!
-    if ! wait_for_checkpoint "$dir" "$at" $pid; then
+    if ! wait_for_checkpoint "$dir" "$target" $pid; then
       kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
       fail "$dir: attempt $n ended before its checkpoint of step $at: $(tail -n 3 "$TMP/attempt-$n.err")"
       return
