@@ -394,7 +394,25 @@ typedef struct crew_fit_options {
      * that goes missing is reported without its name. The plan says so. 0: crew's ordered
      * all-reduce, bitwise the same for any split of the work [0]. No effect in one process. */
     int unordered_allreduce;
+    /* Pipeline model parallelism (docs/PIPELINE.md): the model's layers cut into pipeline_stages
+     * contiguous stages, one device each, so that each device holds only its stage's parameters,
+     * gradients and optimizer state; `devices` stays the number of data-parallel replicas, each a
+     * pipeline, devices × pipeline_stages devices in all. Each replica's accumulation micro-batches
+     * flow through its stages in the order pipeline_schedule says; every stage sums its gradients
+     * in micro-batch order, so the weights equal one device accumulating the same micro-batches,
+     * bit for bit. Threads of one process only, for now. 0 or 1: no pipeline [0]. */
+    int pipeline_stages;
+    int pipeline_schedule;      /* a crew_pipeline_schedule [CREW_PIPELINE_1F1B] */
+    /* each stage's first layer, "0-3,4-9" style ranges over every layer (crew_pipeline_split_parse);
+     * NULL: stages of balanced compute (crew_pipeline_split_balanced) */
+    const char *pipeline_split;
 } crew_fit_options;
+
+typedef enum crew_pipeline_schedule {
+    CREW_PIPELINE_1F1B = 0,     /* one forward, one backward: at most K − s micro-batches in flight on stage s */
+    CREW_PIPELINE_GPIPE = 1,    /* every forward, then every backward: all micro-batches in flight */
+} crew_pipeline_schedule;
+#define CREW_MAX_PIPELINE_STAGES 64
 
 typedef struct crew_fit_result {
     int epochs;
@@ -455,6 +473,12 @@ typedef struct crew_fit_plan {
     int unordered_allreduce;    /* crew_fit_options.unordered_allreduce, as resolved (0 in one process) */
     double flops_per_sample;    /* a training step's FLOPs per sample (crew_model_flops: total) */
     double peak_gflops;         /* crew_fit_options.peak_gflops: the devices' GEMM rate; 0: unknown */
+    /* A pipeline (crew_fit_options.pipeline_stages > 1): `devices` replicas of `stages` stages;
+     * stage s holds layers stage_first[s] .. stage_first[s + 1] − 1 (stage_first[stages] is the
+     * model's layer count). 1 stage: no pipeline. */
+    int stages;
+    int pipeline_schedule;
+    int stage_first[CREW_MAX_PIPELINE_STAGES + 1];
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With
@@ -600,6 +624,11 @@ typedef struct crew_verify_options {
      * times the slowest step of the one-replica references, at least 10 s; 300 s across
      * processes, whose N-replica runs come first]. */
     double deadline_s;
+    /* The N-replica runs as pipelines (crew_fit_options.pipeline_*): N replicas of
+     * pipeline_stages stages each, held to the same one-device references. 0 or 1: none. */
+    int pipeline_stages;
+    int pipeline_schedule;
+    const char *pipeline_split;
 } crew_verify_options;
 
 /* One N-replica run held bitwise to its one-replica reference. */
@@ -650,6 +679,8 @@ typedef struct crew_verify_result {
     double deadline_s;              /* the deadline the runs had */
     char failure[640];              /* a run that stopped: "<run>: <the error>"; "" when none did */
     int pass;                       /* no failure, bitwise_equal, first_step_ok, reference_ok, full_batch_ok */
+    int stages;                     /* pipeline stages of each of the N replicas (1: none) */
+    int pipeline_schedule;          /* a crew_pipeline_schedule, with stages > 1 */
     float *losses;                  /* caller's [steps × 3] or NULL: per step, the loss of (a), (b), (c) */
 } crew_verify_result;
 

@@ -40,6 +40,14 @@ typedef struct crew_comm_ops {
     crew_status (*allreduce_ordered)(void *ctx, int rank, float *const *in, int k, float *out, int64_t n,
                                      double timeout_s);
     crew_status (*barrier)(void *ctx, int rank, double timeout_s);
+    /* Point to point (pipeline stages): send hands n values to rank `peer` and may return before
+     * peer receives them (the buffer is free again on return); recv waits at most timeout_s for the
+     * oldest message from `peer`, whose tag and count must be the ones given. Messages between two
+     * ranks arrive in the order sent. NULL in a communicator without them (crew_send says so). */
+    crew_status (*send)(void *ctx, int rank, const void *buf, int64_t n, crew_comm_type t, int peer, int tag,
+                        double timeout_s);
+    crew_status (*recv)(void *ctx, int rank, void *buf, int64_t n, crew_comm_type t, int peer, int tag,
+                        double timeout_s);
     /* Marks this rank as failed so that the others stop waiting for it at once. */
     void (*abort)(void *ctx, int rank);
 } crew_comm_ops;
@@ -64,6 +72,20 @@ static inline crew_status crew_broadcast(const crew_comm *c, void *buf, int64_t 
 static inline crew_status crew_barrier(const crew_comm *c, double timeout_s)
 {
     return c->ops->barrier(c->ctx, c->rank, timeout_s);
+}
+
+crew_status crew_comm_no_p2p(const crew_comm *c);
+static inline crew_status crew_send(const crew_comm *c, const void *buf, int64_t n, crew_comm_type t, int peer, int tag,
+                                    double timeout_s)
+{
+    if (!c->ops->send) return crew_comm_no_p2p(c);
+    return c->ops->send(c->ctx, c->rank, buf, n, t, peer, tag, timeout_s);
+}
+static inline crew_status crew_recv(const crew_comm *c, void *buf, int64_t n, crew_comm_type t, int peer, int tag,
+                                    double timeout_s)
+{
+    if (!c->ops->recv) return crew_comm_no_p2p(c);
+    return c->ops->recv(c->ctx, c->rank, buf, n, t, peer, tag, timeout_s);
 }
 
 /* The in-process communicator for `size` threads: one shared context, one handle per rank. Each

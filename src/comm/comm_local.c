@@ -48,7 +48,19 @@ struct crew_local_comm {
     const crew_backend **device; /* [size] the device each rank's buffers live on; NULL: host memory */
     float ***aliases;        /* [size] each rank's own array of the host addresses of its k inputs */
     int *alias_cap;          /* [size] */
+    /* Point-to-point: one FIFO of sent, not yet received messages per (sender, receiver) pair,
+     * [size × size] (made at the first send, under mu). */
+    struct p2p_msg **head, **tail;
 };
+
+/* A message sent and not yet received: a copy of the sender's buffer. */
+typedef struct p2p_msg {
+    struct p2p_msg *next;
+    int tag;
+    int64_t n;
+    crew_comm_type type;
+    unsigned char data[];
+} p2p_msg;
 
 static size_t type_size(crew_comm_type t) { return t == CREW_COMM_F64 ? 8 : 4; }
 
@@ -277,6 +289,12 @@ static void abort_rank(struct crew_local_comm *c, int rank, const char *why)
 
 static void local_abort(void *ctx, int rank) { abort_rank(ctx, rank, NULL); }
 
+crew_status crew_comm_no_p2p(const crew_comm *c)
+{
+    return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "rank %d: the %s communicator has no point-to-point sends yet "
+                       "(pipeline stages run as threads of one process)", c->rank, c->ops->name);
+}
+
 /* ---- for communicators layered over this one (comm_mpi.c) */
 
 crew_status crew_local_comm_host(crew_local_comm *lc, int rank, const void *p, int64_t n, crew_comm_type t,
@@ -302,6 +320,101 @@ crew_status crew_local_comm_lead(crew_local_comm *lc, int rank, void *mine, crew
     return lc->size > 1 ? barrier(lc, rank, rank == 0 ? timeout_s : wait_s, what) : CREW_OK;
 }
 
+/* ---- point to point. A send copies the buffer into the receiver's mailbox and returns at once
+ * (buffered, as MPI's eager sends): two neighbouring pipeline stages may both send before either
+ * receives without a deadlock. A receive takes the oldest message from that sender, waiting for
+ * it at most timeout_s; its tag and size must be the ones expected, so a schedule that lost step
+ * with its neighbour fails at once, naming both, instead of mixing up micro-batches. */
+
+static crew_status p2p_check(const struct crew_local_comm *c, int rank, int peer, const char *what)
+{
+    if (peer < 0 || peer >= c->size || peer == rank)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s on rank %d: peer %d is not another rank of %d", what, rank,
+                           peer, c->size);
+    return CREW_OK;
+}
+
+static crew_status local_send(void *ctx, int rank, const void *buf, int64_t n, crew_comm_type t, int peer, int tag,
+                              double timeout_s)
+{
+    (void)timeout_s; /* a buffered send never waits */
+    struct crew_local_comm *c = ctx;
+    CREW_TRY(p2p_check(c, rank, peer, "send"));
+    void *from;
+    CREW_TRY(resolve(c, rank, buf, n, t, "send", &from));
+    size_t bytes = (size_t)n * type_size(t);
+    p2p_msg *msg = malloc(sizeof *msg + bytes);
+    if (!msg) {
+        abort_rank(c, rank, "out of memory");
+        return CREW_OOM();
+    }
+    msg->next = NULL;
+    msg->tag = tag;
+    msg->n = n;
+    msg->type = t;
+    if (bytes) memcpy(msg->data, from, bytes);
+    pthread_mutex_lock(&c->mu);
+    crew_status s = CREW_OK;
+    if (c->failed_rank >= 0) {
+        s = crew_errorf(CREW_CODE_TIMEOUT, "send on rank %d: %s", rank, c->failure);
+    } else if (!c->head && (!(c->head = calloc((size_t)c->size * (size_t)c->size, sizeof *c->head)) ||
+                            !(c->tail = calloc((size_t)c->size * (size_t)c->size, sizeof *c->tail)))) {
+        s = CREW_OOM();
+    } else {
+        size_t box = (size_t)rank * (size_t)c->size + (size_t)peer;
+        if (c->tail[box])
+            c->tail[box]->next = msg;
+        else
+            c->head[box] = msg;
+        c->tail[box] = msg;
+        msg = NULL;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(msg);
+    return s;
+}
+
+static crew_status local_recv(void *ctx, int rank, void *buf, int64_t n, crew_comm_type t, int peer, int tag,
+                              double timeout_s)
+{
+    struct crew_local_comm *c = ctx;
+    CREW_TRY(p2p_check(c, rank, peer, "receive"));
+    void *into;
+    CREW_TRY(resolve(c, rank, buf, n, t, "receive", &into));
+    size_t box = (size_t)peer * (size_t)c->size + (size_t)rank;
+    struct timespec deadline;
+    crew_deadline_after(timeout_s, &deadline);
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    while ((!c->head || !c->head[box]) && c->failed_rank < 0 && rc != ETIMEDOUT)
+        rc = pthread_cond_timedwait(&c->cv, &c->mu, &deadline);
+    p2p_msg *msg = c->head ? c->head[box] : NULL;
+    crew_status s = CREW_OK;
+    if (msg) {
+        if (!(c->head[box] = msg->next)) c->tail[box] = NULL;
+    } else if (c->failed_rank >= 0) {
+        s = crew_errorf(CREW_CODE_TIMEOUT, "receive on rank %d from rank %d: %s", rank, peer, c->failure);
+    } else {
+        snprintf(c->failure, sizeof c->failure, "rank %d sent nothing to rank %d within %g s (message %d)", peer, rank,
+                 timeout_s, tag);
+        c->failed_rank = rank;
+        pthread_cond_broadcast(&c->cv);
+        s = crew_errorf(CREW_CODE_TIMEOUT, "receive on rank %d: %s", rank, c->failure);
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!msg) return s;
+    if (msg->tag != tag || msg->n != n || msg->type != t) {
+        s = crew_errorf(CREW_CODE_INTERNAL, "receive on rank %d from rank %d: expected message %d of %lld values, got "
+                        "message %d of %lld", rank, peer, tag, (long long)n, msg->tag, (long long)msg->n);
+        abort_rank(c, rank, crew_status_message(s));
+    } else if (n) {
+        memcpy(into, msg->data, (size_t)n * type_size(t));
+    }
+    free(msg);
+    return s;
+}
+
 static const crew_comm_ops local_ops = {
     .name = "local",
     .allreduce = local_allreduce,
@@ -310,6 +423,8 @@ static const crew_comm_ops local_ops = {
     .reduce_scatter = local_reduce_scatter,
     .allreduce_ordered = local_allreduce_ordered,
     .barrier = local_barrier,
+    .send = local_send,
+    .recv = local_recv,
     .abort = local_abort,
 };
 
@@ -369,5 +484,12 @@ void crew_local_comm_free(crew_local_comm *c)
     for (int r = 0; c->aliases && r < c->size; r++) free(c->aliases[r]);
     free(c->aliases);
     free(c->alias_cap);
+    for (size_t b = 0; c->head && b < (size_t)c->size * (size_t)c->size; b++)
+        for (p2p_msg *m = c->head[b], *next; m; m = next) {
+            next = m->next;
+            free(m);
+        }
+    free(c->head);
+    free(c->tail);
     free(c);
 }

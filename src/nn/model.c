@@ -100,10 +100,11 @@ static int act_is_alias(const crew_model *m, int i) { return i > 0 && crew_model
 static int input_grad_needed(const crew_model *m)
 {
     const crew_layer *prev = m->n_layers ? m->layers[m->n_layers - 1] : NULL;
-    return prev && (prev->needs_input_grad || has_trainable(prev));
+    if (!prev) return m->input_grad; /* a pipeline stage's input is the stage before's output */
+    return prev->needs_input_grad || has_trainable(prev);
 }
 
-static crew_status append_layer(crew_model *m, const crew_layer_spec *spec, const char *name)
+crew_status crew_model_append_layer(crew_model *m, const crew_layer_spec *spec, const char *name)
 {
     const crew_layer_ops *ops = crew_layer_ops_for(spec->type);
     int index = m->n_layers;
@@ -121,7 +122,7 @@ static crew_status append_layer(crew_model *m, const crew_layer_spec *spec, cons
     if (!l) return CREW_OOM();
     l->ops = ops;
     l->spec = *spec;
-    l->index = index;
+    l->index = m->layer_base + index;
     l->needs_input_grad = input_grad_needed(m);
     l->in = last_shape(m);
     snprintf(l->name, sizeof l->name, "%s", name);
@@ -165,13 +166,13 @@ crew_status crew_model_add(crew_model *m, const crew_layer_spec *spec)
     if (fused_act && (act < CREW_ACT_NONE || act > CREW_ACT_GELU_TANH))
         return crew_errorf(CREW_CODE_BAD_INPUT, "layer %d (%s): key 'activation' has an unknown value %d",
                            m->n_layers, name, (int)act);
-    CREW_TRY(append_layer(m, spec, name));
+    CREW_TRY(crew_model_append_layer(m, spec, name));
     if (fused_act) {
         /* Dense(activation=...) is a dense layer followed by an activation layer. */
         crew_layer_spec a = {.type = CREW_LAYER_ACTIVATION, .activation = act};
         char act_name[64];
         snprintf(act_name, sizeof act_name, "%.50s_act", name);
-        CREW_TRY(append_layer(m, &a, act_name));
+        CREW_TRY(crew_model_append_layer(m, &a, act_name));
     }
     return CREW_OK;
 }
@@ -182,9 +183,11 @@ void crew_model_free(crew_model *m)
     const crew_backend *be = &m->be;
     if (m->has_backend) {
         for (int i = 0; i < m->n_layers; i++) m->layers[i]->ops->release(m->layers[i], be);
-        crew_dev_free(be, m->params);
-        crew_dev_free(be, m->grads);
-        crew_dev_free(be, m->state);
+        if (!m->borrowed) {
+            crew_dev_free(be, m->params);
+            crew_dev_free(be, m->grads);
+            crew_dev_free(be, m->state);
+        }
         if (m->act)
             for (int i = 0; i <= m->n_layers; i++)
                 if (!act_is_alias(m, i)) crew_dev_free(be, m->act[i]);
@@ -272,16 +275,9 @@ static crew_status ensure_backend(crew_model *m)
     return CREW_OK;
 }
 
-crew_status crew_model_layout(crew_model *m)
+/* Each owned parameter's place in the params (trainable) or state buffer, in layer order. */
+static void assign_offsets(crew_model *m)
 {
-    if (m->laid_out) return CREW_OK;
-    if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "model has no layers");
-    CREW_TRY(ensure_backend(m));
-    /* A trailing softmax activation is fused into the loss; predict applies it. */
-    crew_layer *last = m->layers[m->n_layers - 1];
-    m->n_compute = m->n_layers;
-    if (last->spec.type == CREW_LAYER_ACTIVATION && last->spec.activation == CREW_ACT_SOFTMAX) m->n_compute--;
-    if (m->n_compute == 0) return crew_errorf(CREW_CODE_BAD_INPUT, "model has no layer besides softmax");
     int64_t np = 0, ns = 0;
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
@@ -293,15 +289,16 @@ crew_status crew_model_layout(crew_model *m)
         }
     m->n_params = np;
     m->n_state = ns;
-    /* The gradients come with the activations (crew_model_reserve): the caller's model, which only
-     * holds the weights a run starts from and ends with, needs none. */
-    crew_status s = crew_dev_alloc_f32(&m->be, np, &m->params);
-    if (!s) s = crew_dev_alloc_f32(&m->be, ns, &m->state);
-    if (s) return crew_error_prefix(s, "the buffers of %lld parameters: ", (long long)np);
+}
+
+/* Every parameter's value (and, once there, gradient) pointer into the model's buffers. */
+static void point_params(crew_model *m)
+{
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             crew_param *p = &m->layers[i]->params[j];
             p->value = (p->trainable ? m->params : m->state) + p->offset;
+            if (m->grads && p->trainable) p->grad = m->grads + p->offset;
         }
     for (int i = 0; i < m->n_layers; i++) /* tied parameters: their owners are laid out by now */
         for (int j = 0; j < m->layers[i]->n_params; j++) {
@@ -310,9 +307,71 @@ crew_status crew_model_layout(crew_model *m)
             const crew_param *owner = &m->layers[p->tie_layer]->params[p->tie_param];
             p->offset = owner->offset;
             p->value = owner->value;
+            if (p->trainable) p->grad = owner->grad;
         }
+}
+
+crew_status crew_model_layout(crew_model *m)
+{
+    if (m->laid_out) return CREW_OK;
+    if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "model has no layers");
+    CREW_TRY(ensure_backend(m));
+    /* A trailing softmax activation is fused into the loss; predict applies it. */
+    crew_layer *last = m->layers[m->n_layers - 1];
+    m->n_compute = m->n_layers;
+    if (last->spec.type == CREW_LAYER_ACTIVATION && last->spec.activation == CREW_ACT_SOFTMAX) m->n_compute--;
+    if (m->n_compute == 0) return crew_errorf(CREW_CODE_BAD_INPUT, "model has no layer besides softmax");
+    assign_offsets(m);
+    /* The gradients come with the activations (crew_model_reserve): the caller's model, which only
+     * holds the weights a run starts from and ends with, needs none. */
+    crew_status s = crew_dev_alloc_f32(&m->be, m->n_params, &m->params);
+    if (!s) s = crew_dev_alloc_f32(&m->be, m->n_state, &m->state);
+    if (s) return crew_error_prefix(s, "the buffers of %lld parameters: ", (long long)m->n_params);
+    point_params(m);
     m->laid_out = 1;
     return CREW_OK;
+}
+
+crew_status crew_model_view(crew_model *m, int64_t max_rows, crew_model **out)
+{
+    *out = NULL;
+    if (!m->laid_out || !m->grads)
+        return crew_errorf(CREW_CODE_INTERNAL, "a view of a model that has not reserved its buffers");
+    crew_model *v;
+    CREW_TRY(crew_model_create(m->input.dim, m->input.ndim, &v));
+    v->layer_base = m->layer_base;
+    v->input_grad = m->input_grad;
+    crew_status s = CREW_OK;
+    for (int i = 0; i < m->n_layers && !s; i++) s = crew_model_append_layer(v, &m->layers[i]->spec, m->layers[i]->name);
+    if (!s) {
+        memcpy(v->name, m->name, sizeof v->name);
+        v->compile = m->compile;
+        v->compiled = m->compiled;
+        v->be = m->be;
+        v->has_backend = 1;
+        v->n_compute = m->n_compute;
+        assign_offsets(v);
+        v->params = m->params;
+        v->grads = m->grads;
+        v->state = m->state;
+        v->borrowed = 1;
+        v->initialized = m->initialized;
+        point_params(v);
+        v->laid_out = 1;
+        s = crew_model_reserve(v, max_rows); /* the gradients are there: it keeps m's */
+    }
+    if (s) {
+        crew_model_free(v);
+        return s;
+    }
+    *out = v;
+    return CREW_OK;
+}
+
+float *crew_model_input_grad(const crew_model *m)
+{
+    /* backward's ping-pong: the last layer's dy is dbuf[0], each layer writes the other one */
+    return m->input_grad ? m->dbuf[m->n_compute % 2] : NULL;
 }
 
 static void init_values(const crew_param *p, uint64_t key, float *host, int64_t n)
@@ -499,7 +558,7 @@ crew_status crew_model_clone(const crew_model *m, const crew_backend *be, crew_m
     crew_model *c;
     CREW_TRY(crew_model_create(m->input.dim, m->input.ndim, &c));
     crew_status s = CREW_OK;
-    for (int i = 0; i < m->n_layers && !s; i++) s = append_layer(c, &m->layers[i]->spec, m->layers[i]->name);
+    for (int i = 0; i < m->n_layers && !s; i++) s = crew_model_append_layer(c, &m->layers[i]->spec, m->layers[i]->name);
     memcpy(c->name, m->name, sizeof c->name);
     c->defaults = m->defaults;
     c->compile = m->compile;

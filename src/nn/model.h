@@ -54,6 +54,15 @@ struct crew_model {
 
     int compiled;
     crew_compile_options compile;   /* the loss and optimizer a fit uses (checked by crew_model_compile) */
+
+    /* A pipeline stage (model_stage.c): layers [layer_base, layer_base + n_layers) of a whole
+     * model. Its layers keep their whole-model index (dropout masks depend on it), and a stage
+     * after the first hands the gradient of its input back (input_grad), which its backward
+     * leaves in crew_model_input_grad. borrowed: params, grads and state are another model's (a
+     * second set of activations of the same stage), not freed with this one. */
+    int layer_base;
+    int input_grad;
+    int borrowed;
 };
 
 /* Lays out the parameter buffers on the model's backend; a model without one opens a device of
@@ -113,6 +122,27 @@ crew_shape crew_model_output_shape(const crew_model *m);
 crew_status crew_model_clone(const crew_model *m, const crew_backend *be, crew_model **out);
 /* dst's parameters and state := src's (same layers, any two devices). */
 crew_status crew_model_copy_values(crew_model *dst, const crew_model *src);
+
+/* Adds one layer exactly as spec says, named `name` (crew_model_add also splits a fused
+ * activation off a dense or conv layer; a clone or a stage copies layers already split). */
+crew_status crew_model_append_layer(crew_model *m, const crew_layer_spec *spec, const char *name);
+
+/* Pipeline stages (model_stage.c). Layers [first, end) of `full` as a model of its own on
+ * backend `be`, holding a copy of their parameters and state; the stage's values are the
+ * contiguous slices of full's buffers from crew_model_stage_offsets. Tied parameters must stay
+ * in one stage, and the last stage keeps full's trailing softmax. */
+crew_status crew_model_stage(const crew_model *full, int first, int end, const crew_backend *be, crew_model **out);
+/* Where layers [first, ...) start in full's params and state buffers. */
+void crew_model_stage_offsets(const crew_model *full, int first, int64_t *params, int64_t *state);
+/* Another set of activations and workspace for model m (a micro-batch in flight in a pipeline):
+ * the same layers on m's device, whose parameters, gradients and state are m's own buffers. m
+ * must have reserved its buffers; the view reserves max_rows rows. Free it before m. */
+crew_status crew_model_view(crew_model *m, int64_t max_rows, crew_model **out);
+/* After crew_model_backward of a model with input_grad: d loss / d input, [rows, input size]. */
+float *crew_model_input_grad(const crew_model *m);
+
+/* Layer i's training FLOPs per sample (forward and backward; model_flops.c). */
+double crew_model_layer_flops(const crew_model *m, int i);
 
 /* "<layer>.<param>" for safetensors; returns the param or NULL. */
 typedef struct crew_named_param {

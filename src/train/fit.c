@@ -61,6 +61,7 @@ static void resolve_knobs(crew_run *run)
     run->sync_bn = o->sync_batch_norm < 0 ? run->plan.devices > 1 : o->sync_batch_norm;
     run->drift_every = o->drift_check_every < 0 ? 0 : o->drift_check_every ? o->drift_check_every : DEFAULT_DRIFT_EVERY;
     if (run->plan.devices == 1) run->drift_every = 0; /* one replica cannot drift from itself */
+    if (run->plan.stages > 1) run->drift_every = 0;  /* not checked across a pipeline's replicas yet */
     run->hooks = (crew_fit_hooks){.faults = {.slow_rank = -1, .stall_rank = -1, .corrupt_rank = -1}};
 }
 
@@ -189,7 +190,8 @@ static crew_status open_monitor(const crew_fit *f, crew_fit_result *result, crew
     /* Only process 0 of a group writes the run's record; the others' monitors see nothing. */
     int writer = crew_group_rank(o->group) == 0;
     crew_monitor_config mc = {.run_dir = writer ? o->run_dir : NULL, .append = o->resume,
-                              .straggler_threshold = o->straggler_threshold,
+                              /* a pipeline's stages differ by design: no straggler verdicts between them */
+                              .straggler_threshold = f->run.plan.stages > 1 ? 1e30 : o->straggler_threshold,
                               .straggler_window = o->straggler_window, .loss_spike_z = o->loss_spike_z,
                               .on_event = writer ? o->on_event : NULL, .user = o->user};
     CREW_TRY(crew_monitor_open(&mc, &f->run.plan, out));

@@ -26,6 +26,7 @@
 #include "core/thread_name.h"
 #include "core/timer.h"
 #include "data/loader.h"
+#include "train/pipeline.h"
 #include "train/run.h"
 
 /* How long the other ranks may take to return once one has failed: a healthy rank told by the
@@ -60,6 +61,8 @@ struct launch {
     rank_slot *ranks;           /* [n] */
     crew_local_comm *lc;
     crew_mpi_comm *mc;          /* between processes, over lc; NULL without a process group */
+    crew_local_comm **stage_lc; /* a pipeline: [stages] each stage's communicator of its replicas */
+    int stages;                 /* 1 without a pipeline */
     crew_run run;               /* the ranks' copy of the run's description */
     crew_fit_options opts;      /* and of its options */
 };
@@ -72,6 +75,8 @@ static void launch_free(launch *l)
         crew_status_free(l->ranks[i].status);
     }
     free(l->ranks);
+    for (int s = 0; l->stage_lc && s < l->stages; s++) crew_local_comm_free(l->stage_lc[s]);
+    free(l->stage_lc);
     crew_mpi_comm_free(l->mc);
     crew_local_comm_free(l->lc);
     pthread_mutex_destroy(&l->mu);
@@ -93,8 +98,11 @@ static void *rank_thread(void *arg)
     rank_slot *r = arg;
     launch *l = r->l;
     crew_thread_name("rank", r->ctx.rank);
-    crew_status s = crew_rank_main(&r->ctx);
-    if (s) r->ctx.comm.ops->abort(r->ctx.comm.ctx, r->ctx.rank);
+    crew_status s = l->stages > 1 ? crew_pipeline_rank_main(&r->ctx) : crew_rank_main(&r->ctx);
+    if (s) {
+        r->ctx.comm.ops->abort(r->ctx.comm.ctx, r->ctx.rank);
+        if (l->stages > 1) r->ctx.stage_comm.ops->abort(r->ctx.stage_comm.ctx, r->ctx.replica);
+    }
     pthread_mutex_lock(&l->mu);
     r->status = s;
     r->finished = 1;
@@ -182,13 +190,19 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
     r->opened = 1;
     CREW_TRY(crew_local_comm_attach(l->lc, i, &r->ctx.device));
     r->ctx.comm = l->mc ? crew_mpi_comm_rank(l->mc, i) : crew_local_comm_rank(l->lc, i);
+    if (l->stages > 1) { /* every stage of a replica reads the replica's micro-batches */
+        CREW_TRY(crew_local_comm_attach(l->stage_lc[r->ctx.stage], r->ctx.replica, &r->ctx.device));
+        r->ctx.stage_comm = crew_local_comm_rank(l->stage_lc[r->ctx.stage], r->ctx.replica);
+        return crew_run_open_loader(&l->run, r->ctx.replica, l->run.plan.devices, &r->ctx.loader);
+    }
     return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.loader);
 }
 
 static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, launch **out)
 {
     const crew_process_group *g = run->opts->group;
-    const int processes = crew_group_size(g), n = run->plan.devices / processes;
+    const int processes = crew_group_size(g), stages = run->plan.stages > 1 ? run->plan.stages : 1;
+    const int n = run->plan.devices / processes * stages; /* a pipeline: one process (crew_pipeline_plan) */
     launch *l = calloc(1, sizeof *l);
     if (!l) return CREW_OOM();
     pthread_mutex_init(&l->mu, NULL);
@@ -196,7 +210,8 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
     l->users = 1;
     l->n = n;
     l->first = crew_group_rank(g) * n;
-    l->size = run->plan.devices;
+    l->size = run->plan.devices * stages;
+    l->stages = stages;
     l->run = *run;
     l->opts = *run->opts;
     l->run.opts = &l->opts;
@@ -204,12 +219,15 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
     crew_status s = l->ranks ? crew_local_comm_create(n, &l->lc) : CREW_OOM();
     if (!s && processes > 1) s = crew_mpi_comm_create(g, l->lc, n, &l->mc);
     if (!s && l->mc) crew_mpi_comm_set_unordered(l->mc, run->plan.unordered_allreduce);
+    if (!s && stages > 1) s = (l->stage_lc = calloc((size_t)stages, sizeof *l->stage_lc)) ? CREW_OK : CREW_OOM();
+    for (int st = 0; st < stages && !s && stages > 1; st++) s = crew_local_comm_create(run->plan.devices, &l->stage_lc[st]);
     for (int i = 0; i < n && !s; i++) {
         rank_slot *r = &l->ranks[i];
         r->l = l;
         /* Global rank 0 alone has the sinks: on process 0 of a group. */
         r->ctx = (crew_rank_ctx){.rank = l->first + i, .size = l->size, .run = &l->run,
-                                 .sinks = l->first + i == 0 ? sinks : NULL};
+                                 .sinks = l->first + i == 0 ? sinks : NULL, .stage = (l->first + i) % stages,
+                                 .replica = (l->first + i) / stages};
         s = open_rank(l, r, i);
     }
     if (s) {

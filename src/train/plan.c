@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "core/options.h"
 #include "core/status.h"
+#include "train/pipeline.h"
 #include "data/dataset.h"
 #include "nn/model.h"
 #include "train/checkpoint.h"
@@ -281,7 +282,7 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     p->flops_per_sample = f.total;
     p->peak_gflops = o->peak_gflops;
     p->unordered_allreduce = o->unordered_allreduce != 0 && crew_group_size(o->group) > 1;
-    return CREW_OK;
+    return crew_pipeline_plan(m, o, &c, p);
 }
 
 crew_lr_plan crew_lr_plan_of(const crew_fit_plan *p, const crew_optimizer_spec *s)

@@ -62,6 +62,11 @@ typedef struct crew_rank_ctx {
     struct crew_loader *loader;     /* this rank's micro-batches of every step (crew_run_open_loader) */
     const crew_run *run;
     crew_run_sinks *sinks;          /* rank 0: the run's outputs; NULL on every other rank */
+    /* A pipeline (run->plan.stages > 1, pipeline.h): this rank is stage `stage` of replica
+     * `replica`, and stage_comm joins it to the same stage of the other replicas (rank `replica`
+     * of plan.devices). Without one: stage 0, replica = rank, stage_comm unused. */
+    int stage, replica;
+    crew_comm stage_comm;
 } crew_rank_ctx;
 
 /* The loader of rank `rank` of `size`: its micro-batches r·k … r·k+k−1 of every step, with its share

@@ -188,9 +188,7 @@ static crew_status micro_batch(crew_stepper *s, int index, uint64_t seed, int64_
     CREW_TRY(crew_model_loss(m, &pass, 1.0f / (float)s->global_batch, &loss, &correct));
     t->loss_sum += loss;
     t->correct += correct;
-    s->done_from = m->n_params;
-    CREW_TRY(crew_model_backward(m, &pass, grads_ready, s));
-    grads_ready(s, 0); /* leading layers without parameters: nothing left, but flush the buckets */
+    CREW_TRY(crew_stepper_backward(s, m, s->micro, &pass));
     times->data_s += t1 - t0;
     times->forward_s += t2 - t1;
     times->backward_s += crew_now() - t2;
@@ -224,20 +222,38 @@ static void test_delay(crew_stepper *s, crew_step_times *times)
     times->backward_s += s->delay_s;
 }
 
+crew_status crew_stepper_backward(crew_stepper *s, crew_model *view, int micro, const crew_pass *p)
+{
+    s->micro = micro;
+    s->done_from = s->m->n_params;
+    CREW_TRY(crew_model_backward(view, p, grads_ready, s));
+    grads_ready(s, 0); /* leading layers without parameters: nothing left, but flush the buckets */
+    return CREW_OK;
+}
+
+void crew_stepper_begin(crew_stepper *s)
+{
+    s->final = s->acc ? s->acc : s->m->grads;
+    s->launched = 0;
+}
+
 crew_status crew_stepper_gradients(crew_stepper *s, uint64_t seed, int64_t step, crew_batch_fn batches, void *user,
                                    float **grad, crew_step_totals *t, crew_step_times *times)
 {
-    crew_model *m = s->m;
-    s->final = s->acc ? s->acc : m->grads;
-    s->launched = 0;
+    crew_stepper_begin(s);
     crew_status st = CREW_OK;
     for (s->micro = 0; s->micro < s->accumulation && !st; s->micro++) {
         int owner = s->plant == CREW_PLANT_SAME_MICRO_TWICE && s->rank == 1 ? 0 : s->rank; /* planted bug */
         int index = owner * s->accumulation + s->micro;
         st = micro_batch(s, index, seed, step, batches, user, t, times);
     }
-    s->micro = s->accumulation - 1;
     test_delay(s, times);
+    return crew_stepper_finish(s, st, times, grad);
+}
+
+crew_status crew_stepper_finish(crew_stepper *s, crew_status st, crew_step_times *times, float **grad)
+{
+    s->micro = s->accumulation - 1;
     if (s->worker && single_bucket(s)) {
         if (!st) st = reduce_single(s, times);
     } else if (s->worker) {

@@ -72,4 +72,13 @@ typedef crew_status (*crew_batch_fn)(void *user, int index, double *wait_s);
 crew_status crew_stepper_gradients(crew_stepper *s, uint64_t seed, int64_t step, crew_batch_fn batches, void *user,
                                    float **grad, crew_step_totals *totals, crew_step_times *times);
 
+/* The same step in parts, for a pipeline stage, whose passes a schedule interleaves: begin, then
+ * the backward pass of each of the replica's micro-batches in order (micro 0, 1, ..., on a view
+ * of s->m: crew_model_view, whose gradients are s->m's), then finish, which waits for the
+ * buckets and leaves the reduced gradient in *grad. finish takes the status of the passes (an
+ * error still waits for the buckets in flight) and returns the first error. */
+void crew_stepper_begin(crew_stepper *s);
+crew_status crew_stepper_backward(crew_stepper *s, crew_model *view, int micro, const crew_pass *p);
+crew_status crew_stepper_finish(crew_stepper *s, crew_status passes, crew_step_times *times, float **grad);
+
 #endif

@@ -132,6 +132,11 @@ static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values 
     o.bucket_mb = r->bucket_mb;
     o.sync_batch_norm = r->sync_bn;
     o.group = r->grouped ? v->opts->group : NULL;
+    if (r->grouped) { /* the N-replica runs: as pipelines when asked */
+        o.pipeline_stages = v->opts->pipeline_stages;
+        o.pipeline_schedule = v->opts->pipeline_schedule;
+        o.pipeline_split = v->opts->pipeline_split;
+    }
     o.drift_check_every = 1; /* every replica's values, after every step */
     o.collective_timeout_s = v->deadline_s;
     step_log log = {v, r->column, out};
@@ -327,6 +332,7 @@ crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const 
     float *losses = res->losses;
     memset(res, 0, sizeof *res);
     res->losses = losses;
+    res->stages = 1;
     crew_verify_options given;
     crew_verify_options_init(&given);
     CREW_TRY(crew_options_take(&given, sizeof given, opts, "crew_verify_options"));
@@ -351,6 +357,17 @@ crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const 
     }
     crew_fit_plan plan;
     CREW_TRY(crew_model_plan_fit(m, train, base, &plan)); /* checks the combination once, up front */
+    if (given.pipeline_stages > 1 || given.pipeline_split) { /* and the pipeline's */
+        crew_fit_options piped = *base;
+        piped.devices = n;
+        piped.pipeline_stages = given.pipeline_stages;
+        piped.pipeline_schedule = given.pipeline_schedule;
+        piped.pipeline_split = given.pipeline_split;
+        crew_fit_plan pp;
+        CREW_TRY(crew_model_plan_fit(m, train, &piped, &pp));
+        res->stages = pp.stages;
+        res->pipeline_schedule = pp.pipeline_schedule;
+    }
     if (!m->initialized) CREW_TRY(crew_model_init_params(m, base->seed));
     const int k = plan.accumulation, k2 = k == 1 ? 2 : 1;
     crew_fit_options second = *base; /* the other k: skipped when the dataset cannot fill one step of it */

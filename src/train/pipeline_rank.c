@@ -1,0 +1,592 @@
+/* pipeline_rank.c — the rank program of one pipeline stage (pipeline.h): its layers on its device,
+ * the schedule's passes of every step, the stage's gradient all-reduce with the same stage of the
+ * other replicas, the update of its own parameters and optimizer state.
+ *
+ * What the run shares goes over the run's communicator (all D·K ranks): each step's metrics
+ * matrix (as loop.c's, with a row per rank), and the whole model gathered on global rank 0 (stage
+ * 0 of replica 0) when it evaluates, saves a checkpoint and ends: the stages of replica 0 send
+ * their slices, which are contiguous in the whole model's buffers (model_stage.c), so the
+ * checkpoints and weights of a pipeline are a data-parallel run's, and a run resumes on any
+ * layout. Rank 0 decides when a checkpoint is due and says so in its row of the step's metrics,
+ * so every rank gathers at the same step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "core/timer.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "train/checkpoint.h"
+#include "train/pipeline.h"
+#include "train/step.h"
+#include "train/train.h"
+
+enum { M_LOSS, M_CORRECT, M_STOP, M_DUE, M_NONFINITE, M_TIMES, FIELDS = M_TIMES + CREW_STEP_TIMES_FIELDS };
+
+/* Message tags: a micro-batch's activation (forward) and gradient (backward), and the gathered
+ * buffers (parameters, state, optimizer moments) of each stage. */
+#define TAG_FORWARD(j) (2 * (j))
+#define TAG_BACKWARD(j) (2 * (j) + 1)
+#define TAG_GATHER(s, b) ((1 << 30) + 4 * (s) + (b))
+
+typedef struct stage_rank {
+    int rank, size;                 /* of the run: rank = replica · stages + stage */
+    int stage, stages, replica, replicas;
+    const crew_run *run;
+    crew_run_sinks *sinks;          /* global rank 0 only */
+    const crew_backend *be;
+    crew_comm world;                /* every rank of the run */
+    crew_comm group;                /* this stage of every replica */
+    crew_model **slot;              /* [n_slots] activation sets; slot[0] owns the stage's values */
+    int n_slots;
+    crew_optimizer opt;
+    crew_comm_worker worker;
+    int has_worker;
+    crew_stepper stepper;
+    crew_loader *loader;
+    crew_queue *copy_q;
+    crew_pipe_op *ops;              /* [2 · accumulation] this stage's passes of a step */
+    int64_t rows;                   /* per micro-batch */
+    int64_t in_values, out_values;  /* per sample: the stage's input and output */
+    /* where every stage's values lie in the whole model's buffers: [stages + 1] */
+    int64_t *param_at, *state_at;
+    double *dev_scratch;            /* [size · FIELDS] device */
+    double *metrics;                /* [size · FIELDS] host */
+    crew_step_times *times;         /* [size] */
+    double wait_s;                  /* this run's time in receives (pipeline bubbles included) */
+    double step_s;
+    /* global rank 0: the whole model and its optimizer state, gathered from the stages */
+    crew_model *whole;
+    crew_optimizer whole_opt;
+} stage_rank;
+
+static int first_stage(const stage_rank *r) { return r->stage == 0; }
+static int last_stage(const stage_rank *r) { return r->stage == r->stages - 1; }
+
+/* ------------------------------------------------------------------ set-up */
+
+static crew_status copy_start_optimizer(stage_rank *r)
+{
+    const crew_run *run = r->run;
+    if (!run->start_opt) return CREW_OK;
+    int64_t at = r->param_at[r->stage], n = r->opt.n;
+    for (int i = 0; i < 2; i++)
+        if (r->opt.slot[i] && run->start_opt->slot[i])
+            CREW_TRY(crew_dev_transfer_f32(r->be, r->opt.slot[i], &run->start->be, run->start_opt->slot[i] + at, n));
+    r->opt.t = run->start_opt->t;
+    return CREW_OK;
+}
+
+static crew_status set_up(stage_rank *r)
+{
+    const crew_run *run = r->run;
+    const crew_fit_plan *p = &run->plan;
+    const crew_model *start = run->start;
+    const int k = p->accumulation;
+    r->param_at = calloc((size_t)r->stages + 1, sizeof *r->param_at);
+    r->state_at = calloc((size_t)r->stages + 1, sizeof *r->state_at);
+    r->ops = calloc((size_t)2 * (size_t)k, sizeof *r->ops);
+    r->n_slots = crew_pipeline_slots((crew_pipeline_schedule)p->pipeline_schedule, r->stages, r->stage, k);
+    r->slot = calloc((size_t)r->n_slots, sizeof *r->slot);
+    r->metrics = calloc((size_t)r->size * FIELDS, sizeof *r->metrics);
+    r->times = calloc((size_t)r->size, sizeof *r->times);
+    if (!r->param_at || !r->state_at || !r->ops || !r->slot || !r->metrics || !r->times) return CREW_OOM();
+    for (int s = 0; s < r->stages; s++) crew_model_stage_offsets(start, p->stage_first[s], &r->param_at[s], &r->state_at[s]);
+    r->param_at[r->stages] = start->n_params;
+    r->state_at[r->stages] = start->n_state;
+    crew_pipeline_ops((crew_pipeline_schedule)p->pipeline_schedule, r->stages, r->stage, k, r->ops);
+
+    CREW_TRY(crew_model_stage(start, p->stage_first[r->stage], p->stage_first[r->stage + 1], r->be, &r->slot[0]));
+    r->rows = p->batch_per_device;
+    CREW_TRY(crew_model_reserve(r->slot[0], r->rows));
+    for (int i = 1; i < r->n_slots; i++) CREW_TRY(crew_model_view(r->slot[0], r->rows, &r->slot[i]));
+    crew_model *m = r->slot[0];
+    r->in_values = crew_shape_size(&m->input);
+    crew_shape out = crew_model_output_shape(m);
+    r->out_values = crew_shape_size(&out);
+    CREW_TRY(crew_optimizer_init(&r->opt, &m->compile.optimizer, r->be, m->n_params));
+    CREW_TRY(copy_start_optimizer(r));
+    CREW_TRY(r->be->ops->alloc(r->be->ctx, CREW_DT_F64, (int64_t)r->size * FIELDS, (void **)&r->dev_scratch));
+    CREW_TRY(r->be->ops->queue_create(r->be->ctx, &r->copy_q));
+    if (r->replicas > 1) {
+        CREW_TRY(crew_comm_worker_start(&r->worker, r->group, run->timeout_s));
+        r->has_worker = 1;
+    }
+    CREW_TRY(crew_stepper_init(&r->stepper, m, r->has_worker ? &r->worker : NULL, r->replica, r->replicas, r->rows, k,
+                               run->bucket_mb, run->sync_bn));
+    if (r->rank == 0) {
+        CREW_TRY(crew_model_clone(start, r->be, &r->whole));
+        CREW_TRY(crew_optimizer_init(&r->whole_opt, &r->whole->compile.optimizer, r->be, r->whole->n_params));
+    }
+    return CREW_OK;
+}
+
+static void tear_down(stage_rank *r)
+{
+    crew_comm_worker_stop(&r->worker);
+    crew_stepper_release(&r->stepper);
+    if (r->copy_q) r->be->ops->queue_destroy(r->be->ctx, r->copy_q);
+    crew_dev_free(r->be, r->dev_scratch);
+    crew_optimizer_release(&r->opt, r->be);
+    if (r->whole) crew_optimizer_release(&r->whole_opt, r->be);
+    crew_model_free(r->whole);
+    for (int i = r->n_slots - 1; r->slot && i >= 0; i--) crew_model_free(r->slot[i]); /* views before their owner */
+    free(r->slot);
+    free(r->ops);
+    free(r->param_at);
+    free(r->state_at);
+    free(r->metrics);
+    free(r->times);
+}
+
+/* ------------------------------------------------------------------ one step's passes */
+
+typedef struct step_ctx {
+    int epoch;
+    int64_t epoch_step, step; /* step: 0-based, for dropout */
+    crew_step_totals tot;
+    crew_step_times times;
+} step_ctx;
+
+static crew_status recv_timed(stage_rank *r, void *buf, int64_t n, int peer, int tag, crew_step_times *t)
+{
+    double t0 = crew_now();
+    crew_status s = crew_recv(&r->world, buf, n, CREW_COMM_F32, peer, tag, r->run->timeout_s);
+    double dt = crew_now() - t0;
+    t->comm_exposed_s += dt;
+    r->wait_s += dt;
+    return s;
+}
+
+/* The device's compute must be done before a send reads its output from the host. */
+static crew_status send_after(stage_rank *r, const void *buf, int64_t n, int peer, int tag)
+{
+    CREW_TRY(r->be->ops->sync(r->be->ctx, NULL));
+    return crew_send(&r->world, buf, n, CREW_COMM_F32, peer, tag, r->run->timeout_s);
+}
+
+/* Micro-batch `micro` of the step from the loader into the slot: the input on the first stage,
+ * the labels on the last, the sample ids (dropout's masks) on every stage. */
+static crew_status load(stage_rank *r, crew_model *m, step_ctx *c, int micro)
+{
+    const crew_backend_ops *o = r->be->ops;
+    void *ctx = r->be->ctx;
+    int index = r->replica * r->run->plan.accumulation + micro;
+    double t0 = crew_now(), waited = 0.0;
+    crew_loader_batch lb;
+    CREW_TRY(crew_error_prefix(crew_loader_take(r->loader, c->epoch, c->epoch_step, index, &lb, &waited),
+                               "stage %d of replica %d, ", r->stage, r->replica));
+    crew_status s = CREW_OK;
+    if (first_stage(r)) s = o->upload(ctx, r->copy_q, m->act[0], lb.x, r->rows * r->in_values, CREW_DT_F32);
+    if (!s && last_stage(r))
+        s = o->upload(ctx, r->copy_q, m->labels, lb.y, r->rows * crew_model_positions(m), CREW_DT_I32);
+    if (!s) s = o->upload(ctx, r->copy_q, m->sample_ids, lb.ids, r->rows, CREW_DT_I64);
+    if (!s) s = o->queue_wait(ctx, NULL, r->copy_q);
+    if (!s) s = o->sync(ctx, r->copy_q);
+    crew_loader_release(r->loader, c->epoch, c->epoch_step, index);
+    c->times.data_s += crew_now() - t0;
+    return s;
+}
+
+/* Synchronised batch norm: the statistics summed over this stage of every replica, which run
+ * the same schedule, so their collectives come in the same order. */
+static crew_status sync_sum(void *user, double *buf, int64_t n)
+{
+    stage_rank *r = user;
+    return crew_comm_worker_allreduce(&r->worker, buf, n, CREW_COMM_F64, CREW_REDUCE_SUM);
+}
+
+static crew_pass pass_of(stage_rank *r, crew_model *m, const step_ctx *c)
+{
+    crew_pass p = {.be = r->be, .rows = r->rows, .training = 1, .seed = r->run->plan.seed, .step = c->step,
+                   .sample_ids = m->sample_ids, .total_rows = (double)r->rows};
+    if (r->stepper.sync_bn) {
+        p.sync_sum = sync_sum;
+        p.sync_user = r;
+        p.total_rows = (double)r->rows * r->replicas;
+    }
+    return p;
+}
+
+static crew_status forward(stage_rank *r, step_ctx *c, int micro)
+{
+    crew_model *m = r->slot[micro % r->n_slots];
+    CREW_TRY(load(r, m, c, micro));
+    if (!first_stage(r)) CREW_TRY(recv_timed(r, m->act[0], r->rows * r->in_values, r->rank - 1, TAG_FORWARD(micro), &c->times));
+    crew_pass pass = pass_of(r, m, c);
+    double t0 = crew_now();
+    CREW_TRY(crew_model_forward(m, &pass));
+    if (last_stage(r)) {
+        double loss = 0.0, correct = 0.0;
+        CREW_TRY(crew_model_loss(m, &pass, 1.0f / (float)r->run->plan.global_batch, &loss, &correct));
+        c->tot.loss_sum += loss;
+        c->tot.correct += correct;
+    }
+    c->times.forward_s += crew_now() - t0;
+    if (!last_stage(r))
+        CREW_TRY(send_after(r, m->act[m->n_compute], r->rows * r->out_values, r->rank + 1, TAG_FORWARD(micro)));
+    return CREW_OK;
+}
+
+static crew_status backward(stage_rank *r, step_ctx *c, int micro)
+{
+    crew_model *m = r->slot[micro % r->n_slots];
+    if (!last_stage(r))
+        CREW_TRY(recv_timed(r, m->dbuf[0], r->rows * r->out_values, r->rank + 1, TAG_BACKWARD(micro), &c->times));
+    crew_pass pass = pass_of(r, m, c);
+    double t0 = crew_now();
+    CREW_TRY(crew_stepper_backward(&r->stepper, m, micro, &pass));
+    c->times.backward_s += crew_now() - t0;
+    if (!first_stage(r))
+        CREW_TRY(send_after(r, crew_model_input_grad(m), r->rows * r->in_values, r->rank - 1, TAG_BACKWARD(micro)));
+    return CREW_OK;
+}
+
+/* The schedule's passes, then the stage's gradients summed over the replicas. */
+static crew_status gradients(stage_rank *r, step_ctx *c, float **grad)
+{
+    crew_stepper_begin(&r->stepper);
+    crew_status s = CREW_OK;
+    for (int i = 0; i < 2 * r->run->plan.accumulation && !s; i++)
+        s = r->ops[i].backward ? backward(r, c, r->ops[i].micro) : forward(r, c, r->ops[i].micro);
+    return crew_stepper_finish(&r->stepper, s, &c->times, grad);
+}
+
+/* ------------------------------------------------------------------ the whole model on rank 0 */
+
+/* Replica 0's stages send their values to global rank 0, which puts them in place in its whole
+ * model and optimizer; every replica holds the same values, so one copy is enough. */
+static crew_status gather(stage_rank *r)
+{
+    if (r->replica != 0) return CREW_OK;
+    const double timeout = r->run->timeout_s;
+    crew_model *m = r->slot[0];
+    if (r->rank != 0) {
+        CREW_TRY(send_after(r, m->params, m->n_params, 0, TAG_GATHER(r->stage, 0)));
+        CREW_TRY(crew_send(&r->world, m->state, m->n_state, CREW_COMM_F32, 0, TAG_GATHER(r->stage, 1), timeout));
+        for (int i = 0; i < 2; i++)
+            if (r->opt.slot[i])
+                CREW_TRY(crew_send(&r->world, r->opt.slot[i], r->opt.n, CREW_COMM_F32, 0, TAG_GATHER(r->stage, 2 + i),
+                                   timeout));
+        return CREW_OK;
+    }
+    crew_model *w = r->whole;
+    const crew_backend_ops *o = r->be->ops;
+    o->copy(r->be->ctx, w->params, m->params, m->n_params);
+    if (m->n_state) o->copy(r->be->ctx, w->state, m->state, m->n_state);
+    for (int i = 0; i < 2; i++)
+        if (r->opt.slot[i]) o->copy(r->be->ctx, r->whole_opt.slot[i], r->opt.slot[i], r->opt.n);
+    r->whole_opt.t = r->opt.t;
+    for (int s = 1; s < r->stages; s++) {
+        int64_t pa = r->param_at[s], np = r->param_at[s + 1] - pa, sa = r->state_at[s], ns = r->state_at[s + 1] - sa;
+        CREW_TRY(crew_recv(&r->world, w->params + pa, np, CREW_COMM_F32, s, TAG_GATHER(s, 0), timeout));
+        CREW_TRY(crew_recv(&r->world, w->state + sa, ns, CREW_COMM_F32, s, TAG_GATHER(s, 1), timeout));
+        for (int i = 0; i < 2; i++)
+            if (r->whole_opt.slot[i])
+                CREW_TRY(crew_recv(&r->world, r->whole_opt.slot[i] + pa, np, CREW_COMM_F32, s, TAG_GATHER(s, 2 + i),
+                                   timeout));
+    }
+    w->initialized = 1;
+    return CREW_OK;
+}
+
+/* Test hook (verify's first-step check): the first step's summed gradients of every stage into
+ * the caller's [n_params], on rank 0, from replica 0's stages. */
+static crew_status gather_first_grads(stage_rank *r, const float *grad)
+{
+    float *host = r->run->hooks.first_grads;
+    if (!host || r->replica != 0) return CREW_OK;
+    int64_t n = r->slot[0]->n_params;
+    if (r->rank != 0) return send_after(r, grad, n, 0, TAG_GATHER(r->stage, 0));
+    float *w = r->whole->grads ? r->whole->grads : NULL;
+    if (!w) CREW_TRY(crew_dev_alloc_f32(r->be, r->whole->n_params, &r->whole->grads)); /* freed with the model */
+    w = r->whole->grads;
+    r->be->ops->copy(r->be->ctx, w, grad, n);
+    for (int s = 1; s < r->stages; s++)
+        CREW_TRY(crew_recv(&r->world, w + r->param_at[s], r->param_at[s + 1] - r->param_at[s], CREW_COMM_F32, s,
+                           TAG_GATHER(s, 0), r->run->timeout_s));
+    pthread_mutex_lock(&r->sinks->lock); /* the caller's memory */
+    crew_status st = crew_dev_download_f32(r->be, host, w, r->whole->n_params);
+    pthread_mutex_unlock(&r->sinks->lock);
+    return st;
+}
+
+/* ------------------------------------------------------------------ steps and epochs */
+
+static crew_status allreduce_metrics(stage_rank *r)
+{
+    const crew_backend *be = r->be;
+    int64_t n = (int64_t)r->size * FIELDS;
+    CREW_TRY(be->ops->upload(be->ctx, NULL, r->dev_scratch, r->metrics, n, CREW_DT_F64));
+    CREW_TRY(crew_allreduce(&r->world, r->dev_scratch, n, CREW_COMM_F64, CREW_REDUCE_SUM, r->run->timeout_s));
+    return be->ops->download(be->ctx, r->metrics, r->dev_scratch, n, CREW_DT_F64);
+}
+
+static int cancel_requested(const stage_rank *r)
+{
+    if (!r->sinks || !r->run->opts->cancel) return 0;
+    pthread_mutex_lock(&r->sinks->lock);
+    int stop = *r->run->opts->cancel != 0;
+    pthread_mutex_unlock(&r->sinks->lock);
+    return stop;
+}
+
+/* Rank 0: whether a checkpoint is due after `step` (1-based). */
+static int checkpoint_due(const stage_rank *r, int64_t step, int stopping)
+{
+    const crew_fit_options *o = r->run->opts;
+    if (!r->sinks || !o->checkpoint_dir) return 0;
+    return stopping || step == r->run->plan.total_steps || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
+           (o->checkpoint_every_s > 0 && crew_now() - r->sinks->last_checkpoint_time >= o->checkpoint_every_s);
+}
+
+static crew_status sink_event(const stage_rank *r, crew_event_kind kind, int64_t step, const char *msg)
+{
+    if (!r->sinks) return CREW_OK;
+    pthread_mutex_lock(&r->sinks->lock);
+    crew_status s = crew_monitor_event(r->sinks->monitor, kind, step, -1, NAN, "%s", msg);
+    pthread_mutex_unlock(&r->sinks->lock);
+    return s;
+}
+
+static crew_status write_checkpoint(stage_rank *r, int64_t step)
+{
+    CREW_TRY(gather(r));
+    if (!r->sinks) return CREW_OK;
+    const crew_fit_options *o = r->run->opts;
+    crew_checkpoint_state st = {.step = step, .plan = r->run->plan, .lr = r->run->lr};
+    pthread_mutex_lock(&r->sinks->lock);
+    crew_status s = crew_checkpoint_write(o->checkpoint_dir, r->whole, &r->whole_opt, &st, o->keep_checkpoints,
+                                          r->sinks->result->last_checkpoint, sizeof r->sinks->result->last_checkpoint);
+    r->sinks->last_checkpoint_time = crew_now();
+    pthread_mutex_unlock(&r->sinks->lock);
+    return s;
+}
+
+typedef struct step_out {
+    double loss, correct;
+    int stop, skipped;
+} step_out;
+
+static crew_status report_step(stage_rank *r, const step_ctx *c, int64_t step, double step_s, double epoch_start,
+                               int skipped)
+{
+    const crew_run *run = r->run;
+    const crew_fit_plan *p = &run->plan;
+    if (!r->sinks) return CREW_OK;
+    double loss = 0.0, correct = 0.0;
+    for (int q = 0; q < r->size; q++) {
+        loss += r->metrics[(size_t)q * FIELDS + M_LOSS];
+        correct += r->metrics[(size_t)q * FIELDS + M_CORRECT];
+    }
+    float lr = crew_lr_at(&run->lr, step - 1);
+    crew_step_record rec = {step, c->epoch, crew_unix_now(), (float)(loss / (double)p->global_batch),
+                            (float)(correct / (double)p->global_batch), lr, p->global_batch, step_s, skipped, r->size,
+                            r->times};
+    pthread_mutex_lock(&r->sinks->lock);
+    crew_status s = crew_monitor_step(r->sinks->monitor, &rec);
+    if (!s && run->opts->on_step) {
+        const crew_step_times *t = &r->times[0];
+        crew_step_info info = {step, p->total_steps, c->epoch, c->epoch_step + 1, p->steps_per_epoch, rec.loss,
+                               rec.accuracy, lr, step_s, crew_now() - epoch_start, t->data_s, t->forward_s,
+                               t->backward_s, t->comm_exposed_s, t->comm_hidden_s, t->optimizer_s};
+        run->opts->on_step(run->opts->user, &info);
+    }
+    pthread_mutex_unlock(&r->sinks->lock);
+    return s;
+}
+
+/* One optimizer step; `step` is 1-based. */
+static crew_status train_step(stage_rank *r, int epoch, int64_t epoch_step, int64_t step, double epoch_start,
+                              step_out *out)
+{
+    const crew_run *run = r->run;
+    double t0 = crew_now();
+    step_ctx c = {.epoch = epoch, .epoch_step = epoch_step, .step = step - 1};
+    float *grad = NULL;
+    crew_status s = gradients(r, &c, &grad);
+    if (s) return crew_error_prefix(s, "step %lld, stage %d of replica %d: ", (long long)step, r->stage, r->replica);
+    if (step == run->start_step + 1) CREW_TRY(gather_first_grads(r, grad));
+    double t1 = crew_now();
+    int finite = 1;
+    if (r->slot[0]->n_params) CREW_TRY(r->be->ops->all_finite(r->be->ctx, grad, r->slot[0]->n_params, &finite));
+    memset(r->metrics, 0, (size_t)r->size * FIELDS * sizeof *r->metrics);
+    double *row = r->metrics + (size_t)r->rank * FIELDS;
+    row[M_LOSS] = c.tot.loss_sum;
+    row[M_CORRECT] = c.tot.correct;
+    row[M_STOP] = cancel_requested(r);
+    row[M_DUE] = checkpoint_due(r, step, row[M_STOP] > 0);
+    row[M_NONFINITE] = !finite;
+    c.times.optimizer_s = crew_now() - t1; /* the update's own time joins the next step's rows */
+    memcpy(row + M_TIMES, &c.times, sizeof c.times);
+    s = allreduce_metrics(r);
+    if (s) return crew_error_prefix(s, "step %lld, metrics all-reduce: ", (long long)step);
+    int bad = 0;
+    for (int q = 0; q < r->size; q++) {
+        bad |= r->metrics[(size_t)q * FIELDS + M_NONFINITE] > 0;
+        memcpy(&r->times[q], r->metrics + (size_t)q * FIELDS + M_TIMES, sizeof r->times[q]);
+    }
+    out->stop = r->metrics[M_STOP] > 0;
+    out->skipped = bad;
+    if (bad) {
+        int stop = run->opts->on_nan == CREW_ON_NAN_STOP;
+        char msg[160];
+        snprintf(msg, sizeof msg, "step %lld: the gradients hold NaN or infinity; %s", (long long)step,
+                 stop ? "stopping before the update" : "this update is skipped");
+        CREW_TRY(sink_event(r, stop ? CREW_EVENT_NAN : CREW_EVENT_SKIPPED_UPDATE, step, msg));
+        if (stop)
+            return crew_errorf(CREW_CODE_NUMERIC, "step %lld: the gradients hold NaN or infinity; stopped before the "
+                               "update (--on-nan skip would skip such steps instead)", (long long)step);
+    } else if (r->slot[0]->n_params) {
+        double t2 = crew_now();
+        CREW_TRY(crew_optimizer_step(&r->opt, r->be, r->slot[0]->params, grad, crew_lr_at(&run->lr, step - 1), NULL));
+        r->times[r->rank].optimizer_s += crew_now() - t2;
+    } else {
+        r->opt.t++; /* a stage without parameters counts the update too, for the checkpoint */
+    }
+    out->loss = out->correct = 0.0;
+    for (int q = 0; q < r->size; q++) {
+        out->loss += r->metrics[(size_t)q * FIELDS + M_LOSS];
+        out->correct += r->metrics[(size_t)q * FIELDS + M_CORRECT];
+    }
+    double step_s = crew_now() - t0;
+    r->step_s += step_s;
+    CREW_TRY(report_step(r, &c, step, step_s, epoch_start, bad));
+    if (r->metrics[M_DUE] > 0) CREW_TRY(write_checkpoint(r, step));
+    return CREW_OK;
+}
+
+static crew_status finish_epoch(stage_rank *r, crew_epoch_info *info)
+{
+    const crew_fit_options *o = r->run->opts;
+    if (o->test) {
+        CREW_TRY(gather(r));
+        if (r->sinks) { /* rank 0 alone evaluates the whole model; the others wait at the next step */
+            double sums[2] = {0.0, 0.0};
+            int64_t n = crew_dataset_size(o->test);
+            CREW_TRY(crew_eval_range(r->whole, o->test, 0, n, r->rows, &sums[0], &sums[1]));
+            info->test_loss = (float)(sums[0] / (double)n);
+            info->test_accuracy = (float)(sums[1] / (double)n);
+            info->test_bits = crew_model_positions(r->whole) > 1 ? (float)(info->test_loss / log(2.0)) : NAN;
+        }
+    }
+    if (!r->sinks) return CREW_OK;
+    pthread_mutex_lock(&r->sinks->lock);
+    crew_fit_result *res = r->sinks->result;
+    res->epochs = info->epoch + 1;
+    res->train_loss = info->train_loss;
+    res->train_accuracy = info->train_accuracy;
+    res->test_loss = info->test_loss;
+    res->test_accuracy = info->test_accuracy;
+    res->test_bits = info->test_bits;
+    crew_status s = crew_monitor_epoch(r->sinks->monitor, info);
+    if (!s && o->on_epoch) o->on_epoch(o->user, info);
+    pthread_mutex_unlock(&r->sinks->lock);
+    return s;
+}
+
+static crew_status run_epoch(stage_rank *r, int epoch, int64_t *step, int *stopped)
+{
+    const crew_fit_plan *p = &r->run->plan;
+    int64_t from = *step - (int64_t)epoch * p->steps_per_epoch;
+    CREW_TRY(crew_loader_start_epoch(r->loader, epoch, from));
+    double start = crew_now(), loss = 0.0, correct = 0.0;
+    int64_t steps = 0;
+    for (int64_t es = from; es < p->steps_per_epoch && *step < p->total_steps && !*stopped; es++) {
+        step_out so = {0};
+        CREW_TRY(train_step(r, epoch, es, *step + 1, start, &so));
+        ++*step;
+        loss += so.loss;
+        correct += so.correct;
+        steps++;
+        if (r->sinks) {
+            pthread_mutex_lock(&r->sinks->lock);
+            r->sinks->result->skipped_updates += so.skipped;
+            pthread_mutex_unlock(&r->sinks->lock);
+        }
+        *stopped = so.stop;
+    }
+    crew_epoch_info info = {.epoch = epoch, .epochs = p->epochs, .steps = steps, .test_loss = NAN, .test_accuracy = NAN,
+                           .test_bits = NAN};
+    info.wall_s = crew_now() - start;
+    if (r->sinks) {
+        pthread_mutex_lock(&r->sinks->lock);
+        r->sinks->train_s += info.wall_s;
+        pthread_mutex_unlock(&r->sinks->lock);
+    }
+    double samples = (double)steps * (double)p->global_batch;
+    info.train_loss = steps ? (float)(loss / samples) : NAN;
+    info.train_accuracy = steps ? (float)(correct / samples) : NAN;
+    info.samples_per_s = info.wall_s > 0.0 ? samples / info.wall_s : 0.0;
+    return finish_epoch(r, &info);
+}
+
+/* The measured bubble: the share of the stages' step time spent waiting for a neighbour, the
+ * mean over the stages of replica 0, next to the schedule's ideal; rank 0 reports it once. */
+static crew_status report_bubble(stage_rank *r, int64_t steps)
+{
+    double v[2] = {r->replica == 0 ? r->wait_s : 0.0, r->replica == 0 ? r->step_s : 0.0};
+    double *row = r->metrics;
+    memset(row, 0, (size_t)r->size * FIELDS * sizeof *row);
+    row[(size_t)r->rank * FIELDS] = v[0];
+    row[(size_t)r->rank * FIELDS + 1] = v[1];
+    CREW_TRY(allreduce_metrics(r));
+    if (!r->sinks || steps == 0) return CREW_OK;
+    double frac = 0.0, worst = -1.0;
+    int slowest = 0;
+    for (int s = 0; s < r->stages; s++) {
+        double wait = row[(size_t)s * FIELDS], total = row[(size_t)s * FIELDS + 1];
+        frac += total > 0 ? wait / total / r->stages : 0.0;
+        if (total - wait > worst) worst = total - wait, slowest = s;
+    }
+    const crew_fit_plan *p = &r->run->plan;
+    char msg[256];
+    snprintf(msg, sizeof msg, "pipeline of %d stages, %s schedule, %d micro-batches per step: the stages waited "
+             "%.0f%% of each step for their neighbours (the ideal bubble is %.0f%%); stage %d was the slowest",
+             r->stages, p->pipeline_schedule == CREW_PIPELINE_GPIPE ? "GPipe" : "1F1B", p->accumulation, 100.0 * frac,
+             100.0 * crew_pipeline_ideal_bubble(r->stages, p->accumulation), slowest);
+    return sink_event(r, CREW_EVENT_INFO, r->run->start_step + steps, msg);
+}
+
+static crew_status train(stage_rank *r)
+{
+    const crew_fit_plan *p = &r->run->plan;
+    int64_t step = r->run->start_step;
+    int stopped = 0;
+    for (int epoch = (int)(step / p->steps_per_epoch); epoch < p->epochs && step < p->total_steps && !stopped; epoch++)
+        CREW_TRY(run_epoch(r, epoch, &step, &stopped));
+    CREW_TRY(report_bubble(r, step - r->run->start_step));
+    CREW_TRY(gather(r));
+    if (r->sinks) {
+        pthread_mutex_lock(&r->sinks->lock);
+        r->sinks->result->steps = step;
+        crew_status s = crew_model_copy_values(r->sinks->model, r->whole);
+        if (!s && r->run->hooks.final_moments) { /* m then v, [2 × n_params] */
+            int64_t n = r->whole->n_params;
+            for (int i = 0; i < 2 && !s; i++) {
+                float *host = r->run->hooks.final_moments + (size_t)i * (size_t)n;
+                if (r->whole_opt.slot[i])
+                    s = crew_dev_download_f32(r->be, host, r->whole_opt.slot[i], n);
+                else
+                    memset(host, 0, (size_t)n * sizeof *host);
+            }
+        }
+        pthread_mutex_unlock(&r->sinks->lock);
+        CREW_TRY(s);
+    }
+    return CREW_OK;
+}
+
+crew_status crew_pipeline_rank_main(const crew_rank_ctx *ctx)
+{
+    const crew_fit_plan *p = &ctx->run->plan;
+    stage_rank r = {.rank = ctx->rank, .size = ctx->size, .stage = ctx->stage, .stages = p->stages,
+                    .replica = ctx->replica, .replicas = p->devices, .run = ctx->run, .sinks = ctx->sinks,
+                    .be = &ctx->device, .world = ctx->comm, .group = ctx->stage_comm, .loader = ctx->loader};
+    crew_status s = set_up(&r);
+    if (s) s = crew_error_prefix(s, "stage %d of replica %d: ", r.stage, r.replica);
+    if (!s) s = train(&r);
+    tear_down(&r);
+    return s;
+}
