@@ -18,6 +18,7 @@
 #include "comm/comm.h"
 #include "core/status.h"
 #include "nn/model.h"
+#include "train/hooks.h"
 #include "train/pipeline.h"
 #include "train/train.h"
 
@@ -214,6 +215,32 @@ static void check_verify(const crew_dataset *d, int batch_norm, int stages, crew
     crew_model_free(m);
 }
 
+/* A stage whose replicas drift apart stops the run at the next check, naming stage and replica. */
+static void check_drift(const crew_dataset *d)
+{
+    crew_model *m = cnn(0, 0.0f);
+    if (!m) return;
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    o.devices = 2;
+    o.pipeline_stages = 2;
+    o.batch_per_device = 4;
+    o.global_batch = 16;
+    o.max_steps = 6;
+    o.drift_check_every = 2;
+    crew_fit *f = NULL;
+    crew_fit_result res;
+    CHECK_OK(crew_fit_prepare(m, d, &o, &f));
+    if (f) {
+        crew_fit_hooks_of(f)->faults.corrupt_rank = 3; /* stage 1 of replica 1 */
+        crew_fit_hooks_of(f)->faults.corrupt_step = 4;
+        CHECK_ERR(crew_fit_run(f, &res), "step 4: replicas diverged: the parameters of stage 1 differ between "
+                                         "replica 0 and replica 1");
+    }
+    crew_fit_free(f);
+    crew_model_free(m);
+}
+
 static void check_refusals(const crew_dataset *d)
 {
     crew_model *m = cnn(0, 1.0f);
@@ -260,6 +287,7 @@ int main(void)
         check_verify(d, 0, 3, CREW_PIPELINE_1F1B, 1, "0-1,2-3,4-7"); /* a stage of layers without parameters */
         check_verify(d, 1, 2, CREW_PIPELINE_1F1B, 1, NULL);
         check_verify(d, 1, 3, CREW_PIPELINE_GPIPE, 2, NULL);
+        check_drift(d);
         check_refusals(d);
     }
     crew_dataset_free(d);

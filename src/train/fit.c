@@ -61,7 +61,6 @@ static void resolve_knobs(crew_run *run)
     run->sync_bn = o->sync_batch_norm < 0 ? run->plan.devices > 1 : o->sync_batch_norm;
     run->drift_every = o->drift_check_every < 0 ? 0 : o->drift_check_every ? o->drift_check_every : DEFAULT_DRIFT_EVERY;
     if (run->plan.devices == 1) run->drift_every = 0; /* one replica cannot drift from itself */
-    if (run->plan.stages > 1) run->drift_every = 0;  /* not checked across a pipeline's replicas yet */
     run->hooks = (crew_fit_hooks){.faults = {.slow_rank = -1, .stall_rank = -1, .corrupt_rank = -1}};
 }
 

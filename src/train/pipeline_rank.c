@@ -54,8 +54,7 @@ typedef struct stage_rank {
     double *dev_scratch;            /* [size · FIELDS] device */
     double *metrics;                /* [size · FIELDS] host */
     crew_step_times *times;         /* [size] */
-    double wait_s;                  /* this run's time in receives (pipeline bubbles included) */
-    double step_s;
+    double busy_s, step_s;          /* this run's forward and backward time, and its steps' */
     /* global rank 0: the whole model and its optimizer state, gathered from the stages */
     crew_model *whole;
     crew_optimizer whole_opt;
@@ -153,9 +152,7 @@ static crew_status recv_timed(stage_rank *r, void *buf, int64_t n, int peer, int
 {
     double t0 = crew_now();
     crew_status s = crew_recv(&r->world, buf, n, CREW_COMM_F32, peer, tag, r->run->timeout_s);
-    double dt = crew_now() - t0;
-    t->comm_exposed_s += dt;
-    r->wait_s += dt;
+    t->comm_exposed_s += crew_now() - t0;
     return s;
 }
 
@@ -364,6 +361,45 @@ static crew_status write_checkpoint(stage_rank *r, int64_t step)
     return s;
 }
 
+/* The drift check: each stage's parameters, state (when batch norm is synchronised) and optimizer
+ * moments hashed on every replica and compared with replica 0's of the same stage. */
+static crew_status check_drift(stage_rank *r, int64_t step)
+{
+    crew_model *m = r->slot[0];
+    const crew_fit_faults *f = &r->run->hooks.faults;
+    if (f->corrupt_step == step && f->corrupt_rank == r->rank && m->n_params) { /* test fault */
+        float v;
+        CREW_TRY(crew_dev_download_f32(r->be, &v, m->params, 1));
+        v += 1e-3f;
+        CREW_TRY(crew_dev_upload_f32(r->be, m->params, &v, 1));
+    }
+    const float *buf[4] = {m->params, r->run->sync_bn ? m->state : NULL, r->opt.slot[0], r->opt.slot[1]};
+    const int64_t n[4] = {m->n_params, m->n_state, r->opt.n, r->opt.n};
+    static const char *const what[4] = {"parameters", "state", "optimizer's first moment", "optimizer's second moment"};
+    double *row = r->metrics;
+    memset(row, 0, (size_t)r->size * FIELDS * sizeof *row);
+    for (int i = 0; i < 4; i++) {
+        uint64_t x = 0;
+        if (buf[i] && n[i] > 0) CREW_TRY(r->be->ops->hash(r->be->ctx, buf[i], n[i], CREW_DT_F32, &x));
+        row[(size_t)r->rank * FIELDS + 2 * i] = (double)(uint32_t)(x >> 32); /* halves are exact in a double */
+        row[(size_t)r->rank * FIELDS + 2 * i + 1] = (double)(uint32_t)x;
+    }
+    CREW_TRY(crew_error_prefix(allreduce_metrics(r), "step %lld, replica drift check: ", (long long)step));
+    for (int st = 0; st < r->stages; st++) /* every rank judges every stage: they all stop alike */
+    for (int d = 1; d < r->replicas; d++)
+        for (int i = 0; i < 4; i++) {
+            const double *a = row + (size_t)st * FIELDS + 2 * i;
+            const double *b = row + ((size_t)d * r->stages + st) * FIELDS + 2 * i;
+            if (a[0] == b[0] && a[1] == b[1]) continue;
+            char msg[200];
+            snprintf(msg, sizeof msg, "step %lld: replicas diverged: the %s of stage %d differ between replica 0 and "
+                     "replica %d", (long long)step, what[i], st, d);
+            CREW_TRY(sink_event(r, CREW_EVENT_DIVERGENCE, step, msg));
+            return crew_errorf(CREW_CODE_DIVERGED, "%s", msg);
+        }
+    return CREW_OK;
+}
+
 typedef struct step_out {
     double loss, correct;
     int stop, skipped;
@@ -452,8 +488,11 @@ static crew_status train_step(stage_rank *r, int epoch, int64_t epoch_step, int6
     }
     double step_s = crew_now() - t0;
     r->step_s += step_s;
+    r->busy_s += c.times.forward_s + c.times.backward_s;
     CREW_TRY(report_step(r, &c, step, step_s, epoch_start, bad));
     if (r->metrics[M_DUE] > 0) CREW_TRY(write_checkpoint(r, step));
+    /* last: it reuses the metrics matrix */
+    if (run->drift_every > 0 && step % run->drift_every == 0) CREW_TRY(check_drift(r, step));
     return CREW_OK;
 }
 
@@ -522,30 +561,33 @@ static crew_status run_epoch(stage_rank *r, int epoch, int64_t *step, int *stopp
     return finish_epoch(r, &info);
 }
 
-/* The measured bubble: the share of the stages' step time spent waiting for a neighbour, the
- * mean over the stages of replica 0, next to the schedule's ideal; rank 0 reports it once. */
+/* The measured bubble: the share of the steps' time in which a stage did not compute (waiting for
+ * its neighbours, for data, for the all-reduces and the update), the mean over the stages of
+ * replica 0, next to the schedule's ideal; rank 0 reports it once, naming the busiest stage. */
 static crew_status report_bubble(stage_rank *r, int64_t steps)
 {
-    double v[2] = {r->replica == 0 ? r->wait_s : 0.0, r->replica == 0 ? r->step_s : 0.0};
     double *row = r->metrics;
     memset(row, 0, (size_t)r->size * FIELDS * sizeof *row);
-    row[(size_t)r->rank * FIELDS] = v[0];
-    row[(size_t)r->rank * FIELDS + 1] = v[1];
+    if (r->replica == 0) {
+        row[(size_t)r->rank * FIELDS] = r->busy_s;
+        row[(size_t)r->rank * FIELDS + 1] = r->step_s;
+    }
     CREW_TRY(allreduce_metrics(r));
     if (!r->sinks || steps == 0) return CREW_OK;
-    double frac = 0.0, worst = -1.0;
-    int slowest = 0;
+    double idle = 0.0, most = -1.0;
+    int busiest = 0;
     for (int s = 0; s < r->stages; s++) {
-        double wait = row[(size_t)s * FIELDS], total = row[(size_t)s * FIELDS + 1];
-        frac += total > 0 ? wait / total / r->stages : 0.0;
-        if (total - wait > worst) worst = total - wait, slowest = s;
+        double busy = row[(size_t)s * FIELDS], total = row[(size_t)s * FIELDS + 1];
+        idle += total > 0 ? (1.0 - busy / total) / r->stages : 0.0;
+        if (busy > most) most = busy, busiest = s;
     }
     const crew_fit_plan *p = &r->run->plan;
-    char msg[256];
-    snprintf(msg, sizeof msg, "pipeline of %d stages, %s schedule, %d micro-batches per step: the stages waited "
-             "%.0f%% of each step for their neighbours (the ideal bubble is %.0f%%); stage %d was the slowest",
-             r->stages, p->pipeline_schedule == CREW_PIPELINE_GPIPE ? "GPipe" : "1F1B", p->accumulation, 100.0 * frac,
-             100.0 * crew_pipeline_ideal_bubble(r->stages, p->accumulation), slowest);
+    char msg[320];
+    snprintf(msg, sizeof msg, "pipeline of %d stages, %s schedule, %d micro-batches per step: the stages computed "
+             "%.0f%% of each step and waited %.0f%% (the ideal bubble is %.0f%%); stage %d is the bottleneck (%.4f s "
+             "of forward and backward a step)", r->stages, p->pipeline_schedule == CREW_PIPELINE_GPIPE ? "GPipe" : "1F1B",
+             p->accumulation, 100.0 * (1.0 - idle), 100.0 * idle,
+             100.0 * crew_pipeline_ideal_bubble(r->stages, p->accumulation), busiest, most / (double)steps);
     return sink_event(r, CREW_EVENT_INFO, r->run->start_step + steps, msg);
 }
 

@@ -26,6 +26,24 @@ int cli_parse_augment(const char *verb, const char *text, crew_augment_options *
  * printing the error (exit status 2). */
 int cli_parse_devices(const char *verb, const char *text, char *kind, size_t kind_len, int64_t *n);
 
+/* The pipeline flags of train and verify: --pipeline K, --schedule gpipe|1f1b, --stages RANGES,
+ * --micro-batches M. */
+typedef struct cli_pipeline {
+    int64_t stages;             /* 0: not given */
+    int schedule;               /* a crew_pipeline_schedule; -1: not given */
+    const char *split;          /* --stages, or NULL */
+    int64_t micro_batches;      /* 0: not given */
+} cli_pipeline;
+extern const char *const cli_schedules[]; /* "1f1b", "gpipe": crew_pipeline_schedule's order */
+/* K stages out of `devices` devices: *replicas = devices / K. Returns 1, or 0 after a usage error
+ * (the devices not a multiple of K, a flag given without --pipeline or --stages). */
+int cli_pipeline_replicas(const char *verb, const cli_pipeline *p, int64_t devices, int64_t *replicas);
+/* Applies the flags to o (o->devices already the replicas): the stages, schedule and split, and
+ * the micro-batches per step (--micro-batches, else K) as the global batch, unless global_given. */
+void cli_pipeline_apply(const cli_pipeline *p, int global_given, crew_fit_options *o);
+/* "stage 0: layers 0-3, stage 1: layers 4-9" */
+void cli_pipeline_stages_text(const crew_fit_plan *plan, char *buf, size_t len);
+
 /* The peak of a run of `devices` replicas of `kind` at `threads` BLAS threads in each of `processes`
  * processes, GFLOP/s: one device's GEMM rate (crew_peak_cached, kept in
  * $XDG_CACHE_HOME/crew/peaks) times the replicas that have cores of their own; 0 when it cannot be

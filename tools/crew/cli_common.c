@@ -134,6 +134,50 @@ int cli_parse_devices(const char *verb, const char *text, char *kind, size_t kin
     return 1;
 }
 
+const char *const cli_schedules[] = {"1f1b", "gpipe", NULL};
+
+int cli_pipeline_replicas(const char *verb, const cli_pipeline *p, int64_t devices, int64_t *replicas)
+{
+    int piped = p->stages > 1 || p->split;
+    if (!piped && (p->schedule >= 0 || p->micro_batches)) {
+        cli_usage_error(verb, "--schedule and --micro-batches shape a pipeline: give --pipeline K (or --stages)");
+        return 0;
+    }
+    int64_t k = p->stages > 1 ? p->stages : 1;
+    if (!p->stages && p->split) /* the stages --stages names */
+        for (const char *c = p->split; *c; c++) k += *c == ',';
+    if (devices % k != 0) {
+        cli_usage_error(verb, "%lld devices cannot hold replicas of %lld pipeline stages: give a multiple of %lld "
+                        "devices", (long long)devices, (long long)k, (long long)k);
+        return 0;
+    }
+    *replicas = devices / k;
+    return 1;
+}
+
+void cli_pipeline_apply(const cli_pipeline *p, int global_given, crew_fit_options *o)
+{
+    int64_t k = p->stages > 1 ? p->stages : 1;
+    if (!p->stages && p->split)
+        for (const char *c = p->split; *c; c++) k += *c == ',';
+    if (k <= 1) return;
+    o->pipeline_stages = (int)k;
+    o->pipeline_split = p->split;
+    o->pipeline_schedule = p->schedule >= 0 ? p->schedule : CREW_PIPELINE_1F1B;
+    /* K micro-batches by default: the global batch that data parallelism on the same devices has */
+    int64_t m = p->micro_batches ? p->micro_batches : k;
+    if (!global_given || p->micro_batches) o->global_batch = (int64_t)o->devices * o->batch_per_device * m;
+}
+
+void cli_pipeline_stages_text(const crew_fit_plan *plan, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int s = 0; s < plan->stages && used < len; s++)
+        used += (size_t)snprintf(buf + used, len - used, "%sstage %d: layers %d-%d", s ? ", " : "", s,
+                                 plan->stage_first[s], plan->stage_first[s + 1] - 1);
+}
+
 int cli_parse_choice(const char *verb, const char *flag, const char *text, const char *const *choices)
 {
     char list[256] = "";

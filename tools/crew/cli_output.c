@@ -32,6 +32,15 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
         printf(", warmup %lld steps from %g\n", (long long)p->warmup_steps, (double)p->warmup_start_lr);
     else
         printf(", no warmup\n");
+    if (p->stages > 1) {
+        char stages[512];
+        cli_pipeline_stages_text(p, stages, sizeof stages);
+        printf("      pipeline: %d stages x %d replica%s = %d devices, %s schedule, %d micro-batches per step "
+               "(ideal bubble %.0f%%)\n      %s\n",
+               p->stages, p->devices, p->devices == 1 ? "" : "s", p->stages * p->devices,
+               p->pipeline_schedule == CREW_PIPELINE_GPIPE ? "GPipe" : "1F1B", p->accumulation,
+               100.0 * (double)(p->stages - 1) / (double)(p->accumulation + p->stages - 1), stages);
+    }
     if (p->unordered_allreduce)
         printf("      all-reduce between the processes: MPI's own (--allreduce fast): the order of its sums, so the\n"
                "      last bits of the weights, may change with the process count and the MPI library\n");

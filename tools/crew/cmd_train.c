@@ -22,6 +22,14 @@ static const char *usage_text =
     "  --devices KIND:N           N replicas, data-parallel, one device each; KIND alone = every\n"
     "                             device of that kind ('cpu': all cores) [cpu]. Kinds: crew --version\n"
     "  --threads-per-device T     BLAS threads per replica [1]\n"
+    "  --pipeline K               cut the model into K stages, one device each (docs/PIPELINE.md):\n"
+    "                             N / K replicas of a K-stage pipeline; for a model that does not fit\n"
+    "                             one device (crew plan says when) [no pipeline]\n"
+    "  --stages RANGES            the stages' layers, e.g. 0-3,4-9 [balanced by compute]\n"
+    "  --schedule 1f1b|gpipe      the order of each stage's passes: one forward one backward (at\n"
+    "                             most K micro-batches in flight), or every forward first [1f1b]\n"
+    "  --micro-batches M          micro-batches per pipeline per step; the global batch is then\n"
+    "                             N / K x B x M [K]\n"
     "  --batch-per-device B       samples per replica per micro-batch [32]\n"
     "  --global-batch G           samples per optimizer step; a multiple of N x B, the rest is\n"
     "                             gradient accumulation [N x B]\n"
@@ -89,6 +97,7 @@ typedef struct train_args {
      * the library's default; a resumed run's checkpoint decides these unless given */
     int64_t log_every;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
+    int64_t replicas;           /* devices / pipeline stages */
     int lr_scaling, sync_bn, on_nan, allreduce;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
     int pad_last, have_augment;
@@ -96,6 +105,7 @@ typedef struct train_args {
     double checkpoint_every_s;
     const char *resume;
     double lr, warmup_epochs, bucket_mb, timeout, straggler_threshold;
+    cli_pipeline pipe;
 } train_args;
 
 /* --checkpoint-every: "500" (steps), "90s", "10m"; given twice it can set both. */
@@ -164,6 +174,10 @@ static const cli_flag_spec train_flags[] = {
     CLI_CUSTOM_FLAG("--checkpoint-every", parse_every),
     CLI_INT_FLAG(train_args, "--keep-checkpoints", keep_checkpoints, 1, 1000000),
     CLI_FLOAT_FLAG(train_args, "--collective-timeout", timeout, 0.001, 1e7),
+    CLI_INT_FLAG(train_args, "--pipeline", pipe.stages, 1, CREW_MAX_PIPELINE_STAGES),
+    CLI_CHOICE_FLAG(train_args, "--schedule", pipe.schedule, cli_schedules),
+    CLI_STRING_FLAG(train_args, "--stages", pipe.split),
+    CLI_INT_FLAG(train_args, "--micro-batches", pipe.micro_batches, 1, 1 << 20),
 };
 
 /* Combinations that cannot mean anything: 0, or the exit status after the error. */
@@ -194,6 +208,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     a->on_nan = -1;
     a->warmup_steps = -1;
     a->drift_every = -2; /* not given */
+    a->pipe.schedule = -1;
     int parsed = cli_parse_args("train", usage_text, train_flags, CLI_COUNT(train_flags), argc, argv, a, &a->model);
     if (parsed) return parsed;
     if (!a->model) return cli_usage_error("train", "missing MODEL.json");
@@ -205,6 +220,7 @@ static int parse_args(int argc, char **argv, train_args *a)
      * process would oversubscribe a machine running several. */
     if (!a->devices_text) a->devices_text = cli_group() ? "cpu:1" : "cpu";
     if (!cli_parse_devices("train", a->devices_text, a->device_kind, sizeof a->device_kind, &a->devices)) return 2;
+    if (!cli_pipeline_replicas("train", &a->pipe, a->devices, &a->replicas)) return 2;
     return 0;
 }
 
@@ -331,7 +347,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->max_steps = a->max_steps;
     o->global_batch = a->global_batch;
     o->device_kind = a->device_kind;
-    o->devices = (int)a->devices;
+    o->devices = (int)a->replicas;
     if (a->threads) o->threads_per_device = (int)a->threads;
     o->lr = (float)a->lr;
     o->base_batch = a->base_batch;
@@ -354,6 +370,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     if (a->prefetch) o->prefetch = (int)a->prefetch;
     if (a->have_augment) o->augment = a->augment;
     o->pad_last_batch = a->pad_last;
+    cli_pipeline_apply(&a->pipe, a->global_batch > 0 || a->resume, o);
     /* The run directory was checked before (run_dir_check_*) and is created once the plan holds:
      * a command that fails its plan leaves nothing behind. A resumed run reads its checkpoint. */
     snprintf(st->checkpoints, sizeof st->checkpoints, "%s/checkpoints", st->run_dir);
@@ -654,7 +671,7 @@ int cli_train(int argc, char **argv)
     o.cancel = (volatile int *)&cancel_requested;
     double per_device = 0.0; /* the peak: measured once per machine (0.3 s), then from the cache */
     if (!s && lead)
-        o.peak_gflops = cli_run_peak(o.device_kind, o.devices, o.threads_per_device > 0 ? o.threads_per_device : 1,
+        o.peak_gflops = cli_run_peak(o.device_kind, (int)a.devices, o.threads_per_device > 0 ? o.threads_per_device : 1,
                                      crew_group_size(g), &per_device);
     if (!s) s = crew_fit_prepare(st.m, st.train, &o, &st.fit);
     if (s) {

@@ -8,6 +8,7 @@
 static const char *usage_text =
     "usage: crew verify MODEL.json --data DIR --devices KIND:N [--steps K] [--batch-per-device B]\n"
     "                   [--global-batch G] [--seed S] [--tolerance T] [--deadline S] [--json]\n"
+    "                   [--pipeline K [--schedule 1f1b|gpipe] [--stages RANGES] [--micro-batches M]]\n"
     "\n"
     "Proves that N replicas compute what one computes, from the same weights and data, K steps\n"
     "(default 20):\n"
@@ -24,6 +25,10 @@ static const char *usage_text =
     "    of 2B; both held to the first-step bound) measure how much, tensor by tensor, and each\n"
     "    tensor may differ by up to 30 times its own figure, at least 1e-3. --tolerance T sets a\n"
     "    fixed bound instead.\n"
+    "With --pipeline K the N devices hold N / K replicas of a K-stage pipeline (crew train's\n"
+    "flags, docs/PIPELINE.md), each with M micro-batches per step [K]; they are held to the same\n"
+    "one-device references, so the paths prove the pipeline bitwise equal to one device\n"
+    "accumulating the same micro-batches.\n"
     "A run that stops (a replica missing its deadline, replicas that diverged, NaN) is a FAIL that\n"
     "names it. --deadline S: seconds a replica may wait [20 x the slowest reference step, >= 10].\n"
     "Exit status 0 only when everything holds (1 otherwise). With --json the last line is one\n"
@@ -39,6 +44,7 @@ typedef struct verify_args {
     int json;
     int64_t steps, batch, global, seed;
     double tol, deadline;
+    cli_pipeline pipe;
 } verify_args;
 
 static const cli_flag_spec verify_flags[] = {
@@ -51,6 +57,10 @@ static const cli_flag_spec verify_flags[] = {
     CLI_INT_FLAG(verify_args, "--seed", seed, 0, INT64_MAX),
     CLI_FLOAT_FLAG(verify_args, "--tolerance", tol, 1e-12, 1.0),
     CLI_FLOAT_FLAG(verify_args, "--deadline", deadline, 0.1, 86400.0),
+    CLI_INT_FLAG(verify_args, "--pipeline", pipe.stages, 1, CREW_MAX_PIPELINE_STAGES),
+    CLI_CHOICE_FLAG(verify_args, "--schedule", pipe.schedule, cli_schedules),
+    CLI_STRING_FLAG(verify_args, "--stages", pipe.split),
+    CLI_INT_FLAG(verify_args, "--micro-batches", pipe.micro_batches, 1, 1 << 20),
 };
 
 /* The paths: each N-replica run against one replica accumulating the same micro-batches. */
@@ -147,7 +157,7 @@ static void print_json(const crew_verify_result *r)
 
 int cli_verify(int argc, char **argv)
 {
-    verify_args a = {.steps = 20};
+    verify_args a = {.steps = 20, .pipe = {.schedule = -1}};
     int64_t n = 2;
     int parsed = cli_parse_args("verify", usage_text, verify_flags, CLI_COUNT(verify_flags), argc, argv, &a, &a.model);
     if (parsed) return parsed < 0 ? 0 : parsed;
@@ -157,6 +167,8 @@ int cli_verify(int argc, char **argv)
     const crew_process_group *g = cli_group(); /* under mpirun: --devices counts each process's replicas */
     if (g) n = 1;
     if (a.devices && !cli_parse_devices("verify", a.devices, kind, sizeof kind, &n)) return 2;
+    int64_t replicas = n;
+    if (!cli_pipeline_replicas("verify", &a.pipe, n, &replicas)) return 2;
     int rc = g ? cli_agree_run("verify", g, argc, argv, a.model, a.data, NULL) : 0;
     if (rc) return rc;
     const int lead = crew_group_rank(g) == 0;
@@ -166,7 +178,7 @@ int cli_verify(int argc, char **argv)
     crew_verify_options o;
     crew_verify_options_init(&o);
     o.device_kind = kind;
-    o.devices = (int)n;
+    o.devices = (int)replicas;
     o.steps = a.steps;
     o.batch_per_device = a.batch;
     o.global_batch = a.global;
@@ -183,6 +195,18 @@ int cli_verify(int argc, char **argv)
         return 1;
     }
     if (!s) s = crew_dataset_open_for(m, a.data, "train", &train);
+    if (!s && (a.pipe.stages > 1 || a.pipe.split)) { /* the pipeline's stages, schedule and micro-batches */
+        crew_fit_options fo;
+        crew_model_default_fit(m, &fo);
+        fo.devices = o.devices;
+        if (a.batch) fo.batch_per_device = a.batch;
+        fo.global_batch = a.global;
+        cli_pipeline_apply(&a.pipe, a.global > 0, &fo);
+        o.pipeline_stages = fo.pipeline_stages;
+        o.pipeline_schedule = fo.pipeline_schedule;
+        o.pipeline_split = fo.pipeline_split;
+        o.global_batch = fo.global_batch;
+    }
     if (!s) s = crew_model_verify(m, train, &o, &r);
     if (s) {
         rc = cli_fail("verify", s);
@@ -192,6 +216,11 @@ int cli_verify(int argc, char **argv)
         if (g)
             printf("verify %s on %d MPI ranks x %s:%lld = %d replicas: %lld steps, global batch %lld\n", a.model,
                    crew_group_size(g), kind, (long long)n, r.devices, (long long)r.steps, (long long)r.global_batch);
+        else if (r.stages > 1)
+            printf("verify %s on %s:%lld = %d replicas x %d pipeline stages (%s schedule, %d micro-batches per step): "
+                   "%lld steps, global batch %lld\n", a.model, kind, (long long)n, r.devices, r.stages,
+                   r.pipeline_schedule == CREW_PIPELINE_GPIPE ? "GPipe" : "1F1B", r.accumulation, (long long)r.steps,
+                   (long long)r.global_batch);
         else
             printf("verify %s on %s:%d: %lld steps, global batch %lld\n", a.model, kind, r.devices, (long long)r.steps,
                    (long long)r.global_batch);
