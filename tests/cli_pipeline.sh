@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# cli_pipeline.sh — crew train and verify with --pipeline, end to end on Fashion-MNIST:
+# - a 2-stage pipeline (either schedule, any split) ends with the weights of data parallelism on
+#   the same global batch and micro-batches, bit for bit, and prints its plan and its bubble;
+# - crew verify --pipeline K passes for K = 2, 3 and 4, both schedules, with and without
+#   data-parallel replicas of the pipeline;
+# - a pipelined run stopped by SIGINT resumes on another layout (data parallel, or another K)
+#   and still ends with the same weights: its checkpoints are the whole model's;
+# - bad flags are one clear line and exit status 2.
+. "$(dirname "$0")/lib_cli.sh"
+need_fashion
+
+MODEL=examples/fashion_mlp.json # flatten, dense, relu, dense, relu, dense: 6 layers
+COMMON=(--data "$DATA" --max-steps 24 --batch-per-device 16 --global-batch 64 --seed 3 --quiet)
+"$CREW" train $MODEL "${COMMON[@]}" --devices cpu:4 --run-dir "$TMP/dp" 2> /dev/null || fail "data-parallel reference"
+REF="$TMP/dp/weights.safetensors"
+for sch in 1f1b gpipe; do
+  "$CREW" train $MODEL "${COMMON[@]}" --devices cpu:2 --pipeline 2 --schedule $sch --run-dir "$TMP/pp-$sch" \
+    2> "$TMP/pp-$sch.err" || fail "pipeline, $sch: $(cat "$TMP/pp-$sch.err")"
+  cmp -s "$REF" "$TMP/pp-$sch/weights.safetensors" && ok || fail "pipeline, $sch: weights differ from data parallelism"
+  grep -q "pipeline of 2 stages, .* 4 micro-batches per step: the stages computed .*the ideal bubble is 20%" \
+    "$TMP/pp-$sch.err" && ok || fail "pipeline, $sch: no bubble line: $(cat "$TMP/pp-$sch.err")"
+done
+"$CREW" train $MODEL "${COMMON[@]}" --devices cpu:6 --stages 0-1,2-3,4-5 --run-dir "$TMP/pp3" 2> /dev/null \
+  || fail "pipeline of 3 named stages x 2 replicas"
+cmp -s "$REF" "$TMP/pp3/weights.safetensors" && ok || fail "3 named stages x 2 replicas: weights differ"
+
+# The plan says what runs where.
+"$CREW" train $MODEL --data "$DATA" --max-steps 2 --batch-per-device 16 --devices cpu:4 --pipeline 2 --micro-batches 3 \
+  --run-dir "$TMP/plan" > "$TMP/plan.out" 2>&1 || fail "pipeline plan run"
+grep -q "global batch 96" "$TMP/plan.out" && grep -q "pipeline: 2 stages x 2 replicas = 4 devices, 1F1B schedule, 3 micro-batches per step (ideal bubble 25%)" "$TMP/plan.out" \
+  && grep -q "stage 0: layers 0-[0-9], stage 1: layers [0-9]-5" "$TMP/plan.out" && ok || fail "the pipeline plan: $(cat "$TMP/plan.out")"
+
+# The proof, every K and schedule, with and without replicas of the pipeline.
+for k in 2 3 4; do
+  for sch in 1f1b gpipe; do
+    for d in 1 2; do
+      "$CREW" verify $MODEL --data "$DATA" --devices cpu:$((k * d)) --pipeline $k --schedule $sch --steps 4 \
+        --batch-per-device 8 > "$TMP/verify.out" 2>&1 && grep -q "^PASS" "$TMP/verify.out" \
+        && grep -q "pipeline stages" "$TMP/verify.out" && ok \
+        || fail "verify --pipeline $k --schedule $sch on $((k * d)) devices: $(tail -n 5 "$TMP/verify.out")"
+    done
+  done
+done
+
+# SIGINT stops a pipelined run with a checkpoint of the whole model; it resumes on any layout.
+resume_on() { # $1: name; the rest: the resumed run's device flags
+  local name=$1 pid polls=0
+  shift
+  rm -rf "$TMP/$name"
+  "$CREW" train $MODEL "${COMMON[@]}" --max-steps 1500 --devices cpu:4 --pipeline 2 --checkpoint-every 100000 \
+    --run-dir "$TMP/$name" > /dev/null 2> "$TMP/$name.err" &
+  pid=$!
+  until [ "$(grep -c '"type":"step"' "$TMP/$name/metrics.jsonl" 2> /dev/null)" -ge 3 ] 2> /dev/null || ! kill -0 $pid 2> /dev/null ||
+    [ $polls -ge 60000 ]; do
+    polls=$((polls + 1))
+    sleep 0.01
+  done
+  kill -INT $pid
+  wait $pid
+  local rc=$?
+  [ $rc -eq 1 ] && ls "$TMP/$name/checkpoints"/step-* > /dev/null 2>&1 && ok ||
+    { fail "$name: SIGINT: exit $rc, checkpoints: $(ls "$TMP/$name/checkpoints" 2>&1)"; return; }
+  "$CREW" train $MODEL "${COMMON[@]}" --max-steps 1500 "$@" --resume "$TMP/$name" > /dev/null 2> "$TMP/$name.err" ||
+    { fail "$name: resume: $(cat "$TMP/$name.err")"; return; }
+}
+"$CREW" train $MODEL "${COMMON[@]}" --max-steps 1500 --devices cpu:4 --run-dir "$TMP/long" 2> /dev/null || fail "the long reference"
+resume_on dp --devices cpu:2
+cmp -s "$TMP/long/weights.safetensors" "$TMP/dp/weights.safetensors" && ok || fail "pipeline resumed as 2 replicas: weights differ"
+resume_on k3 --devices cpu:3 --pipeline 3
+cmp -s "$TMP/long/weights.safetensors" "$TMP/k3/weights.safetensors" && ok || fail "pipeline resumed on 3 stages: weights differ"
+
+# Bad flags: one line, exit 2.
+expect_exit 2 "3 devices cannot hold replicas of 2 pipeline stages" -- \
+  "$CREW" train $MODEL --data "$DATA" --devices cpu:3 --pipeline 2
+expect_exit 2 "give --pipeline K" -- "$CREW" train $MODEL --data "$DATA" --schedule gpipe
+expect_exit 2 "--schedule takes one of 1f1b, gpipe" -- "$CREW" train $MODEL --data "$DATA" --pipeline 2 --schedule zigzag
+expect_exit 2 "stage 1 must start at layer 2" -- \
+  "$CREW" train $MODEL --data "$DATA" --devices cpu:2 --stages 0-1,3-5 --max-steps 1 --run-dir "$TMP/bad"
+expect_exit 2 "names 2 stages, --pipeline asks for 3" -- \
+  "$CREW" train $MODEL --data "$DATA" --devices cpu:3 --pipeline 3 --stages 0-1,2-5 --max-steps 1 --run-dir "$TMP/bad"
+expect_exit 2 "the model has 6 layers" -- \
+  "$CREW" train $MODEL --data "$DATA" --devices cpu:8 --pipeline 8 --max-steps 1 --run-dir "$TMP/bad"
+[ ! -e "$TMP/bad" ] && ok || fail "a refused pipeline left a run directory behind"
+printf '{"layers": [{"type": "gpt", "layers": 1, "heads": 2, "width": 16, "context": 8, "vocab": 256}]}' > "$TMP/gpt.json"
+awk 'BEGIN { for (i = 0; i < 200; i++) print "the cat sat on the mat." }' > "$TMP/corpus.txt"
+"$CREW" prep text "$TMP/corpus.txt" --seq-len 8 --out "$TMP/text" > /dev/null || fail "prep text"
+expect_exit 2 "tied layers must be in one stage" -- \
+  "$CREW" train "$TMP/gpt.json" --data "$TMP/text" --devices cpu:2 --pipeline 2 --max-steps 1 --run-dir "$TMP/bad"
+report
