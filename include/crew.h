@@ -435,6 +435,11 @@ typedef struct crew_fit_result {
     double gflops;             /* the FLOP rate of the training steps (plan.flops_per_sample × samples/s) */
     double peak_fraction;      /* gflops / plan.peak_gflops; NaN when the peak is unknown */
     float test_bits;           /* a language model's test loss in bits per token (crew_epoch_info) */
+    /* A pipeline: the stages, and each stage's device memory at its peak (replica 0's device;
+     * the backend's count of its buffers, crew_model_plan_stages's figure to compare with). */
+    int stages;
+    int64_t stage_peak_bytes[CREW_MAX_PIPELINE_STAGES];
+    double bubble_fraction;    /* the share of a step the stages did not compute (NaN without a pipeline) */
 } crew_fit_result;
 
 /* Fills opts with the model file's training settings (or the defaults above), struct_size included.
@@ -772,6 +777,11 @@ typedef struct crew_memory_plan {
 
 void crew_memory_options_init(crew_memory_options *o); /* every field at its default */
 crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_options *o, crew_memory_plan *plan);
+/* A pipelined fit's plan (plan->stages > 1): the bytes each stage's device holds at its peak,
+ * into bytes[plan->stages]: its layers' parameters, gradients, state and optimizer state, the
+ * activations and workspace of every micro-batch it keeps in flight, its gradient sums and
+ * scratch; stage 0 also the staging buffer through which it gathers the whole model. */
+crew_status crew_model_plan_stages(const crew_model *m, const crew_fit_plan *plan, int64_t *bytes);
 void crew_memory_plan_release(crew_memory_plan *plan);
 
 /* Scaling: short trials at a few replica counts, a cost model fitted to them, projections and a

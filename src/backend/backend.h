@@ -75,6 +75,10 @@ typedef struct crew_backend_ops {
     void (*free)(void *ctx, void *p);
     crew_status (*host_alloc)(void *ctx, crew_dtype t, int64_t n, void **out);
     void (*host_free)(void *ctx, void *p);
+    /* The bytes of the device's buffers (alloc's, not host_alloc's) as allocated (the CPU kinds
+     * round each up to 64 bytes, as the memory planner counts them): those held now, and the most
+     * held at once since the device was opened. The planner's figures are checked against it. */
+    void (*memory_used)(void *ctx, int64_t *in_use, int64_t *peak);
 
     /* ---- transfers of n elements of type t.
      * upload: host → device, ordered on q (NULL: the compute queue). host must stay as it is

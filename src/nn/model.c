@@ -311,6 +311,14 @@ static void point_params(crew_model *m)
         }
 }
 
+void crew_model_count(crew_model *m)
+{
+    crew_layer *last = m->n_layers ? m->layers[m->n_layers - 1] : NULL;
+    m->n_compute = m->n_layers;
+    if (last && last->spec.type == CREW_LAYER_ACTIVATION && last->spec.activation == CREW_ACT_SOFTMAX) m->n_compute--;
+    assign_offsets(m);
+}
+
 crew_status crew_model_layout(crew_model *m)
 {
     if (m->laid_out) return CREW_OK;

@@ -132,6 +132,12 @@ crew_status crew_model_append_layer(crew_model *m, const crew_layer_spec *spec, 
  * contiguous slices of full's buffers from crew_model_stage_offsets. Tied parameters must stay
  * in one stage, and the last stage keeps full's trailing softmax. */
 crew_status crew_model_stage(const crew_model *full, int first, int end, const crew_backend *be, crew_model **out);
+/* The same stage's layers only, counted (crew_model_count) but with no buffers: for the memory
+ * planner. */
+crew_status crew_model_stage_layers(const crew_model *full, int first, int end, crew_model **out);
+/* What crew_model_layout would lay out (n_compute, each parameter's offset, n_params, n_state),
+ * without allocating anything. */
+void crew_model_count(crew_model *m);
 /* Where layers [first, ...) start in full's params and state buffers. */
 void crew_model_stage_offsets(const crew_model *full, int first, int64_t *params, int64_t *state);
 /* Another set of activations and workspace for model m (a micro-batch in flight in a pipeline):

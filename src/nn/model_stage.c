@@ -4,6 +4,7 @@
  * exactly the slices of the whole model's buffers that its layers own: copying a stage in or out
  * is one transfer per buffer, and the checkpoint and weights files of a pipelined run are the
  * same as a data-parallel run's. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/status.h"
@@ -45,7 +46,7 @@ static crew_status check_ties(const crew_model *full, int first, int end)
     return CREW_OK;
 }
 
-crew_status crew_model_stage(const crew_model *full, int first, int end, const crew_backend *be, crew_model **out)
+crew_status crew_model_stage_layers(const crew_model *full, int first, int end, crew_model **out)
 {
     *out = NULL;
     if (!full->laid_out || first < 0 || end > full->n_layers || first >= end)
@@ -62,17 +63,30 @@ crew_status crew_model_stage(const crew_model *full, int first, int end, const c
     m->input_grad = first > 0;
     crew_status s = CREW_OK;
     for (int i = first; i < end && !s; i++) s = crew_model_append_layer(m, &full->layers[i]->spec, full->layers[i]->name);
-    if (!s) {
-        snprintf(m->name, sizeof m->name, "%s", full->name);
-        m->defaults = full->defaults;
-        m->compile = full->compile;
-        m->compiled = full->compiled;
-        if (be) {
-            m->be = *be;
-            m->has_backend = 1;
-        }
-        s = crew_model_layout(m);
+    if (s) {
+        crew_model_free(m);
+        return s;
     }
+    snprintf(m->name, sizeof m->name, "%s", full->name);
+    m->defaults = full->defaults;
+    m->compile = full->compile;
+    m->compiled = full->compiled;
+    crew_model_count(m);
+    *out = m;
+    return CREW_OK;
+}
+
+crew_status crew_model_stage(const crew_model *full, int first, int end, const crew_backend *be, crew_model **out)
+{
+    *out = NULL;
+    crew_model *m;
+    CREW_TRY(crew_model_stage_layers(full, first, end, &m));
+    crew_status s = CREW_OK;
+    if (be) {
+        m->be = *be;
+        m->has_backend = 1;
+    }
+    s = crew_model_layout(m);
     if (!s && full->initialized) {
         int64_t po, so;
         crew_model_stage_offsets(full, first, &po, &so);

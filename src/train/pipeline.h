@@ -16,7 +16,12 @@
 
 #include "crew.h"
 #include "nn/model.h"
+#include "telemetry/record.h"
 #include "train/run.h"
+
+/* Doubles per rank in a pipeline step's metrics all-reduce (pipeline_rank.c): loss, correct,
+ * stop, checkpoint due, non-finite, then the times. Its device scratch holds ranks × these. */
+#define CREW_PIPELINE_METRIC_FIELDS (5 + CREW_STEP_TIMES_FIELDS)
 
 /* One pass of one micro-batch (0-based, of the replica's accumulation micro-batches). */
 typedef struct crew_pipe_op {

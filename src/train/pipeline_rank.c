@@ -3,11 +3,12 @@
  * other replicas, the update of its own parameters and optimizer state.
  *
  * What the run shares goes over the run's communicator (all D·K ranks): each step's metrics
- * matrix (as loop.c's, with a row per rank), and the whole model gathered on global rank 0 (stage
- * 0 of replica 0) when it evaluates, saves a checkpoint and ends: the stages of replica 0 send
- * their slices, which are contiguous in the whole model's buffers (model_stage.c), so the
- * checkpoints and weights of a pipeline are a data-parallel run's, and a run resumes on any
- * layout. Rank 0 decides when a checkpoint is due and says so in its row of the step's metrics,
+ * matrix (as loop.c's, with a row per rank), and the whole model gathered by global rank 0
+ * (stage 0 of replica 0) into the caller's model, in host memory, when it evaluates, saves a
+ * checkpoint and ends: the stages of replica 0 send their slices, which are contiguous in the
+ * whole model's buffers (model_stage.c), through a staging buffer on rank 0's device the size of
+ * the largest slice, so no device ever holds more than its stage. The checkpoints and weights of
+ * a pipeline are a data-parallel run's, and a run resumes on any layout. Rank 0 decides when a checkpoint is due and says so in its row of the step's metrics,
  * so every rank gathers at the same step. */
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "train/train.h"
 
 enum { M_LOSS, M_CORRECT, M_STOP, M_DUE, M_NONFINITE, M_TIMES, FIELDS = M_TIMES + CREW_STEP_TIMES_FIELDS };
+_Static_assert(FIELDS == CREW_PIPELINE_METRIC_FIELDS, "the pipeline's metric row");
 
 /* Message tags: a micro-batch's activation (forward) and gradient (backward), and the gathered
  * buffers (parameters, state, optimizer moments) of each stage. */
@@ -55,9 +57,13 @@ typedef struct stage_rank {
     double *metrics;                /* [size · FIELDS] host */
     crew_step_times *times;         /* [size] */
     double busy_s, step_s;          /* this run's forward and backward time, and its steps' */
-    /* global rank 0: the whole model and its optimizer state, gathered from the stages */
-    crew_model *whole;
+    /* global rank 0: the optimizer state of the whole model in host memory (on the caller's
+     * model's device; the caller's model holds the values), gathered from the stages through
+     * staging, [largest slice] on rank 0's device */
     crew_optimizer whole_opt;
+    int has_whole_opt;
+    float *staging;
+    int64_t staging_n;
 } stage_rank;
 
 static int first_stage(const stage_rank *r) { return r->stage == 0; }
@@ -114,9 +120,16 @@ static crew_status set_up(stage_rank *r)
     }
     CREW_TRY(crew_stepper_init(&r->stepper, m, r->has_worker ? &r->worker : NULL, r->replica, r->replicas, r->rows, k,
                                run->bucket_mb, run->sync_bn));
-    if (r->rank == 0) {
-        CREW_TRY(crew_model_clone(start, r->be, &r->whole));
-        CREW_TRY(crew_optimizer_init(&r->whole_opt, &r->whole->compile.optimizer, r->be, r->whole->n_params));
+    if (r->sinks) {
+        crew_model *w = r->sinks->model;
+        CREW_TRY(crew_optimizer_init(&r->whole_opt, &m->compile.optimizer, &w->be, w->n_params));
+        r->has_whole_opt = 1;
+        for (int s = 0; s < r->stages; s++) {
+            int64_t np = r->param_at[s + 1] - r->param_at[s], ns = r->state_at[s + 1] - r->state_at[s];
+            if (np > r->staging_n) r->staging_n = np;
+            if (ns > r->staging_n) r->staging_n = ns;
+        }
+        CREW_TRY(crew_dev_alloc_f32(r->be, r->staging_n, &r->staging));
     }
     return CREW_OK;
 }
@@ -128,8 +141,8 @@ static void tear_down(stage_rank *r)
     if (r->copy_q) r->be->ops->queue_destroy(r->be->ctx, r->copy_q);
     crew_dev_free(r->be, r->dev_scratch);
     crew_optimizer_release(&r->opt, r->be);
-    if (r->whole) crew_optimizer_release(&r->whole_opt, r->be);
-    crew_model_free(r->whole);
+    if (r->has_whole_opt) crew_optimizer_release(&r->whole_opt, &r->sinks->model->be);
+    crew_dev_free(r->be, r->staging);
     for (int i = r->n_slots - 1; r->slot && i >= 0; i--) crew_model_free(r->slot[i]); /* views before their owner */
     free(r->slot);
     free(r->ops);
@@ -252,8 +265,20 @@ static crew_status gradients(stage_rank *r, step_ctx *c, float **grad)
 
 /* ------------------------------------------------------------------ the whole model on rank 0 */
 
-/* Replica 0's stages send their values to global rank 0, which puts them in place in its whole
- * model and optimizer; every replica holds the same values, so one copy is enough. */
+/* One slice (n values, at `at` in the whole model's buffer `into`, host memory of the caller's
+ * model's device) from stage s of replica 0: its own buffer on rank 0, else received through
+ * staging. */
+static crew_status take_slice(stage_rank *r, int s, int b, const float *own, float *into, int64_t at, int64_t n)
+{
+    const crew_backend *host = &r->sinks->model->be;
+    if (n == 0) return CREW_OK;
+    if (s == 0) return crew_dev_transfer_f32(host, into + at, r->be, own, n);
+    CREW_TRY(crew_recv(&r->world, r->staging, n, CREW_COMM_F32, s, TAG_GATHER(s, b), r->run->timeout_s));
+    return crew_dev_transfer_f32(host, into + at, r->be, r->staging, n);
+}
+
+/* Replica 0's stages send their values to global rank 0, which puts them in place in the caller's
+ * model and the host optimizer state; every replica holds the same values, so one copy is enough. */
 static crew_status gather(stage_rank *r)
 {
     if (r->replica != 0) return CREW_OK;
@@ -261,31 +286,28 @@ static crew_status gather(stage_rank *r)
     crew_model *m = r->slot[0];
     if (r->rank != 0) {
         CREW_TRY(send_after(r, m->params, m->n_params, 0, TAG_GATHER(r->stage, 0)));
-        CREW_TRY(crew_send(&r->world, m->state, m->n_state, CREW_COMM_F32, 0, TAG_GATHER(r->stage, 1), timeout));
-        for (int i = 0; i < 2; i++)
+        if (m->n_state) CREW_TRY(crew_send(&r->world, m->state, m->n_state, CREW_COMM_F32, 0, TAG_GATHER(r->stage, 1), timeout));
+        for (int i = 0; i < 2 && m->n_params; i++)
             if (r->opt.slot[i])
                 CREW_TRY(crew_send(&r->world, r->opt.slot[i], r->opt.n, CREW_COMM_F32, 0, TAG_GATHER(r->stage, 2 + i),
                                    timeout));
         return CREW_OK;
     }
-    crew_model *w = r->whole;
-    const crew_backend_ops *o = r->be->ops;
-    o->copy(r->be->ctx, w->params, m->params, m->n_params);
-    if (m->n_state) o->copy(r->be->ctx, w->state, m->state, m->n_state);
-    for (int i = 0; i < 2; i++)
-        if (r->opt.slot[i]) o->copy(r->be->ctx, r->whole_opt.slot[i], r->opt.slot[i], r->opt.n);
-    r->whole_opt.t = r->opt.t;
-    for (int s = 1; s < r->stages; s++) {
+    CREW_TRY(r->be->ops->sync(r->be->ctx, NULL));
+    pthread_mutex_lock(&r->sinks->lock); /* the caller's model */
+    crew_model *w = r->sinks->model;
+    crew_status st = CREW_OK;
+    for (int s = 0; s < r->stages && !st; s++) {
         int64_t pa = r->param_at[s], np = r->param_at[s + 1] - pa, sa = r->state_at[s], ns = r->state_at[s + 1] - sa;
-        CREW_TRY(crew_recv(&r->world, w->params + pa, np, CREW_COMM_F32, s, TAG_GATHER(s, 0), timeout));
-        CREW_TRY(crew_recv(&r->world, w->state + sa, ns, CREW_COMM_F32, s, TAG_GATHER(s, 1), timeout));
-        for (int i = 0; i < 2; i++)
-            if (r->whole_opt.slot[i])
-                CREW_TRY(crew_recv(&r->world, r->whole_opt.slot[i] + pa, np, CREW_COMM_F32, s, TAG_GATHER(s, 2 + i),
-                                   timeout));
+        st = take_slice(r, s, 0, m->params, w->params, pa, np);
+        if (!st) st = take_slice(r, s, 1, m->state, w->state, sa, ns);
+        for (int i = 0; i < 2 && !st; i++)
+            if (r->whole_opt.slot[i]) st = take_slice(r, s, 2 + i, r->opt.slot[i], r->whole_opt.slot[i], pa, np);
     }
+    r->whole_opt.t = r->opt.t;
     w->initialized = 1;
-    return CREW_OK;
+    pthread_mutex_unlock(&r->sinks->lock);
+    return st;
 }
 
 /* Test hook (verify's first-step check): the first step's summed gradients of every stage into
@@ -295,16 +317,15 @@ static crew_status gather_first_grads(stage_rank *r, const float *grad)
     float *host = r->run->hooks.first_grads;
     if (!host || r->replica != 0) return CREW_OK;
     int64_t n = r->slot[0]->n_params;
-    if (r->rank != 0) return send_after(r, grad, n, 0, TAG_GATHER(r->stage, 0));
-    float *w = r->whole->grads ? r->whole->grads : NULL;
-    if (!w) CREW_TRY(crew_dev_alloc_f32(r->be, r->whole->n_params, &r->whole->grads)); /* freed with the model */
-    w = r->whole->grads;
-    r->be->ops->copy(r->be->ctx, w, grad, n);
-    for (int s = 1; s < r->stages; s++)
-        CREW_TRY(crew_recv(&r->world, w + r->param_at[s], r->param_at[s + 1] - r->param_at[s], CREW_COMM_F32, s,
-                           TAG_GATHER(s, 0), r->run->timeout_s));
+    if (r->rank != 0) return n ? send_after(r, grad, n, 0, TAG_GATHER(r->stage, 0)) : CREW_OK;
     pthread_mutex_lock(&r->sinks->lock); /* the caller's memory */
-    crew_status st = crew_dev_download_f32(r->be, host, w, r->whole->n_params);
+    crew_status st = n ? crew_dev_download_f32(r->be, host, grad, n) : CREW_OK;
+    for (int s = 1; s < r->stages && !st; s++) {
+        int64_t at = r->param_at[s], ns = r->param_at[s + 1] - at;
+        if (!ns) continue;
+        st = crew_recv(&r->world, r->staging, ns, CREW_COMM_F32, s, TAG_GATHER(s, 0), r->run->timeout_s);
+        if (!st) st = crew_dev_download_f32(r->be, host + at, r->staging, ns);
+    }
     pthread_mutex_unlock(&r->sinks->lock);
     return st;
 }
@@ -354,7 +375,7 @@ static crew_status write_checkpoint(stage_rank *r, int64_t step)
     const crew_fit_options *o = r->run->opts;
     crew_checkpoint_state st = {.step = step, .plan = r->run->plan, .lr = r->run->lr};
     pthread_mutex_lock(&r->sinks->lock);
-    crew_status s = crew_checkpoint_write(o->checkpoint_dir, r->whole, &r->whole_opt, &st, o->keep_checkpoints,
+    crew_status s = crew_checkpoint_write(o->checkpoint_dir, r->sinks->model, &r->whole_opt, &st, o->keep_checkpoints,
                                           r->sinks->result->last_checkpoint, sizeof r->sinks->result->last_checkpoint);
     r->sinks->last_checkpoint_time = crew_now();
     pthread_mutex_unlock(&r->sinks->lock);
@@ -501,13 +522,17 @@ static crew_status finish_epoch(stage_rank *r, crew_epoch_info *info)
     const crew_fit_options *o = r->run->opts;
     if (o->test) {
         CREW_TRY(gather(r));
-        if (r->sinks) { /* rank 0 alone evaluates the whole model; the others wait at the next step */
+        if (r->sinks) { /* rank 0 alone evaluates the gathered model on the host; the others wait at the next step */
             double sums[2] = {0.0, 0.0};
             int64_t n = crew_dataset_size(o->test);
-            CREW_TRY(crew_eval_range(r->whole, o->test, 0, n, r->rows, &sums[0], &sums[1]));
+            pthread_mutex_lock(&r->sinks->lock);
+            crew_model *w = r->sinks->model;
+            crew_status s = crew_eval_range(w, o->test, 0, n, r->rows, &sums[0], &sums[1]);
+            info->test_bits = crew_model_positions(w) > 1 ? (float)(sums[0] / (double)n / log(2.0)) : NAN;
+            pthread_mutex_unlock(&r->sinks->lock);
+            CREW_TRY(s);
             info->test_loss = (float)(sums[0] / (double)n);
             info->test_accuracy = (float)(sums[1] / (double)n);
-            info->test_bits = crew_model_positions(r->whole) > 1 ? (float)(info->test_loss / log(2.0)) : NAN;
         }
     }
     if (!r->sinks) return CREW_OK;
@@ -569,8 +594,11 @@ static crew_status report_bubble(stage_rank *r, int64_t steps)
     double *row = r->metrics;
     memset(row, 0, (size_t)r->size * FIELDS * sizeof *row);
     if (r->replica == 0) {
+        int64_t in_use = 0, peak = 0;
+        if (r->be->ops->memory_used) r->be->ops->memory_used(r->be->ctx, &in_use, &peak);
         row[(size_t)r->rank * FIELDS] = r->busy_s;
         row[(size_t)r->rank * FIELDS + 1] = r->step_s;
+        row[(size_t)r->rank * FIELDS + 2] = (double)peak; /* exact below 2^53 bytes */
     }
     CREW_TRY(allreduce_metrics(r));
     if (!r->sinks || steps == 0) return CREW_OK;
@@ -582,6 +610,12 @@ static crew_status report_bubble(stage_rank *r, int64_t steps)
         if (busy > most) most = busy, busiest = s;
     }
     const crew_fit_plan *p = &r->run->plan;
+    pthread_mutex_lock(&r->sinks->lock);
+    crew_fit_result *res = r->sinks->result;
+    res->stages = r->stages;
+    res->bubble_fraction = idle;
+    for (int s = 0; s < r->stages; s++) res->stage_peak_bytes[s] = (int64_t)row[(size_t)s * FIELDS + 2];
+    pthread_mutex_unlock(&r->sinks->lock);
     char msg[320];
     snprintf(msg, sizeof msg, "pipeline of %d stages, %s schedule, %d micro-batches per step: the stages computed "
              "%.0f%% of each step and waited %.0f%% (the ideal bubble is %.0f%%); stage %d is the bottleneck (%.4f s "
@@ -603,13 +637,13 @@ static crew_status train(stage_rank *r)
     if (r->sinks) {
         pthread_mutex_lock(&r->sinks->lock);
         r->sinks->result->steps = step;
-        crew_status s = crew_model_copy_values(r->sinks->model, r->whole);
-        if (!s && r->run->hooks.final_moments) { /* m then v, [2 × n_params] */
-            int64_t n = r->whole->n_params;
+        crew_status s = CREW_OK; /* the caller's model holds the values already (gather) */
+        if (r->run->hooks.final_moments) { /* m then v, [2 × n_params] */
+            int64_t n = r->sinks->model->n_params;
             for (int i = 0; i < 2 && !s; i++) {
                 float *host = r->run->hooks.final_moments + (size_t)i * (size_t)n;
                 if (r->whole_opt.slot[i])
-                    s = crew_dev_download_f32(r->be, host, r->whole_opt.slot[i], n);
+                    s = crew_dev_download_f32(&r->sinks->model->be, host, r->whole_opt.slot[i], n);
                 else
                     memset(host, 0, (size_t)n * sizeof *host);
             }

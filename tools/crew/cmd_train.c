@@ -322,7 +322,29 @@ static void print_result_json(const crew_fit_result *r, const char *weights, con
     crew_json_write_string(stdout, run_dir);
     printf(",\"events\":%d,\"skipped_updates\":%lld,\"bottleneck\":", r->events, (long long)r->skipped_updates);
     crew_json_write_string(stdout, r->bottleneck);
-    printf("}\n");
+    char bubble[32];
+    printf(",\"stages\":%d,\"bubble_fraction\":%s,\"stage_peak_bytes\":[", r->stages,
+           cli_json_number(r->bubble_fraction, bubble, sizeof bubble));
+    for (int s = 0; s < r->stages && r->stages > 1; s++) printf("%s%lld", s ? "," : "", (long long)r->stage_peak_bytes[s]);
+    printf("]}\n");
+}
+
+/* A pipeline: each stage's device memory, planned and measured. */
+static void print_stage_memory(const crew_model *m, const crew_fit_result *r, const crew_fit_plan *plan)
+{
+    int64_t planned[CREW_MAX_PIPELINE_STAGES];
+    crew_status s = crew_model_plan_stages(m, plan, planned);
+    if (s) {
+        crew_status_free(s);
+        return;
+    }
+    for (int i = 0; i < plan->stages; i++) {
+        char a[32], b[32];
+        printf("stage %d (layers %d-%d): device memory %s at its peak, planned %s (%+.1f%%)\n", i, plan->stage_first[i],
+               plan->stage_first[i + 1] - 1, crew_format_bytes(r->stage_peak_bytes[i], a, sizeof a),
+               crew_format_bytes(planned[i], b, sizeof b),
+               planned[i] > 0 ? 100.0 * ((double)r->stage_peak_bytes[i] / (double)planned[i] - 1.0) : 0.0);
+    }
 }
 
 typedef struct train_state {
@@ -630,6 +652,7 @@ static int run_and_save(const train_args *a, train_state *st, train_view *view)
     int finished = res.steps == plan->total_steps;
     if (!finished) report_stop(a, &res, plan, run_dir);
     if (!a->quiet) print_summary(&res, plan, run_dir, finished, view->bits_unit);
+    if (!a->quiet && plan->stages > 1 && res.stages > 1) print_stage_memory(st->m, &res, plan);
     if (a->json) print_result_json(&res, weights, run_dir);
     return finished ? 0 : 1;
 }

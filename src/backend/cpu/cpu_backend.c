@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <strings.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -17,6 +18,8 @@
 
 typedef struct cpu_ctx {
     int blas_threads;
+    /* memory_used: the rank's thread allocates, its communication thread may too */
+    _Atomic int64_t in_use, peak;
 } cpu_ctx;
 
 struct crew_queue {
@@ -25,15 +28,20 @@ struct crew_queue {
 
 static void cpu_destroy(void *ctx) { free(ctx); }
 
-/* Memory is 64-byte aligned so vector loads never straddle cache lines. */
-static crew_status cpu_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
+/* Memory is 64-byte aligned so vector loads never straddle cache lines. A device buffer keeps its
+ * size in the 64 bytes before it, for the accounting (memory_used). */
+#define HEADER 64
+
+static size_t rounded_bytes(crew_dtype t, int64_t n) { return ((size_t)n * crew_dtype_size(t) + 63) & ~(size_t)63; }
+
+static crew_status cpu_host_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
 {
     (void)ctx;
     *out = NULL;
-    if (n < 0 || (uint64_t)n > (SIZE_MAX - 64) / 8)
+    if (n < 0 || (uint64_t)n > (SIZE_MAX - 128) / 8)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cpu backend: cannot allocate %lld elements", (long long)n);
     if (n == 0) n = 1;
-    size_t bytes = ((size_t)n * crew_dtype_size(t) + 63) & ~(size_t)63;
+    size_t bytes = rounded_bytes(t, n);
     void *p = aligned_alloc(64, bytes);
     if (!p)
         return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "cpu backend: out of memory for %lld elements (%zu bytes)",
@@ -43,10 +51,51 @@ static crew_status cpu_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
     return CREW_OK;
 }
 
-static void cpu_free(void *ctx, void *p)
+static void cpu_host_free(void *ctx, void *p)
 {
     (void)ctx;
     free(p);
+}
+
+static crew_status cpu_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
+{
+    cpu_ctx *c = ctx;
+    *out = NULL;
+    if (n < 0 || (uint64_t)n > (SIZE_MAX - 128) / 8)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cpu backend: cannot allocate %lld elements", (long long)n);
+    if (n == 0) n = 1;
+    size_t bytes = rounded_bytes(t, n);
+    unsigned char *p = aligned_alloc(64, HEADER + bytes);
+    if (!p)
+        return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "cpu backend: out of memory for %lld elements (%zu bytes)",
+                           (long long)n, bytes);
+    memset(p + HEADER, 0, bytes);
+    memcpy(p, &bytes, sizeof bytes);
+    if (c) {
+        int64_t now = c->in_use += (int64_t)bytes, peak = c->peak;
+        while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {
+        }
+    }
+    *out = p + HEADER;
+    return CREW_OK;
+}
+
+static void cpu_free(void *ctx, void *p)
+{
+    cpu_ctx *c = ctx;
+    if (!p) return;
+    unsigned char *base = (unsigned char *)p - HEADER;
+    size_t bytes;
+    memcpy(&bytes, base, sizeof bytes);
+    if (c) c->in_use -= (int64_t)bytes;
+    free(base);
+}
+
+static void cpu_memory_used(void *ctx, int64_t *in_use, int64_t *peak)
+{
+    cpu_ctx *c = ctx;
+    *in_use = c ? c->in_use : 0;
+    *peak = c ? c->peak : 0;
 }
 
 static crew_status cpu_upload(void *ctx, crew_queue *q, void *dst, const void *host, int64_t n, crew_dtype t)
@@ -194,8 +243,9 @@ const crew_backend_ops crew_cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,
-    .host_alloc = cpu_alloc,
-    .host_free = cpu_free,
+    .host_alloc = cpu_host_alloc,
+    .host_free = cpu_host_free,
+    .memory_used = cpu_memory_used,
     .upload = cpu_upload,
     .download = cpu_download,
     .queue_create = cpu_queue_create,

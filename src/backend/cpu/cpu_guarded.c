@@ -58,6 +58,7 @@ typedef struct guard_ctx {
     size_t n_regions, cap_regions;
     crew_status pending;     /* the first failure since the last call that returned one */
     crew_queue *queues;
+    int64_t in_use, peak;    /* memory_used: bytes rounded up to 64, as the plain CPU backend counts (under lock) */
 } guard_ctx;
 
 static const char *dtype_name(crew_dtype t)
@@ -317,8 +318,22 @@ static crew_status guard_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
         if (store != MAP_FAILED) munmap(store, r.mapped);
         return s;
     }
+    guard_ctx *g = ctx;
+    pthread_mutex_lock(&g->lock);
+    g->in_use += (int64_t)((bytes + 63) / 64 * 64);
+    if (g->in_use > g->peak) g->peak = g->in_use;
+    pthread_mutex_unlock(&g->lock);
     *out = dev; /* anonymous mappings come zero-filled */
     return CREW_OK;
+}
+
+static void guard_memory_used(void *ctx, int64_t *in_use, int64_t *peak)
+{
+    guard_ctx *g = ctx;
+    pthread_mutex_lock(&g->lock);
+    *in_use = g->in_use;
+    *peak = g->peak;
+    pthread_mutex_unlock(&g->lock);
 }
 
 /* Uploads into a buffer being freed are dropped: the copy would land in unmapped memory, and no
@@ -346,6 +361,9 @@ static void guard_free(void *ctx, void *p)
                                   "interior pointer, or freed twice)", p));
         return;
     }
+    pthread_mutex_lock(&g->lock);
+    g->in_use -= (int64_t)((r.bytes + 63) / 64 * 64);
+    pthread_mutex_unlock(&g->lock);
     drop_uploads_into(g, &r);
     unmap_region(&r);
 }
@@ -833,6 +851,7 @@ static const crew_backend_ops guarded_ops = {
     .alloc = guard_alloc,
     .free = guard_free,
     .host_alloc = guard_host_alloc,
+    .memory_used = guard_memory_used,
     .host_free = guard_host_free,
     .upload = guard_upload,
     .download = guard_download,
