@@ -6,6 +6,8 @@
 #   data-parallel replicas of the pipeline;
 # - a pipelined run stopped by SIGINT resumes on another layout (data parallel, or another K)
 #   and still ends with the same weights: its checkpoints are the whole model's;
+# - a model too large for its devices (--device-memory) trains on the pipeline the planner finds,
+#   each stage's measured device memory within 10% of its plan, on 2 and 4 stages;
 # - bad flags are one clear line and exit status 2.
 . "$(dirname "$0")/lib_cli.sh"
 need_fashion
@@ -69,6 +71,29 @@ resume_on dp --devices cpu:2
 cmp -s "$TMP/long/weights.safetensors" "$TMP/dp/weights.safetensors" && ok || fail "pipeline resumed as 2 replicas: weights differ"
 resume_on k3 --devices cpu:3 --pipeline 3
 cmp -s "$TMP/long/weights.safetensors" "$TMP/k3/weights.safetensors" && ok || fail "pipeline resumed on 3 stages: weights differ"
+
+# A model that does not fit: examples/fashion_wide_mlp.json needs 62 MiB as one replica; in
+# 48 MB devices the planner says it needs a pipeline, crew train --device-memory runs the split it
+# finds, and every stage's measured device memory is within 10% of its plan (on 2 and 4 stages).
+WIDE=examples/fashion_wide_mlp.json
+"$CREW" plan $WIDE --device-memory 48MB --json > "$TMP/wide-plan.out" && \
+  [ "$(json_field "$TMP/wide-plan.out" verdict_kind)" = model_parallel ] && ok || fail "wide MLP plan: $(tail -n 1 "$TMP/wide-plan.out")"
+within_plan() { # $1: output of crew train; every "stage S (...): device memory ... planned ... (+P%)" within 10%
+  local n; n=$(grep -c '^stage [0-9]* (layers .*): device memory .* at its peak, planned .* ([+-][0-9.]*%)$' "$1")
+  [ "$n" -ge 2 ] && ! sed -n 's/^stage .*(\([+-][0-9.]*\)%)$/\1/p' "$1" | awk '{ if ($1 > 10 || $1 < -10) bad = 1 } END { exit !bad }' \
+    && ok || fail "stage memory against the plan ($2): $(grep '^stage' "$1")"
+}
+"$CREW" train $WIDE --data "$DATA" --devices cpu:2 --device-memory 48MB --max-steps 6 --run-dir "$TMP/wide2" \
+  > "$TMP/wide2.out" 2>&1 || fail "wide MLP with --device-memory 48MB: $(tail -n 3 "$TMP/wide2.out")"
+grep -q "layout (--device-memory): a pipeline of 2 stages x 1 replica, .* of 45.8 MiB: the model needs model parallelism" \
+  "$TMP/wide2.out" && ok || fail "the layout line: $(grep -i layout "$TMP/wide2.out")"
+within_plan "$TMP/wide2.out" "2 stages"
+"$CREW" train $WIDE --data "$DATA" --devices cpu:4 --pipeline 4 --max-steps 6 --run-dir "$TMP/wide4" \
+  > "$TMP/wide4.out" 2>&1 || fail "wide MLP on 4 stages: $(tail -n 3 "$TMP/wide4.out")"
+within_plan "$TMP/wide4.out" "4 stages"
+"$CREW" train $WIDE --data "$DATA" --devices cpu:2 --device-memory 1GB --max-steps 2 --run-dir "$TMP/wide-dp" \
+  > "$TMP/wide-dp.out" 2>&1 && grep -q "layout (--device-memory): data parallel: the model fits" "$TMP/wide-dp.out" && ok \
+  || fail "a model that fits stays data parallel: $(grep -i layout "$TMP/wide-dp.out")"
 
 # Bad flags: one line, exit 2.
 expect_exit 2 "3 devices cannot hold replicas of 2 pipeline stages" -- \

@@ -16,10 +16,20 @@ plan examples/fashion_cnn.json --device-memory 20M && ok || fail "crew plan of t
     && ok || fail "CNN in 20M: $(tail -2 "$TMP/out")"
 plan examples/fashion_cnn.json --device-memory 8MiB && [ "$(json_field "$TMP/out" verdict_kind)" = model_parallel ] \
     && grep -q '"stage":1' "$TMP/out" && ok || fail "CNN in 8 MiB: $(tail -2 "$TMP/out")"
-plan examples/fashion_cnn.json --device-memory 4M && [ "$(json_field "$TMP/out" verdict_kind)" = too_large ] \
-    && [ "$(json_field "$TMP/out" fits)" = false ] && ok || fail "CNN in 4M: $(tail -2 "$TMP/out")"
+plan examples/fashion_cnn.json --device-memory 3M && [ "$(json_field "$TMP/out" verdict_kind)" = too_large ] \
+    && [ "$(json_field "$TMP/out" fits)" = false ] && ok || fail "CNN in 3M: $(tail -2 "$TMP/out")"
 plan examples/fashion_mlp.json --devices cpu:4 --device-memory 5M && \
-    [ "$(json_field "$TMP/out" verdict_kind)" = optimizer_sharding ] && ok || fail "MLP on 4 x 5M: $(tail -2 "$TMP/out")"
+    [ "$(json_field "$TMP/out" verdict_kind)" = model_parallel ] && ok || fail "MLP on 4 x 5M: $(tail -2 "$TMP/out")"
+# The verdict keeps the asked global batch, and takes the fewest devices: a 4-layer 1024-wide MLP
+# at batch 64 in 34 MB needs 2 pipeline stages (sharding would take 4 replicas of 16); in 40 MB,
+# sharding over 2 replicas of 32 ties with 2 stages, and data parallelism wins the tie.
+printf '{"input_shape": [784], "layers": [{"type": "dense", "units": 1024, "activation": "relu"},
+  {"type": "dense", "units": 1024, "activation": "relu"}, {"type": "dense", "units": 1024, "activation": "relu"},
+  {"type": "dense", "units": 10}], "optimizer": {"type": "adamw"}, "training": {"batch_per_device": 64}}' > "$TMP/mlp4.json"
+plan "$TMP/mlp4.json" --device-memory 34MB && [ "$(json_field "$TMP/out" verdict_kind)" = model_parallel ] \
+    && grep -q "over 2 pipeline stages.*keep the global batch of 64" "$TMP/out" && ok || fail "MLP4 in 34MB: $(tail -2 "$TMP/out")"
+plan "$TMP/mlp4.json" --device-memory 40MB && [ "$(json_field "$TMP/out" verdict_kind)" = optimizer_sharding ] \
+    && grep -q "across 2 replicas.*keeps the global batch of 64" "$TMP/out" && ok || fail "MLP4 in 40MB: $(tail -2 "$TMP/out")"
 plan examples/fashion_mlp.json --devices cpu:2 --global-batch 1024 && grep -q '"global_batch":1024,"accumulation":4,' "$TMP/out" \
     && ok || fail "MLP with accumulation: $(tail -1 "$TMP/out")"
 # "--devices cpu" counts the cores this process may use (its affinity), not the machine's.

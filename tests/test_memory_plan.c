@@ -249,9 +249,17 @@ static void check_ladder(const char *src)
     CHECK(strstr(p.verdict_text, "stage 1: layers") != NULL);
     crew_memory_plan_release(&p);
 
+    /* 4 MiB: the dense layer alone is too large for one device even at one sample, but 64
+     * replicas of one sample each, keeping 1/64 of its AdamW state, keep the global batch */
     o.device_memory_bytes = 4 << 20;
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
-    CHECK(p.verdict == CREW_MEMORY_TOO_LARGE && strstr(p.verdict_text, "layer 7 (dense)"));
+    CHECK_MSG(p.verdict == CREW_MEMORY_SHARD_OPTIMIZER && p.advised_devices == 64 && p.advised_batch == 1 &&
+              strstr(p.verdict_text, "keeps the global batch of 64"), "verdict %d: %s", (int)p.verdict, p.verdict_text);
+    crew_memory_plan_release(&p);
+    o.device_memory_bytes = 3 << 20;
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    CHECK_MSG(p.verdict == CREW_MEMORY_TOO_LARGE && strstr(p.verdict_text, "layer 7 (dense)"), "verdict %d: %s",
+              (int)p.verdict, p.verdict_text);
     crew_memory_plan_release(&p);
     crew_model_free(m);
 
@@ -261,8 +269,9 @@ static void check_ladder(const char *src)
     o = (crew_memory_options){.struct_size = sizeof(crew_memory_options), .batch_per_device = 128, .devices = 4,
                               .device_memory_bytes = 5 << 20};
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
-    CHECK_MSG(p.verdict == CREW_MEMORY_SHARD_OPTIMIZER && p.advised_devices >= 4, "verdict %d: %s", (int)p.verdict,
-              p.verdict_text);
+    /* sharding would need more than 4 replicas to keep the global batch of 512; 2 stages do it */
+    CHECK_MSG(p.verdict == CREW_MEMORY_MODEL_PARALLEL && p.advised_devices == 2 &&
+              strstr(p.verdict_text, "keep the global batch of 512"), "verdict %d: %s", (int)p.verdict, p.verdict_text);
     crew_memory_plan_release(&p);
     o.optimizer_sharding = 1; /* planned as sharded: it fits as asked */
     CHECK_OK(crew_model_plan_memory(m, &o, &p));

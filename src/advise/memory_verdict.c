@@ -7,6 +7,8 @@
  *   3. optimizer-state sharding (ZeRO stage 1): each of N replicas keeps 1/N of the optimizer state;
  *   4. model parallelism: the layer list cut into k contiguous stages, one per device, the
  *      largest stage as small as it can be;
+ * rungs 3 and 4 both keep the asked global batch, and the one that needs fewer devices is the
+ * verdict (sharding, which is data parallelism, on a tie);
  *   5. nothing fits: one layer alone is larger than a device.
  * With CPU replicas sharing this machine's memory, rungs 1 and 2 count every replica plus the
  * loader against it; rungs 3 and 4 need devices with memory of their own, so they are stated as
@@ -120,34 +122,48 @@ static int smaller_batch(const ladder *l)
     return 0;
 }
 
-/* Rung 3: the fewest replicas whose shares of the optimizer state make one fit, at the asked
- * per-device batch or the largest divisor of it that fits (each on a device of its own). */
-static int sharding(const ladder *l)
+/* Rung 3: the fewest replicas whose shares of the optimizer state make one fit, each on a device of
+ * its own, keeping the asked global batch: n replicas of micro-batches of b (a divisor of the
+ * asked per-device batch), accumulating k, with n · b · k the global batch. */
+typedef struct shard_choice {
+    int n, k;
+    int64_t b, bytes;
+} shard_choice;
+
+static int find_sharding(const ladder *l, shard_choice *out)
 {
     crew_memory_plan *p = l->p;
     if (!l->mm->slots) return 0; /* plain SGD keeps no optimizer state */
     int64_t bytes = 0, d[4096];
     int nd = divisors(p->batch_per_device, d, 4096);
-    for (int n = p->devices > 1 ? p->devices : 2; n <= MAX_SHARDS; n++)
+    for (int n = p->devices > 1 ? p->devices : 2; n <= MAX_SHARDS && n <= p->global_batch; n++)
         for (int i = 0; i < nd; i++) {
             int64_t b = d[i];
-            int k = (int)(p->batch_per_device / b) * p->accumulation;
+            if (p->global_batch % ((int64_t)n * b) != 0) continue;
+            int k = (int)(p->global_batch / ((int64_t)n * b));
             if (!replica_fits(l, b, n, k, n, 1, &bytes)) continue;
-            char need[32], mem[32];
-            crew_format_bytes(bytes, need, sizeof need);
-            crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
-            p->verdict = CREW_MEMORY_SHARD_OPTIMIZER;
-            p->advised_batch = b;
-            p->advised_accumulation = k;
-            p->advised_devices = n;
-            p->advised_bytes_per_device = bytes;
-            say(p, "fits with optimizer-state sharding across %d replicas: each keeps 1/%d of the %s state and needs "
-                "%s of %s%s, at a per-device batch of %lld%s (global batch %lld)", n, n, l->mm->optimizer, need, mem,
-                p->shared_memory ? " (each on a machine like this one)" : "", (long long)b,
-                k > 1 ? " with accumulation" : "", (long long)((int64_t)n * b * k));
+            *out = (shard_choice){n, k, b, bytes};
             return 1;
         }
     return 0;
+}
+
+static void sharding(const ladder *l, const shard_choice *c)
+{
+    crew_memory_plan *p = l->p;
+    char need[32], mem[32];
+    crew_format_bytes(c->bytes, need, sizeof need);
+    crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
+    p->verdict = CREW_MEMORY_SHARD_OPTIMIZER;
+    p->advised_batch = c->b;
+    p->advised_accumulation = c->k;
+    p->advised_devices = c->n;
+    p->advised_bytes_per_device = c->bytes;
+    for (int i = 0; i < p->n_layers; i++) p->layers[i].stage = 0;
+    say(p, "fits with optimizer-state sharding across %d replicas: each keeps 1/%d of the %s state and needs %s of "
+        "%s%s, at a per-device batch of %lld%s, which keeps the global batch of %lld", c->n, c->n, l->mm->optimizer,
+        need, mem, p->shared_memory ? " (each on a machine like this one)" : "", (long long)c->b,
+        c->k > 1 ? " with accumulation" : "", (long long)p->global_batch);
 }
 
 /* A layer's bytes in a stage; with several micro-batches per step its gradients are summed in a
@@ -292,8 +308,16 @@ crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options
     l.width[m->n_layers] = crew_shape_size(&m->layers[m->n_layers - 1]->out);
     if (p->fits)
         fits_as_asked(&l, o->optimizer_sharding);
-    else if (!smaller_batch(&l) && !sharding(&l) && !model_parallel(&l))
-        too_large(&l);
+    else if (!smaller_batch(&l)) {
+        /* Sharding and a pipeline both keep the global batch; the one that needs fewer devices
+         * wins, data parallelism (sharding) on a tie. */
+        shard_choice sc;
+        int shard = find_sharding(&l, &sc), piped = model_parallel(&l);
+        if (shard && (!piped || sc.n <= p->advised_devices))
+            sharding(&l, &sc);
+        else if (!piped)
+            too_large(&l);
+    }
     free(l.weights);
     free(l.width);
     return CREW_OK;

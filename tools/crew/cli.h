@@ -26,6 +26,10 @@ int cli_parse_augment(const char *verb, const char *text, crew_augment_options *
  * printing the error (exit status 2). */
 int cli_parse_devices(const char *verb, const char *text, char *kind, size_t kind_len, int64_t *n);
 
+/* "512M", "8G", "24GiB", "1.5GB", "1000000" (K/M/G/T and KiB..TiB powers of 1024, KB..TB of
+ * 1000) into *out; 0 after a usage error naming flag. */
+int cli_parse_size(const char *verb, const char *flag, const char *text, int64_t *out);
+
 /* The pipeline flags of train and verify: --pipeline K, --schedule gpipe|1f1b, --stages RANGES,
  * --micro-batches M. */
 typedef struct cli_pipeline {

@@ -29,26 +29,6 @@ static const char *usage_text =
     "  --data DIR             count the loader's sample order for DIR's training split\n"
     "  --json                 end with one JSON line (docs/ADVISOR.md)\n";
 
-/* "512M", "8G", "24GiB", "1.5GB", "1000000"; returns 0 (after printing) when malformed. */
-static int parse_size(const char *verb, const char *text, int64_t *out)
-{
-    static const struct { const char *suffix; double factor; } units[] = {
-        {"", 1}, {"B", 1}, {"K", 1024.0}, {"KiB", 1024.0}, {"KB", 1e3}, {"M", 1048576.0}, {"MiB", 1048576.0},
-        {"MB", 1e6}, {"G", 1073741824.0}, {"GiB", 1073741824.0}, {"GB", 1e9}, {"T", 1099511627776.0},
-        {"TiB", 1099511627776.0}, {"TB", 1e12}};
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end != text && !errno && isfinite(v) && v > 0)
-        for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-            if (!strcasecmp(end, units[i].suffix) && v * units[i].factor >= 1.0 && v * units[i].factor < 9e18) {
-                *out = (int64_t)(v * units[i].factor);
-                return 1;
-            }
-    cli_usage_error(verb, "--device-memory takes a size such as 512M, 8G or 24GiB, got '%s'", text);
-    return 0;
-}
-
 static const char *verdict_key(crew_memory_verdict v)
 {
     switch (v) {
@@ -158,7 +138,7 @@ static int parse_devices(const char *verb, const char *v, void *args)
 
 static int parse_device_memory(const char *verb, const char *v, void *args)
 {
-    return parse_size(verb, v, &((plan_args *)args)->o.device_memory_bytes);
+    return cli_parse_size(verb, "--device-memory", v, &((plan_args *)args)->o.device_memory_bytes);
 }
 
 static const cli_flag_spec plan_flags[] = {

@@ -30,6 +30,10 @@ static const char *usage_text =
     "                             most K micro-batches in flight), or every forward first [1f1b]\n"
     "  --micro-batches M          micro-batches per pipeline per step; the global batch is then\n"
     "                             N / K x B x M [K]\n"
+    "  --device-memory SIZE       each device's own memory (512M, 8G; crew plan's flag): the memory\n"
+    "                             planner picks the layout for the global batch: data parallel when\n"
+    "                             the model fits, a smaller per-device batch with accumulation, or\n"
+    "                             the pipeline split it computes; the plan says which and why\n"
     "  --batch-per-device B       samples per replica per micro-batch [32]\n"
     "  --global-batch G           samples per optimizer step; a multiple of N x B, the rest is\n"
     "                             gradient accumulation [N x B]\n"
@@ -106,6 +110,7 @@ typedef struct train_args {
     const char *resume;
     double lr, warmup_epochs, bucket_mb, timeout, straggler_threshold;
     cli_pipeline pipe;
+    int64_t device_memory;      /* --device-memory: the planner chooses the layout; 0: not given */
 } train_args;
 
 /* --checkpoint-every: "500" (steps), "90s", "10m"; given twice it can set both. */
@@ -130,6 +135,11 @@ static int parse_augment(const char *verb, const char *v, void *args)
     train_args *a = args;
     a->have_augment = 1;
     return cli_parse_augment(verb, v, &a->augment);
+}
+
+static int parse_device_memory(const char *verb, const char *v, void *args)
+{
+    return cli_parse_size(verb, "--device-memory", v, &((train_args *)args)->device_memory);
 }
 
 static const char *const lr_rules[] = {"none", "linear", "sqrt", NULL}; /* crew_lr_scaling's order */
@@ -178,6 +188,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_CHOICE_FLAG(train_args, "--schedule", pipe.schedule, cli_schedules),
     CLI_STRING_FLAG(train_args, "--stages", pipe.split),
     CLI_INT_FLAG(train_args, "--micro-batches", pipe.micro_batches, 1, 1 << 20),
+    CLI_CUSTOM_FLAG("--device-memory", parse_device_memory),
 };
 
 /* Combinations that cannot mean anything: 0, or the exit status after the error. */
@@ -400,6 +411,111 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->checkpoint_dir = st->checkpoints;
     o->test = st->test;
     return CREW_OK;
+}
+
+/* The split of layers into stages that the memory verdict advises: "0-4,5-7". */
+static void verdict_split(const crew_memory_plan *p, char *split, size_t len)
+{
+    size_t used = 0;
+    split[0] = '\0';
+    for (int i = 0, first = 0; i < p->n_layers && used < len; i++) {
+        if (i == 0 || p->layers[i].stage != p->layers[i - 1].stage) first = i;
+        if (i + 1 < p->n_layers && p->layers[i + 1].stage == p->layers[i].stage) continue;
+        used += (size_t)(first == i ? snprintf(split + used, len - used, "%s%d", first ? "," : "", i)
+                                    : snprintf(split + used, len - used, "%s%d-%d", first ? "," : "", first, i));
+    }
+}
+
+/* The model needs a pipeline: the fewest stages, then the most replicas of the pipeline, then the
+ * largest micro-batch, whose every stage fits the device as crew_model_plan_stages counts it
+ * (with the micro-batches in flight and the gradient sums that the verdict's rough packing
+ * leaves out); the verdict's own split first, then splits balanced by compute. */
+/* One candidate layout: 1 when every stage fits (t then holds it and *largest its largest stage). */
+static int layout_fits(const train_state *st, crew_fit_options *t, int64_t mem, crew_fit_plan *fp, int64_t *largest)
+{
+    int64_t bytes[CREW_MAX_PIPELINE_STAGES];
+    crew_status s = crew_model_plan_fit(st->m, st->train, t, fp);
+    if (!s) s = crew_model_plan_stages(st->m, fp, bytes);
+    if (s) {
+        crew_status_free(s);
+        return 0;
+    }
+    *largest = 0;
+    for (int i = 0; i < fp->stages; i++) *largest = bytes[i] > *largest ? bytes[i] : *largest;
+    return *largest <= mem;
+}
+
+static int pipeline_layout(const train_args *a, const train_state *st, const crew_memory_plan *p, crew_fit_options *o,
+                           char *why, size_t len)
+{
+    static char split[512]; /* the options point at it until the run ends */
+    const int64_t global = p->global_batch, mem = a->device_memory;
+    verdict_split(p, split, sizeof split);
+    for (int k = p->advised_devices; k <= a->devices && k <= CREW_MAX_PIPELINE_STAGES; k++)
+        for (int64_t d = a->devices / k; d >= 1; d--)
+            for (int own = k == p->advised_devices; own >= 0 && global % d == 0; own--)
+                for (int64_t b = global / d < o->batch_per_device ? global / d : o->batch_per_device; b >= 1; b--) {
+                    crew_fit_options t = *o;
+                    t.devices = (int)d;
+                    t.batch_per_device = b;
+                    t.global_batch = global;
+                    t.pipeline_stages = k;
+                    t.pipeline_schedule = a->pipe.schedule >= 0 ? a->pipe.schedule : CREW_PIPELINE_1F1B;
+                    t.pipeline_split = own ? split : NULL;
+                    crew_fit_plan fp;
+                    int64_t largest;
+                    if ((global / d) % b != 0 || !layout_fits(st, &t, mem, &fp, &largest)) continue;
+                    *o = t;
+                    char need[32], have[32];
+                    snprintf(why, len, "a pipeline of %d stages x %lld replica%s, micro-batches of %lld (%d per step), "
+                             "the largest stage %s of %s: the model %s", k, (long long)d, d == 1 ? "" : "s",
+                             (long long)b, fp.accumulation, crew_format_bytes(largest, need, sizeof need),
+                             crew_format_bytes(mem, have, sizeof have), p->verdict_text);
+                    return 0;
+                }
+    return cli_usage_error("train", "the model %s; with the micro-batches in flight no pipeline over at most %lld "
+                           "devices fits: give more --devices or more --device-memory", p->verdict_text,
+                           (long long)a->devices);
+}
+
+/* --device-memory: the memory planner's verdict for the asked global batch decides the layout
+ * (a flag that sets the layout itself, --pipeline or --stages, wins). Its line goes into `why`.
+ * 0, or the exit status after the error. */
+static int plan_layout(const train_args *a, const train_state *st, crew_fit_options *o, char *why, size_t len)
+{
+    why[0] = '\0';
+    if (!a->device_memory || a->resume || a->pipe.stages || a->pipe.split) return 0;
+    crew_memory_options mo;
+    crew_memory_options_init(&mo);
+    mo.batch_per_device = o->batch_per_device;
+    mo.devices = (int)a->devices;
+    mo.global_batch = o->global_batch;
+    mo.device_memory_bytes = a->device_memory;
+    mo.train_samples = crew_dataset_size(st->train);
+    crew_memory_plan p;
+    crew_status s = crew_model_plan_memory(st->m, &mo, &p);
+    if (s) return cli_fail("train", s);
+    int rc = 0;
+    switch (p.verdict) {
+    case CREW_MEMORY_FITS:
+        snprintf(why, len, "data parallel: the model %s", p.verdict_text);
+        break;
+    case CREW_MEMORY_SMALLER_BATCH:
+        o->batch_per_device = p.advised_batch;
+        o->global_batch = p.global_batch;
+        snprintf(why, len, "data parallel, batch %lld per device: the model %s", (long long)p.advised_batch, p.verdict_text);
+        break;
+    case CREW_MEMORY_MODEL_PARALLEL:
+        rc = pipeline_layout(a, st, &p, o, why, len);
+        break;
+    default: /* sharding, which crew train cannot do yet, or nothing */
+        rc = cli_usage_error("train", "the model %s%s", p.verdict_text,
+                             p.verdict == CREW_MEMORY_SHARD_OPTIMIZER
+                                 ? "; crew train cannot shard optimizer state yet: give --pipeline K to split the layers"
+                                 : "");
+    }
+    crew_memory_plan_release(&p);
+    return rc;
 }
 
 /* The directory before anything is loaded: a new run may not land on another run's files, a
@@ -696,6 +812,8 @@ int cli_train(int argc, char **argv)
     if (!s && lead)
         o.peak_gflops = cli_run_peak(o.device_kind, (int)a.devices, o.threads_per_device > 0 ? o.threads_per_device : 1,
                                      crew_group_size(g), &per_device);
+    char layout[1400] = "";
+    if (!s && lead && (rc = plan_layout(&a, &st, &o, layout, sizeof layout))) goto done;
     if (!s) s = crew_fit_prepare(st.m, st.train, &o, &st.fit);
     if (s) {
         rc = cli_fail("train", s);
@@ -720,6 +838,7 @@ int cli_train(int argc, char **argv)
     }
     if (!a.quiet) {
         cli_print_plan(plan, devices);
+        if (layout[0]) printf("      layout (--device-memory): %s\n", layout);
         if (plan->peak_gflops > 0)
             printf("      %.3g GFLOP per sample (forward and backward); peak %.1f GFLOP/s (%.0f x one device's measured GEMM rate, %.1f)\n",
                    plan->flops_per_sample / 1e9, plan->peak_gflops, plan->peak_gflops / per_device, per_device);
