@@ -440,6 +440,7 @@ typedef struct crew_fit_result {
     int stages;
     int64_t stage_peak_bytes[CREW_MAX_PIPELINE_STAGES];
     double bubble_fraction;    /* the share of a step the stages did not compute (NaN without a pipeline) */
+    int bottleneck_stage;      /* the stage with the most forward and backward time (-1 without a pipeline) */
 } crew_fit_result;
 
 /* Fills opts with the model file's training settings (or the defaults above), struct_size included.

@@ -19,10 +19,11 @@ plan examples/fashion_cnn.json --device-memory 8MiB && [ "$(json_field "$TMP/out
 plan examples/fashion_cnn.json --device-memory 3M && [ "$(json_field "$TMP/out" verdict_kind)" = too_large ] \
     && [ "$(json_field "$TMP/out" fits)" = false ] && ok || fail "CNN in 3M: $(tail -2 "$TMP/out")"
 plan examples/fashion_mlp.json --devices cpu:4 --device-memory 5M && \
-    [ "$(json_field "$TMP/out" verdict_kind)" = model_parallel ] && ok || fail "MLP on 4 x 5M: $(tail -2 "$TMP/out")"
-# The verdict keeps the asked global batch, and takes the fewest devices: a 4-layer 1024-wide MLP
-# at batch 64 in 34 MB needs 2 pipeline stages (sharding would take 4 replicas of 16); in 40 MB,
-# sharding over 2 replicas of 32 ties with 2 stages, and data parallelism wins the tie.
+    [ "$(json_field "$TMP/out" verdict_kind)" = optimizer_sharding ] && ok || fail "MLP on 4 x 5M: $(tail -2 "$TMP/out")"
+# The verdict keeps the asked global batch; sharding (data parallelism) wins unless it takes more
+# devices than asked for and than a pipeline: a 4-layer 1024-wide MLP at batch 64 in 34 MB needs
+# 2 pipeline stages (sharding would take 4 replicas of 16); in 40 MB sharding over 2 replicas of
+# 32 ties with 2 stages, and data parallelism wins the tie.
 printf '{"input_shape": [784], "layers": [{"type": "dense", "units": 1024, "activation": "relu"},
   {"type": "dense", "units": 1024, "activation": "relu"}, {"type": "dense", "units": 1024, "activation": "relu"},
   {"type": "dense", "units": 10}], "optimizer": {"type": "adamw"}, "training": {"batch_per_device": 64}}' > "$TMP/mlp4.json"

@@ -269,10 +269,18 @@ static void check_ladder(const char *src)
     o = (crew_memory_options){.struct_size = sizeof(crew_memory_options), .batch_per_device = 128, .devices = 4,
                               .device_memory_bytes = 5 << 20};
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
-    /* sharding would need more than 4 replicas to keep the global batch of 512; 2 stages do it */
-    CHECK_MSG(p.verdict == CREW_MEMORY_MODEL_PARALLEL && p.advised_devices == 2 &&
-              strstr(p.verdict_text, "keep the global batch of 512"), "verdict %d: %s", (int)p.verdict, p.verdict_text);
+    /* sharding over the 4 devices asked for keeps the global batch of 512: data parallelism first */
+    CHECK_MSG(p.verdict == CREW_MEMORY_SHARD_OPTIMIZER && p.advised_devices == 4 &&
+              strstr(p.verdict_text, "keeps the global batch of 512"), "verdict %d: %s", (int)p.verdict, p.verdict_text);
     crew_memory_plan_release(&p);
+    o.devices = 1; /* one device asked for: 2 replicas of 64 keep the global batch of 128, as 2
+                      pipeline stages would; on a tie, data parallelism (tests/cli_plan.sh has a
+                      model where the pipeline takes fewer devices and wins) */
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    CHECK_MSG(p.verdict == CREW_MEMORY_SHARD_OPTIMIZER && p.advised_devices == 2 && p.advised_batch == 64 &&
+              strstr(p.verdict_text, "keeps the global batch of 128"), "verdict %d: %s", (int)p.verdict, p.verdict_text);
+    crew_memory_plan_release(&p);
+    o.devices = 4;
     o.optimizer_sharding = 1; /* planned as sharded: it fits as asked */
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
     const int64_t P = 784 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10;

@@ -531,9 +531,11 @@ static void collect_keys(cJSON *keys, const char *json, const char *where)
         if (!set) cJSON_AddItemToObject(keys, t, set = cJSON_CreateObject());
         for (const cJSON *k = o->child; k; k = k->next) {
             if (!item(set, k->string)) cJSON_AddTrueToObject(set, k->string);
-            if (!strcmp(k->string, "replicas") && cJSON_IsArray(k)) {
-                cJSON *rs = cJSON_GetObjectItemCaseSensitive(keys, "replica");
-                if (!rs) cJSON_AddItemToObject(keys, "replica", rs = cJSON_CreateObject());
+            /* the objects of a step's "replicas" and of a pipeline line's "ops" */
+            const char *inner = !strcmp(k->string, "replicas") ? "replica" : !strcmp(k->string, "ops") ? "op" : NULL;
+            if (inner && cJSON_IsArray(k)) {
+                cJSON *rs = cJSON_GetObjectItemCaseSensitive(keys, inner);
+                if (!rs) cJSON_AddItemToObject(keys, inner, rs = cJSON_CreateObject());
                 for (const cJSON *r = k->child; r; r = r->next)
                     for (const cJSON *rk = r->child; rk; rk = rk->next)
                         if (!item(rs, rk->string)) cJSON_AddTrueToObject(rs, rk->string);
@@ -631,6 +633,9 @@ static void test_documented_keys(void)
     if (!m) return;
     CHECK_OK(step(m, 2, 1.0f, 0));
     CHECK_OK(step(m, 3, 1.0f, 0));
+    const crew_pipe_timing ops[2] = {{0, 0, 0, 0.0, 0.001}, {0, 0, 1, 0.001, 0.003}};
+    const crew_pipeline_record pipe = {3, 1, 1, 1, 0, 0.0, 0.1, 0.004, 0, 2, ops};
+    CHECK_OK(crew_monitor_pipeline(m, &pipe));
     crew_fit_result res = {.steps = 3, .epochs = 1};
     CHECK_OK(crew_monitor_finish(m, &res));
     crew_monitor_close(m);
@@ -647,7 +652,7 @@ static void test_documented_keys(void)
         cJSON *written = cJSON_CreateObject(), *documented = cJSON_CreateObject();
         collect_keys(written, record, path);
         doc_keys(documented, md, doc_path);
-        CHECK(cJSON_GetArraySize(written) == 7); /* run, step, event, epoch, resume, summary; replica */
+        CHECK(cJSON_GetArraySize(written) == 9); /* run, step, event, epoch, resume, pipeline, summary; replica, op */
         compare_sets(written, documented);
         cJSON_Delete(written);
         cJSON_Delete(documented);

@@ -1,8 +1,9 @@
 /* test_report.c — crew_report_write: a synthetic metrics.jsonl (2 replicas, 200 steps, replica 1
  * slow over steps 101-150 and reported as a straggler, epoch lines, a summary) becomes a page with
  * the five charts, the event, the bottleneck and the epochs, well-formed and without a NaN in any
- * coordinate; long runs are downsampled so the page stays small; and every kind of bad input is
- * an error naming the file and line, never a crash or a half-written report. */
+ * coordinate; long runs are downsampled so the page stays small; a pipelined run's last pipeline
+ * line becomes a timeline of its passes; and every kind of bad input is an error naming the file
+ * and line, never a crash or a half-written report. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <ctype.h>
 #include <ftw.h>
@@ -104,10 +105,20 @@ static char *slurp(const char *path, size_t *len)
     return buf;
 }
 
+/* strstr by hand: ASan's strstr measures the whole rest of the haystack at every call, which makes
+ * a scan from hit to hit quadratic on the pages of megabytes that pipelines give. */
+static const char *find(const char *hay, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (const char *p = hay; *p; p++)
+        if (*p == *needle && !strncmp(p, needle, k)) return p;
+    return NULL;
+}
+
 static int count(const char *hay, const char *needle)
 {
     int n = 0;
-    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+    for (const char *p = find(hay, needle); p; p = find(p + 1, needle)) n++;
     return n;
 }
 
@@ -128,7 +139,7 @@ static int coordinates_finite(const char *html)
     static const char *const attrs[] = {" x=\"", " y=\"", " x1=\"", " x2=\"", " y1=\"", " y2=\"", " cx=\"", " cy=\"",
                                         " r=\"", " width=\"", " height=\"", " d=\"", " viewBox=\"", " transform=\""};
     for (size_t a = 0; a < sizeof attrs / sizeof attrs[0]; a++) {
-        for (const char *p = strstr(html, attrs[a]); p; p = strstr(p + 1, attrs[a])) {
+        for (const char *p = find(html, attrs[a]); p; p = find(p + 1, attrs[a])) {
             const char *v = p + strlen(attrs[a]), *end = strchr(v, '"');
             if (!end) return 0;
             for (const char *c = v; c < end; c++) {
@@ -297,6 +308,7 @@ static void expect_bad(const char *text, const char *needle)
     CHECK_MSG(crew_status_code(s) == CREW_CODE_BAD_INPUT, "%s: got '%s'", needle, crew_status_message(s));
     CHECK_MSG(s && strstr(crew_status_message(s), "metrics.jsonl line") && strstr(crew_status_message(s), needle),
               "message '%s' lacks '%s'", crew_status_message(s), needle);
+    CHECK_MSG(s && !strchr(crew_status_message(s), '\n'), "message '%s' is not one line", crew_status_message(s));
     crew_status_free(s);
     char path[256];
     snprintf(path, sizeof path, "%s/report.html", dir);
@@ -334,6 +346,245 @@ static void test_bad_inputs(void)
     s = crew_report_write(dir, "/nonexistent-dir/x/report.html");
     CHECK(crew_status_code(s) == CREW_CODE_IO);
     CHECK_ERR(s, "/nonexistent-dir/x/report.html");
+}
+
+/* ---------------------------------------------------------------- pipelines */
+
+/* A pipeline line of a GPipe-like step: every micro-batch forward through the stages, then
+ * backward, each pass 1 ms forward and 2 ms backward (stage 1 a fifth slower). */
+static void write_pipeline_line(FILE *f, int64_t step, int stages, int micro, const char *schedule)
+{
+    double fwd_end[CREW_REPORT_MAX_STAGES] = {0}, bwd_end[CREW_REPORT_MAX_STAGES] = {0};
+    fprintf(f, "{\"type\":\"pipeline\",\"step\":%lld,\"stages\":%d,\"replicas\":1,\"micro_batches\":%d,"
+               "\"schedule\":\"%s\",\"ideal_bubble\":%.4f,\"bubble\":0.31,\"step_s\":null,\"slowest_stage\":%d,\"ops\":[",
+            (long long)step, stages, micro, schedule, (stages - 1.0) / (micro + stages - 1.0), stages > 1 ? 1 : 0);
+    const char *sep = "";
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < micro; i++)
+            for (int k = 0; k < stages; k++) {
+                int s = pass ? stages - 1 - k : k;
+                double *end = pass ? bwd_end : fwd_end, len = (pass ? 0.002 : 0.001) * (s == 1 ? 1.2 : 1);
+                double ready = pass ? (k ? bwd_end[s + 1] : fwd_end[stages - 1]) : (k ? fwd_end[s - 1] : 0);
+                double start = ready > end[s] ? ready : end[s];
+                if (pass && fwd_end[s] > start) start = fwd_end[s];
+                end[s] = start + len;
+                fprintf(f, "%s{\"stage\":%d,\"micro\":%d,\"pass\":\"%s\",\"start_s\":%.6f,\"end_s\":%.6f}", sep, s, i,
+                        pass ? "backward" : "forward", start, end[s]);
+                sep = ",";
+            }
+    fputs("]}\n", f);
+}
+
+/* A run of `steps` steps on one replica, with a pipeline line at each step in pipeline_steps[n]. */
+static void write_pipelined_run(const char *dir, int64_t steps, const int64_t *pipeline_steps, const int *stages,
+                                const int *micro, int n)
+{
+    FILE *f = open_metrics(dir);
+    if (!f) return;
+    fputs("{\"type\":\"run\",\"devices\":1,\"global_batch\":32}\n", f);
+    for (int64_t s = 1; s <= steps; s++) {
+        write_step(f, s, 1);
+        for (int i = 0; i < n; i++)
+            if (pipeline_steps[i] == s) write_pipeline_line(f, s, stages[i], micro[i], i % 2 ? "gpipe" : "1f1b");
+    }
+    fputs("{\"type\":\"summary\",\"steps\":200}\n", f);
+    fclose(f);
+}
+
+static void test_pipeline_section(void)
+{
+    /* One pipeline line: 2 stages of 4 micro-batches, a bar per pass. */
+    const char *dir = run_dir("pipeline");
+    write_pipelined_run(dir, 200, (int64_t[]){100}, (int[]){2}, (int[]){4}, 1);
+    CHECK_OK(crew_report_write(dir, NULL));
+    char *html = report_of(dir);
+    CHECK(html && strstr(html, "<h2 id=\"pipeline-section\">Pipeline</h2>"));
+    CHECK(html && strstr(html, "2 stages × 1 replica, 1F1B schedule, 4 micro-batches per step: measured bubble 31.0% "
+                               "of the step (ideal 20.0%); the slowest stage is stage 1. The timeline is step 100,"));
+    char *svg = html ? svg_element(html, "pipeline") : NULL;
+    CHECK(svg != NULL);
+    if (svg) {
+        CHECK_MSG(count(svg, "<rect class=\"op-forward\"") == 8 && count(svg, "<rect class=\"op-backward\"") == 8,
+                  "%d forward and %d backward bars", count(svg, "<rect class=\"op-forward\""),
+                  count(svg, "<rect class=\"op-backward\""));
+        CHECK(strstr(svg, "<title>stage 1, micro-batch 3, backward: ") != NULL);
+        CHECK(count(svg, ">stage 0</text>") == 1 && count(svg, ">stage 1</text>") == 1 && !strstr(svg, ">stage 2</text>"));
+        CHECK(strstr(svg, " font-weight=\"bold\">stage 1</text>") != NULL); /* the slowest */
+        CHECK(count(svg, "pointer-events=\"none\">3</text>") == 4);        /* micro-batch 3 on each of its bars */
+        CHECK(strstr(svg, "ms since the step began") && strstr(svg, ">forward</text>") && strstr(svg, ">backward</text>"));
+    }
+    free(svg);
+    CHECK(html && well_formed(html) && coordinates_finite(html) && !strstr(html, "nan") && !strstr(html, "inf "));
+    free(html);
+
+    /* Several: the last is shown, and every one is counted. */
+    dir = run_dir("pipelines");
+    write_pipelined_run(dir, 200, (int64_t[]){100, 200}, (int[]){2, 3}, (int[]){4, 2}, 2);
+    crew_report_data d;
+    char path[256];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    CHECK_OK(crew_report_read(path, &d));
+    CHECK(d.pipeline_lines == 2 && d.pipeline.step == 200 && d.pipeline.stages == 3 && d.pipeline.n_ops == 12 &&
+          d.pipeline.total_ops == 12 && !strcmp(d.pipeline.schedule, "gpipe"));
+    crew_report_data_free(&d);
+    CHECK_OK(crew_report_write(dir, NULL));
+    html = report_of(dir);
+    CHECK(html && strstr(html, "3 stages × 1 replica, GPipe schedule, 2 micro-batches per step") &&
+          strstr(html, "The timeline is step 200, the last of 2 sampled steps"));
+    svg = html ? svg_element(html, "pipeline") : NULL;
+    CHECK(svg && count(svg, "<rect class=\"op-forward\"") == 6 && count(svg, "<rect class=\"op-backward\"") == 6 &&
+          strstr(svg, ">stage 2</text>"));
+    free(svg);
+    free(html);
+
+    /* The example of docs/METRICS.md, three passes of sixteen, and passes whose times are null. */
+    dir = run_dir("pipeline-example");
+    write_text(dir, "{\"type\":\"pipeline\",\"step\":100,\"stages\":2,\"replicas\":1,\"micro_batches\":4,\"schedule\":\"1f1b\","
+                    "\"ideal_bubble\":0.2,\"bubble\":0.31,\"step_s\":0.0123,\"slowest_stage\":1,\"ops\":["
+                    "{\"stage\":0,\"micro\":0,\"pass\":\"forward\",\"start_s\":0.0,\"end_s\":0.0011},"
+                    "{\"stage\":1,\"micro\":0,\"pass\":\"forward\",\"start_s\":0.0012,\"end_s\":0.002},"
+                    "{\"stage\":1,\"micro\":0,\"pass\":\"backward\",\"start_s\":0.002,\"end_s\":0.0041},"
+                    "{\"stage\":0,\"micro\":1,\"pass\":\"forward\",\"start_s\":null,\"end_s\":0.003},"
+                    "{\"stage\":0,\"micro\":0,\"pass\":\"backward\",\"start_s\":1e999,\"end_s\":null}]}\n"
+                    "{\"type\":\"pipeline\",\"stages\":1,\"micro_batches\":1,\"ops\":null,\"bubble\":null}\n"
+                    "{\"type\":\"pipeline\",\"step\":100,\"stages\":2,\"replicas\":1,\"micro_batches\":4,\"schedule\":\"1f1b\","
+                    "\"ideal_bubble\":0.2,\"bubble\":0.31,\"step_s\":0.0123,\"slowest_stage\":1,\"ops\":["
+                    "{\"stage\":0,\"micro\":0,\"pass\":\"forward\",\"start_s\":0.0,\"end_s\":0.0011},"
+                    "{\"stage\":1,\"micro\":0,\"pass\":\"forward\",\"start_s\":0.0012,\"end_s\":0.002},"
+                    "{\"stage\":1,\"micro\":0,\"pass\":\"backward\",\"start_s\":0.002,\"end_s\":0.0041},"
+                    "{\"stage\":0,\"micro\":1,\"pass\":\"forward\",\"start_s\":null,\"end_s\":0.003},"
+                    "{\"stage\":0,\"micro\":0,\"pass\":\"backward\",\"start_s\":1e999,\"end_s\":null}]}\n");
+    CHECK_OK(crew_report_write(dir, NULL));
+    html = report_of(dir);
+    CHECK(html && strstr(html, "The timeline is step 100 (12.3 ms), the last of 3 sampled steps"));
+    svg = html ? svg_element(html, "pipeline") : NULL;
+    CHECK(svg && count(svg, "<rect class=\"op-forward\"") == 2 && count(svg, "<rect class=\"op-backward\"") == 1);
+    CHECK(svg && strstr(svg, "<title>stage 1: busy 2.9 ms of 12.3 ms (idle 76%)</title>"));
+    free(svg);
+    CHECK(html && well_formed(html) && coordinates_finite(html) && !strstr(html, "nan"));
+    free(html);
+
+    /* A line with no passes: the section says so; with no unit-less numbers: "–". */
+    dir = run_dir("pipeline-no-ops");
+    write_text(dir, "{\"type\":\"pipeline\",\"stages\":1,\"micro_batches\":1,\"ops\":[],\"schedule\":\"<b>\"}\n");
+    CHECK_OK(crew_report_write(dir, NULL));
+    html = report_of(dir);
+    CHECK(html && strstr(html, "1 stage, &lt;b&gt; schedule, 1 micro-batch per step: measured bubble – of the step "
+                               "(ideal –). The timeline is a step,"));
+    CHECK(html && strstr(html, "no passes recorded for this step") && well_formed(html));
+    free(html);
+
+    /* A run without pipeline lines has no such section. */
+    dir = run_dir("no-pipeline");
+    write_run(dir, 20, 2);
+    CHECK_OK(crew_report_write(dir, NULL));
+    html = report_of(dir);
+    CHECK(html && !strstr(html, "Pipeline</h2>") && !strstr(html, "id=\"pipeline") && !strstr(html, "op-forward"));
+    free(html);
+}
+
+/* A pipeline line about a step that a restart ran again is replaced: the one before it is shown. */
+static void test_pipeline_after_restart(void)
+{
+    const char *dir = run_dir("pipeline-resumed");
+    FILE *f = open_metrics(dir);
+    if (!f) return;
+    fputs("{\"type\":\"run\",\"devices\":1}\n", f);
+    for (int64_t s = 1; s <= 200; s++) {
+        write_step(f, s, 1);
+        if (s == 100) write_pipeline_line(f, s, 2, 4, "1f1b");
+        if (s == 200) write_pipeline_line(f, s, 3, 4, "1f1b");
+    }
+    fputs("{\"type\":\"run\",\"devices\":1}\n{\"type\":\"resume\",\"checkpoint_step\":150,\"logged_through\":200}\n", f);
+    for (int64_t s = 151; s <= 160; s++) write_step(f, s, 1);
+    fclose(f);
+    crew_report_data d;
+    char path[256];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    CHECK_OK(crew_report_read(path, &d));
+    CHECK(d.pipeline_lines == 1 && d.pipeline.step == 100 && d.pipeline.stages == 2 && d.pipeline.n_ops == 16);
+    crew_report_data_free(&d);
+}
+
+/* More passes than are kept: the first CREW_REPORT_MAX_OPS are drawn, and the page says so. */
+static void test_pipeline_many_ops(void)
+{
+    const char *dir = run_dir("pipeline-many");
+    FILE *f = open_metrics(dir);
+    if (!f) return;
+    const int stages = 64, micro = 200; /* 25600 passes */
+    fprintf(f, "{\"type\":\"pipeline\",\"step\":1,\"stages\":%d,\"micro_batches\":%d,\"slowest_stage\":63,\"ops\":[",
+            stages, micro);
+    for (int i = 0; i < 2 * stages * micro; i++)
+        fprintf(f, "%s{\"stage\":%d,\"micro\":%d,\"pass\":\"%s\",\"start_s\":%d,\"end_s\":%d}", i ? "," : "",
+                i % stages, i / stages % micro, i < stages * micro ? "forward" : "backward", i / stages, i / stages + 1);
+    fputs("]}\n", f);
+    fclose(f);
+    CHECK_OK(crew_report_write(dir, NULL));
+    char *html = report_of(dir);
+    CHECK(html && strstr(html, "Only the first 16384 of its 25600 passes are drawn."));
+    char *svg = html ? svg_element(html, "pipeline") : NULL;
+    CHECK(svg && count(svg, "<rect class=\"op-forward\"") + count(svg, "<rect class=\"op-backward\"") == CREW_REPORT_MAX_OPS);
+    /* Rows of 8 pixels: every other one is named, and the slowest, 63, too. */
+    CHECK(svg && strstr(svg, ">stage 62</text>") && !strstr(svg, ">stage 61</text>") && strstr(svg, ">stage 63</text>"));
+    CHECK(svg && strstr(svg, ">s since the step began"));
+    free(svg);
+    CHECK(html && well_formed(html) && coordinates_finite(html));
+    free(html);
+}
+
+/* Each kind of bad pipeline line: one line naming the file, the line and what is wrong. */
+static void test_bad_pipeline_lines(void)
+{
+    static const struct {
+        const char *line, *error;
+    } cases[] = {
+        {"\"stages\":0,\"micro_batches\":4", "line 2: \"stages\" must be an integer in [1, 64]"},
+        {"\"stages\":65,\"micro_batches\":4", "line 2: \"stages\" must be an integer in [1, 64]"},
+        {"\"micro_batches\":4", "line 2: \"stages\" must be an integer in [1, 64]"},
+        {"\"stages\":\"2\",\"micro_batches\":4", "line 2: \"stages\" is not a number"},
+        {"\"stages\":2,\"micro_batches\":0", "line 2: \"micro_batches\" must be an integer in [1, 65536]"},
+        {"\"stages\":2,\"micro_batches\":65537", "line 2: \"micro_batches\" must be an integer in [1, 65536]"},
+        {"\"stages\":2,\"micro_batches\":1.5", "line 2: \"micro_batches\" must be an integer in [1, 65536]"},
+        {"\"stages\":2,\"micro_batches\":4,\"step\":-1", "line 2: \"step\" must be an integer"},
+        {"\"stages\":2,\"micro_batches\":4,\"replicas\":0", "line 2: \"replicas\" must be an integer in [1, 1024]"},
+        {"\"stages\":2,\"micro_batches\":4,\"slowest_stage\":2", "line 2: \"slowest_stage\" must be an integer in [0, 1]"},
+        {"\"stages\":2,\"micro_batches\":4,\"schedule\":1", "line 2: \"schedule\" is not a string"},
+        {"\"stages\":2,\"micro_batches\":4,\"bubble\":\"high\"", "line 2: \"bubble\" is not a number"},
+        {"\"stages\":2,\"micro_batches\":4,\"ideal_bubble\":[]", "line 2: \"ideal_bubble\" is not a number"},
+        {"\"stages\":2,\"micro_batches\":4,\"step_s\":true", "line 2: \"step_s\" is not a number"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":{}", "line 2: \"ops\" is not an array"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[7]", "line 2: ops[0] is not an object"},
+        {"\"stages\":1,\"micro_batches\":1,\"ops\":[{},{},{}]",
+         "line 2: \"ops\" holds 3 passes, more than 2 × 1 stages × 1 micro-batches"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"stage\":0,\"micro\":0,\"pass\":\"forward\"},"
+         "{\"stage\":2,\"micro\":0,\"pass\":\"forward\"}]",
+         "line 2: ops[1]: \"stage\" must be an integer in [0, 1]"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"micro\":0,\"pass\":\"forward\"}]",
+         "line 2: ops[0]: \"stage\" must be an integer in [0, 1]"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"stage\":0,\"micro\":4,\"pass\":\"forward\"}]",
+         "line 2: ops[0]: \"micro\" must be an integer in [0, 3]"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"stage\":0,\"micro\":-1,\"pass\":\"forward\"}]",
+         "line 2: ops[0]: \"micro\" must be an integer in [0, 3]"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"stage\":0,\"micro\":0,\"pass\":\"recompute\"}]",
+         "line 2: ops[0]: \"pass\" must be \"forward\" or \"backward\""},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"stage\":0,\"micro\":0}]",
+         "line 2: ops[0]: \"pass\" must be \"forward\" or \"backward\""},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"stage\":0,\"micro\":0,\"pass\":1}]",
+         "line 2: ops[0]: \"pass\" is not a string"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"stage\":0,\"micro\":0,\"pass\":\"forward\",\"start_s\":\"0\"}]",
+         "line 2: ops[0]: \"start_s\" is not a number"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"stage\":0,\"micro\":0,\"pass\":\"forward\",\"end_s\":{}}]",
+         "line 2: ops[0]: \"end_s\" is not a number"},
+        {"\"stages\":2,\"micro_batches\":4,\"ops\":[{\"stage\":0,\"micro\":0,\"pass\":\"backward\",\"start_s\":0.002,"
+         "\"end_s\":0.001}]",
+         "line 2: ops[0]: \"end_s\" 0.001 is before \"start_s\" 0.002"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "{\"type\":\"run\",\"devices\":2}\n{\"type\":\"pipeline\",%s}\n", cases[i].line);
+        expect_bad(text, cases[i].error);
+    }
 }
 
 /* A NUL byte inside a line (fwrite: fputs would stop at it). */
@@ -416,6 +667,10 @@ int main(void)
     test_long_run();
     test_sparse_runs();
     test_bad_inputs();
+    test_pipeline_section();
+    test_pipeline_after_restart();
+    test_pipeline_many_ops();
+    test_bad_pipeline_lines();
     test_nul_byte();
     test_hostile_files();
     nftw(tmp_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);

@@ -37,6 +37,7 @@ crew_status crew_model_plan_stages(const crew_model *full, const crew_fit_plan *
         /* the pipeline's metrics scratch instead of a data-parallel rank's */
         c.total -= crew_mem_alloc_bytes(crew_rank_scratch_size(p->devices, crew_model_named_params(m, NULL, 0)), 8);
         c.total += crew_mem_alloc_bytes((int64_t)ranks * CREW_PIPELINE_METRIC_FIELDS, 8);
+        c.total += crew_mem_alloc_bytes((int64_t)4 * k, 8); /* the step's timeline, for metrics.jsonl */
         int slots = crew_pipeline_slots((crew_pipeline_schedule)p->pipeline_schedule, p->stages, s, k);
         bytes[s] = c.total + (int64_t)(slots - 1) * view_bytes(&mm, p->batch_per_device);
         if (mm.n_params > largest_slice) largest_slice = mm.n_params;

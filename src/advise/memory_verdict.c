@@ -7,8 +7,8 @@
  *   3. optimizer-state sharding (ZeRO stage 1): each of N replicas keeps 1/N of the optimizer state;
  *   4. model parallelism: the layer list cut into k contiguous stages, one per device, the
  *      largest stage as small as it can be;
- * rungs 3 and 4 both keep the asked global batch, and the one that needs fewer devices is the
- * verdict (sharding, which is data parallelism, on a tie);
+ * rungs 3 and 4 both keep the asked global batch; sharding (data parallelism) is the verdict when
+ * it needs no more devices than were asked for or than the pipeline's stages, else the pipeline;
  *   5. nothing fits: one layer alone is larger than a device.
  * With CPU replicas sharing this machine's memory, rungs 1 and 2 count every replica plus the
  * loader against it; rungs 3 and 4 need devices with memory of their own, so they are stated as
@@ -309,11 +309,12 @@ crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options
     if (p->fits)
         fits_as_asked(&l, o->optimizer_sharding);
     else if (!smaller_batch(&l)) {
-        /* Sharding and a pipeline both keep the global batch; the one that needs fewer devices
-         * wins, data parallelism (sharding) on a tie. */
+        /* Sharding and a pipeline both keep the global batch. Sharding, which is data
+         * parallelism, wins when it needs no more devices than were asked for or than the
+         * pipeline's stages; else the pipeline, which needs fewer. */
         shard_choice sc;
         int shard = find_sharding(&l, &sc), piped = model_parallel(&l);
-        if (shard && (!piped || sc.n <= p->advised_devices))
+        if (shard && (!piped || sc.n <= p->devices || sc.n <= p->advised_devices))
             sharding(&l, &sc);
         else if (!piped)
             too_large(&l);

@@ -140,6 +140,11 @@ void crew_summarize(crew_monitor *m, crew_fit_result *res)
     if (res->data_fraction > m->cfg.input_bound_fraction)
         snprintf(res->bottleneck, sizeof res->bottleneck, "input-bound: replicas waited %.0f%% of each step for data%s",
                  100 * res->data_fraction, tail);
+    else if (res->stages > 1 && res->bubble_fraction > 0.10)
+        snprintf(res->bottleneck, sizeof res->bottleneck,
+                 "pipeline-bound: the stages waited %.0f%% of each step (ideal bubble %.0f%%); stage %d computes "
+                 "longest%.120s", 100 * res->bubble_fraction,
+                 100.0 * (res->stages - 1) / (m->plan.accumulation + res->stages - 1), res->bottleneck_stage, tail);
     else if (res->comm_exposed_fraction > 0.10)
         snprintf(res->bottleneck, sizeof res->bottleneck,
                  "communication-bound: %.0f%% of each step waited on all-reduce%s", 100 * res->comm_exposed_fraction, tail);

@@ -168,6 +168,29 @@ crew_status crew_monitor_step(crew_monitor *m, const crew_step_record *r)
     return crew_detect_step(m, r);
 }
 
+crew_status crew_monitor_pipeline(crew_monitor *m, const crew_pipeline_record *r)
+{
+    if (!m->has_file) return CREW_OK;
+    crew_text_file *f = &m->jsonl;
+    crew_text_printf(f, "{\"type\":\"pipeline\",\"step\":%lld,\"stages\":%d,\"replicas\":%d,\"micro_batches\":%d,"
+                     "\"schedule\":\"%s\",", (long long)r->step, r->stages, r->replicas, r->micro_batches,
+                     r->gpipe ? "gpipe" : "1f1b");
+    json_num(f, "ideal_bubble", r->ideal_bubble, 1);
+    json_num(f, "bubble", r->bubble, 1);
+    json_num(f, "step_s", r->step_s, 1);
+    crew_text_printf(f, "\"slowest_stage\":%d,\"ops\":[", r->slowest_stage);
+    for (int i = 0; i < r->n_ops; i++) {
+        const crew_pipe_timing *o = &r->ops[i];
+        crew_text_printf(f, "%s{\"stage\":%d,\"micro\":%d,\"pass\":\"%s\",", i ? "," : "", o->stage, o->micro,
+                         o->backward ? "backward" : "forward");
+        json_num(f, "start_s", o->start_s, 1);
+        json_num(f, "end_s", o->end_s, 0);
+        crew_text_putc(f, '}');
+    }
+    crew_text_puts(f, "]}");
+    return crew_text_end_line(f);
+}
+
 crew_status crew_monitor_epoch(crew_monitor *m, const crew_epoch_info *e)
 {
     if (!m->has_file) return CREW_OK;

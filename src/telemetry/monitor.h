@@ -30,6 +30,8 @@ typedef struct crew_monitor crew_monitor;
 crew_status crew_monitor_open(const crew_monitor_config *cfg, const crew_fit_plan *plan, crew_monitor **out);
 crew_status crew_monitor_step(crew_monitor *m, const crew_step_record *rec);
 crew_status crew_monitor_epoch(crew_monitor *m, const crew_epoch_info *e);
+/* A pipelined step's timeline: the "pipeline" line (docs/METRICS.md). */
+crew_status crew_monitor_pipeline(crew_monitor *m, const crew_pipeline_record *rec);
 /* Reports an event (printf-style message); writes it to metrics.jsonl and calls back. */
 crew_status crew_monitor_event(crew_monitor *m, crew_event_kind kind, int64_t step, int rank, double value,
                                const char *fmt, ...) __attribute__((format(printf, 6, 7)));

@@ -31,4 +31,23 @@ typedef struct crew_step_record {
     const crew_step_times *replicas; /* [n_replicas] */
 } crew_step_record;
 
+/* One pass of a pipeline stage in a sampled step: seconds since the step began on the earliest
+ * stage. */
+typedef struct crew_pipe_timing {
+    int stage, micro, backward;
+    double start_s, end_s;
+} crew_pipe_timing;
+
+/* A pipelined step's timeline, on the stages of replica 0 (metrics.jsonl's "pipeline" line). */
+typedef struct crew_pipeline_record {
+    int64_t step;
+    int stages, replicas, micro_batches;
+    int gpipe;                      /* 1: the GPipe schedule, 0: 1F1B */
+    double ideal_bubble, bubble;    /* (K − 1) / (m + K − 1); the measured share of idle stage time */
+    double step_s;
+    int slowest_stage;
+    int n_ops;
+    const crew_pipe_timing *ops;    /* [n_ops] */
+} crew_pipeline_record;
+
 #endif

@@ -233,6 +233,53 @@ static void write_charts(FILE *f, const crew_report_data *d)
     crew_report_svg_heatmap(f, d);
 }
 
+/* "1F1B", "GPipe": a schedule's usual spelling; any other name as the file has it. */
+static const char *schedule_name(const char *schedule)
+{
+    if (!strcmp(schedule, "1f1b")) return "1F1B";
+    if (!strcmp(schedule, "gpipe")) return "GPipe";
+    return schedule;
+}
+
+/* "2 stages × 1 replica, 1F1B schedule, 4 micro-batches per step: measured bubble 31% ...": the
+ * pipeline line kept, in one paragraph above its timeline. */
+static void pipeline_summary(FILE *f, const crew_report_data *d)
+{
+    const crew_report_pipeline *pl = &d->pipeline;
+    char a[48], b[48];
+    fprintf(f, "<p class=\"how\" id=\"pipeline-summary\">%d stage%s", pl->stages, pl->stages == 1 ? "" : "s");
+    if (pl->replicas > 0) fprintf(f, " × %d replica%s", pl->replicas, pl->replicas == 1 ? "" : "s");
+    if (pl->schedule[0]) {
+        fputs(", ", f);
+        crew_report_escape(f, schedule_name(pl->schedule));
+        fputs(" schedule", f);
+    }
+    fprintf(f, ", %d micro-batch%s per step: measured bubble %s of the step (ideal %s)", pl->micro_batches,
+            pl->micro_batches == 1 ? "" : "es", num(a, sizeof a, "%.1f%%", 100 * pl->bubble),
+            num(b, sizeof b, "%.1f%%", 100 * pl->ideal_bubble));
+    if (pl->slowest_stage >= 0) fprintf(f, "; the slowest stage is stage %d", pl->slowest_stage);
+    fputs(". The timeline is ", f);
+    if (pl->step >= 0) fprintf(f, "step %lld", (long long)pl->step);
+    else fputs("a step", f);
+    if (!isnan(pl->step_s) && pl->step_s < 1) fprintf(f, " (%.4g ms)", 1e3 * pl->step_s);
+    else if (!isnan(pl->step_s)) fprintf(f, " (%.4g s)", pl->step_s);
+    if (d->pipeline_lines > 1) fprintf(f, ", the last of %lld sampled steps", (long long)d->pipeline_lines);
+    fputs(", on replica 0: one row per stage, a bar per forward or backward pass of a micro-batch (its number on "
+          "the bar), and the gaps between bars are idle time. Hover a bar or a row for its figures.", f);
+    if (pl->total_ops > pl->n_ops)
+        fprintf(f, " Only the first %d of its %d passes are drawn.", pl->n_ops, pl->total_ops);
+    fputs("</p>\n", f);
+}
+
+/* The Pipeline section, for a run that has pipeline lines. */
+static void write_pipeline(FILE *f, const crew_report_data *d)
+{
+    if (d->pipeline_lines == 0) return;
+    fputs("<h2 id=\"pipeline-section\">Pipeline</h2>\n", f);
+    pipeline_summary(f, d);
+    crew_report_svg_pipeline(f, d);
+}
+
 static void write_events(FILE *f, const crew_report_data *d)
 {
     fputs("<h2>Events</h2>\n", f);
@@ -298,6 +345,7 @@ static void write_page(FILE *f, const char *run_dir, const crew_report_data *d)
     fprintf(f, "</title>\n<style>\n%s</style>\n</head>\n<body>\n<main>\n", page_style);
     write_header(f, run_dir, d);
     write_charts(f, d);
+    write_pipeline(f, d);
     write_events(f, d);
     write_epochs(f, d);
     fputs("<footer>Written by crew report", f);

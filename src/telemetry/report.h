@@ -21,6 +21,15 @@
 #define CREW_REPORT_MAX_LINE (4 << 20) /* bytes in one line of metrics.jsonl */
 #define CREW_REPORT_MAX_RESUMES 20     /* restarts described on the page; the rest are only counted */
 #define CREW_REPORT_MAX_RESTARTS 65536 /* restarts in one file, at most (each costs 16 bytes to read) */
+/* A pipeline line outside these is bad input: crew's planner makes at most 64 stages, and a step
+ * of more than 65536 micro-batches is not a metrics file's. */
+#define CREW_REPORT_MAX_STAGES 64
+#define CREW_REPORT_MAX_MICRO 65536
+/* Passes of the pipeline line shown that are kept and drawn (24 bytes each: 384 kB at most). A
+ * line may hold up to 2 × stages × micro-batches of them (2·64·65536 in principle, though a line
+ * of 4 MiB holds fewer than 60000); past this many the timeline would be thinner than a pixel a
+ * bar anyway, so the rest are validated and counted, and the page says they were left out. */
+#define CREW_REPORT_MAX_OPS 16384
 
 /* The parts of a step, in the stacking order of the breakdown chart. */
 enum {
@@ -70,6 +79,28 @@ typedef struct crew_report_resume {
     char message[400];
 } crew_report_resume;
 
+/* One forward or backward pass of a micro-batch on a pipeline stage. */
+typedef struct crew_report_op {
+    int16_t stage;          /* 0 .. stages-1 */
+    uint8_t backward;       /* 0: the forward pass, 1: the backward pass */
+    int32_t micro;          /* 0 .. micro_batches-1 */
+    double start_s, end_s;  /* seconds since the step began; NaN when missing (null) */
+} crew_report_op;
+
+/* The last pipeline line (docs/METRICS.md): one sampled step of a pipelined run. */
+typedef struct crew_report_pipeline {
+    int64_t line;                      /* its line in the file */
+    int64_t step;                      /* -1 when missing */
+    int stages, micro_batches;         /* 1..CREW_REPORT_MAX_STAGES, 1..CREW_REPORT_MAX_MICRO */
+    int replicas;                      /* -1 when missing */
+    int slowest_stage;                 /* -1 when missing */
+    char schedule[24];                 /* "1f1b", "gpipe", ...; "" when missing */
+    double ideal_bubble, bubble;       /* shares of the step, 0..1; NaN when missing */
+    double step_s;                     /* NaN when missing */
+    crew_report_op *ops;               /* [n_ops], owned; at most CREW_REPORT_MAX_OPS */
+    int n_ops, total_ops;              /* kept, and in the line */
+} crew_report_pipeline;
+
 /* Everything the page shows. Numbers are NaN and counts -1 where the file did not say. */
 typedef struct crew_report_data {
     /* the run line */
@@ -100,6 +131,10 @@ typedef struct crew_report_data {
     crew_report_epoch *epochs_seen;  /* [n_epochs], at most CREW_REPORT_MAX_EPOCHS */
     int n_epochs;
     int64_t total_epochs;
+
+    /* pipeline lines: every one is checked, the last one is kept */
+    int64_t pipeline_lines;          /* 0: the run has no pipeline (the page shows no such section) */
+    crew_report_pipeline pipeline;   /* meaningful when pipeline_lines > 0 */
 
     /* the summary line */
     int has_summary;
@@ -141,6 +176,9 @@ void crew_report_svg_lr(FILE *f, const crew_report_data *d);
 void crew_report_svg_throughput(FILE *f, const crew_report_data *d);
 void crew_report_svg_breakdown(FILE *f, const crew_report_data *d);
 void crew_report_svg_heatmap(FILE *f, const crew_report_data *d);
+/* The timeline of the pipeline line kept (<svg class="chart" id="pipeline">): a row per stage, a
+ * bar per pass. Draws nothing when the run has no pipeline line. */
+void crew_report_svg_pipeline(FILE *f, const crew_report_data *d);
 /* The summary's time fractions as one stacked bar (<svg class="fractions">), when present. */
 void crew_report_svg_fractions(FILE *f, const crew_report_data *d);
 

@@ -4,7 +4,8 @@
  *
  * Memory stays bounded however long or malformed the file is: lines are capped at
  * CREW_REPORT_MAX_LINE bytes, steps are summed into at most CREW_REPORT_BUCKETS buckets, and only
- * the first CREW_REPORT_MAX_EVENTS events and CREW_REPORT_MAX_EPOCHS epochs are kept. */
+ * the first CREW_REPORT_MAX_EVENTS events and CREW_REPORT_MAX_EPOCHS epochs are kept, and of the
+ * pipeline lines only the last, with at most CREW_REPORT_MAX_OPS of its passes. */
 #include "telemetry/report.h"
 
 #include <cjson/cJSON.h>
@@ -120,7 +121,12 @@ typedef struct read_ctx {
      * replaced by later lines (INT64_MAX: none). */
     int64_t cutoff;
     int64_t raw_step;  /* the step of the latest step line, replaced or not */
+    /* "ops[3]: " while reading an object nested in the line, so that a message names it; NULL
+     * for the line's own keys */
+    const char *within;
 } read_ctx;
+
+static const char *within(const read_ctx *c) { return c->within ? c->within : ""; }
 
 /* The number under key: NaN when absent, null or not finite (1e999); an error for other types. */
 static crew_status get_num(const read_ctx *c, const cJSON *o, const char *key, double *out)
@@ -129,8 +135,8 @@ static crew_status get_num(const read_ctx *c, const cJSON *o, const char *key, d
     *out = NAN;
     if (!v || cJSON_IsNull(v)) return CREW_OK;
     if (!cJSON_IsNumber(v))
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: \"%s\" is not a number", c->path, (long long)c->line,
-                           key);
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: %s\"%s\" is not a number", c->path, (long long)c->line,
+                           within(c), key);
     if (isfinite(v->valuedouble)) *out = v->valuedouble;
     return CREW_OK;
 }
@@ -144,8 +150,8 @@ static crew_status get_int(const read_ctx *c, const cJSON *o, const char *key, d
     *out = dflt;
     if (isnan(v) && !required) return CREW_OK;
     if (isnan(v) || v != floor(v) || v < lo || v > hi)
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: \"%s\" must be an integer in [%.0f, %.0f]",
-                           c->path, (long long)c->line, key, lo, hi);
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: %s\"%s\" must be an integer in [%.0f, %.0f]",
+                           c->path, (long long)c->line, within(c), key, lo, hi);
     *out = (int64_t)v;
     return CREW_OK;
 }
@@ -157,8 +163,8 @@ static crew_status get_str(const read_ctx *c, const cJSON *o, const char *key, c
     *out = NULL;
     if (!v || cJSON_IsNull(v)) return CREW_OK;
     if (!cJSON_IsString(v))
-        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: \"%s\" is not a string", c->path, (long long)c->line,
-                           key);
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: %s\"%s\" is not a string", c->path, (long long)c->line,
+                           within(c), key);
     *out = v->valuestring;
     return CREW_OK;
 }
@@ -469,6 +475,103 @@ static crew_status read_resume(const read_ctx *c, const cJSON *o)
     return CREW_OK;
 }
 
+/* ---------------------------------------------------------------- pipeline lines */
+
+/* ops[index] of a pipeline line of `stages` stages and `micro_batches` micro-batches, into *op. */
+static crew_status read_op(const read_ctx *c, const cJSON *item, int index, int stages, int micro_batches,
+                           crew_report_op *op)
+{
+    if (!cJSON_IsObject(item))
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: ops[%d] is not an object", c->path, (long long)c->line,
+                           index);
+    char where[32];
+    snprintf(where, sizeof where, "ops[%d]: ", index);
+    read_ctx in_op = *c;
+    in_op.within = where;
+    int64_t stage, micro;
+    const char *pass;
+    CREW_TRY(get_int(&in_op, item, "stage", 0, stages - 1, 1, 0, &stage));
+    CREW_TRY(get_int(&in_op, item, "micro", 0, micro_batches - 1, 1, 0, &micro));
+    CREW_TRY(get_str(&in_op, item, "pass", &pass));
+    if (!pass || (strcmp(pass, "forward") && strcmp(pass, "backward")))
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: %s\"pass\" must be \"forward\" or \"backward\"", c->path,
+                           (long long)c->line, where);
+    CREW_TRY(get_num(&in_op, item, "start_s", &op->start_s));
+    CREW_TRY(get_num(&in_op, item, "end_s", &op->end_s));
+    if (op->end_s < op->start_s) /* (false when either is missing) */
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: %s\"end_s\" %g is before \"start_s\" %g", c->path,
+                           (long long)c->line, where, op->end_s, op->start_s);
+    op->stage = (int16_t)stage;
+    op->micro = (int32_t)micro;
+    op->backward = pass[0] == 'b';
+    return CREW_OK;
+}
+
+/* The "ops" of a pipeline line (an array, or absent or null: none), every one checked; the first
+ * CREW_REPORT_MAX_OPS go into keep[] unless keep is NULL (a line that is not kept). */
+static crew_status read_ops(const read_ctx *c, const cJSON *ops, crew_report_op *keep, crew_report_pipeline *p)
+{
+    p->n_ops = p->total_ops = 0;
+    if (!ops || cJSON_IsNull(ops)) return CREW_OK;
+    if (!cJSON_IsArray(ops))
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s line %lld: \"ops\" is not an array", c->path, (long long)c->line);
+    /* Each micro-batch passes each stage once forward and once backward: more is not one step. */
+    int64_t most = 2 * (int64_t)p->stages * p->micro_batches, total = cJSON_GetArraySize(ops);
+    if (total > most)
+        return crew_errorf(CREW_CODE_BAD_INPUT,
+                           "%s line %lld: \"ops\" holds %lld passes, more than 2 × %d stages × %d micro-batches",
+                           c->path, (long long)c->line, (long long)total, p->stages, p->micro_batches);
+    int index = 0;
+    for (const cJSON *item = ops->child; item; item = item->next, index++) {
+        crew_report_op op;
+        CREW_TRY(read_op(c, item, index, p->stages, p->micro_batches, &op));
+        if (keep && p->n_ops < CREW_REPORT_MAX_OPS) keep[p->n_ops++] = op;
+    }
+    p->total_ops = index;
+    return CREW_OK;
+}
+
+/* A pipeline line: checked whole, and kept in place of the one before unless a restart replaced
+ * it (its step was run again). */
+static crew_status read_pipeline(const read_ctx *c, const cJSON *o)
+{
+    crew_report_data *d = c->d;
+    crew_report_pipeline p = {.line = c->line};
+    int64_t stages, micro_batches, replicas, slowest;
+    const char *schedule;
+    CREW_TRY(get_int(c, o, "step", 1, MAX_STEP, 0, -1, &p.step));
+    CREW_TRY(get_int(c, o, "stages", 1, CREW_REPORT_MAX_STAGES, 1, 0, &stages));
+    CREW_TRY(get_int(c, o, "micro_batches", 1, CREW_REPORT_MAX_MICRO, 1, 0, &micro_batches));
+    CREW_TRY(get_int(c, o, "replicas", 1, CREW_REPORT_MAX_REPLICAS, 0, -1, &replicas));
+    CREW_TRY(get_int(c, o, "slowest_stage", 0, (double)stages - 1, 0, -1, &slowest));
+    CREW_TRY(get_str(c, o, "schedule", &schedule));
+    CREW_TRY(get_num(c, o, "ideal_bubble", &p.ideal_bubble));
+    CREW_TRY(get_num(c, o, "bubble", &p.bubble));
+    CREW_TRY(get_num(c, o, "step_s", &p.step_s));
+    p.stages = (int)stages;
+    p.micro_batches = (int)micro_batches;
+    p.replicas = (int)replicas;
+    p.slowest_stage = (int)slowest;
+    copy_str(p.schedule, sizeof p.schedule, schedule);
+
+    int replaced = p.step > c->cutoff;
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(o, "ops");
+    if (!replaced && cJSON_GetArraySize(ops) > 0 && !d->pipeline.ops) {
+        d->pipeline.ops = malloc(sizeof *d->pipeline.ops * CREW_REPORT_MAX_OPS);
+        if (!d->pipeline.ops) return CREW_OOM();
+    }
+    /* The ops of the line kept before are overwritten as this one is read: an error releases all. */
+    CREW_TRY(read_ops(c, ops, replaced ? NULL : d->pipeline.ops, &p));
+    if (replaced) {
+        d->replaced_lines++;
+        return CREW_OK;
+    }
+    p.ops = d->pipeline.ops;
+    d->pipeline = p;
+    d->pipeline_lines++;
+    return CREW_OK;
+}
+
 /* One line: blank lines are skipped, lines of unknown type ignored (newer writers may add some).
  * `last` says that it is the file's last line and lacks its newline. */
 static crew_status read_line(read_ctx *c, const char *text, size_t len, int last)
@@ -502,6 +605,7 @@ static crew_status read_line(read_ctx *c, const char *text, size_t len, int last
         else if (!strcmp(type, "event")) s = read_event(c, o);
         else if (!strcmp(type, "summary")) s = read_summary(c, o);
         else if (!strcmp(type, "resume")) s = read_resume(c, o);
+        else if (!strcmp(type, "pipeline")) s = read_pipeline(c, o);
     }
     cJSON_Delete(o);
     return s;
@@ -669,6 +773,9 @@ void crew_report_data_free(crew_report_data *d)
     free(d->epochs_seen);
     free(d->compute_sum);
     free(d->compute_n);
+    free(d->pipeline.ops);
+    d->pipeline.ops = NULL;
+    d->pipeline_lines = 0;
     d->events = NULL;
     d->epochs_seen = NULL;
     d->compute_sum = NULL;
@@ -703,7 +810,7 @@ crew_status crew_report_read(const char *path, crew_report_data *d)
     lr->line = keep_line;
     lr->cap = keep_cap;
     lr->limit = bytes; /* the same bytes as the first reading, however far the writer has gone since */
-    read_ctx c = {path, 0, d, INT64_MAX, 0};
+    read_ctx c = {path, 0, d, INT64_MAX, 0, NULL};
     int next = 0, got;
     while (!s && (got = next_line(lr)) != 0) {
         c.line = lr->number + (got < 0 ? 1 : 0);

@@ -1,5 +1,5 @@
 /* report_svg.c — the charts of crew report, as inline SVG: axes with round ticks, lines that
- * break where a bucket holds no value, stacked areas and a heat map. Pure SVG (no script): tooltips
+ * break where a bucket holds no value, stacked areas, a heat map and a pipeline's timeline. Pure SVG (no script): tooltips
  * are <title> elements, which browsers show on hover.
  *
  * Every coordinate goes through fx/fy, which map any input (huge, tiny, a degenerate range) to a
@@ -88,14 +88,15 @@ static void text(FILE *f, double x, double y, const char *anchor, const char *ex
     fputs("</text>\n", f);
 }
 
-static void axis_x(FILE *f, const frame *p, const char *label)
+/* whole: only whole numbers get a tick (the axis counts steps). */
+static void axis_x_ticks(FILE *f, const frame *p, const char *label, int whole)
 {
     double t[MAX_TICKS], step = 1;
     char buf[32];
     int n = nice_ticks(p->xlo, p->xhi, 10, t, &step);
     double base = p->top + p->height;
     for (int i = 0; i < n; i++) {
-        if (step < 1 && t[i] != floor(t[i])) continue; /* steps are whole numbers */
+        if (whole && step < 1 && t[i] != floor(t[i])) continue;
         double x = fx(p, t[i]);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>", x, p->top, x, base);
         fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#888\"/>\n", x, base, x, base + 4);
@@ -105,6 +106,8 @@ static void axis_x(FILE *f, const frame *p, const char *label)
             p->left + p->width, base);
     text(f, p->left + p->width / 2, base + 34, "middle", NULL, label);
 }
+
+static void axis_x(FILE *f, const frame *p, const char *label) { axis_x_ticks(f, p, label, 1); }
 
 static void axis_y(FILE *f, const frame *p, const char *label)
 {
@@ -672,5 +675,121 @@ void crew_report_svg_fractions(FILE *f, const crew_report_data *d)
     if (x < CHART_W - 1)
         fprintf(f, "<rect x=\"%.1f\" y=\"0\" width=\"%.1f\" height=\"26\" fill=\"#ddd\"><title>other: %.1f%% of a step</title></rect>\n",
                 x, CHART_W - x, 100 * (1 - x / CHART_W));
+    fputs("</svg>\n", f);
+}
+
+/* ---------------------------------------------------------------- the pipeline's timeline */
+
+/* A unit for times up to span seconds that keeps tick labels short: s, ms or µs; returns the
+ * factor from seconds. */
+static double time_unit(double span, const char **name)
+{
+    if (span >= 1) {
+        *name = "s";
+        return 1;
+    }
+    if (span >= 1e-3) {
+        *name = "ms";
+        return 1e3;
+    }
+    *name = "µs";
+    return 1e6;
+}
+
+/* The timeline's grid: a row per stage, x in `unit`s since the step began. */
+typedef struct timeline {
+    frame p;
+    double row_h, bar_h; /* pixels */
+    double scale;        /* units per second */
+    const char *unit;
+    double end;          /* the step's end in units: step_s, else the last pass's end */
+} timeline;
+
+static timeline timeline_layout(const crew_report_pipeline *pl)
+{
+    timeline t = {.row_h = fmin(30, fmax(8, 260.0 / pl->stages))};
+    t.bar_h = t.row_h - (t.row_h > 12 ? 6 : 2);
+    double first = 0, last = pl->step_s > 0 ? pl->step_s : 0; /* seconds */
+    for (int i = 0; i < pl->n_ops; i++) {
+        if (isnan(pl->ops[i].start_s) || isnan(pl->ops[i].end_s)) continue;
+        first = fmin(first, pl->ops[i].start_s);
+        last = fmax(last, pl->ops[i].end_s);
+    }
+    t.scale = time_unit(last - first, &t.unit);
+    t.end = last * t.scale;
+    t.p = (frame){LEFT, 40, CHART_W - LEFT - 20, pl->stages * t.row_h, first * t.scale, t.end, 0, 1};
+    if (!(t.p.xhi > t.p.xlo) || !isfinite(t.p.xhi - t.p.xlo)) t.p.xhi = t.p.xlo + 1;
+    return t;
+}
+
+/* Each stage's row: its background, which the gaps between bars show as idle time, with the
+ * stage's busy share as a tooltip; and its name (bold: the slowest stage). */
+static void timeline_rows(FILE *f, const crew_report_pipeline *pl, const timeline *t)
+{
+    double busy[CREW_REPORT_MAX_STAGES] = {0}; /* seconds of passes, per stage */
+    for (int i = 0; i < pl->n_ops; i++) {
+        const crew_report_op *op = &pl->ops[i];
+        if (!isnan(op->start_s) && !isnan(op->end_s)) busy[op->stage] += op->end_s - op->start_s;
+    }
+    int every = t->row_h >= 12 ? 1 : (int)ceil(12 / t->row_h);
+    double x0 = fx(&t->p, 0), x1 = fx(&t->p, t->end);
+    for (int s = 0; s < pl->stages; s++) {
+        double y = t->p.top + s * t->row_h + (t->row_h - t->bar_h) / 2;
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#e6e6e2\"><title>stage %d: "
+                   "busy %.4g %s",
+                x0, y, fmax(x1 - x0, 0), t->bar_h, s, busy[s] * t->scale, t->unit);
+        if (t->end > 0) fprintf(f, " of %.4g %s (idle %.0f%%)", t->end, t->unit, 100 * fmax(0, 1 - busy[s] * t->scale / t->end));
+        fputs("</title></rect>\n", f);
+        if (s % every && s != pl->slowest_stage) continue; /* thin rows: every other name, or fewer */
+        char label[32];
+        snprintf(label, sizeof label, "stage %d", s);
+        text(f, t->p.left - 7, y + t->bar_h / 2 + 4, "end", s == pl->slowest_stage ? " font-weight=\"bold\"" : NULL,
+             label);
+    }
+}
+
+/* One bar per pass, forward and backward in the colours of the breakdown chart; its micro-batch's
+ * number on it where it fits. Each bar is <rect class="op-forward"> or <rect class="op-backward">. */
+static void timeline_bars(FILE *f, const crew_report_pipeline *pl, const timeline *t)
+{
+    for (int i = 0; i < pl->n_ops; i++) {
+        const crew_report_op *op = &pl->ops[i];
+        if (isnan(op->start_s) || isnan(op->end_s)) continue; /* not measured: nothing to draw */
+        const char *pass = op->backward ? "backward" : "forward";
+        double x = fx(&t->p, op->start_s * t->scale), w = fmax(1, fx(&t->p, op->end_s * t->scale) - x);
+        double y = t->p.top + op->stage * t->row_h + (t->row_h - t->bar_h) / 2;
+        fprintf(f, "<rect class=\"op-%s\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
+                   "<title>stage %d, micro-batch %d, %s: %.4g–%.4g %s</title></rect>\n",
+                pass, x, y, w, t->bar_h, crew_report_part_colour[op->backward ? CREW_PART_BACKWARD : CREW_PART_FORWARD],
+                op->stage, op->micro, pass, op->start_s * t->scale, op->end_s * t->scale, t->unit);
+        char label[16];
+        snprintf(label, sizeof label, "%d", op->micro);
+        if (t->bar_h >= 10 && w >= 7.0 * (double)strlen(label) + 4)
+            text(f, x + w / 2, y + t->bar_h / 2 + 4, "middle",
+                 op->backward ? " fill=\"#111\" pointer-events=\"none\"" : " fill=\"#fff\" pointer-events=\"none\"", label);
+    }
+}
+
+void crew_report_svg_pipeline(FILE *f, const crew_report_data *d)
+{
+    const char *what = "the passes of one step on each pipeline stage against time";
+    if (d->pipeline_lines == 0) return;
+    const crew_report_pipeline *pl = &d->pipeline;
+    if (pl->n_ops == 0) {
+        empty_chart(f, "pipeline", what, "no passes recorded for this step");
+        return;
+    }
+    timeline t = timeline_layout(pl);
+    svg_open(f, "chart", "pipeline", t.p.top + t.p.height + 46, what);
+    legend g = {t.p.left, 18};
+    legend_item(f, &g, 'b', crew_report_part_colour[CREW_PART_FORWARD], "forward");
+    legend_item(f, &g, 'b', crew_report_part_colour[CREW_PART_BACKWARD], "backward");
+    legend_item(f, &g, 'b', "#e6e6e2", "idle");
+    if (pl->slowest_stage >= 0) text(f, g.x, g.y, "start", " font-weight=\"bold\"", "bold: the slowest stage");
+    char label[48];
+    snprintf(label, sizeof label, "%s since the step began", t.unit);
+    axis_x_ticks(f, &t.p, label, 0); /* first: its grid lines go under the bars */
+    timeline_rows(f, pl, &t);
+    timeline_bars(f, pl, &t);
     fputs("</svg>\n", f);
 }

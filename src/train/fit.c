@@ -206,6 +206,7 @@ crew_status crew_fit_run(crew_fit *f, crew_fit_result *result)
     result->test_loss = result->test_accuracy = result->test_bits = NAN;
     result->stages = 1;
     result->bubble_fraction = NAN;
+    result->bottleneck_stage = -1;
     if (f->ran) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_fit_run: a prepared fit runs once");
     f->ran = 1;
     if (f->opts.resume) {
@@ -254,6 +255,7 @@ crew_status crew_model_fit(crew_model *m, const crew_dataset *train, const crew_
     result->test_loss = result->test_accuracy = result->test_bits = NAN;
     result->stages = 1;
     result->bubble_fraction = NAN;
+    result->bottleneck_stage = -1;
     crew_fit *f;
     CREW_TRY(crew_fit_prepare(m, train, opts, &f));
     crew_status s = crew_fit_run(f, result);

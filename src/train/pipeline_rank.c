@@ -31,6 +31,7 @@ _Static_assert(FIELDS == CREW_PIPELINE_METRIC_FIELDS, "the pipeline's metric row
 #define TAG_FORWARD(j) (2 * (j))
 #define TAG_BACKWARD(j) (2 * (j) + 1)
 #define TAG_GATHER(s, b) ((1 << 30) + 4 * (s) + (b))
+#define TAG_TIMELINE(s) ((1 << 29) + (s))
 
 typedef struct stage_rank {
     int rank, size;                 /* of the run: rank = replica · stages + stage */
@@ -57,6 +58,12 @@ typedef struct stage_rank {
     double *metrics;                /* [size · FIELDS] host */
     crew_step_times *times;         /* [size] */
     double busy_s, step_s;          /* this run's forward and backward time, and its steps' */
+    /* the timeline of the step's passes (crew_now() at each start and end), sent to rank 0 for
+     * the sampled steps: host [2 · 2 · accumulation], device [same] */
+    double *tl, *tl_dev;
+    double *tl_all;                 /* rank 0: [stages × 2 · 2 · accumulation] host */
+    crew_pipe_timing *tl_ops;       /* rank 0: [stages × 2 · accumulation] */
+    crew_pipe_op *tl_order;         /* rank 0: [2 · accumulation] a stage's order of passes */
     /* global rank 0: the optimizer state of the whole model in host memory (on the caller's
      * model's device; the caller's model holds the values), gathered from the stages through
      * staging, [largest slice] on rank 0's device */
@@ -96,7 +103,8 @@ static crew_status set_up(stage_rank *r)
     r->slot = calloc((size_t)r->n_slots, sizeof *r->slot);
     r->metrics = calloc((size_t)r->size * FIELDS, sizeof *r->metrics);
     r->times = calloc((size_t)r->size, sizeof *r->times);
-    if (!r->param_at || !r->state_at || !r->ops || !r->slot || !r->metrics || !r->times) return CREW_OOM();
+    r->tl = calloc((size_t)4 * (size_t)k, sizeof *r->tl);
+    if (!r->param_at || !r->state_at || !r->ops || !r->slot || !r->metrics || !r->times || !r->tl) return CREW_OOM();
     for (int s = 0; s < r->stages; s++) crew_model_stage_offsets(start, p->stage_first[s], &r->param_at[s], &r->state_at[s]);
     r->param_at[r->stages] = start->n_params;
     r->state_at[r->stages] = start->n_state;
@@ -114,6 +122,7 @@ static crew_status set_up(stage_rank *r)
     CREW_TRY(copy_start_optimizer(r));
     CREW_TRY(r->be->ops->alloc(r->be->ctx, CREW_DT_F64, (int64_t)r->size * FIELDS, (void **)&r->dev_scratch));
     CREW_TRY(r->be->ops->queue_create(r->be->ctx, &r->copy_q));
+    CREW_TRY(r->be->ops->alloc(r->be->ctx, CREW_DT_F64, (int64_t)4 * k, (void **)&r->tl_dev));
     if (r->replicas > 1) {
         CREW_TRY(crew_comm_worker_start(&r->worker, r->group, run->timeout_s));
         r->has_worker = 1;
@@ -130,6 +139,10 @@ static crew_status set_up(stage_rank *r)
             if (ns > r->staging_n) r->staging_n = ns;
         }
         CREW_TRY(crew_dev_alloc_f32(r->be, r->staging_n, &r->staging));
+        r->tl_all = calloc((size_t)r->stages * 4 * (size_t)k, sizeof *r->tl_all);
+        r->tl_ops = calloc((size_t)r->stages * 2 * (size_t)k, sizeof *r->tl_ops);
+        r->tl_order = calloc((size_t)2 * (size_t)k, sizeof *r->tl_order);
+        if (!r->tl_all || !r->tl_ops || !r->tl_order) return CREW_OOM();
     }
     return CREW_OK;
 }
@@ -140,6 +153,11 @@ static void tear_down(stage_rank *r)
     crew_stepper_release(&r->stepper);
     if (r->copy_q) r->be->ops->queue_destroy(r->be->ctx, r->copy_q);
     crew_dev_free(r->be, r->dev_scratch);
+    crew_dev_free(r->be, r->tl_dev);
+    free(r->tl);
+    free(r->tl_all);
+    free(r->tl_ops);
+    free(r->tl_order);
     crew_optimizer_release(&r->opt, r->be);
     if (r->has_whole_opt) crew_optimizer_release(&r->whole_opt, &r->sinks->model->be);
     crew_dev_free(r->be, r->staging);
@@ -219,13 +237,15 @@ static crew_pass pass_of(stage_rank *r, crew_model *m, const step_ctx *c)
     return p;
 }
 
-static crew_status forward(stage_rank *r, step_ctx *c, int micro)
+/* Pass i of the step (micro-batch `micro`): its timeline entry spans the compute and the send,
+ * not the waits for data and for the neighbour. */
+static crew_status forward(stage_rank *r, step_ctx *c, int i, int micro)
 {
     crew_model *m = r->slot[micro % r->n_slots];
     CREW_TRY(load(r, m, c, micro));
     if (!first_stage(r)) CREW_TRY(recv_timed(r, m->act[0], r->rows * r->in_values, r->rank - 1, TAG_FORWARD(micro), &c->times));
     crew_pass pass = pass_of(r, m, c);
-    double t0 = crew_now();
+    double t0 = r->tl[2 * i] = crew_now();
     CREW_TRY(crew_model_forward(m, &pass));
     if (last_stage(r)) {
         double loss = 0.0, correct = 0.0;
@@ -236,20 +256,22 @@ static crew_status forward(stage_rank *r, step_ctx *c, int micro)
     c->times.forward_s += crew_now() - t0;
     if (!last_stage(r))
         CREW_TRY(send_after(r, m->act[m->n_compute], r->rows * r->out_values, r->rank + 1, TAG_FORWARD(micro)));
+    r->tl[2 * i + 1] = crew_now();
     return CREW_OK;
 }
 
-static crew_status backward(stage_rank *r, step_ctx *c, int micro)
+static crew_status backward(stage_rank *r, step_ctx *c, int i, int micro)
 {
     crew_model *m = r->slot[micro % r->n_slots];
     if (!last_stage(r))
         CREW_TRY(recv_timed(r, m->dbuf[0], r->rows * r->out_values, r->rank + 1, TAG_BACKWARD(micro), &c->times));
     crew_pass pass = pass_of(r, m, c);
-    double t0 = crew_now();
+    double t0 = r->tl[2 * i] = crew_now();
     CREW_TRY(crew_stepper_backward(&r->stepper, m, micro, &pass));
     c->times.backward_s += crew_now() - t0;
     if (!first_stage(r))
         CREW_TRY(send_after(r, crew_model_input_grad(m), r->rows * r->in_values, r->rank - 1, TAG_BACKWARD(micro)));
+    r->tl[2 * i + 1] = crew_now();
     return CREW_OK;
 }
 
@@ -259,7 +281,7 @@ static crew_status gradients(stage_rank *r, step_ctx *c, float **grad)
     crew_stepper_begin(&r->stepper);
     crew_status s = CREW_OK;
     for (int i = 0; i < 2 * r->run->plan.accumulation && !s; i++)
-        s = r->ops[i].backward ? backward(r, c, r->ops[i].micro) : forward(r, c, r->ops[i].micro);
+        s = r->ops[i].backward ? backward(r, c, i, r->ops[i].micro) : forward(r, c, i, r->ops[i].micro);
     return crew_stepper_finish(&r->stepper, s, &c->times, grad);
 }
 
@@ -380,6 +402,56 @@ static crew_status write_checkpoint(stage_rank *r, int64_t step)
     r->sinks->last_checkpoint_time = crew_now();
     pthread_mutex_unlock(&r->sinks->lock);
     return s;
+}
+
+/* A step whose timeline goes into metrics.jsonl: every TIMELINE_EVERY-th and the last. */
+#define TIMELINE_EVERY 100
+
+static int timeline_step(const stage_rank *r, int64_t step)
+{
+    return step % TIMELINE_EVERY == 0 || step == r->run->plan.total_steps;
+}
+
+/* The stages of replica 0 send their passes' times to rank 0, which writes the step's timeline
+ * (after the metrics all-reduce: everyone's forward and backward times are in r->times). */
+static crew_status send_timeline(stage_rank *r, int64_t step, double step_s)
+{
+    if (r->replica != 0) return CREW_OK;
+    const int k = r->run->plan.accumulation, n = 4 * k;
+    const double timeout = r->run->timeout_s;
+    const crew_backend_ops *o = r->be->ops;
+    if (r->rank != 0) {
+        CREW_TRY(o->upload(r->be->ctx, NULL, r->tl_dev, r->tl, n, CREW_DT_F64));
+        CREW_TRY(o->sync(r->be->ctx, NULL));
+        return crew_send(&r->world, r->tl_dev, n, CREW_COMM_F64, 0, TAG_TIMELINE(r->stage), timeout);
+    }
+    memcpy(r->tl_all, r->tl, (size_t)n * sizeof *r->tl);
+    for (int s = 1; s < r->stages; s++) {
+        CREW_TRY(crew_recv(&r->world, r->tl_dev, n, CREW_COMM_F64, s, TAG_TIMELINE(s), timeout));
+        CREW_TRY(o->download(r->be->ctx, r->tl_all + (size_t)s * n, r->tl_dev, n, CREW_DT_F64));
+    }
+    double t0 = r->tl_all[0], bubble = 0.0, most = -1.0;
+    for (int i = 0; i < r->stages * 2 * k; i++) t0 = r->tl_all[2 * i] < t0 ? r->tl_all[2 * i] : t0;
+    int slowest = 0, n_ops = 0;
+    crew_pipe_op *so = r->tl_order;
+    for (int s = 0; s < r->stages; s++) {
+        double busy = crew_step_compute_s(&r->times[s]); /* rank s is stage s of replica 0 */
+        bubble += step_s > 0 ? (1.0 - busy / step_s) / r->stages : 0.0;
+        if (busy > most) most = busy, slowest = s;
+        /* the stage's order of passes, as it ran them */
+        crew_pipeline_ops((crew_pipeline_schedule)r->run->plan.pipeline_schedule, r->stages, s, k, so);
+        for (int i = 0; i < 2 * k; i++) {
+            const double *t = r->tl_all + (size_t)s * n + 2 * i;
+            r->tl_ops[n_ops++] = (crew_pipe_timing){s, so[i].micro, so[i].backward, t[0] - t0, t[1] - t0};
+        }
+    }
+    const crew_fit_plan *p = &r->run->plan;
+    crew_pipeline_record rec = {step, r->stages, r->replicas, k, p->pipeline_schedule == CREW_PIPELINE_GPIPE,
+                                crew_pipeline_ideal_bubble(r->stages, k), bubble, step_s, slowest, n_ops, r->tl_ops};
+    pthread_mutex_lock(&r->sinks->lock);
+    crew_status st = crew_monitor_pipeline(r->sinks->monitor, &rec);
+    pthread_mutex_unlock(&r->sinks->lock);
+    return st;
 }
 
 /* The drift check: each stage's parameters, state (when batch norm is synchronised) and optimizer
@@ -511,6 +583,7 @@ static crew_status train_step(stage_rank *r, int epoch, int64_t epoch_step, int6
     r->step_s += step_s;
     r->busy_s += c.times.forward_s + c.times.backward_s;
     CREW_TRY(report_step(r, &c, step, step_s, epoch_start, bad));
+    if (timeline_step(r, step)) CREW_TRY(send_timeline(r, step, step_s));
     if (r->metrics[M_DUE] > 0) CREW_TRY(write_checkpoint(r, step));
     /* last: it reuses the metrics matrix */
     if (run->drift_every > 0 && step % run->drift_every == 0) CREW_TRY(check_drift(r, step));
@@ -614,6 +687,7 @@ static crew_status report_bubble(stage_rank *r, int64_t steps)
     crew_fit_result *res = r->sinks->result;
     res->stages = r->stages;
     res->bubble_fraction = idle;
+    res->bottleneck_stage = busiest;
     for (int s = 0; s < r->stages; s++) res->stage_peak_bytes[s] = (int64_t)row[(size_t)s * FIELDS + 2];
     pthread_mutex_unlock(&r->sinks->lock);
     char msg[320];

@@ -72,7 +72,8 @@ static crew_status cpu_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
     memset(p + HEADER, 0, bytes);
     memcpy(p, &bytes, sizeof bytes);
     if (c) {
-        int64_t now = c->in_use += (int64_t)bytes, peak = c->peak;
+        int64_t now = atomic_fetch_add(&c->in_use, (int64_t)bytes) + (int64_t)bytes;
+        int64_t peak = atomic_load(&c->peak);
         while (now > peak && !atomic_compare_exchange_weak(&c->peak, &peak, now)) {
         }
     }
@@ -87,15 +88,15 @@ static void cpu_free(void *ctx, void *p)
     unsigned char *base = (unsigned char *)p - HEADER;
     size_t bytes;
     memcpy(&bytes, base, sizeof bytes);
-    if (c) c->in_use -= (int64_t)bytes;
+    if (c) atomic_fetch_sub(&c->in_use, (int64_t)bytes);
     free(base);
 }
 
 static void cpu_memory_used(void *ctx, int64_t *in_use, int64_t *peak)
 {
     cpu_ctx *c = ctx;
-    *in_use = c ? c->in_use : 0;
-    *peak = c ? c->peak : 0;
+    *in_use = c ? atomic_load(&c->in_use) : 0;
+    *peak = c ? atomic_load(&c->peak) : 0;
 }
 
 static crew_status cpu_upload(void *ctx, crew_queue *q, void *dst, const void *host, int64_t n, crew_dtype t)
