@@ -4,8 +4,9 @@
 #   the same global batch and micro-batches, bit for bit, and prints its plan and its bubble;
 # - crew verify --pipeline K passes for K = 2, 3 and 4, both schedules, with and without
 #   data-parallel replicas of the pipeline;
-# - a pipelined run stopped by SIGINT resumes on another layout (data parallel, or another K)
-#   and still ends with the same weights: its checkpoints are the whole model's;
+# - a pipelined run stopped by SIGINT resumes on another layout (data parallel, or another K),
+#   and a data-parallel one as a pipeline, still ending with the same weights: the checkpoints are
+#   the whole model's;
 # - a model too large for its devices (--device-memory) trains on the pipeline the planner finds,
 #   each stage's measured device memory within 10% of its plan, on 2 and 4 stages;
 # - bad flags are one clear line and exit status 2.
@@ -46,11 +47,12 @@ for k in 2 3 4; do
 done
 
 # SIGINT stops a pipelined run with a checkpoint of the whole model; it resumes on any layout.
-resume_on() { # $1: name; the rest: the resumed run's device flags
-  local name=$1 pid polls=0
-  shift
+resume_on() { # $1: name; $2: the first run's device flags; the rest: the resumed run's
+  local name=$1 first=$2 pid polls=0
+  shift 2
   rm -rf "$TMP/$name"
-  "$CREW" train $MODEL "${COMMON[@]}" --max-steps 1500 --devices cpu:4 --pipeline 2 --checkpoint-every 100000 \
+  # shellcheck disable=SC2086 # $first is a list of flags
+  "$CREW" train $MODEL "${COMMON[@]}" --max-steps 1500 $first --checkpoint-every 100000 \
     --run-dir "$TMP/$name" > /dev/null 2> "$TMP/$name.err" &
   pid=$!
   until [ "$(grep -c '"type":"step"' "$TMP/$name/metrics.jsonl" 2> /dev/null)" -ge 3 ] 2> /dev/null || ! kill -0 $pid 2> /dev/null ||
@@ -67,10 +69,12 @@ resume_on() { # $1: name; the rest: the resumed run's device flags
     { fail "$name: resume: $(cat "$TMP/$name.err")"; return; }
 }
 "$CREW" train $MODEL "${COMMON[@]}" --max-steps 1500 --devices cpu:4 --run-dir "$TMP/long" 2> /dev/null || fail "the long reference"
-resume_on dp --devices cpu:2
+resume_on dp "--devices cpu:4 --pipeline 2" --devices cpu:2
 cmp -s "$TMP/long/weights.safetensors" "$TMP/dp/weights.safetensors" && ok || fail "pipeline resumed as 2 replicas: weights differ"
-resume_on k3 --devices cpu:3 --pipeline 3
+resume_on k3 "--devices cpu:4 --pipeline 2" --devices cpu:3 --pipeline 3
 cmp -s "$TMP/long/weights.safetensors" "$TMP/k3/weights.safetensors" && ok || fail "pipeline resumed on 3 stages: weights differ"
+resume_on topipe "--devices cpu:4" --devices cpu:4 --pipeline 4
+cmp -s "$TMP/long/weights.safetensors" "$TMP/topipe/weights.safetensors" && ok || fail "data parallelism resumed as 4 stages: weights differ"
 
 # A model that does not fit: examples/fashion_wide_mlp.json needs 62 MiB as one replica; in
 # 48 MB devices the planner says it needs a pipeline, crew train --device-memory runs the split it
