@@ -380,7 +380,8 @@ typedef struct crew_fit_options {
      * batch normalization. docs/CHECKPOINTS.md. */
     int resume;
     void *user;
-    volatile int *cancel;       /* when it becomes non-zero the run stops after the step */
+    volatile int *cancel;       /* when it becomes non-zero the run stops after the step; read with a relaxed
+                                   atomic load, so set it with an atomic store (a signal handler may) */
     /* Processes (crew_process_group, below): this process runs `devices` replicas of the run's
      * devices × processes, numbered process by process. Process 0 owns the outputs (monitor,
      * checkpoints, the trained values); the others write nothing. NULL: this process alone. */

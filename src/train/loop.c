@@ -233,7 +233,7 @@ static int cancel_requested(const crew_rank *r)
 {
     if (!r->sinks || !r->run->opts->cancel) return 0;
     crew_rank_sink_enter(r);
-    int stop = *r->run->opts->cancel != 0;
+    int stop = __atomic_load_n(r->run->opts->cancel, __ATOMIC_RELAXED) != 0; /* a signal handler may set it */
     crew_rank_sink_leave(r);
     return stop;
 }

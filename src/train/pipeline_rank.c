@@ -367,7 +367,7 @@ static int cancel_requested(const stage_rank *r)
 {
     if (!r->sinks || !r->run->opts->cancel) return 0;
     pthread_mutex_lock(&r->sinks->lock);
-    int stop = *r->run->opts->cancel != 0;
+    int stop = __atomic_load_n(r->run->opts->cancel, __ATOMIC_RELAXED) != 0; /* a signal handler may set it */
     pthread_mutex_unlock(&r->sinks->lock);
     return stop;
 }

@@ -1,4 +1,5 @@
 /* cmd_train.c — crew train MODEL.json --data DIR [options] */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -305,15 +306,20 @@ static void on_event(void *user, const crew_event_info *e)
 
 /* ---- interrupt: the first SIGINT/SIGTERM stops after the current step, a second at once. */
 
-static volatile sig_atomic_t cancel_requested;
+/* Written by the handler, read by the library's rank 0 thread (crew_fit_options.cancel): both
+ * through atomic builtins, lock-free on every target, so safe in a signal handler and not a data
+ * race between the threads. */
+static int cancel_requested;
 
 static void on_signal(int sig)
 {
-    if (cancel_requested) {
+    int saved = errno; /* the interrupted code's */
+    if (__atomic_load_n(&cancel_requested, __ATOMIC_RELAXED)) {
         signal(sig, SIG_DFL);
         raise(sig);
     }
-    cancel_requested = 1;
+    __atomic_store_n(&cancel_requested, 1, __ATOMIC_RELAXED);
+    errno = saved;
 }
 
 /* ---- the run */
@@ -807,7 +813,7 @@ int cli_train(int argc, char **argv)
     o.on_epoch = on_epoch;
     o.on_event = on_event;
     o.user = &view;
-    o.cancel = (volatile int *)&cancel_requested;
+    o.cancel = &cancel_requested;
     double per_device = 0.0; /* the peak: measured once per machine (0.3 s), then from the cache */
     if (!s && lead)
         o.peak_gflops = cli_run_peak(o.device_kind, (int)a.devices, o.threads_per_device > 0 ? o.threads_per_device : 1,
