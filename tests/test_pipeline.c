@@ -17,6 +17,7 @@
 #include "check.h"
 #include "comm/comm.h"
 #include "core/status.h"
+#include "core/timer.h"
 #include "nn/model.h"
 #include "train/hooks.h"
 #include "train/pipeline.h"
@@ -241,6 +242,41 @@ static void check_drift(const crew_dataset *d)
     crew_model_free(m);
 }
 
+/* Stage 1 stops arriving at step 3 (it sleeps past the deadline, then fails by itself): stage 0,
+ * waiting for the gradient of its first micro-batch, names it within its deadline of 1 s, and that
+ * is the run's error. The bound (60 s) is what no loaded machine comes near: the stalled stage's
+ * own sleep sets the run's length, not the detection. */
+static void check_stall(const crew_dataset *d)
+{
+    crew_model *m = cnn(0, 0.0f);
+    if (!m) return;
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    o.devices = 1;
+    o.pipeline_stages = 2;
+    o.batch_per_device = 4;
+    o.global_batch = 8;
+    o.max_steps = 6;
+    o.collective_timeout_s = 1.0;
+    crew_fit *f = NULL;
+    crew_fit_result res;
+    CHECK_OK(crew_fit_prepare(m, d, &o, &f));
+    if (f) {
+        crew_fit_hooks_of(f)->faults.stall_rank = 1;
+        crew_fit_hooks_of(f)->faults.stall_step = 3;
+        double start = crew_now();
+        crew_status s = crew_fit_run(f, &res);
+        double took = crew_now() - start;
+        const char *msg = crew_status_message(s);
+        CHECK_MSG(crew_status_code(s) == CREW_CODE_TIMEOUT && strstr(msg, "step 3, stage 0 of replica 0: ") &&
+                  strstr(msg, "rank 1 sent nothing to rank 0 within 1 s") && !strstr(msg, "on purpose"), "%s", msg);
+        crew_status_free(s);
+        CHECK_MSG(took < 60.0, "the stalled pipeline took %.1f s to end", took);
+    }
+    crew_fit_free(f);
+    crew_model_free(m);
+}
+
 static void check_refusals(const crew_dataset *d)
 {
     crew_model *m = cnn(0, 1.0f);
@@ -288,6 +324,7 @@ int main(void)
         check_verify(d, 1, 2, CREW_PIPELINE_1F1B, 1, NULL);
         check_verify(d, 1, 3, CREW_PIPELINE_GPIPE, 2, NULL);
         check_drift(d);
+        check_stall(d);
         check_refusals(d);
     }
     crew_dataset_free(d);

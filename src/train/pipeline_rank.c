@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/status.h"
 #include "core/timer.h"
@@ -526,6 +527,31 @@ static crew_status report_step(stage_rank *r, const step_ctx *c, int64_t step, d
     return s;
 }
 
+/* Test fault: a stage that stops arriving (it sleeps past the deadline, then fails by itself), as
+ * a stuck device would. */
+static crew_status inject_stall(const stage_rank *r, int64_t step)
+{
+    const crew_fit_faults *f = &r->run->hooks.faults;
+    if (f->stall_step != step || f->stall_rank != r->rank) return CREW_OK;
+    struct timespec ts = {(time_t)(r->run->timeout_s + 2.0), 0};
+    nanosleep(&ts, NULL);
+    return crew_errorf(CREW_CODE_TIMEOUT, "rank %d stalled on purpose at step %lld (test fault)", r->rank,
+                       (long long)step);
+}
+
+/* A failed step: its place, and on rank 0 a missed deadline reported as a hang event first. */
+static crew_status step_error(const stage_rank *r, crew_status s, int64_t step)
+{
+    s = crew_error_prefix(s, "step %lld, stage %d of replica %d: ", (long long)step, r->stage, r->replica);
+    if (crew_status_code(s) == CREW_CODE_TIMEOUT && r->sinks) {
+        pthread_mutex_lock(&r->sinks->lock);
+        crew_status_free(crew_monitor_event(r->sinks->monitor, CREW_EVENT_HANG, step, -1, NAN, "%s",
+                                            crew_status_message(s)));
+        pthread_mutex_unlock(&r->sinks->lock);
+    }
+    return s;
+}
+
 /* One optimizer step; `step` is 1-based. */
 static crew_status train_step(stage_rank *r, int epoch, int64_t epoch_step, int64_t step, double epoch_start,
                               step_out *out)
@@ -534,8 +560,9 @@ static crew_status train_step(stage_rank *r, int epoch, int64_t epoch_step, int6
     double t0 = crew_now();
     step_ctx c = {.epoch = epoch, .epoch_step = epoch_step, .step = step - 1};
     float *grad = NULL;
-    crew_status s = gradients(r, &c, &grad);
-    if (s) return crew_error_prefix(s, "step %lld, stage %d of replica %d: ", (long long)step, r->stage, r->replica);
+    crew_status s = inject_stall(r, step);
+    if (!s) s = gradients(r, &c, &grad);
+    if (s) return step_error(r, s, step);
     if (step == run->start_step + 1) CREW_TRY(gather_first_grads(r, grad));
     double t1 = crew_now();
     int finite = 1;
@@ -550,7 +577,7 @@ static crew_status train_step(stage_rank *r, int epoch, int64_t epoch_step, int6
     c.times.optimizer_s = crew_now() - t1; /* the update's own time joins the next step's rows */
     memcpy(row + M_TIMES, &c.times, sizeof c.times);
     s = allreduce_metrics(r);
-    if (s) return crew_error_prefix(s, "step %lld, metrics all-reduce: ", (long long)step);
+    if (s) return step_error(r, crew_error_prefix(s, "metrics all-reduce: "), step);
     int bad = 0;
     for (int q = 0; q < r->size; q++) {
         bad |= r->metrics[(size_t)q * FIELDS + M_NONFINITE] > 0;
