@@ -335,15 +335,7 @@ static crew_status finish_epoch(crew_rank *r, crew_epoch_info *info, int64_t ste
     info->test_bits = o->test && crew_model_positions(r->m) > 1 ? (float)(info->test_loss / log(2.0)) : NAN;
     if (!r->sinks) return CREW_OK;
     crew_rank_sink_enter(r);
-    crew_fit_result *res = r->sinks->result;
-    res->epochs = info->epoch + 1;
-    res->train_loss = info->train_loss;
-    res->train_accuracy = info->train_accuracy;
-    res->test_loss = info->test_loss;
-    res->test_accuracy = info->test_accuracy;
-    res->test_bits = info->test_bits;
-    crew_status s = crew_monitor_epoch(r->sinks->monitor, info);
-    if (!s && o->on_epoch) o->on_epoch(o->user, info);
+    crew_status s = crew_run_sinks_epoch(r->sinks, o, info);
     crew_rank_sink_leave(r);
     return s;
 }
@@ -393,18 +385,12 @@ static crew_status run_epoch(crew_rank *r, int epoch, int64_t *step, int *stoppe
         *stopped = sr.stop;
         CREW_TRY(maybe_checkpoint(r, *step, *stopped));
     }
-    crew_epoch_info info = {.epoch = epoch, .epochs = p->epochs, .steps = steps, .test_loss = NAN, .test_accuracy = NAN,
-                           .test_bits = NAN};
-    info.wall_s = crew_now() - start;
+    crew_epoch_info info = crew_run_epoch_info(r->run, epoch, steps, crew_now() - start, loss, correct);
     if (r->sinks) {
         crew_rank_sink_enter(r);
         r->sinks->train_s += info.wall_s;
         crew_rank_sink_leave(r);
     }
-    double samples = (double)steps * (double)p->global_batch;
-    info.train_loss = steps ? (float)(loss / samples) : NAN;
-    info.train_accuracy = steps ? (float)(correct / samples) : NAN;
-    info.samples_per_s = info.wall_s > 0.0 ? samples / info.wall_s : 0.0;
     return finish_epoch(r, &info, *step);
 }
 

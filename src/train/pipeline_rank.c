@@ -637,15 +637,7 @@ static crew_status finish_epoch(stage_rank *r, crew_epoch_info *info)
     }
     if (!r->sinks) return CREW_OK;
     pthread_mutex_lock(&r->sinks->lock);
-    crew_fit_result *res = r->sinks->result;
-    res->epochs = info->epoch + 1;
-    res->train_loss = info->train_loss;
-    res->train_accuracy = info->train_accuracy;
-    res->test_loss = info->test_loss;
-    res->test_accuracy = info->test_accuracy;
-    res->test_bits = info->test_bits;
-    crew_status s = crew_monitor_epoch(r->sinks->monitor, info);
-    if (!s && o->on_epoch) o->on_epoch(o->user, info);
+    crew_status s = crew_run_sinks_epoch(r->sinks, o, info);
     pthread_mutex_unlock(&r->sinks->lock);
     return s;
 }
@@ -671,18 +663,12 @@ static crew_status run_epoch(stage_rank *r, int epoch, int64_t *step, int *stopp
         }
         *stopped = so.stop;
     }
-    crew_epoch_info info = {.epoch = epoch, .epochs = p->epochs, .steps = steps, .test_loss = NAN, .test_accuracy = NAN,
-                           .test_bits = NAN};
-    info.wall_s = crew_now() - start;
+    crew_epoch_info info = crew_run_epoch_info(r->run, epoch, steps, crew_now() - start, loss, correct);
     if (r->sinks) {
         pthread_mutex_lock(&r->sinks->lock);
         r->sinks->train_s += info.wall_s;
         pthread_mutex_unlock(&r->sinks->lock);
     }
-    double samples = (double)steps * (double)p->global_batch;
-    info.train_loss = steps ? (float)(loss / samples) : NAN;
-    info.train_accuracy = steps ? (float)(correct / samples) : NAN;
-    info.samples_per_s = info.wall_s > 0.0 ? samples / info.wall_s : 0.0;
     return finish_epoch(r, &info);
 }
 

@@ -1,4 +1,6 @@
 /* run.c — what every launcher does for the ranks it starts, whatever they run on. */
+#include <math.h>
+
 #include "data/loader.h"
 #include "train/run.h"
 
@@ -25,4 +27,31 @@ crew_status crew_run_open_loader(const crew_run *run, int rank, int size, crew_l
     if (run->hooks.plant == CREW_PLANT_SAME_MICRO_TWICE && rank == 1) rank = 0; /* planted bug */
     crew_loader_range range = {.batch = run->plan.batch_per_device, .micro = size * k, .first = rank * k, .count = k};
     return crew_loader_create(run->train, &lo, &range, run->plan.seed, out);
+}
+
+crew_epoch_info crew_run_epoch_info(const crew_run *run, int epoch, int64_t steps, double wall_s, double loss_sum,
+                                    double correct_sum)
+{
+    const crew_fit_plan *p = &run->plan;
+    crew_epoch_info info = {.epoch = epoch, .epochs = p->epochs, .steps = steps, .wall_s = wall_s, .test_loss = NAN,
+                            .test_accuracy = NAN, .test_bits = NAN};
+    double samples = (double)steps * (double)p->global_batch;
+    info.train_loss = steps ? (float)(loss_sum / samples) : NAN;
+    info.train_accuracy = steps ? (float)(correct_sum / samples) : NAN;
+    info.samples_per_s = wall_s > 0.0 ? samples / wall_s : 0.0;
+    return info;
+}
+
+crew_status crew_run_sinks_epoch(crew_run_sinks *sinks, const crew_fit_options *o, const crew_epoch_info *info)
+{
+    crew_fit_result *res = sinks->result;
+    res->epochs = info->epoch + 1;
+    res->train_loss = info->train_loss;
+    res->train_accuracy = info->train_accuracy;
+    res->test_loss = info->test_loss;
+    res->test_accuracy = info->test_accuracy;
+    res->test_bits = info->test_bits;
+    crew_status s = crew_monitor_epoch(sinks->monitor, info);
+    if (!s && o->on_epoch) o->on_epoch(o->user, info);
+    return s;
 }

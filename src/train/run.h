@@ -74,6 +74,13 @@ typedef struct crew_rank_ctx {
  * stop it (crew_loader_shutdown) when the rank never returns. */
 crew_status crew_run_open_loader(const crew_run *run, int rank, int size, struct crew_loader **out);
 
+/* An epoch's figures from its steps' summed loss and right answers over the global batches (the
+ * test figures NaN until evaluated). */
+crew_epoch_info crew_run_epoch_info(const crew_run *run, int epoch, int64_t steps, double wall_s, double loss_sum,
+                                    double correct_sum);
+/* Rank 0, inside its sink section: the epoch into the result, the monitor and the caller's callback. */
+crew_status crew_run_sinks_epoch(crew_run_sinks *sinks, const crew_fit_options *o, const crew_epoch_info *info);
+
 /* The rank program: trains this rank's share of every step of the run. */
 crew_status crew_rank_main(const crew_rank_ctx *ctx);
 
