@@ -216,18 +216,25 @@ static void check_verify(const crew_dataset *d, int batch_norm, int stages, crew
     crew_model_free(m);
 }
 
+/* The options of a 6-step run of 2 stages x `replicas`, micro-batches of 4, 2 per pipeline. */
+static crew_fit_options two_stages(const crew_model *m, int replicas)
+{
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    o.devices = replicas;
+    o.pipeline_stages = 2;
+    o.batch_per_device = 4;
+    o.global_batch = 8 * replicas;
+    o.max_steps = 6;
+    return o;
+}
+
 /* A stage whose replicas drift apart stops the run at the next check, naming stage and replica. */
 static void check_drift(const crew_dataset *d)
 {
     crew_model *m = cnn(0, 0.0f);
     if (!m) return;
-    crew_fit_options o;
-    crew_model_default_fit(m, &o);
-    o.devices = 2;
-    o.pipeline_stages = 2;
-    o.batch_per_device = 4;
-    o.global_batch = 16;
-    o.max_steps = 6;
+    crew_fit_options o = two_stages(m, 2);
     o.drift_check_every = 2;
     crew_fit *f = NULL;
     crew_fit_result res;
@@ -250,13 +257,7 @@ static void check_stall(const crew_dataset *d)
 {
     crew_model *m = cnn(0, 0.0f);
     if (!m) return;
-    crew_fit_options o;
-    crew_model_default_fit(m, &o);
-    o.devices = 1;
-    o.pipeline_stages = 2;
-    o.batch_per_device = 4;
-    o.global_batch = 8;
-    o.max_steps = 6;
+    crew_fit_options o = two_stages(m, 1);
     o.collective_timeout_s = 1.0;
     crew_fit *f = NULL;
     crew_fit_result res;

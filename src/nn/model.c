@@ -340,34 +340,50 @@ crew_status crew_model_layout(crew_model *m)
     return CREW_OK;
 }
 
+/* A model with m's layers (as they are, already split: crew_model_append_layer), its name,
+ * defaults, compile options and stage, on backend be (NULL: none yet); no buffers. */
+static crew_status copy_layers(const crew_model *m, const crew_backend *be, crew_model **out)
+{
+    *out = NULL;
+    crew_model *c;
+    CREW_TRY(crew_model_create(m->input.dim, m->input.ndim, &c));
+    c->layer_base = m->layer_base;
+    c->input_grad = m->input_grad;
+    crew_status s = CREW_OK;
+    for (int i = 0; i < m->n_layers && !s; i++) s = crew_model_append_layer(c, &m->layers[i]->spec, m->layers[i]->name);
+    if (s) {
+        crew_model_free(c);
+        return s;
+    }
+    memcpy(c->name, m->name, sizeof c->name);
+    c->defaults = m->defaults;
+    c->compile = m->compile;
+    c->compiled = m->compiled;
+    if (be) {
+        c->be = *be;
+        c->has_backend = 1;
+    }
+    *out = c;
+    return CREW_OK;
+}
+
 crew_status crew_model_view(crew_model *m, int64_t max_rows, crew_model **out)
 {
     *out = NULL;
     if (!m->laid_out || !m->grads)
         return crew_errorf(CREW_CODE_INTERNAL, "a view of a model that has not reserved its buffers");
     crew_model *v;
-    CREW_TRY(crew_model_create(m->input.dim, m->input.ndim, &v));
-    v->layer_base = m->layer_base;
-    v->input_grad = m->input_grad;
-    crew_status s = CREW_OK;
-    for (int i = 0; i < m->n_layers && !s; i++) s = crew_model_append_layer(v, &m->layers[i]->spec, m->layers[i]->name);
-    if (!s) {
-        memcpy(v->name, m->name, sizeof v->name);
-        v->compile = m->compile;
-        v->compiled = m->compiled;
-        v->be = m->be;
-        v->has_backend = 1;
-        v->n_compute = m->n_compute;
-        assign_offsets(v);
-        v->params = m->params;
-        v->grads = m->grads;
-        v->state = m->state;
-        v->borrowed = 1;
-        v->initialized = m->initialized;
-        point_params(v);
-        v->laid_out = 1;
-        s = crew_model_reserve(v, max_rows); /* the gradients are there: it keeps m's */
-    }
+    CREW_TRY(copy_layers(m, &m->be, &v));
+    v->n_compute = m->n_compute;
+    assign_offsets(v);
+    v->params = m->params;
+    v->grads = m->grads;
+    v->state = m->state;
+    v->borrowed = 1;
+    v->initialized = m->initialized;
+    point_params(v);
+    v->laid_out = 1;
+    crew_status s = crew_model_reserve(v, max_rows); /* the gradients are there: it keeps m's */
     if (s) {
         crew_model_free(v);
         return s;
@@ -564,18 +580,8 @@ crew_status crew_model_clone(const crew_model *m, const crew_backend *be, crew_m
 {
     *out = NULL;
     crew_model *c;
-    CREW_TRY(crew_model_create(m->input.dim, m->input.ndim, &c));
-    crew_status s = CREW_OK;
-    for (int i = 0; i < m->n_layers && !s; i++) s = crew_model_append_layer(c, &m->layers[i]->spec, m->layers[i]->name);
-    memcpy(c->name, m->name, sizeof c->name);
-    c->defaults = m->defaults;
-    c->compile = m->compile;
-    c->compiled = m->compiled;
-    if (be) {
-        c->be = *be;
-        c->has_backend = 1;
-    }
-    if (!s) s = crew_model_layout(c);
+    CREW_TRY(copy_layers(m, be, &c));
+    crew_status s = crew_model_layout(c);
     if (!s && m->laid_out) s = crew_model_copy_values(c, m);
     if (s) {
         crew_model_free(c);

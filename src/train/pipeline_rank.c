@@ -72,6 +72,7 @@ typedef struct stage_rank {
     int has_whole_opt;
     float *staging;
     int64_t staging_n;
+    int64_t gathered_step;          /* the step after which the last gather ran (-1: none) */
 } stage_rank;
 
 static int first_stage(const stage_rank *r) { return r->stage == 0; }
@@ -300,10 +301,14 @@ static crew_status take_slice(stage_rank *r, int s, int b, const float *own, flo
     return crew_dev_transfer_f32(host, into + at, r->be, r->staging, n);
 }
 
-/* Replica 0's stages send their values to global rank 0, which puts them in place in the caller's
- * model and the host optimizer state; every replica holds the same values, so one copy is enough. */
-static crew_status gather(stage_rank *r)
+/* Replica 0's stages send their values after 1-based `step` to global rank 0, which puts them in
+ * place in the caller's model and the host optimizer state; every replica holds the same values, so one copy is enough. */
+static crew_status gather(stage_rank *r, int64_t step)
 {
+    /* Nothing ran since the last one (the last step's checkpoint, then the epoch's evaluation,
+     * then the end of the run): every rank knows the step, so all skip together. */
+    if (step == r->gathered_step) return CREW_OK;
+    r->gathered_step = step;
     if (r->replica != 0) return CREW_OK;
     const double timeout = r->run->timeout_s;
     crew_model *m = r->slot[0];
@@ -393,7 +398,7 @@ static crew_status sink_event(const stage_rank *r, crew_event_kind kind, int64_t
 
 static crew_status write_checkpoint(stage_rank *r, int64_t step)
 {
-    CREW_TRY(gather(r));
+    CREW_TRY(gather(r, step));
     if (!r->sinks) return CREW_OK;
     const crew_fit_options *o = r->run->opts;
     crew_checkpoint_state st = {.step = step, .plan = r->run->plan, .lr = r->run->lr};
@@ -617,11 +622,11 @@ static crew_status train_step(stage_rank *r, int epoch, int64_t epoch_step, int6
     return CREW_OK;
 }
 
-static crew_status finish_epoch(stage_rank *r, crew_epoch_info *info)
+static crew_status finish_epoch(stage_rank *r, crew_epoch_info *info, int64_t step)
 {
     const crew_fit_options *o = r->run->opts;
     if (o->test) {
-        CREW_TRY(gather(r));
+        CREW_TRY(gather(r, step));
         if (r->sinks) { /* rank 0 alone evaluates the gathered model on the host; the others wait at the next step */
             double sums[2] = {0.0, 0.0};
             int64_t n = crew_dataset_size(o->test);
@@ -669,7 +674,7 @@ static crew_status run_epoch(stage_rank *r, int epoch, int64_t *step, int *stopp
         r->sinks->train_s += info.wall_s;
         pthread_mutex_unlock(&r->sinks->lock);
     }
-    return finish_epoch(r, &info);
+    return finish_epoch(r, &info, *step);
 }
 
 /* The measured bubble: the share of the steps' time in which a stage did not compute (waiting for
@@ -720,7 +725,7 @@ static crew_status train(stage_rank *r)
     for (int epoch = (int)(step / p->steps_per_epoch); epoch < p->epochs && step < p->total_steps && !stopped; epoch++)
         CREW_TRY(run_epoch(r, epoch, &step, &stopped));
     CREW_TRY(report_bubble(r, step - r->run->start_step));
-    CREW_TRY(gather(r));
+    CREW_TRY(gather(r, step));
     if (r->sinks) {
         pthread_mutex_lock(&r->sinks->lock);
         r->sinks->result->steps = step;
@@ -746,7 +751,8 @@ crew_status crew_pipeline_rank_main(const crew_rank_ctx *ctx)
     const crew_fit_plan *p = &ctx->run->plan;
     stage_rank r = {.rank = ctx->rank, .size = ctx->size, .stage = ctx->stage, .stages = p->stages,
                     .replica = ctx->replica, .replicas = p->devices, .run = ctx->run, .sinks = ctx->sinks,
-                    .be = &ctx->device, .world = ctx->comm, .group = ctx->stage_comm, .loader = ctx->loader};
+                    .be = &ctx->device, .world = ctx->comm, .group = ctx->stage_comm, .loader = ctx->loader,
+                    .gathered_step = -1};
     crew_status s = set_up(&r);
     if (s) s = crew_error_prefix(s, "stage %d of replica %d: ", r.stage, r.replica);
     if (!s) s = train(&r);
