@@ -395,6 +395,12 @@ typedef struct crew_fit_options {
      * that goes missing is reported without its name. The plan says so. 0: crew's ordered
      * all-reduce, bitwise the same for any split of the work [0]. No effect in one process. */
     int unordered_allreduce;
+    /* 1: optimizer-state sharding (ZeRO stage 1, docs/ARCHITECTURE.md "Optimizer sharding"): each
+     * of the replicas keeps the optimizer state of 1/devices of the parameters and updates only
+     * those; gradients are reduce-scattered and parameters all-gathered instead of the gradients
+     * all-reduced. The same bits as without, on any replica count; checkpoints are the ordinary
+     * ones. Data parallelism only (no pipeline); no effect with one replica [0]. */
+    int shard_optimizer;
     /* Pipeline model parallelism (docs/PIPELINE.md): the model's layers cut into pipeline_stages
      * contiguous stages, one device each, so that each device holds only its stage's parameters,
      * gradients and optimizer state; `devices` stays the number of data-parallel replicas, each a
@@ -437,7 +443,9 @@ typedef struct crew_fit_result {
     double peak_fraction;      /* gflops / plan.peak_gflops; NaN when the peak is unknown */
     float test_bits;           /* a language model's test loss in bits per token (crew_epoch_info) */
     /* A pipeline: the stages, and each stage's device memory at its peak (replica 0's device;
-     * the backend's count of its buffers, crew_model_plan_stages's figure to compare with). */
+     * the backend's count of its buffers, crew_model_plan_stages's figure to compare with).
+     * Without a pipeline, stages is 1 and stage_peak_bytes[0] replica 0's device peak
+     * (crew_memory_plan.bytes_per_device's figure; 0 where the backend does not count). */
     int stages;
     int64_t stage_peak_bytes[CREW_MAX_PIPELINE_STAGES];
     double bubble_fraction;    /* the share of a step the stages did not compute (NaN without a pipeline) */
@@ -478,6 +486,7 @@ typedef struct crew_fit_plan {
     crew_nan_policy on_nan;
     int processes;              /* of a process group: devices / processes replicas each [1] */
     int unordered_allreduce;    /* crew_fit_options.unordered_allreduce, as resolved (0 in one process) */
+    int shard_optimizer;        /* crew_fit_options.shard_optimizer, as resolved (0 with one replica) */
     double flops_per_sample;    /* a training step's FLOPs per sample (crew_model_flops: total) */
     double peak_gflops;         /* crew_fit_options.peak_gflops: the devices' GEMM rate; 0: unknown */
     /* A pipeline (crew_fit_options.pipeline_stages > 1): `devices` replicas of `stages` stages;

@@ -40,6 +40,12 @@ cmp -s "$TMP/four/weights.safetensors" "$TMP/mpi2x2/weights.safetensors" && ok \
   || fail "2 processes x 2 threads: weights differ from 4 threads"
 cmp -s "$TMP/one/weights.safetensors" "$TMP/four/weights.safetensors" && ok \
   || fail "4 threads: weights differ from one replica accumulating"
+# Optimizer sharding across the processes (through the MPI communicator's ordered all-reduce and
+# broadcasts): the same weights.
+"${MPIRUN[@]}" -np 2 "$CREW" train $MODEL "${COMMON[@]}" --devices cpu:2 --shard-optimizer --run-dir "$TMP/mpi2x2s" \
+  > "$TMP/mpi2x2s.out" 2>&1 || fail "mpirun -np 2 --shard-optimizer: $(tail -n 3 "$TMP/mpi2x2s.out")"
+cmp -s "$TMP/four/weights.safetensors" "$TMP/mpi2x2s/weights.safetensors" && ok \
+  || fail "2 processes x 2 sharded threads: weights differ from 4 threads"
 
 # --allreduce fast: MPI's own all-reduce between the processes, and the plan says what that costs.
 # With one micro-batch per process, two processes' sum has one order only (a + b = b + a), so here

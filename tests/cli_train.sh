@@ -2,6 +2,8 @@
 # cli_train.sh — crew train, eval and verify on Fashion-MNIST, end to end:
 # - 2 replicas and 1 replica accumulating 2 micro-batches (same seed, global batch and per-device
 #   batch) end with bitwise-equal weights and the same test accuracy in every printed digit;
+# - --shard-optimizer on 4 replicas ends with the same weights as 1 replica accumulating, and its
+#   measured device memory is the planner's;
 # - crew eval on the saved weights reproduces the test accuracy train printed;
 # - --json ends stdout with one JSON object holding the documented keys;
 # - crew verify passes for both example models with N = 2, 3, 4 and 8, and at the model files'
@@ -17,6 +19,19 @@ a2=$(json_field "$TMP/two.out" test_accuracy); a1=$(json_field "$TMP/one.out" te
 [ -n "$a2" ] && [ "$a2" = "$a1" ] && ok || fail "test accuracy cpu:2 '$a2' vs cpu:1 '$a1'"
 grep -q "global batch 64" "$TMP/two.out" && ok || fail "the plan is not printed"
 [ -f "$TMP/two/config.json" ] && grep -q '"global_batch":' "$TMP/two/config.json" && ok || fail "config.json"
+
+# --shard-optimizer: each replica keeps 1/N of the optimizer state; the same weights, the plan
+# says so, and the measured device memory is the planner's (within 1%), a quarter of the state.
+run --devices cpu:4 --global-batch 128 --shard-optimizer --run-dir "$TMP/sharded" > "$TMP/sharded.out" \
+  || fail "train --shard-optimizer: $(tail -n 3 "$TMP/sharded.out")"
+run --devices cpu:1 --global-batch 128 --run-dir "$TMP/one128" > /dev/null || fail "train on cpu:1, global batch 128"
+cmp -s "$TMP/sharded/weights.safetensors" "$TMP/one128/weights.safetensors" && ok \
+  || fail "4 sharded replicas and 1 replica accumulating 4 micro-batches: weights differ"
+grep -q "optimizer state sharded across the 4 replicas" "$TMP/sharded.out" && ok || fail "the plan does not say it shards"
+sed -n 's/^device memory: .* planned .* (\([-+][0-9.]*\)%); optimizer state .* per replica (sharded)$/\1/p' "$TMP/sharded.out" \
+  | awk '{ exit !($1 >= -1 && $1 <= 1) }' && ok || fail "sharded memory against the plan: $(grep '^device memory' "$TMP/sharded.out")"
+"$CREW" plan examples/fashion_mlp.json --devices cpu:4 --shard-optimizer > "$TMP/plan-sharded.out" \
+  && grep -q "optimizer" "$TMP/plan-sharded.out" && ok || fail "crew plan --shard-optimizer"
 
 head -n 1 "$TMP/two/metrics.jsonl" | grep -q '"blas":"OpenBLAS [^"]*kernels for ' && ok || fail "the run line names no BLAS kernels"
 

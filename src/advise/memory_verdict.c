@@ -29,7 +29,7 @@ typedef struct ladder {
     crew_memory_plan *p;
     int64_t mem;         /* one device's memory */
     int64_t host;        /* host memory: the loaders' buffers, the caller's weights */
-    int shards;          /* as asked: 1, or the replicas with --optimizer-sharding */
+    int shards;          /* as asked: 1, or the replicas with --shard-optimizer */
     int64_t rows;        /* model parallelism: the micro-batch being tried */
     int64_t *weights;    /* [layers] a layer's parameters, gradients and optimizer state */
     int64_t *width;      /* [layers + 1] per-sample values: width[i] into layer i, width[n] out of the last */
@@ -161,9 +161,9 @@ static void sharding(const ladder *l, const shard_choice *c)
     p->advised_bytes_per_device = c->bytes;
     for (int i = 0; i < p->n_layers; i++) p->layers[i].stage = 0;
     say(p, "fits with optimizer-state sharding across %d replicas: each keeps 1/%d of the %s state and needs %s of "
-        "%s%s, at a per-device batch of %lld%s, which keeps the global batch of %lld", c->n, c->n, l->mm->optimizer,
-        need, mem, p->shared_memory ? " (each on a machine like this one)" : "", (long long)c->b,
-        c->k > 1 ? " with accumulation" : "", (long long)p->global_batch);
+        "%s%s, at a per-device batch of %lld%s, which keeps the global batch of %lld (crew train --shard-optimizer "
+        "on %d replicas)", c->n, c->n, l->mm->optimizer, need, mem, p->shared_memory ? " (each on a machine like this one)" : "",
+        (long long)c->b, c->k > 1 ? " with accumulation" : "", (long long)p->global_batch, c->n);
 }
 
 /* A layer's bytes in a stage; with several micro-batches per step its gradients are summed in a

@@ -39,6 +39,16 @@ typedef struct crew_comm_ops {
      * replica accumulating all of them in order would compute, bit for bit. */
     crew_status (*allreduce_ordered)(void *ctx, int rank, float *const *in, int k, float *out, int64_t n,
                                      double timeout_s);
+    /* Optimizer sharding (ZeRO stage 1). reduce_scatter_ordered: allreduce_ordered's sums, but rank
+     * r computes and receives only out[bounds[r] .. bounds[r + 1]) (bounds: [size + 1], from 0 to n,
+     * the same on every rank); the rest of out is left as it was. allgather_ranges: every rank's
+     * range [bounds[r], bounds[r + 1]) of buf into every rank's buf. NULL in a communicator without
+     * them: crew_reduce_scatter_ordered and crew_allgather_ranges then use allreduce_ordered and
+     * broadcasts, the same bits with more traffic. */
+    crew_status (*reduce_scatter_ordered)(void *ctx, int rank, float *const *in, int k, float *out, int64_t n,
+                                          const int64_t *bounds, double timeout_s);
+    crew_status (*allgather_ranges)(void *ctx, int rank, float *buf, int64_t n, const int64_t *bounds,
+                                    double timeout_s);
     crew_status (*barrier)(void *ctx, int rank, double timeout_s);
     /* Point to point (pipeline stages): send hands n values to rank `peer` and may return before
      * peer receives them (the buffer is free again on return); recv waits at most timeout_s for the
@@ -73,6 +83,15 @@ static inline crew_status crew_barrier(const crew_comm *c, double timeout_s)
 {
     return c->ops->barrier(c->ctx, c->rank, timeout_s);
 }
+
+static inline crew_status crew_reduce_scatter_ordered(const crew_comm *c, float *const *in, int k, float *out,
+                                                      int64_t n, const int64_t *bounds, double timeout_s)
+{
+    if (!c->ops->reduce_scatter_ordered) return c->ops->allreduce_ordered(c->ctx, c->rank, in, k, out, n, timeout_s);
+    return c->ops->reduce_scatter_ordered(c->ctx, c->rank, in, k, out, n, bounds, timeout_s);
+}
+/* Through broadcasts where the communicator has no allgather_ranges (each range from its rank). */
+crew_status crew_allgather_ranges(const crew_comm *c, float *buf, int64_t n, const int64_t *bounds, double timeout_s);
 
 crew_status crew_comm_no_p2p(const crew_comm *c);
 static inline crew_status crew_send(const crew_comm *c, const void *buf, int64_t n, crew_comm_type t, int peer, int tag,

@@ -236,10 +236,10 @@ static crew_status local_reduce_scatter(void *ctx, int rank, const void *send, v
     return barrier(c, rank, timeout_s, "reduce-scatter");
 }
 
-static crew_status local_allreduce_ordered(void *ctx, int rank, float *const *in, int k, float *out, int64_t n,
-                                           double timeout_s)
+/* Posts rank's k inputs and its output (host addresses) for an ordered sum. */
+static crew_status post_ordered(struct crew_local_comm *c, int rank, float *const *in, int k, float *out, int64_t n,
+                                const char *what)
 {
-    struct crew_local_comm *c = ctx;
     if (k > c->alias_cap[rank]) { /* the rank's own slot: no other thread touches it before the barrier */
         float **grown = realloc(c->aliases[rank], (size_t)k * sizeof *grown);
         if (!grown) {
@@ -250,12 +250,15 @@ static crew_status local_allreduce_ordered(void *ctx, int rank, float *const *in
         c->alias_cap[rank] = k;
     }
     for (int j = 0; j < k; j++)
-        CREW_TRY(resolve(c, rank, in[j], n, CREW_COMM_F32, "all-reduce", (void **)&c->aliases[rank][j]));
+        CREW_TRY(resolve(c, rank, in[j], n, CREW_COMM_F32, what, (void **)&c->aliases[rank][j]));
     c->parts[rank] = c->aliases[rank];
-    CREW_TRY(resolve(c, rank, out, n, CREW_COMM_F32, "all-reduce", &c->buf[rank]));
-    CREW_TRY(barrier(c, rank, timeout_s, "all-reduce"));
-    int64_t lo, hi;
-    chunk(n, c->size, rank, &lo, &hi);
+    return resolve(c, rank, out, n, CREW_COMM_F32, what, &c->buf[rank]);
+}
+
+/* Elements [lo, hi) summed over every rank's k inputs in (rank, index) order, into the outputs
+ * of ranks [first, last). */
+static void ordered_range(const struct crew_local_comm *c, int k, int64_t lo, int64_t hi, int first, int last)
+{
     float acc[REDUCE_BLOCK];
     for (int64_t b = lo; b < hi; b += REDUCE_BLOCK) {
         int64_t m = hi - b < REDUCE_BLOCK ? hi - b : REDUCE_BLOCK;
@@ -265,9 +268,47 @@ static crew_status local_allreduce_ordered(void *ctx, int rank, float *const *in
                 const float *src = c->parts[q][j] + b;
                 for (int64_t i = 0; i < m; i++) acc[i] += src[i];
             }
-        for (int q = 0; q < c->size; q++) memcpy((float *)c->buf[q] + b, acc, (size_t)m * sizeof(float));
+        for (int q = first; q < last; q++) memcpy((float *)c->buf[q] + b, acc, (size_t)m * sizeof(float));
     }
+}
+
+static crew_status local_allreduce_ordered(void *ctx, int rank, float *const *in, int k, float *out, int64_t n,
+                                           double timeout_s)
+{
+    struct crew_local_comm *c = ctx;
+    CREW_TRY(post_ordered(c, rank, in, k, out, n, "all-reduce"));
+    CREW_TRY(barrier(c, rank, timeout_s, "all-reduce"));
+    int64_t lo, hi;
+    chunk(n, c->size, rank, &lo, &hi);
+    ordered_range(c, k, lo, hi, 0, c->size);
     return barrier(c, rank, timeout_s, "all-reduce");
+}
+
+/* The same sums, each rank computing and receiving only its own range: what an all-reduce writes
+ * into every rank's buffer, written into one. */
+static crew_status local_reduce_scatter_ordered(void *ctx, int rank, float *const *in, int k, float *out, int64_t n,
+                                                const int64_t *bounds, double timeout_s)
+{
+    struct crew_local_comm *c = ctx;
+    CREW_TRY(post_ordered(c, rank, in, k, out, n, "reduce-scatter"));
+    CREW_TRY(barrier(c, rank, timeout_s, "reduce-scatter"));
+    ordered_range(c, k, bounds[rank], bounds[rank + 1], rank, rank + 1);
+    return barrier(c, rank, timeout_s, "reduce-scatter");
+}
+
+/* Each rank copies every other rank's range of buf into its own. */
+static crew_status local_allgather_ranges(void *ctx, int rank, float *buf, int64_t n, const int64_t *bounds,
+                                          double timeout_s)
+{
+    struct crew_local_comm *c = ctx;
+    if (c->size == 1) return CREW_OK;
+    CREW_TRY(resolve(c, rank, buf, n, CREW_COMM_F32, "all-gather", &c->buf[rank]));
+    CREW_TRY(barrier(c, rank, timeout_s, "all-gather"));
+    float *mine = c->buf[rank];
+    for (int q = 0; q < c->size; q++)
+        if (q != rank && bounds[q + 1] > bounds[q])
+            memcpy(mine + bounds[q], (const float *)c->buf[q] + bounds[q], (size_t)(bounds[q + 1] - bounds[q]) * sizeof(float));
+    return barrier(c, rank, timeout_s, "all-gather");
 }
 
 static crew_status local_barrier(void *ctx, int rank, double timeout_s)
@@ -422,6 +463,8 @@ static const crew_comm_ops local_ops = {
     .allgather = local_allgather,
     .reduce_scatter = local_reduce_scatter,
     .allreduce_ordered = local_allreduce_ordered,
+    .reduce_scatter_ordered = local_reduce_scatter_ordered,
+    .allgather_ranges = local_allgather_ranges,
     .barrier = local_barrier,
     .send = local_send,
     .recv = local_recv,

@@ -19,6 +19,9 @@ typedef struct crew_comm_request {
     int64_t n;
     float *const *parts;        /* when k > 1: k float32 inputs summed in (rank, index) order into buf */
     int k;
+    /* optimizer sharding: [size + 1] this rank receives only buf[bounds[rank] .. bounds[rank + 1])
+     * of the ordered sum of parts (crew_reduce_scatter_ordered); NULL: all of it */
+    const int64_t *bounds;
     crew_comm_type type;
     crew_reduce_op op;
     /* filled by the worker */

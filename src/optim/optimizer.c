@@ -137,18 +137,31 @@ void crew_adamw_consts_at(const crew_optimizer_spec *s, float lr, int64_t t, cre
 crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,
                                 double *grad_norm)
 {
+    return crew_optimizer_step_range(opt, be, params, grads, opt->n, 0, lr, grad_norm);
+}
+
+crew_status crew_optimizer_step_range(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
+                                      int64_t n, int64_t lo, float lr, double *grad_norm)
+{
     const crew_backend_ops *o = be->ops;
     const crew_optimizer_spec *s = &opt->spec;
-    /* The norm costs a pass over every gradient: only when clipping or the caller needs it. */
+    if (lo < 0 || lo + opt->n > n)
+        return crew_errorf(CREW_CODE_INTERNAL, "optimizer: the range [%lld, %lld) lies outside the %lld parameters",
+                           (long long)lo, (long long)(lo + opt->n), (long long)n);
+    /* The norm costs a pass over every gradient: only when clipping or the caller needs it. It
+     * runs over all n whatever the range, so that a shard clips by the same factor, to the bit,
+     * as the whole buffer would. */
     if (s->clip_norm > 0.0f || grad_norm) {
         double sq = 0.0;
-        CREW_TRY(o->sum_squares(be->ctx, grads, opt->n, &sq));
+        CREW_TRY(o->sum_squares(be->ctx, grads, n, &sq));
         double norm = sqrt(sq);
         if (grad_norm) *grad_norm = norm;
         if (s->clip_norm > 0.0f && norm > s->clip_norm)
-            o->axpby(be->ctx, opt->n, (float)(s->clip_norm / norm), grads, 0.0f, grads);
+            o->axpby(be->ctx, opt->n, (float)(s->clip_norm / norm), grads + lo, 0.0f, grads + lo);
     }
     opt->t++;
+    params += lo;
+    grads += lo;
     if (s->type == CREW_OPT_SGD) {
         o->sgd_update(be->ctx, params, grads, opt->slot[0], opt->n, lr, s->momentum, s->nesterov, s->weight_decay);
     } else {

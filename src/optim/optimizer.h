@@ -42,5 +42,10 @@ void crew_adamw_consts_at(const crew_optimizer_spec *s, float lr, int64_t t, cre
  * *grad_norm receives the norm before clipping. */
 crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr,
                                 double *grad_norm);
+/* The same update for the opt->n parameters from `lo` of buffers of n (a shard of optimizer state,
+ * ZeRO stage 1): the norm is over all n gradients (they must all be reduced when clipping), the
+ * clipping and the update touch the range only, computing there the bits a whole update would. */
+crew_status crew_optimizer_step_range(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
+                                      int64_t n, int64_t lo, float lr, double *grad_norm);
 
 #endif

@@ -17,7 +17,10 @@
 #include "train/checkpoint.h"
 #include "train/rank.h"
 
-enum { M_LOSS, M_CORRECT, M_STOP, M_TIMES, METRIC_FIELDS = CREW_METRIC_FIELDS };
+enum { M_LOSS, M_CORRECT, M_FLAGS, M_TIMES, METRIC_FIELDS = CREW_METRIC_FIELDS };
+/* M_FLAGS, a sum of: rank 0 asks to stop after this step, rank 0 writes a checkpoint after it
+ * (with sharding every rank helps), this rank's shard of the gradients is not finite. */
+enum { FLAG_STOP = 1, FLAG_CHECKPOINT = 2, FLAG_NONFINITE = 4 };
 _Static_assert(M_TIMES + CREW_STEP_TIMES_FIELDS == CREW_METRIC_FIELDS, "metric row layout");
 
 /* The stepper's source of micro-batches: this rank's loader, at this step of the epoch. */
@@ -107,17 +110,10 @@ static void inject_host_touch(crew_rank *r, int64_t step)
     (void)v;
 }
 
-/* Non-finite gradients are the same on every rank (they were all-reduced), so every rank takes
- * the same decision without talking. */
-static crew_status check_finite(crew_rank *r, float *grad, int64_t step, int *skip)
+/* What a step with non-finite gradients does: rank 0 reports it; the run stops (on_nan stop) or
+ * the update is skipped (*skip = 1). Every rank comes to the same verdict. */
+static crew_status nonfinite_verdict(crew_rank *r, int64_t step, int *skip)
 {
-    crew_model *m = r->m;
-    const crew_backend_ops *o = r->be->ops;
-    if (r->run->hooks.faults.nan_step == step) o->fill(r->be->ctx, grad, NAN, 1);
-    *skip = 0;
-    int finite = 0;
-    CREW_TRY(o->all_finite(r->be->ctx, grad, m->n_params, &finite));
-    if (finite) return CREW_OK;
     int stop = r->run->opts->on_nan == CREW_ON_NAN_STOP;
     if (r->sinks) {
         crew_rank_sink_enter(r);
@@ -132,6 +128,18 @@ static crew_status check_finite(crew_rank *r, float *grad, int64_t step, int *sk
                            "(--on-nan skip would skip such steps instead)", (long long)step);
     *skip = 1;
     return CREW_OK;
+}
+
+/* Whether the rank's reduced gradients (all of them, or its shard's) are finite. Unsharded they
+ * are the same on every rank (they were all-reduced), so every rank decides alike without talking;
+ * a shard's verdict travels with the step's metrics. */
+static crew_status grads_finite(crew_rank *r, float *grad, int64_t step, int *finite)
+{
+    const crew_backend_ops *o = r->be->ops;
+    if (r->run->hooks.faults.nan_step == step) o->fill(r->be->ctx, grad, NAN, 1);
+    int64_t lo = r->shard ? r->shard_lo : 0, n = r->shard ? r->opt.n : r->m->n_params;
+    *finite = 1;
+    return n > 0 ? o->all_finite(r->be->ctx, grad + lo, n, finite) : CREW_OK;
 }
 
 /* Test fault: one rank's first parameter moves by 1e-3, through the backend as any write. */
@@ -167,6 +175,7 @@ static crew_status check_drift(crew_rank *r, int64_t step)
          * synchronised; otherwise each replica's follow its own micro-batches, by design. */
         if (i < named && !names[i].param->trainable && !r->run->sync_bn) continue; /* both halves stay 0 */
         if (!values) continue; /* an optimizer without this moment */
+        if (i >= named && r->shard) continue; /* sharded: each rank's moments are of its own shard */
         uint64_t x = 0;
         s = r->be->ops->hash(r->be->ctx, values, count, CREW_DT_F32, &x);
         h[((size_t)r->rank * t + i) * 2] = (double)(uint32_t)(x >> 32); /* halves are exact in a double */
@@ -240,8 +249,18 @@ static int cancel_requested(const crew_rank *r)
 
 typedef struct step_result {
     double loss, correct;
-    int stop, skipped;
+    int stop, checkpoint, skipped;
 } step_result;
+
+/* Rank 0: whether a checkpoint is due after `step`: every N steps, every so many seconds, when the
+ * caller cancels (stopping), and at the end of the run. */
+static int checkpoint_due(const crew_rank *r, int64_t step, int stopping)
+{
+    const crew_fit_options *o = r->run->opts;
+    if (!r->sinks || !o->checkpoint_dir) return 0;
+    return stopping || step == r->run->plan.total_steps || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
+           (o->checkpoint_every_s > 0 && crew_now() - r->sinks->last_checkpoint_time >= o->checkpoint_every_s);
+}
 
 /* The learning rate of 1-based `step`. */
 static float lr_at(const crew_rank *r, int64_t step)
@@ -249,6 +268,20 @@ static float lr_at(const crew_rank *r, int64_t step)
     crew_lr_plan lr = r->run->lr;
     if (r->run->hooks.plant == CREW_PLANT_WARMUP_SKIPPED && r->size > 1) lr.warmup_steps = 0; /* planted bug */
     return crew_lr_at(&lr, step - 1);
+}
+
+/* Sharded: once every rank's verdict on its shard is in, the update of the rank's shard and the
+ * parameters' all-gather (rank_shard.c), or every rank's same verdict on non-finite gradients. */
+static crew_status sharded_update(crew_rank *r, float *grad, int64_t step, int *skipped)
+{
+    int bad = 0;
+    for (int q = 0; q < r->size; q++) bad |= ((int)r->metrics[(size_t)q * METRIC_FIELDS + M_FLAGS] & FLAG_NONFINITE) != 0;
+    r->shard_update_s = 0.0;
+    if (bad) return nonfinite_verdict(r, step, skipped);
+    double t0 = crew_now();
+    crew_status s = crew_rank_shard_update(r, grad, lr_at(r, step));
+    r->shard_update_s = crew_now() - t0;
+    return phase_error(r, s, step, "sharded update and parameter all-gather");
 }
 
 /* Planted bugs between the all-reduce and the update: the gradient averaged once more, or rank
@@ -292,24 +325,32 @@ static crew_status train_step(crew_rank *r, int epoch, int64_t epoch_step, int64
     CREW_TRY(phase_error(r, s, step, "forward/backward and gradient all-reduce"));
     double t1 = crew_now();
     CREW_TRY(plant_gradient(r, &grad));
+    if (run->hooks.first_grads && r->shard && step == run->start_step + 1) CREW_TRY(crew_rank_shard_gather_grad(r, grad));
     if (run->hooks.first_grads && r->sinks && step == run->start_step + 1) { /* the caller's memory */
         crew_rank_sink_enter(r);
         crew_status d = crew_dev_download_f32(r->be, run->hooks.first_grads, grad, m->n_params);
         crew_rank_sink_leave(r);
         CREW_TRY(d);
     }
-    CREW_TRY(check_finite(r, grad, step, &out->skipped));
-    if (!out->skipped) CREW_TRY(crew_optimizer_step(&r->opt, r->be, m->params, grad, lr_at(r, step), NULL));
-    times.optimizer_s = crew_now() - t1;
+    int finite = 1;
+    CREW_TRY(grads_finite(r, grad, step, &finite));
+    if (!r->shard && !finite) CREW_TRY(nonfinite_verdict(r, step, &out->skipped));
+    if (!r->shard && !out->skipped) CREW_TRY(crew_optimizer_step(&r->opt, r->be, m->params, grad, lr_at(r, step), NULL));
+    times.optimizer_s = crew_now() - t1 + r->shard_update_s; /* sharded: the last step's update */
     memset(r->metrics, 0, (size_t)r->size * METRIC_FIELDS * sizeof *r->metrics);
     double *row = r->metrics + (size_t)r->rank * METRIC_FIELDS;
     row[M_LOSS] = tot.loss_sum;
     row[M_CORRECT] = tot.correct;
-    row[M_STOP] = cancel_requested(r);
+    int stop = cancel_requested(r);
+    row[M_FLAGS] = (stop ? FLAG_STOP : 0) + (checkpoint_due(r, step, stop) ? FLAG_CHECKPOINT : 0) +
+                   (finite ? 0 : FLAG_NONFINITE);
     memcpy(row + M_TIMES, &times, sizeof times);
     crew_status ms = crew_rank_allreduce_host(r, r->metrics, (int64_t)r->size * METRIC_FIELDS);
     CREW_TRY(phase_error(r, ms, step, "metrics all-reduce"));
-    out->stop = r->metrics[M_STOP] > 0; /* rank 0's row */
+    int flags = (int)r->metrics[M_FLAGS]; /* rank 0's row */
+    out->stop = (flags & FLAG_STOP) != 0;
+    out->checkpoint = (flags & FLAG_CHECKPOINT) != 0;
+    if (r->shard) CREW_TRY(sharded_update(r, grad, step, &out->skipped));
     if (run->drift_every > 0 && step % run->drift_every == 0) CREW_TRY(check_drift(r, step));
     return report_step(r, epoch, epoch_step, step, crew_now() - t0, epoch_start, out->skipped, &out->loss, &out->correct);
 }
@@ -340,22 +381,20 @@ static crew_status finish_epoch(crew_rank *r, crew_epoch_info *info, int64_t ste
     return s;
 }
 
-/* Rank 0 saves a checkpoint when one is due: every N steps, every so many seconds, when the
- * caller cancels, and at the end of the run. The others go on to the next step and wait for it
- * at the first collective. */
-static crew_status maybe_checkpoint(crew_rank *r, int64_t step, int stopping)
+/* A checkpoint after `step`, when rank 0 said one is due (in the step's metrics, so every rank
+ * knows): rank 0 writes it; sharded, every rank first sends it its shard of the optimizer state.
+ * Unsharded, the others go on to the next step and wait for rank 0 at its first collective. */
+static crew_status write_checkpoint(crew_rank *r, int64_t step)
 {
     const crew_run *run = r->run;
-    const crew_fit_options *o = run->opts;
+    if (r->shard) CREW_TRY(phase_error(r, crew_rank_shard_gather(r), step, "optimizer state gathered for a checkpoint"));
     crew_run_sinks *out = r->sinks;
-    if (!out || !o->checkpoint_dir) return CREW_OK;
-    int due = stopping || step == run->plan.total_steps || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
-              (o->checkpoint_every_s > 0 && crew_now() - out->last_checkpoint_time >= o->checkpoint_every_s);
-    if (!due) return CREW_OK;
+    if (!out) return CREW_OK;
     crew_checkpoint_state st = {.step = step, .plan = run->plan, .lr = run->lr};
     crew_rank_sink_enter(r);
-    crew_status s = crew_checkpoint_write(o->checkpoint_dir, r->m, &r->opt, &st, o->keep_checkpoints,
-                                          out->result->last_checkpoint, sizeof out->result->last_checkpoint);
+    crew_status s = crew_checkpoint_write(run->opts->checkpoint_dir, r->m, r->shard ? &r->whole_opt : &r->opt, &st,
+                                          run->opts->keep_checkpoints, out->result->last_checkpoint,
+                                          sizeof out->result->last_checkpoint);
     out->last_checkpoint_time = crew_now();
     crew_rank_sink_leave(r);
     return s;
@@ -383,7 +422,7 @@ static crew_status run_epoch(crew_rank *r, int epoch, int64_t *step, int *stoppe
             crew_rank_sink_leave(r);
         }
         *stopped = sr.stop;
-        CREW_TRY(maybe_checkpoint(r, *step, *stopped));
+        if (sr.checkpoint) CREW_TRY(write_checkpoint(r, *step));
     }
     crew_epoch_info info = crew_run_epoch_info(r->run, epoch, steps, crew_now() - start, loss, correct);
     if (r->sinks) {

@@ -282,6 +282,10 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     p->flops_per_sample = f.total;
     p->peak_gflops = o->peak_gflops;
     p->unordered_allreduce = o->unordered_allreduce != 0 && crew_group_size(o->group) > 1;
+    p->shard_optimizer = o->shard_optimizer != 0 && p->devices > 1;
+    if (o->shard_optimizer && o->pipeline_stages > 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer sharding and a pipeline together are not supported yet: "
+                           "a pipeline's stages already divide the optimizer state; drop one of them");
     return crew_pipeline_plan(m, o, &c, p);
 }
 

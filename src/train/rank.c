@@ -41,14 +41,15 @@ static crew_status broadcast_start(crew_rank *r)
     const crew_backend *be = r->be;
     CREW_TRY(crew_broadcast(&r->comm, m->params, m->n_params, CREW_COMM_F32, 0, timeout));
     CREW_TRY(crew_broadcast(&r->comm, m->state, m->n_state, CREW_COMM_F32, 0, timeout));
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2 && !r->shard; i++)
         if (r->opt.slot[i]) CREW_TRY(crew_broadcast(&r->comm, r->opt.slot[i], r->opt.n, CREW_COMM_F32, 0, timeout));
     double t = (double)r->opt.t; /* an update count is exact in a double */
     CREW_TRY(be->ops->upload(be->ctx, NULL, r->dev_scratch, &t, 1, CREW_DT_F64));
     CREW_TRY(crew_broadcast(&r->comm, r->dev_scratch, 1, CREW_COMM_F64, 0, timeout));
     CREW_TRY(be->ops->download(be->ctx, &t, r->dev_scratch, 1, CREW_DT_F64));
     r->opt.t = (int64_t)t;
-    return CREW_OK;
+    /* sharded: each rank's part of a resumed run's state (a fresh run's is zeros already) */
+    return r->shard && r->opt.t > 0 ? crew_rank_shard_scatter_start(r) : CREW_OK;
 }
 
 /* Everything the rank owns, on its device and in host memory. */
@@ -58,8 +59,12 @@ static crew_status set_up(crew_rank *r)
     const crew_fit_plan *p = &run->plan;
     CREW_TRY(crew_model_clone(run->start, r->be, &r->m));
     CREW_TRY(crew_model_reserve(r->m, p->batch_per_device));
-    CREW_TRY(crew_optimizer_init(&r->opt, &r->m->compile.optimizer, r->be, r->m->n_params));
-    if (r->rank == 0 && run->start_opt) CREW_TRY(crew_optimizer_copy(&r->opt, r->be, run->start_opt, &run->start->be));
+    if (p->shard_optimizer && r->size > 1) CREW_TRY(crew_rank_shard_init(r));
+    int64_t own = r->shard ? r->shard[r->rank + 1] - r->shard_lo : r->m->n_params;
+    CREW_TRY(crew_optimizer_init(&r->opt, &r->m->compile.optimizer, r->be, own));
+    if (r->rank == 0 && run->start_opt && !r->shard)
+        CREW_TRY(crew_optimizer_copy(&r->opt, r->be, run->start_opt, &run->start->be));
+    if (r->rank == 0 && run->start_opt) r->opt.t = run->start_opt->t;
     r->scratch_n = crew_rank_scratch_size(r->size, crew_model_named_params(r->m, NULL, 0));
     CREW_TRY(r->be->ops->alloc(r->be->ctx, CREW_DT_F64, r->scratch_n, (void **)&r->dev_scratch));
     CREW_TRY(r->be->ops->queue_create(r->be->ctx, &r->copy_q));
@@ -76,6 +81,7 @@ static crew_status set_up(crew_rank *r)
                                p->batch_per_device, p->accumulation, run->bucket_mb, run->sync_bn));
     if (run->hooks.faults.slow_rank == r->rank) r->stepper.delay_s = run->hooks.faults.slow_s;
     r->stepper.plant = run->hooks.plant;
+    if (r->shard) CREW_TRY(crew_stepper_shard(&r->stepper, r->shard));
     if (run->hooks.plant == CREW_PLANT_DROPOUT_BY_ROW) {
         r->plant_rows_n = p->batch_per_device;
         if (!(r->plant_rows = malloc((size_t)p->batch_per_device * sizeof *r->plant_rows))) return CREW_OOM();
@@ -84,12 +90,12 @@ static crew_status set_up(crew_rank *r)
 }
 
 /* The optimizer's moments, m then v, into host [2 × n_params]; zeros where it keeps fewer. */
-static crew_status download_moments(const crew_rank *r, float *host)
+static crew_status download_moments(const crew_rank *r, const crew_optimizer *opt, const crew_backend *be, float *host)
 {
     int64_t n = r->m->n_params;
     for (int i = 0; i < 2; i++) {
-        if (r->opt.slot[i])
-            CREW_TRY(crew_dev_download_f32(r->be, host + (size_t)i * (size_t)n, r->opt.slot[i], n));
+        if (opt->slot[i])
+            CREW_TRY(crew_dev_download_f32(be, host + (size_t)i * (size_t)n, opt->slot[i], n));
         else
             memset(host + (size_t)i * (size_t)n, 0, (size_t)n * sizeof *host);
     }
@@ -105,6 +111,7 @@ static void tear_down(crew_rank *r)
     for (int i = 0; i < 2; i++) crew_dev_free(r->be, r->plant_prev[i]);
     free(r->plant_rows);
     crew_optimizer_release(&r->opt, r->be);
+    crew_rank_shard_release(r);
     crew_model_free(r->m);
     free(r->metrics);
     free(r->times);
@@ -116,11 +123,17 @@ crew_status crew_rank_main(const crew_rank_ctx *ctx)
                    .comm = ctx->comm, .loader = ctx->loader};
     crew_status s = set_up(&r);
     if (!s) s = crew_rank_train(&r);
+    if (!s && r.shard && r.run->hooks.final_moments) s = crew_rank_shard_gather(&r); /* every rank joins */
     /* The caller's model gets the trained values, a cancelled run's included. */
     if (!s && r.sinks) {
         crew_rank_sink_enter(&r);
+        int64_t in_use = 0, peak = 0; /* rank 0's device, as each replica's: what the planner counts */
+        if (r.be->ops->memory_used) r.be->ops->memory_used(r.be->ctx, &in_use, &peak);
+        r.sinks->result->stage_peak_bytes[0] = peak;
         s = crew_model_copy_values(r.sinks->model, r.m);
-        if (!s && r.run->hooks.final_moments) s = download_moments(&r, r.run->hooks.final_moments);
+        if (!s && r.run->hooks.final_moments)
+            s = download_moments(&r, r.shard ? &r.whole_opt : &r.opt, r.shard ? &r.sinks->model->be : r.be,
+                                 r.run->hooks.final_moments);
         crew_rank_sink_leave(&r);
     }
     tear_down(&r);

@@ -20,7 +20,8 @@ typedef struct crew_rank {
     const crew_backend *be;         /* the rank's device (the context's) */
     crew_comm comm;
     crew_model *m;                  /* the replica, on the rank's device */
-    crew_optimizer opt;             /* its optimizer state, on the same device */
+    crew_optimizer opt;             /* its optimizer state, on the same device: with sharding, of its
+                                       shard [shard_lo, shard_lo + opt.n) only */
     crew_comm_worker worker;        /* the collectives that overlap compute */
     int has_worker;                 /* only with more than one rank */
     crew_stepper stepper;
@@ -32,6 +33,12 @@ typedef struct crew_rank {
     double *dev_scratch;            /* [scratch_n] device */
     double *metrics;                /* [size × CREW_METRIC_FIELDS] host */
     crew_step_times *times;         /* [size] everyone's times of the last step (host) */
+    /* optimizer sharding (rank_shard.c); shard NULL: off */
+    int64_t *shard;                 /* [size + 1] rank q's shard is parameters shard[q] .. shard[q + 1] */
+    int64_t shard_lo;
+    crew_optimizer whole_opt;       /* rank 0: every shard's state, host memory, for checkpoints */
+    int has_whole_opt;
+    double shard_update_s;          /* the last update's time, reported with the next step */
     /* planted bugs' own buffers (train/hooks.h); unused in real runs */
     int64_t *plant_rows;            /* [plant_rows_n] host: 0, 1, 2, ... for CREW_PLANT_DROPOUT_BY_ROW */
     int64_t plant_rows_n;
@@ -55,6 +62,17 @@ static inline void crew_rank_sink_leave(const crew_rank *r)
 /* Values of a rank's device scratch for a run of `ranks` ranks of a model with `tensors` named
  * tensors (the memory planner counts it too). */
 int64_t crew_rank_scratch_size(int ranks, int tensors);
+
+/* Optimizer sharding (rank_shard.c): set-up before the optimizer's (the shards, the scratch;
+ * crew_stepper_shard then makes the stepper reduce-scatter), the start's state sent to its owners (when it has any: opt.t > 0), rank 0's gather of every
+ * shard into whole_opt (every rank calls it), the update of the rank's shard followed by the
+ * all-gather of the parameters, and the gradient gathered whole (verify's first-step hook). */
+crew_status crew_rank_shard_init(crew_rank *r);
+void crew_rank_shard_release(crew_rank *r);
+crew_status crew_rank_shard_scatter_start(crew_rank *r);
+crew_status crew_rank_shard_gather(crew_rank *r);
+crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr);
+crew_status crew_rank_shard_gather_grad(crew_rank *r, float *grad);
 
 /* Runs every epoch of the plan on this rank; rank 0 reports. */
 crew_status crew_rank_train(crew_rank *r);

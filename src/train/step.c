@@ -75,7 +75,30 @@ void crew_stepper_release(crew_stepper *s)
     free(s->hi);
     free(s->reqs);
     free(s->parts);
+    free(s->bucket_bounds);
     memset(s, 0, sizeof *s);
+}
+
+void crew_shard_bounds(int64_t n_params, int ranks, int64_t *bounds)
+{
+    for (int r = 0; r < ranks; r++) {
+        int64_t at = n_params * r / ranks;
+        bounds[r] = at - at % CREW_SHARD_ALIGN;
+    }
+    bounds[ranks] = n_params;
+}
+
+crew_status crew_stepper_shard(crew_stepper *s, const int64_t *bounds)
+{
+    const int w = s->replicas + 1;
+    s->bucket_bounds = calloc((size_t)(s->n_buckets + 1) * (size_t)w, sizeof *s->bucket_bounds);
+    if (!s->bucket_bounds) return CREW_OOM();
+    for (int b = 0; b < s->n_buckets; b++)
+        for (int r = 0; r < w; r++) { /* the shard's part of the bucket, clamped to it */
+            int64_t at = bounds[r] < s->lo[b] ? s->lo[b] : bounds[r] > s->hi[b] ? s->hi[b] : bounds[r];
+            s->bucket_bounds[(size_t)b * w + r] = at - s->lo[b];
+        }
+    return CREW_OK;
 }
 
 /* Bucket b's all-reduce: its range of the final gradient, or with k > 1 every micro-batch's
@@ -88,13 +111,14 @@ static void fill_request(crew_stepper *s, int b, crew_comm_request *r)
     r->n = s->hi[b] - s->lo[b];
     r->type = CREW_COMM_F32;
     r->op = CREW_REDUCE_SUM;
-    if (k > 1) {
+    if (k > 1 || s->bucket_bounds) {
         float **parts = s->parts + (size_t)b * k;
         for (int j = 0; j < k - 1; j++) parts[j] = s->saved[j] + s->lo[b];
         parts[k - 1] = s->m->grads + s->lo[b];
         r->parts = parts;
-        r->k = s->plant == CREW_PLANT_ORDERED_DROPS_MICRO ? k - 1 : k; /* planted bug */
+        r->k = s->plant == CREW_PLANT_ORDERED_DROPS_MICRO && k > 1 ? k - 1 : k; /* planted bug */
     }
+    if (s->bucket_bounds) r->bounds = s->bucket_bounds + (size_t)b * (size_t)(s->replicas + 1);
 }
 
 /* Planted bug: the last rank's share left out of the plain all-reduce (it contributes zeros). */

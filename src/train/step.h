@@ -44,6 +44,10 @@ typedef struct crew_stepper {
     int64_t *lo, *hi;
     crew_comm_request *reqs;
     float **parts;              /* [n_buckets × k] the inputs of each bucket's ordered all-reduce */
+    /* optimizer sharding (crew_stepper_shard): bucket b is reduce-scattered, rank r receiving its
+     * part of the bucket, bucket_bounds[b · (replicas + 1) + r] .. [+ r + 1] (relative to lo[b]);
+     * NULL: all-reduced */
+    int64_t *bucket_bounds;
     /* during a backward pass */
     int launched;
     int64_t done_from;          /* gradients in [done_from, n_params) are final for this micro-batch */
@@ -61,6 +65,16 @@ int crew_bucket_count(int64_t n_params, double bucket_mb);
 crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
                               int64_t batch, int accumulation, double bucket_mb, int sync_bn);
 void crew_stepper_release(crew_stepper *s);
+
+/* Optimizer-state sharding (ZeRO stage 1): rank r owns parameters [bounds[r], bounds[r + 1]) of
+ * the flat buffer, bounds [ranks + 1] from 0 to n_params, each start a multiple of
+ * CREW_SHARD_ALIGN values (so a shard's vector loops run as the whole buffer's do). */
+#define CREW_SHARD_ALIGN 16
+void crew_shard_bounds(int64_t n_params, int ranks, int64_t *bounds);
+/* From now on the stepper's buckets are reduce-scattered along `bounds` (crew_shard_bounds,
+ * [replicas + 1]): the gradient it leaves holds the full sum in this rank's shard only (the rest is
+ * this rank's own micro-batches'), the same bits there as an all-reduce would leave. */
+crew_status crew_stepper_shard(crew_stepper *s, const int64_t *bounds);
 
 /* Puts micro-batch `index` of the current step (of the global batch's sequence) into the model's
  * input, labels and sample ids on its device (act[0], labels, sample_ids), ordered before the

@@ -41,6 +41,10 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
                p->pipeline_schedule == CREW_PIPELINE_GPIPE ? "GPipe" : "1F1B", p->accumulation,
                100.0 * (double)(p->stages - 1) / (double)(p->accumulation + p->stages - 1), stages);
     }
+    if (p->shard_optimizer)
+        printf("      optimizer state sharded across the %d replicas (--shard-optimizer): each keeps and updates 1/%d\n"
+               "      of it; gradients reduce-scattered, parameters all-gathered, the same weights bit for bit\n",
+               p->devices, p->devices);
     if (p->unordered_allreduce)
         printf("      all-reduce between the processes: MPI's own (--allreduce fast): the order of its sums, so the\n"
                "      last bits of the weights, may change with the process count and the MPI library\n");

@@ -10,7 +10,7 @@
 
 static const char *usage_text =
     "usage: crew plan MODEL.json [--batch-per-device B] [--global-batch G] [--devices KIND:N]\n"
-    "                 [--device-memory SIZE] [--optimizer-sharding] [--data DIR] [--json]\n"
+    "                 [--device-memory SIZE] [--shard-optimizer] [--data DIR] [--json]\n"
     "\n"
     "Works out, from the model's structure alone, the memory one replica needs for training:\n"
     "parameters, gradients, optimizer state, the activations kept for the backward pass (per\n"
@@ -25,7 +25,8 @@ static const char *usage_text =
     "  --device-memory SIZE   each device's own memory: 512M, 8G, 24GiB (K/M/G/T and KiB..TiB are\n"
     "                         powers of 1024, KB/MB/GB/TB powers of 1000) [this machine's physical\n"
     "                         memory, shared by its CPU replicas]\n"
-    "  --optimizer-sharding   plan for optimizer state sharded across the replicas\n"
+    "  --shard-optimizer      plan for optimizer state sharded across the replicas, as crew train\n"
+    "                         --shard-optimizer runs it (--optimizer-sharding: the same)\n"
     "  --data DIR             count the loader's sample order for DIR's training split\n"
     "  --json                 end with one JSON line (docs/ADVISOR.md)\n";
 
@@ -143,6 +144,7 @@ static int parse_device_memory(const char *verb, const char *v, void *args)
 
 static const cli_flag_spec plan_flags[] = {
     CLI_SWITCH_FLAG(plan_args, "--json", json),
+    CLI_SWITCH_FLAG(plan_args, "--shard-optimizer", o.optimizer_sharding),
     CLI_SWITCH_FLAG(plan_args, "--optimizer-sharding", o.optimizer_sharding),
     CLI_STRING_FLAG(plan_args, "--data", data),
     CLI_INT_FLAG(plan_args, "--batch-per-device", o.batch_per_device, 1, 1 << 20),

@@ -53,6 +53,9 @@ static const char *usage_text =
     "                             same bits for any split of the work, or MPI's own (fast; its order\n"
     "                             of the sums, so the last bits, may change with the process count,\n"
     "                             and a missing process is reported, not named) [ordered]\n"
+    "  --shard-optimizer          each replica keeps and updates 1/N of the optimizer state (ZeRO\n"
+    "                             stage 1): gradients reduce-scattered, parameters all-gathered; the\n"
+    "                             same weights, bit for bit [off]\n"
     "  --drift-check-every N      compare the replicas' parameter hashes every N steps; 0 = off [100]\n"
     "  --straggler-threshold X    report a replica slower than the others' median by this fraction [0.2]\n"
     "  --straggler-window N       steps per straggler verdict [50]\n"
@@ -103,7 +106,7 @@ typedef struct train_args {
     int64_t log_every;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int64_t replicas;           /* devices / pipeline stages */
-    int lr_scaling, sync_bn, on_nan, allreduce;
+    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
     int pad_last, have_augment;
     crew_augment_options augment;
@@ -176,6 +179,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_CHOICE_FLAG(train_args, "--sync-bn", sync_bn, off_on),
     CLI_CHOICE_FLAG(train_args, "--on-nan", on_nan, nan_policies),
     CLI_CHOICE_FLAG(train_args, "--allreduce", allreduce, allreduce_kinds),
+    CLI_SWITCH_FLAG(train_args, "--shard-optimizer", shard_optimizer),
     CLI_INT_FLAG(train_args, "--drift-check-every", drift_every, 0, INT64_MAX / 2),
     CLI_FLOAT_FLAG(train_args, "--straggler-threshold", straggler_threshold, 0.001, 100.0),
     CLI_INT_FLAG(train_args, "--straggler-window", straggler_window, 1, 1 << 30),
@@ -364,6 +368,30 @@ static void print_stage_memory(const crew_model *m, const crew_fit_result *r, co
     }
 }
 
+/* Data parallelism with sharded optimizer state or a memory limit: replica 0's device memory,
+ * planned (crew_model_plan_memory, as crew plan counts it) and measured. */
+static void print_replica_memory(const crew_model *m, const crew_fit_result *r, const crew_fit_plan *plan)
+{
+    crew_memory_options mo;
+    crew_memory_options_init(&mo);
+    mo.batch_per_device = plan->batch_per_device;
+    mo.devices = plan->devices;
+    mo.global_batch = plan->global_batch;
+    mo.optimizer_sharding = plan->shard_optimizer;
+    crew_memory_plan mp;
+    crew_status s = crew_model_plan_memory(m, &mo, &mp);
+    if (s) {
+        crew_status_free(s);
+        return;
+    }
+    char a[32], b[32], c[32];
+    printf("device memory: %s at its peak on replica 0, planned %s (%+.1f%%); optimizer state %s per replica%s\n",
+           crew_format_bytes(r->stage_peak_bytes[0], a, sizeof a), crew_format_bytes(mp.bytes_per_device, b, sizeof b),
+           mp.bytes_per_device > 0 ? 100.0 * ((double)r->stage_peak_bytes[0] / (double)mp.bytes_per_device - 1.0) : 0.0,
+           crew_format_bytes(mp.optimizer_bytes, c, sizeof c), plan->shard_optimizer ? " (sharded)" : "");
+    crew_memory_plan_release(&mp);
+}
+
 typedef struct train_state {
     crew_model *m;
     crew_dataset *train, *test;
@@ -396,6 +424,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->bucket_mb = a->bucket_mb;
     o->sync_batch_norm = a->sync_bn;
     o->unordered_allreduce = a->allreduce == 1;
+    o->shard_optimizer = a->shard_optimizer;
     o->collective_timeout_s = a->timeout;
     if (a->on_nan >= 0) o->on_nan = (crew_nan_policy)a->on_nan;
     o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;
@@ -498,6 +527,7 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     mo.global_batch = o->global_batch;
     mo.device_memory_bytes = a->device_memory;
     mo.train_samples = crew_dataset_size(st->train);
+    mo.optimizer_sharding = a->shard_optimizer;
     crew_memory_plan p;
     crew_status s = crew_model_plan_memory(st->m, &mo, &p);
     if (s) return cli_fail("train", s);
@@ -514,11 +544,20 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     case CREW_MEMORY_MODEL_PARALLEL:
         rc = pipeline_layout(a, st, &p, o, why, len);
         break;
-    default: /* sharding, which crew train cannot do yet, or nothing */
-        rc = cli_usage_error("train", "the model %s%s", p.verdict_text,
-                             p.verdict == CREW_MEMORY_SHARD_OPTIMIZER
-                                 ? "; crew train cannot shard optimizer state yet: give --pipeline K to split the layers"
-                                 : "");
+    case CREW_MEMORY_SHARD_OPTIMIZER:
+        if (p.advised_devices != (int)a->devices) { /* the replica count is the user's to choose */
+            rc = cli_usage_error("train", "the model %s; run it with --devices %s:%d --shard-optimizer, or split its "
+                                 "layers with --pipeline K", p.verdict_text, o->device_kind, p.advised_devices);
+            break;
+        }
+        o->shard_optimizer = 1;
+        o->batch_per_device = p.advised_batch;
+        o->global_batch = p.global_batch;
+        snprintf(why, len, "data parallel with optimizer state sharded across the %d replicas: the model %s",
+                 p.advised_devices, p.verdict_text);
+        break;
+    default: /* nothing fits */
+        rc = cli_usage_error("train", "the model %s", p.verdict_text);
     }
     crew_memory_plan_release(&p);
     return rc;
@@ -775,6 +814,8 @@ static int run_and_save(const train_args *a, train_state *st, train_view *view)
     if (!finished) report_stop(a, &res, plan, run_dir);
     if (!a->quiet) print_summary(&res, plan, run_dir, finished, view->bits_unit);
     if (!a->quiet && plan->stages > 1 && res.stages > 1) print_stage_memory(st->m, &res, plan);
+    if (!a->quiet && plan->stages <= 1 && res.stage_peak_bytes[0] > 0 && (plan->shard_optimizer || a->device_memory))
+        print_replica_memory(st->m, &res, plan);
     if (a->json) print_result_json(&res, weights, run_dir);
     return finished ? 0 : 1;
 }

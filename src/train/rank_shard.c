@@ -1,0 +1,101 @@
+/* rank_shard.c — optimizer-state sharding (ZeRO stage 1) in the data-parallel rank program.
+ *
+ * With --shard-optimizer each of the N replicas keeps the optimizer state (AdamW's moments, SGD's
+ * velocity) of 1/N of the parameters, its shard (crew_shard_bounds: contiguous, aligned). A step:
+ *   1. the gradient buckets are reduce-scattered, in the ordered way (crew_stepper_shard): each
+ *      replica receives the sum of its shard only, the bits an all-reduce would leave there;
+ *   2. each replica updates its shard's parameters and state (crew_optimizer_step_range; when
+ *      clipping, the gradients are first gathered whole so that the norm is the whole buffer's);
+ *   3. the parameters are all-gathered, so every replica holds them all again.
+ * Elementwise updates on the same sums give the same bits wherever they run, so the weights equal
+ * the unsharded run's, bit for bit, on any N. The state exists whole nowhere on a device: rank 0
+ * gathers it into host memory (its `whole` optimizer) only for a checkpoint and at the end, and a
+ * checkpoint is an ordinary one, resumable sharded or not, on any replica count. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "train/rank.h"
+
+crew_status crew_rank_shard_init(crew_rank *r)
+{
+    crew_model *m = r->m;
+    r->shard = calloc((size_t)r->size + 1, sizeof *r->shard);
+    if (!r->shard) return CREW_OOM();
+    crew_shard_bounds(m->n_params, r->size, r->shard);
+    r->shard_lo = r->shard[r->rank];
+    return CREW_OK;
+}
+
+void crew_rank_shard_release(crew_rank *r)
+{
+    if (r->has_whole_opt) crew_optimizer_release(&r->whole_opt, &r->sinks->model->be);
+    free(r->shard);
+}
+
+static int64_t shard_len(const crew_rank *r, int q) { return r->shard[q + 1] - r->shard[q]; }
+
+/* Where another rank's shard passes through: the gradient buffer, which holds nothing between
+ * steps (the start, a checkpoint and the end come between steps), so sharding needs no memory of
+ * its own. */
+static float *pass_through(const crew_rank *r) { return r->m->grads; }
+
+/* Rank 0's starting state (a resumed run's, host memory of the caller's model), each shard sent
+ * to its owner; every rank joins every broadcast, in rank order. */
+crew_status crew_rank_shard_scatter_start(crew_rank *r)
+{
+    const crew_run *run = r->run;
+    const double timeout = run->timeout_s;
+    for (int i = 0; i < 2; i++) {
+        if (!r->opt.slot[i]) continue;
+        for (int q = 0; q < r->size; q++) {
+            int64_t at = r->shard[q], n = shard_len(r, q);
+            if (n == 0) continue;
+            float *into = q == r->rank ? r->opt.slot[i] : pass_through(r);
+            if (r->rank == 0 && run->start_opt && run->start_opt->slot[i])
+                CREW_TRY(crew_dev_transfer_f32(r->be, into, &run->start->be, run->start_opt->slot[i] + at, n));
+            if (q != 0) CREW_TRY(crew_broadcast(&r->comm, into, n, CREW_COMM_F32, 0, timeout));
+        }
+    }
+    return CREW_OK;
+}
+
+/* Every shard's state into rank 0's host optimizer (made at the first gather): each owner
+ * broadcasts its shard in turn. */
+crew_status crew_rank_shard_gather(crew_rank *r)
+{
+    const double timeout = r->run->timeout_s;
+    if (r->sinks && !r->has_whole_opt) {
+        crew_model *w = r->sinks->model;
+        CREW_TRY(crew_optimizer_init(&r->whole_opt, &r->m->compile.optimizer, &w->be, r->m->n_params));
+        r->has_whole_opt = 1;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!r->opt.slot[i]) continue;
+        for (int q = 0; q < r->size; q++) {
+            int64_t n = shard_len(r, q);
+            if (n == 0) continue;
+            float *buf = q == r->rank ? r->opt.slot[i] : pass_through(r);
+            if (q != 0) CREW_TRY(crew_broadcast(&r->comm, buf, n, CREW_COMM_F32, q, timeout));
+            if (r->sinks)
+                CREW_TRY(crew_dev_transfer_f32(&r->sinks->model->be, r->whole_opt.slot[i] + r->shard[q], r->be, buf, n));
+        }
+    }
+    if (r->sinks) r->whole_opt.t = r->opt.t;
+    return CREW_OK;
+}
+
+crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr)
+{
+    crew_model *m = r->m;
+    const double timeout = r->run->timeout_s;
+    if (m->compile.optimizer.clip_norm > 0.0f) /* the norm is the whole gradient's */
+        CREW_TRY(crew_allgather_ranges(&r->comm, grad, m->n_params, r->shard, timeout));
+    CREW_TRY(crew_optimizer_step_range(&r->opt, r->be, m->params, grad, m->n_params, r->shard_lo, lr, NULL));
+    return crew_allgather_ranges(&r->comm, m->params, m->n_params, r->shard, timeout);
+}
+
+crew_status crew_rank_shard_gather_grad(crew_rank *r, float *grad)
+{
+    return crew_allgather_ranges(&r->comm, grad, r->m->n_params, r->shard, r->run->timeout_s);
+}
