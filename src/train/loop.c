@@ -392,7 +392,10 @@ static crew_status write_checkpoint(crew_rank *r, int64_t step)
     if (!out) return CREW_OK;
     crew_checkpoint_state st = {.step = step, .plan = run->plan, .lr = run->lr};
     crew_rank_sink_enter(r);
-    crew_status s = crew_checkpoint_write(run->opts->checkpoint_dir, r->m, r->shard ? &r->whole_opt : &r->opt, &st,
+    /* sharded: the gathered state is host memory of the caller's model, so the values go there too,
+     * and the checkpoint is written from that one device */
+    crew_status s = r->shard ? crew_model_copy_values(out->model, r->m) : CREW_OK;
+    if (!s) s = crew_checkpoint_write(run->opts->checkpoint_dir, r->shard ? out->model : r->m, r->shard ? &r->whole_opt : &r->opt, &st,
                                           run->opts->keep_checkpoints, out->result->last_checkpoint,
                                           sizeof out->result->last_checkpoint);
     out->last_checkpoint_time = crew_now();
