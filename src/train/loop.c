@@ -252,16 +252,6 @@ typedef struct step_result {
     int stop, checkpoint, skipped;
 } step_result;
 
-/* Rank 0: whether a checkpoint is due after `step`: every N steps, every so many seconds, when the
- * caller cancels (stopping), and at the end of the run. */
-static int checkpoint_due(const crew_rank *r, int64_t step, int stopping)
-{
-    const crew_fit_options *o = r->run->opts;
-    if (!r->sinks || !o->checkpoint_dir) return 0;
-    return stopping || step == r->run->plan.total_steps || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
-           (o->checkpoint_every_s > 0 && crew_now() - r->sinks->last_checkpoint_time >= o->checkpoint_every_s);
-}
-
 /* The learning rate of 1-based `step`. */
 static float lr_at(const crew_rank *r, int64_t step)
 {
@@ -342,7 +332,7 @@ static crew_status train_step(crew_rank *r, int epoch, int64_t epoch_step, int64
     row[M_LOSS] = tot.loss_sum;
     row[M_CORRECT] = tot.correct;
     int stop = cancel_requested(r);
-    row[M_FLAGS] = (stop ? FLAG_STOP : 0) + (checkpoint_due(r, step, stop) ? FLAG_CHECKPOINT : 0) +
+    row[M_FLAGS] = (stop ? FLAG_STOP : 0) + (crew_run_checkpoint_due(r->run, r->sinks, step, stop) ? FLAG_CHECKPOINT : 0) +
                    (finite ? 0 : FLAG_NONFINITE);
     memcpy(row + M_TIMES, &times, sizeof times);
     crew_status ms = crew_rank_allreduce_host(r, r->metrics, (int64_t)r->size * METRIC_FIELDS);

@@ -378,15 +378,6 @@ static int cancel_requested(const stage_rank *r)
     return stop;
 }
 
-/* Rank 0: whether a checkpoint is due after `step` (1-based). */
-static int checkpoint_due(const stage_rank *r, int64_t step, int stopping)
-{
-    const crew_fit_options *o = r->run->opts;
-    if (!r->sinks || !o->checkpoint_dir) return 0;
-    return stopping || step == r->run->plan.total_steps || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
-           (o->checkpoint_every_s > 0 && crew_now() - r->sinks->last_checkpoint_time >= o->checkpoint_every_s);
-}
-
 static crew_status sink_event(const stage_rank *r, crew_event_kind kind, int64_t step, const char *msg)
 {
     if (!r->sinks) return CREW_OK;
@@ -577,7 +568,7 @@ static crew_status train_step(stage_rank *r, int epoch, int64_t epoch_step, int6
     row[M_LOSS] = c.tot.loss_sum;
     row[M_CORRECT] = c.tot.correct;
     row[M_STOP] = cancel_requested(r);
-    row[M_DUE] = checkpoint_due(r, step, row[M_STOP] > 0);
+    row[M_DUE] = crew_run_checkpoint_due(r->run, r->sinks, step, row[M_STOP] > 0);
     row[M_NONFINITE] = !finite;
     c.times.optimizer_s = crew_now() - t1; /* the update's own time joins the next step's rows */
     memcpy(row + M_TIMES, &c.times, sizeof c.times);

@@ -1,6 +1,7 @@
 /* run.c — what every launcher does for the ranks it starts, whatever they run on. */
 #include <math.h>
 
+#include "core/timer.h"
 #include "data/loader.h"
 #include "train/run.h"
 
@@ -54,4 +55,12 @@ crew_status crew_run_sinks_epoch(crew_run_sinks *sinks, const crew_fit_options *
     crew_status s = crew_monitor_epoch(sinks->monitor, info);
     if (!s && o->on_epoch) o->on_epoch(o->user, info);
     return s;
+}
+
+int crew_run_checkpoint_due(const crew_run *run, const crew_run_sinks *sinks, int64_t step, int stopping)
+{
+    const crew_fit_options *o = run->opts;
+    if (!sinks || !o->checkpoint_dir) return 0;
+    return stopping || step == run->plan.total_steps || (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) ||
+           (o->checkpoint_every_s > 0 && crew_now() - sinks->last_checkpoint_time >= o->checkpoint_every_s);
 }

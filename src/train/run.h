@@ -79,6 +79,9 @@ crew_status crew_run_open_loader(const crew_run *run, int rank, int size, struct
 crew_epoch_info crew_run_epoch_info(const crew_run *run, int epoch, int64_t steps, double wall_s, double loss_sum,
                                     double correct_sum);
 /* Rank 0, inside its sink section: the epoch into the result, the monitor and the caller's callback. */
+/* Rank 0 (sinks non-NULL; else 0): whether a checkpoint is due after 1-based `step`: every N
+ * steps, every so many seconds, when the caller cancels (stopping), and at the end of the run. */
+int crew_run_checkpoint_due(const crew_run *run, const crew_run_sinks *sinks, int64_t step, int stopping);
 crew_status crew_run_sinks_epoch(crew_run_sinks *sinks, const crew_fit_options *o, const crew_epoch_info *info);
 
 /* The rank program: trains this rank's share of every step of the run. */
