@@ -407,12 +407,17 @@ typedef struct crew_fit_options {
      * pipeline, devices × pipeline_stages devices in all. Each replica's accumulation micro-batches
      * flow through its stages in the order pipeline_schedule says; every stage sums its gradients
      * in micro-batch order, so the weights equal one device accumulating the same micro-batches,
-     * bit for bit. Threads of one process only, for now. 0 or 1: no pipeline [0]. */
+     * bit for bit, in one process or across processes. 0 or 1: no pipeline [0]. */
     int pipeline_stages;
     int pipeline_schedule;      /* a crew_pipeline_schedule [CREW_PIPELINE_1F1B] */
     /* each stage's first layer, "0-3,4-9" style ranges over every layer (crew_pipeline_split_parse);
      * NULL: stages of balanced compute (crew_pipeline_split_balanced) */
     const char *pipeline_split;
+    /* A pipeline across processes (group): 0 or 1, each process runs `devices` whole replicas,
+     * devices × pipeline_stages ranks; R > 1: each replica's stages span R consecutive processes,
+     * pipeline_stages / R stages in each (ranks numbered process by process, a replica's stages in
+     * order), so the run has processes / R replicas and `devices` must be 1 [0]. */
+    int pipeline_processes;
 } crew_fit_options;
 
 typedef enum crew_pipeline_schedule {
@@ -495,6 +500,8 @@ typedef struct crew_fit_plan {
     int stages;
     int pipeline_schedule;
     int stage_first[CREW_MAX_PIPELINE_STAGES + 1];
+    int pipeline_processes;     /* the processes each replica's stages span: 1 in one process or
+                                   with whole replicas in each, R (crew_fit_options.pipeline_processes) */
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With

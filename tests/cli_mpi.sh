@@ -10,7 +10,10 @@
 # - a run's settings kept by its checkpoint (--augment) reach every process of a resume;
 # - processes that disagree on the model file are refused with exit 2, naming the rank;
 # - only rank 0 writes the run directory;
-# - crew verify runs its N replicas across the processes and rank 0 gives the one verdict.
+# - crew verify runs its N replicas across the processes and rank 0 gives the one verdict;
+# - pipelines across processes (a replica's stages spread over processes, or whole replicas in
+#   each) end with data parallelism's weights, resume from a checkpoint on another layout, refuse
+#   layouts that cannot work, and name a stage's process that stops.
 # Skipped (77) when this crew was built without MPI or mpirun is missing.
 . "$(dirname "$0")/lib_cli.sh"
 need_fashion
@@ -168,6 +171,51 @@ signal_rank1 "$TMP/fast_stopped" STOP --allreduce fast
 signal_rank1 "$TMP/killed" KILL
 [ $rc != 0 ] && ok || fail "a killed rank: exit 0"
 grep -q "rank 1" "$TMP/killed.out" && ok || fail "a killed rank is not named: $(head -n 5 "$TMP/killed.out")"
+
+# ---- pipelines across processes: a replica's stages on several processes (activations over MPI),
+# or whole replicas in each (each stage's gradients over MPI); every layout ends with the weights
+# of data parallelism on the same micro-batches, bit for bit.
+PMODEL=examples/fashion_mlp.json # 6 layers
+PIPE=(--data "$DATA" --max-steps 12 --batch-per-device 8 --global-batch 32 --checkpoint-every 4 --quiet)
+"$CREW" train $PMODEL "${PIPE[@]}" --devices cpu:4 --run-dir "$TMP/pdp" > /dev/null || fail "the pipelines' reference"
+for layout in "2 1 2" "4 1 4" "4 1 2" "2 2 2" "2 4 2"; do
+  read -r np per k <<< "$layout" # processes, devices per process, stages
+  d="$TMP/pp-$np-$per-$k"
+  "${MPIRUN[@]}" -np $np "$CREW" train $PMODEL "${PIPE[@]}" --devices cpu:$per --pipeline $k --run-dir "$d" \
+    > "$d.out" 2>&1 || fail "mpirun -np $np --devices cpu:$per --pipeline $k: $(tail -n 3 "$d.out")"
+  cmp -s "$TMP/pdp/weights.safetensors" "$d/weights.safetensors" && ok \
+    || fail "mpirun -np $np --devices cpu:$per --pipeline $k: weights differ from data parallelism"
+done
+# The plan says where the stages are.
+"${MPIRUN[@]}" -np 4 "$CREW" train $PMODEL --data "$DATA" --max-steps 2 --batch-per-device 8 --devices cpu:1 --pipeline 2 \
+  --run-dir "$TMP/pp-plan" > "$TMP/pp-plan.out" 2>&1 || fail "the pipeline plan under mpirun"
+grep -q "pipeline: 2 stages x 2 replicas = 4 devices" "$TMP/pp-plan.out" \
+  && grep -q "across 4 processes: each replica's stages span 2 of them, 1 stage in each" "$TMP/pp-plan.out" && ok \
+  || fail "the pipeline plan under mpirun: $(head -n 6 "$TMP/pp-plan.out")"
+# A pipeline's checkpoint of step 4 (the later ones removed) resumes on other processes and
+# stages: rank 0's checkpoint reaches the stages of the other processes.
+P="$TMP/pp-resumed"
+cp -r "$TMP/pp-2-1-2" "$P"
+rm -rf "$P/weights.safetensors" "$P/checkpoints/step-00000008" "$P/checkpoints/step-00000012"
+"${MPIRUN[@]}" -np 4 "$CREW" train $PMODEL --data "$DATA" --quiet --devices cpu:1 --pipeline 4 --resume "$P" \
+  > "$P.out" 2>&1 || fail "the pipeline's resume on 4 processes: $(tail -n 3 "$P.out")"
+grep -q "resumed from .*step-00000004 (step 4)" "$P.out" && cmp -s "$TMP/pdp/weights.safetensors" "$P/weights.safetensors" \
+  && ok || fail "a pipeline resumed from step 4 on 4 processes x 4 stages: weights differ ($(tail -n 2 "$P.out"))"
+# Layouts that cannot work are one line and exit 2.
+"${MPIRUN[@]}" -np 3 "$CREW" train $PMODEL --data "$DATA" --devices cpu:1 --pipeline 2 --run-dir "$TMP/pp-bad" \
+  > "$TMP/pp-bad.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "3 processes cannot hold replicas of 2 pipeline stages that span 2 processes" "$TMP/pp-bad.out" \
+  && ok || fail "3 processes, 2 stages of 1 device each: exit $rc: $(head -n 2 "$TMP/pp-bad.out")"
+"${MPIRUN[@]}" -np 2 "$CREW" train $PMODEL --data "$DATA" --devices cpu:1 --pipeline 2 --allreduce fast \
+  --run-dir "$TMP/pp-fast" > "$TMP/pp-fast.out" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "drop --allreduce fast" "$TMP/pp-fast.out" && ok \
+  || fail "a pipeline with --allreduce fast: exit $rc: $(head -n 2 "$TMP/pp-fast.out")"
+# A stage's process stopped for good is named by the process waiting for its activations.
+signal_rank1 "$TMP/pp-stopped" STOP --devices cpu:1 --pipeline 2
+[ $rc = 1 ] && grep -q "rank 1 (MPI rank 1, host [^)]*) sent nothing to rank 0 within 3 s\|MPI rank 1 (host [^,]*, rank 1) did not answer within 3 s" \
+  "$TMP/pp-stopped.out" && ok || fail "a stopped pipeline stage: exit $rc: $(head -n 3 "$TMP/pp-stopped.out")"
 
 # ---- processes that disagree are refused before anything is written
 "${MPIRUN[@]}" -np 1 "$CREW" train examples/fashion_mlp.json --data "$DATA" --max-steps 2 --run-dir "$TMP/mixed" : \

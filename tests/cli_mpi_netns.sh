@@ -3,7 +3,8 @@
 # pair (tests/netns_hosts.sh), talking over Open MPI's TCP transport only, with mpirun launching
 # the second host's daemon through a script that enters its namespace instead of ssh. The run
 # must end with weights bitwise equal to the same run on two threads of one process, and rank 0's
-# run directory must hold every replica's timings. Skipped (77) without MPI or without the right
+# run directory must hold every replica's timings; a 2-stage pipeline with a stage on each host
+# must end as the same pipeline on two threads. Skipped (77) without MPI or without the right
 # to make network namespaces (not root, or no netns support).
 . "$(dirname "$0")/lib_cli.sh"
 . "$(dirname "$0")/netns_hosts.sh"
@@ -27,4 +28,8 @@ cmp -s "$TMP/threads/weights.safetensors" "$TMP/hosts/weights.safetensors" && ok
   || fail "two hosts: weights differ from two threads of one process"
 n=$(grep -m1 '"type":"step"' "$TMP/hosts/metrics.jsonl" 2> /dev/null | grep -o '"rank":' | wc -l)
 [ "$n" = 2 ] && ok || fail "two hosts: a step record holds $n replicas' timings, not 2"
+# A pipeline with a stage on each host: the activations and their gradients cross the veth.
+"$CREW" train "$MODEL" "${COMMON[@]}" --devices cpu:2 --pipeline 2 --run-dir "$TMP/pipe-threads" > /dev/null   || fail "a pipeline as two threads"
+NETNS_MPI_TIMEOUT=300 netns_mpirun "$P" 1 -- "$CREW_ABS" train "$MODEL" "${COMMON[@]}" --devices cpu:1 --pipeline 2   --run-dir "$TMP/pipe-hosts" > "$TMP/pipe-hosts.out" 2>&1 || fail "a pipeline on two hosts: $(tail -n 5 "$TMP/pipe-hosts.out")"
+cmp -s "$TMP/pipe-threads/weights.safetensors" "$TMP/pipe-hosts/weights.safetensors" && ok   || fail "a pipeline on two hosts: weights differ from the same pipeline as two threads"
 report

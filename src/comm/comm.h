@@ -134,5 +134,8 @@ crew_status crew_local_comm_host(crew_local_comm *lc, int rank, const void *p, i
                                  const char *what, void **out);
 /* Poisons the communicator: every rank waiting or arriving fails with `why`. */
 void crew_local_comm_fail(crew_local_comm *lc, int rank, const char *why);
+/* 1, with the reason in why, when the communicator is poisoned (a rank aborted or timed out): for
+ * a layered communicator's own waits (comm_mpi.c's point-to-point), so that they stop too. */
+int crew_local_comm_failed(crew_local_comm *lc, char *why, size_t len);
 
 #endif

@@ -330,10 +330,19 @@ static void abort_rank(struct crew_local_comm *c, int rank, const char *why)
 
 static void local_abort(void *ctx, int rank) { abort_rank(ctx, rank, NULL); }
 
+int crew_local_comm_failed(crew_local_comm *lc, char *why, size_t len)
+{
+    if (atomic_load(&lc->failed_rank) < 0) return 0;
+    pthread_mutex_lock(&lc->mu);
+    snprintf(why, len, "%s", lc->failure);
+    pthread_mutex_unlock(&lc->mu);
+    return 1;
+}
+
 crew_status crew_comm_no_p2p(const crew_comm *c)
 {
-    return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "rank %d: the %s communicator has no point-to-point sends yet "
-                       "(pipeline stages run as threads of one process)", c->rank, c->ops->name);
+    return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "rank %d: the %s communicator has no point-to-point sends (a "
+                       "pipeline's stages need them)", c->rank, c->ops->name);
 }
 
 /* ---- for communicators layered over this one (comm_mpi.c) */

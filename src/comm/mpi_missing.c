@@ -42,6 +42,14 @@ crew_status crew_mpi_comm_create(const crew_process_group *g, crew_local_comm *l
     return no_mpi();
 }
 
+crew_status crew_mpi_comm_create_subset(const crew_process_group *g, crew_local_comm *lc, int local_size,
+                                        const int *members, int n_members, int id, crew_mpi_comm **out)
+{
+    (void)g, (void)lc, (void)local_size, (void)members, (void)n_members, (void)id;
+    *out = NULL;
+    return no_mpi();
+}
+
 crew_comm crew_mpi_comm_rank(crew_mpi_comm *mc, int local_rank)
 {
     (void)mc, (void)local_rank;
@@ -50,6 +58,7 @@ crew_comm crew_mpi_comm_rank(crew_mpi_comm *mc, int local_rank)
 
 void crew_mpi_comm_free(crew_mpi_comm *mc) { (void)mc; }
 void crew_mpi_comm_set_unordered(crew_mpi_comm *mc, int on) { (void)mc, (void)on; }
+void crew_mpi_comm_name_ranks(crew_mpi_comm *mc, const char *unit) { (void)mc, (void)unit; }
 
 crew_status crew_group_allgather_bytes(const crew_process_group *g, const void *mine, void *all, size_t bytes,
                                        double timeout_s, const char *what)

@@ -122,10 +122,21 @@ static crew_status prepare(crew_fit *f, const crew_dataset *train, const crew_fi
         /* devices counts this process's replicas; the plan counts the run's. Only process 0 reads
          * a checkpoint: the others plan afresh and take process 0's plan, and their replicas
          * start from rank 0's values (the starting point's broadcast, rank.c). */
-        if (f->opts.devices < 1 || f->opts.devices > 1024 / processes)
-            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "devices per process must be in [1, %d] with %d processes, "
-                               "got %d", 1024 / processes, processes, f->opts.devices);
-        f->opts.devices *= processes;
+        const int span = f->opts.pipeline_processes > 1 ? f->opts.pipeline_processes : 1;
+        if (span > 1) { /* each replica's pipeline spans `span` processes */
+            if (f->opts.devices != 1)
+                return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "a pipeline spanning %d processes per replica: devices "
+                                   "must be 1 (the replica those processes share), got %d", span, f->opts.devices);
+            if (processes % span)
+                return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%d processes cannot hold replicas of %d processes each: "
+                                   "give a multiple of %d processes", processes, span, span);
+            f->opts.devices = processes / span;
+        } else {
+            if (f->opts.devices < 1 || f->opts.devices > 1024 / processes)
+                return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "devices per process must be in [1, %d] with %d "
+                                   "processes, got %d", 1024 / processes, processes, f->opts.devices);
+            f->opts.devices *= processes;
+        }
         if (crew_group_rank(f->opts.group) != 0) f->opts.resume = 0;
     }
     if (!m->compiled) {

@@ -61,7 +61,11 @@ struct launch {
     rank_slot *ranks;           /* [n] */
     crew_local_comm *lc;
     crew_mpi_comm *mc;          /* between processes, over lc; NULL without a process group */
-    crew_local_comm **stage_lc; /* a pipeline: [stages] each stage's communicator of its replicas */
+    /* A pipeline: [stages] each stage's communicator of its replicas: its ranks in this process
+     * (stage_lc, NULL for a stage this process has none of), joined to the other processes' by
+     * stage_mc (NULL in one process) */
+    crew_local_comm **stage_lc;
+    crew_mpi_comm **stage_mc;
     int stages;                 /* 1 without a pipeline */
     crew_run run;               /* the ranks' copy of the run's description */
     crew_fit_options opts;      /* and of its options */
@@ -75,6 +79,8 @@ static void launch_free(launch *l)
         crew_status_free(l->ranks[i].status);
     }
     free(l->ranks);
+    for (int s = 0; l->stage_mc && s < l->stages; s++) crew_mpi_comm_free(l->stage_mc[s]);
+    free(l->stage_mc);
     for (int s = 0; l->stage_lc && s < l->stages; s++) crew_local_comm_free(l->stage_lc[s]);
     free(l->stage_lc);
     crew_mpi_comm_free(l->mc);
@@ -101,7 +107,7 @@ static void *rank_thread(void *arg)
     crew_status s = l->stages > 1 ? crew_pipeline_rank_main(&r->ctx) : crew_rank_main(&r->ctx);
     if (s) {
         r->ctx.comm.ops->abort(r->ctx.comm.ctx, r->ctx.rank);
-        if (l->stages > 1) r->ctx.stage_comm.ops->abort(r->ctx.stage_comm.ctx, r->ctx.replica);
+        if (l->stages > 1) r->ctx.stage_comm.ops->abort(r->ctx.stage_comm.ctx, r->ctx.stage_comm.rank);
     }
     pthread_mutex_lock(&l->mu);
     r->status = s;
@@ -181,6 +187,46 @@ static void hold_sinks(crew_run_sinks *sinks, crew_status s)
         crew_status_free(crew_monitor_event(sinks->monitor, CREW_EVENT_HANG, -1, 0, NAN, "%s", crew_status_message(s)));
 }
 
+/* How many of process q's ranks are stage st's (n ranks per process, numbered process by process). */
+static int stage_ranks_of(const launch *l, int q, int st)
+{
+    int count = 0;
+    for (int g = q * l->n; g < (q + 1) * l->n; g++) count += g % l->stages == st;
+    return count;
+}
+static int stage_ranks_here(const launch *l, int st) { return stage_ranks_of(l, l->first / l->n, st); }
+
+/* The pipeline's stage communicators: stage st joins ranks d · stages + st of every replica d,
+ * which are the same number in every process that has any (the layouts crew_pipeline_plan
+ * allows: whole replicas in each process, or an equal share of one replica's stages), so that a
+ * stage's rank d is its local rank d mod that number. Across processes, an MPI communicator over
+ * those processes, of id st + 1 (the run's is 0), joins them. */
+static crew_status make_stage_comms(launch *l, const crew_process_group *g)
+{
+    const int processes = crew_group_size(g);
+    l->stage_lc = calloc((size_t)l->stages, sizeof *l->stage_lc);
+    l->stage_mc = calloc((size_t)l->stages, sizeof *l->stage_mc);
+    int *members = calloc((size_t)processes, sizeof *members);
+    crew_status s = l->stage_lc && l->stage_mc && members ? CREW_OK : CREW_OOM();
+    for (int st = 0; st < l->stages && !s; st++) {
+        const int here = stage_ranks_here(l, st);
+        if (!here) continue;
+        int n_members = 0;
+        for (int q = 0; q < processes; q++)
+            if (stage_ranks_of(l, q, st)) {
+                if (stage_ranks_of(l, q, st) != here)
+                    s = crew_errorf(CREW_CODE_INTERNAL, "pipeline stage %d: %d ranks in MPI rank %d, %d in this one", st,
+                                    stage_ranks_of(l, q, st), q, here);
+                members[n_members++] = q;
+            }
+        if (!s) s = crew_local_comm_create(here, &l->stage_lc[st]);
+        if (!s && n_members > 1)
+            s = crew_mpi_comm_create_subset(g, l->stage_lc[st], here, members, n_members, st + 1, &l->stage_mc[st]);
+    }
+    free(members);
+    return s;
+}
+
 /* Opens local rank i's device, attaches it to its communicator handle and makes its loader (of
  * the global rank's micro-batches). */
 static crew_status open_rank(launch *l, rank_slot *r, int i)
@@ -191,8 +237,10 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
     CREW_TRY(crew_local_comm_attach(l->lc, i, &r->ctx.device));
     r->ctx.comm = l->mc ? crew_mpi_comm_rank(l->mc, i) : crew_local_comm_rank(l->lc, i);
     if (l->stages > 1) { /* every stage of a replica reads the replica's micro-batches */
-        CREW_TRY(crew_local_comm_attach(l->stage_lc[r->ctx.stage], r->ctx.replica, &r->ctx.device));
-        r->ctx.stage_comm = crew_local_comm_rank(l->stage_lc[r->ctx.stage], r->ctx.replica);
+        const int st = r->ctx.stage, local = r->ctx.replica % stage_ranks_here(l, st);
+        CREW_TRY(crew_local_comm_attach(l->stage_lc[st], local, &r->ctx.device));
+        r->ctx.stage_comm = l->stage_mc[st] ? crew_mpi_comm_rank(l->stage_mc[st], local)
+                                            : crew_local_comm_rank(l->stage_lc[st], local);
         return crew_run_open_loader(&l->run, r->ctx.replica, l->run.plan.devices, &r->ctx.loader);
     }
     return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.loader);
@@ -202,7 +250,7 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
 {
     const crew_process_group *g = run->opts->group;
     const int processes = crew_group_size(g), stages = run->plan.stages > 1 ? run->plan.stages : 1;
-    const int n = run->plan.devices / processes * stages; /* a pipeline: one process (crew_pipeline_plan) */
+    const int n = run->plan.devices * stages / processes; /* a whole number (crew_pipeline_plan) */
     launch *l = calloc(1, sizeof *l);
     if (!l) return CREW_OOM();
     pthread_mutex_init(&l->mu, NULL);
@@ -219,8 +267,8 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
     crew_status s = l->ranks ? crew_local_comm_create(n, &l->lc) : CREW_OOM();
     if (!s && processes > 1) s = crew_mpi_comm_create(g, l->lc, n, &l->mc);
     if (!s && l->mc) crew_mpi_comm_set_unordered(l->mc, run->plan.unordered_allreduce);
-    if (!s && stages > 1) s = (l->stage_lc = calloc((size_t)stages, sizeof *l->stage_lc)) ? CREW_OK : CREW_OOM();
-    for (int st = 0; st < stages && !s && stages > 1; st++) s = crew_local_comm_create(run->plan.devices, &l->stage_lc[st]);
+    if (!s && l->mc && stages > 1) crew_mpi_comm_name_ranks(l->mc, "rank"); /* a rank is a stage of a replica */
+    if (!s && stages > 1) s = make_stage_comms(l, g);
     for (int i = 0; i < n && !s; i++) {
         rank_slot *r = &l->ranks[i];
         r->l = l;

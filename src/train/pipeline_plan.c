@@ -159,6 +159,7 @@ crew_status crew_pipeline_plan(const crew_model *m, const crew_fit_options *o, c
                                crew_fit_plan *p)
 {
     p->stages = 1;
+    p->pipeline_processes = 1;
     p->stage_first[0] = 0;
     p->stage_first[1] = m->n_layers;
     p->pipeline_schedule = o->pipeline_schedule;
@@ -168,7 +169,12 @@ crew_status crew_pipeline_plan(const crew_model *m, const crew_fit_options *o, c
     if (o->pipeline_stages < 0 || o->pipeline_stages > CREW_MAX_PIPELINE_STAGES)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "pipeline stages must be in [1, %d], got %d",
                            CREW_MAX_PIPELINE_STAGES, o->pipeline_stages);
-    if (o->pipeline_stages <= 1 && !o->pipeline_split) return CREW_OK;
+    if (o->pipeline_stages <= 1 && !o->pipeline_split) {
+        if (o->pipeline_processes > 1)
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "pipeline_processes %d without a pipeline (pipeline_stages)",
+                               o->pipeline_processes);
+        return CREW_OK;
+    }
     int k = 0;
     if (o->pipeline_split) {
         CREW_TRY(crew_pipeline_split_parse(m, o->pipeline_split, p->stage_first, &k));
@@ -180,10 +186,22 @@ crew_status crew_pipeline_plan(const crew_model *m, const crew_fit_options *o, c
         CREW_TRY(crew_pipeline_split_balanced(m, k, p->stage_first));
     }
     p->stages = k;
-    if (k == 1) return CREW_OK;
-    if (crew_group_size(o->group) > 1)
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "a pipeline runs its stages as threads of one process for now; "
-                           "under mpirun use data parallelism, or run the pipeline in one process");
+    const int span = o->pipeline_processes > 1 ? o->pipeline_processes : 1;
+    if (span > 1 && crew_group_size(o->group) < 2)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "a pipeline spanning %d processes per replica needs a process "
+                           "group (mpirun)", span);
+    if (k == 1) {
+        if (span > 1)
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "one pipeline stage cannot span %d processes", span);
+        return CREW_OK;
+    }
+    if (k % span)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%d pipeline stages cannot be shared evenly by %d processes per "
+                           "replica: give a multiple of %d stages", k, span, span);
+    p->pipeline_processes = span;
+    if (crew_group_size(o->group) > 1 && p->unordered_allreduce)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "a pipeline across processes sums each stage's gradients with "
+                           "crew's ordered all-reduce: drop --allreduce fast");
     if (c->optimizer.clip_norm > 0.0f)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "a pipeline cannot clip gradients by their global norm yet "
                            "(clip_norm %g): the norm spans every stage", (double)c->optimizer.clip_norm);

@@ -33,6 +33,7 @@ _Static_assert(FIELDS == CREW_PIPELINE_METRIC_FIELDS, "the pipeline's metric row
 #define TAG_BACKWARD(j) (2 * (j) + 1)
 #define TAG_GATHER(s, b) ((1 << 30) + 4 * (s) + (b))
 #define TAG_TIMELINE(s) ((1 << 29) + (s))
+#define TAG_START(b) ((1 << 28) + (b))
 
 typedef struct stage_rank {
     int rank, size;                 /* of the run: rank = replica · stages + stage */
@@ -145,6 +146,53 @@ static crew_status set_up(stage_rank *r)
         r->tl_ops = calloc((size_t)r->stages * 2 * (size_t)k, sizeof *r->tl_ops);
         r->tl_order = calloc((size_t)2 * (size_t)k, sizeof *r->tl_order);
         if (!r->tl_all || !r->tl_ops || !r->tl_order) return CREW_OOM();
+    }
+    return CREW_OK;
+}
+
+/* Across processes the caller's model is a different one in each process, and only process 0's
+ * holds the run's starting point (a resumed run's checkpoint is read there alone): global rank 0
+ * sends every rank of the other processes its stage's slice of the parameters, the state and,
+ * when resumed, the optimizer state, as rank.c's broadcast does for data parallelism. A header
+ * ({optimizer state follows, its step}) comes first; the values go through rank 0's staging. */
+static crew_status share_start(stage_rank *r)
+{
+    const crew_run *run = r->run;
+    const int per_process = r->size / (run->plan.processes > 1 ? run->plan.processes : 1);
+    if (per_process == r->size || (r->rank != 0 && r->rank < per_process)) return CREW_OK;
+    const double timeout = run->timeout_s;
+    crew_model *m = r->slot[0];
+    if (r->rank != 0) {
+        double head[2];
+        CREW_TRY(crew_recv(&r->world, r->dev_scratch, 2, CREW_COMM_F64, 0, TAG_START(0), timeout));
+        CREW_TRY(r->be->ops->download(r->be->ctx, head, r->dev_scratch, 2, CREW_DT_F64));
+        if (m->n_params) CREW_TRY(crew_recv(&r->world, m->params, m->n_params, CREW_COMM_F32, 0, TAG_START(1), timeout));
+        if (m->n_state) CREW_TRY(crew_recv(&r->world, m->state, m->n_state, CREW_COMM_F32, 0, TAG_START(2), timeout));
+        for (int i = 0; i < 2 && head[0] != 0.0 && r->opt.n; i++)
+            if (r->opt.slot[i])
+                CREW_TRY(crew_recv(&r->world, r->opt.slot[i], r->opt.n, CREW_COMM_F32, 0, TAG_START(3 + i), timeout));
+        r->opt.t = (int64_t)head[1];
+        return CREW_OK;
+    }
+    const crew_model *start = run->start;
+    const crew_optimizer *so = run->start_opt;
+    const double head[2] = {so ? 1.0 : 0.0, so ? (double)so->t : 0.0};
+    CREW_TRY(r->be->ops->upload(r->be->ctx, NULL, r->dev_scratch, head, 2, CREW_DT_F64));
+    for (int g = per_process; g < r->size; g++) {
+        const int st = g % r->stages;
+        const int64_t pa = r->param_at[st], np = r->param_at[st + 1] - pa, sa = r->state_at[st],
+                      ns = r->state_at[st + 1] - sa;
+        CREW_TRY(crew_send(&r->world, r->dev_scratch, 2, CREW_COMM_F64, g, TAG_START(0), timeout));
+        const float *from[4] = {start->params + pa, start->n_state ? start->state + sa : NULL,
+                                so && so->slot[0] ? so->slot[0] + pa : NULL, so && so->slot[1] ? so->slot[1] + pa : NULL};
+        const int64_t count[4] = {np, ns, np, np};
+        for (int b = 0; b < 4; b++) {
+            /* what the receiver expects: the values it has any of, the moments its optimizer keeps */
+            if (!count[b] || !from[b]) continue;
+            CREW_TRY(crew_dev_transfer_f32(r->be, r->staging, &start->be, from[b], count[b]));
+            CREW_TRY(r->be->ops->sync(r->be->ctx, NULL));
+            CREW_TRY(crew_send(&r->world, r->staging, count[b], CREW_COMM_F32, g, TAG_START(1 + b), timeout));
+        }
     }
     return CREW_OK;
 }
@@ -745,6 +793,7 @@ crew_status crew_pipeline_rank_main(const crew_rank_ctx *ctx)
                     .be = &ctx->device, .world = ctx->comm, .group = ctx->stage_comm, .loader = ctx->loader,
                     .gathered_step = -1};
     crew_status s = set_up(&r);
+    if (!s) s = share_start(&r);
     if (s) s = crew_error_prefix(s, "stage %d of replica %d: ", r.stage, r.replica);
     if (!s) s = train(&r);
     tear_down(&r);

@@ -1,5 +1,7 @@
-/* test_comm_mpi.c — every collective of the MPI communicator, run under mpirun (tests/CMakeLists.txt:
- * 3 processes of 2 threads each, and 2 of 1), against what one process computes alone.
+/* test_comm_mpi.c — every collective of the MPI communicator, and its point-to-point messages,
+ * run under mpirun (tests/CMakeLists.txt: 3 processes of 2 threads each, and 2 of 1), against
+ * what one process computes alone; at the same time the same checks on a second communicator
+ * over some of the processes (crew_mpi_comm_create_subset).
  *
  * Each global rank g fills its inputs with values it and every other rank can compute (so each
  * checks the result without talking), chosen so that the order of a float sum matters: a sum in
@@ -126,11 +128,49 @@ static void check_sizes(crew_comm *c, int64_t n)
     free(buf), free(want), free(in[0]), free(in[1]), free(all), free(rs), free(d);
 }
 
+/* Point to point: every rank sends two messages to the next rank (round the ring) and one to the
+ * previous, before receiving any (sends never wait for their receive), then takes them in the
+ * order sent: between threads of one process and across processes alike. */
+static void check_p2p(crew_comm *c, int64_t n)
+{
+    const int g = c->rank, size = c->size;
+    if (size < 2) return;
+    const int next = (g + 1) % size, prev = (g + size - 1) % size;
+    float *buf = malloc((size_t)n * sizeof *buf);
+    for (int j = 0; j < 2; j++) {
+        for (int64_t i = 0; i < n; i++) buf[i] = value(g, 5 + j, i);
+        EXPECT_OK(crew_send(c, buf, n, CREW_COMM_F32, next, 7 + j, TIMEOUT_S));
+    }
+    for (int64_t i = 0; i < n; i++) buf[i] = value(g, 8, i);
+    EXPECT_OK(crew_send(c, buf, n, CREW_COMM_F32, prev, 9, TIMEOUT_S));
+    memset(buf, 0, (size_t)n * sizeof *buf); /* the sends copied it */
+    for (int j = 0; j < 2; j++) {
+        EXPECT_OK(crew_recv(c, buf, n, CREW_COMM_F32, prev, 7 + j, TIMEOUT_S));
+        int ok = 1;
+        for (int64_t i = 0; i < n; i++) ok &= buf[i] == value(prev, 5 + j, i);
+        EXPECT(ok, "rank %d: message %d of %lld floats from rank %d", g, 7 + j, (long long)n, prev);
+    }
+    if (size > 2 || next != prev) {
+        EXPECT_OK(crew_recv(c, buf, n, CREW_COMM_F32, next, 9, TIMEOUT_S));
+        int ok = 1;
+        for (int64_t i = 0; i < n; i++) ok &= buf[i] == value(next, 8, i);
+        EXPECT(ok, "rank %d: message 9 of %lld floats from rank %d", g, (long long)n, next);
+    } else { /* two ranks: the previous rank is the next one, and its message 9 came after 7 and 8 */
+        EXPECT_OK(crew_recv(c, buf, n, CREW_COMM_F32, next, 9, TIMEOUT_S));
+    }
+    EXPECT_OK(crew_barrier(c, TIMEOUT_S));
+    free(buf);
+}
+
 static void *run(void *arg)
 {
     worker *w = arg;
     static const int64_t sizes[] = {1, 1001, 70000};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) check_sizes(&w->comm, sizes[i]);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        check_sizes(&w->comm, sizes[i]);
+        check_p2p(&w->comm, sizes[i]);
+    }
+    check_p2p(&w->comm, 0); /* an empty message: the header alone */
     return NULL;
 }
 
@@ -142,31 +182,43 @@ int main(int argc, char **argv)
     if (T < 1 || T > T_MAX) T = 2;
     MPI_Comm world = MPI_COMM_WORLD;
     crew_process_group *g = NULL;
-    crew_local_comm *lc = NULL;
-    crew_mpi_comm *mc = NULL;
+    crew_local_comm *lc = NULL, *sub_lc = NULL;
+    crew_mpi_comm *mc = NULL, *sub = NULL;
     CHECK_OK(crew_group_open_mpi(&world, TIMEOUT_S, &g));
+    /* A second communicator over some of the processes (all but MPI rank 1 when there are 3 or
+     * more, as a pipeline stage's), whose ranks run the same checks at the same time as the
+     * first's, on threads of their own: the two never meet each other's messages. */
+    int members[8], n_members = 0;
     if (g) {
         P = crew_group_size(g);
         p = crew_group_rank(g);
         CHECK_OK(crew_local_comm_create(T, &lc));
         if (lc) CHECK_OK(crew_mpi_comm_create(g, lc, T, &mc));
+        for (int q = 0; q < P && n_members < 8; q++)
+            if (P < 3 || q != 1) members[n_members++] = q;
+        if (P < 3 || p != 1) {
+            CHECK_OK(crew_local_comm_create(T, &sub_lc));
+            if (sub_lc) CHECK_OK(crew_mpi_comm_create_subset(g, sub_lc, T, members, n_members, 1, &sub));
+        }
     }
     if (mc) {
-        pthread_t th[T_MAX];
-        worker w[T_MAX];
-        for (int t = 0; t < T; t++) {
-            w[t] = (worker){crew_mpi_comm_rank(mc, t), t};
-            pthread_create(&th[t], NULL, run, &w[t]);
-        }
-        for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+        pthread_t th[2 * T_MAX];
+        worker w[2 * T_MAX];
+        int n = 0;
+        for (int t = 0; t < T; t++) w[n++] = (worker){crew_mpi_comm_rank(mc, t), t};
+        for (int t = 0; sub && t < T; t++) w[n++] = (worker){crew_mpi_comm_rank(sub, t), t};
+        for (int i = 0; i < n; i++) pthread_create(&th[i], NULL, run, &w[i]);
+        for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
     }
+    crew_mpi_comm_free(sub);
+    crew_local_comm_free(sub_lc);
     crew_mpi_comm_free(mc);
     crew_local_comm_free(lc);
     crew_group_close(g);
     CHECK_MSG(atomic_load(&thread_failures) == 0, "%d checks failed in the ranks' threads", atomic_load(&thread_failures));
     int failed = check_report() != 0, any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (p == 0) printf("%d processes x %d threads: %s\n", P, T, any ? "FAILED" : "every collective as one process computes it");
+    if (p == 0) printf("%d processes x %d threads: %s\n", P, T, any ? "FAILED" : "every collective as one process computes it, and every message in order");
     MPI_Finalize();
     return any;
 }

@@ -4,7 +4,9 @@
  *   owns the run's record, reports a straggler event naming replica 1 with its figures;
  * - replica drift: replica 1's first parameter moves at step 3; with the drift check every step,
  *   the run fails at step 3 on both processes with CREW_CODE_DIVERGED naming replica 1;
- * - the same run without a fault passes the drift check at every step on both processes.
+ * - the same run without a fault passes the drift check at every step on both processes;
+ * - a 2-stage pipeline with a stage on each process equals the same pipeline in one process, bit
+ *   for bit, and a stage that stalls is named by the other process within the deadline.
  *
  * Each process writes the same synthetic dataset to a directory of its own. */
 #include <mpi.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/status.h"
 #include "nn/model.h"
 #include "small_cnn.h"
 #include "synthetic.h"
@@ -42,6 +45,20 @@ static crew_model *model(void)
     return m;
 }
 
+/* m trained with o and the faults: the fit's status. */
+static crew_status fit(crew_model *m, const crew_dataset *d, const crew_fit_options *o, const crew_fit_faults *faults)
+{
+    crew_fit *f = NULL;
+    crew_fit_result r;
+    crew_status s = crew_fit_prepare(m, d, o, &f);
+    if (!s) {
+        crew_fit_hooks_of(f)->faults = *faults;
+        s = crew_fit_run(f, &r);
+    }
+    crew_fit_free(f);
+    return s;
+}
+
 /* One run of `steps` steps on the group, faults as given: the fit's status. */
 static crew_status run(const crew_process_group *g, const crew_dataset *d, int64_t steps, const crew_fit_faults *faults,
                        int64_t drift_every, events *ev)
@@ -58,16 +75,67 @@ static crew_status run(const crew_process_group *g, const crew_dataset *d, int64
     o.straggler_window = 10;
     o.on_event = on_event;
     o.user = ev;
-    crew_fit *f = NULL;
-    crew_fit_result r;
-    crew_status s = crew_fit_prepare(m, d, &o, &f);
-    if (!s) {
-        crew_fit_hooks_of(f)->faults = *faults;
-        s = crew_fit_run(f, &r);
-    }
-    crew_fit_free(f);
+    crew_status s = fit(m, d, &o, faults);
     crew_model_free(m);
     return s;
+}
+
+/* A 2-stage pipeline of the small CNN (batch norm, dropout) on 4 micro-batches of 8 a step: on
+ * the group, each process one stage (pipeline_processes 2), or with no group, both stages as
+ * threads of this process. Returns the fit's status; the trained parameters (process 0's) into
+ * params[n_params], when given. */
+static crew_status run_pipeline(const crew_process_group *g, const crew_dataset *d, const crew_fit_faults *faults,
+                                double timeout_s, float *params, int64_t *n_params)
+{
+    const crew_optimizer_spec sgd = {.type = CREW_OPT_SGD, .lr = 0.05f, .momentum = 0.9f};
+    crew_model *m = small_cnn(1, 0.2f, &sgd);
+    if (!m) return crew_errorf(CREW_CODE_INTERNAL, "no model");
+    CHECK_OK(crew_model_init_params(m, 5));
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    o.devices = 1;
+    o.batch_per_device = 8;
+    o.global_batch = 32;
+    o.max_steps = 6;
+    o.pipeline_stages = 2;
+    o.pipeline_processes = g ? 2 : 0;
+    o.group = g;
+    o.collective_timeout_s = timeout_s;
+    crew_status s = fit(m, d, &o, faults);
+    if (!s && params) {
+        *n_params = m->n_params;
+        memcpy(params, m->params, (size_t)m->n_params * sizeof *params);
+    }
+    crew_model_free(m);
+    return s;
+}
+
+/* A pipeline whose stages are on different processes (activations and their gradients over MPI)
+ * ends with the parameters of the same pipeline in one process, bit for bit; a stage that stops
+ * is named by the other process within the deadline, and both fail. */
+static void check_pipeline(const crew_process_group *g, const crew_dataset *d, const crew_fit_faults *none, int p)
+{
+    static float spread[4096], local[4096];
+    int64_t n_spread = 0, n_local = 0;
+    CHECK_OK(run_pipeline(g, d, none, TIMEOUT_S, spread, &n_spread));
+    if (p == 0) {
+        CHECK_OK(run_pipeline(NULL, d, none, TIMEOUT_S, local, &n_local));
+        CHECK_MSG(n_spread == n_local && n_spread > 0 && n_spread <= 4096 &&
+                      memcmp(spread, local, (size_t)n_spread * sizeof *spread) == 0,
+                  "a pipeline across 2 processes differs from the same pipeline in one (%lld, %lld parameters)",
+                  (long long)n_spread, (long long)n_local);
+    }
+    crew_fit_faults stall = *none;
+    stall.stall_rank = 1;
+    stall.stall_step = 3;
+    crew_status s = run_pipeline(g, d, &stall, 3.0, NULL, NULL);
+    const char *msg = s ? crew_status_message(s) : "the run passed";
+    if (p == 0)
+        CHECK_MSG(s && strstr(msg, "rank 1 (MPI rank 1, host ") && strstr(msg, "within 3 s"),
+                  "process 0: a stalled stage on process 1 is not named: %s", msg);
+    else
+        CHECK_MSG(s && strstr(msg, "stalled on purpose"), "process 1: %s", msg);
+    crew_status_free(s);
 }
 
 int main(int argc, char **argv)
@@ -110,13 +178,14 @@ int main(int argc, char **argv)
                       strstr(crew_status_message(s), "replica 1"),
                   "process %d: drift of replica 1: %s", p, s ? crew_status_message(s) : "the run passed");
         crew_status_free(s);
+        check_pipeline(g, d, &none, p);
     }
     crew_dataset_free(d);
     syn_remove(dir);
     crew_group_close(g);
     int failed = check_report() != 0, any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (p == 0) printf("2 processes: %s\n", any ? "FAILED" : "a straggler and a drifting replica reported across processes");
+    if (p == 0) printf("2 processes: %s\n", any ? "FAILED" : "a straggler and a drifting replica reported across processes; a pipeline across them as in one");
     MPI_Finalize();
     return any;
 }

@@ -37,14 +37,18 @@ typedef struct cli_pipeline {
     int schedule;               /* a crew_pipeline_schedule; -1: not given */
     const char *split;          /* --stages, or NULL */
     int64_t micro_batches;      /* 0: not given */
+    int span;                   /* cli_pipeline_replicas: the processes each replica spans [1] */
 } cli_pipeline;
 extern const char *const cli_schedules[]; /* "1f1b", "gpipe": crew_pipeline_schedule's order */
-/* K stages out of `devices` devices: *replicas = devices / K. Returns 1, or 0 after a usage error
- * (the devices not a multiple of K, a flag given without --pipeline or --stages). */
-int cli_pipeline_replicas(const char *verb, const cli_pipeline *p, int64_t devices, int64_t *replicas);
-/* Applies the flags to o (o->devices already the replicas): the stages, schedule and split, and
- * the micro-batches per step (--micro-batches, else K) as the global batch, unless global_given. */
-void cli_pipeline_apply(const cli_pipeline *p, int global_given, crew_fit_options *o);
+/* K stages out of `devices` devices (each process's, of `processes`): *replicas = devices / K
+ * per process; under mpirun, devices a divisor of K instead makes each replica span K / devices
+ * processes (p->span, *replicas = 1). Returns 1, or 0 after a usage error (neither, a flag given
+ * without --pipeline or --stages). */
+int cli_pipeline_replicas(const char *verb, cli_pipeline *p, int64_t devices, int processes, int64_t *replicas);
+/* Applies the flags to o (o->devices already the replicas of this process, of `processes`): the
+ * stages, schedule, split and span, and the micro-batches per step (--micro-batches, else K) as
+ * the global batch, unless global_given. */
+void cli_pipeline_apply(const cli_pipeline *p, int global_given, int processes, crew_fit_options *o);
 /* "stage 0: layers 0-3, stage 1: layers 4-9" */
 void cli_pipeline_stages_text(const crew_fit_plan *plan, char *buf, size_t len);
 

@@ -157,37 +157,61 @@ int cli_parse_size(const char *verb, const char *flag, const char *text, int64_t
 
 const char *const cli_schedules[] = {"1f1b", "gpipe", NULL};
 
-int cli_pipeline_replicas(const char *verb, const cli_pipeline *p, int64_t devices, int64_t *replicas)
+/* The stages that the flags name: --pipeline K, else one more than --stages has commas. */
+static int64_t pipeline_stages_of(const cli_pipeline *p)
+{
+    int64_t k = p->stages > 1 ? p->stages : 1;
+    if (!p->stages && p->split)
+        for (const char *c = p->split; *c; c++) k += *c == ',';
+    return k;
+}
+
+int cli_pipeline_replicas(const char *verb, cli_pipeline *p, int64_t devices, int processes, int64_t *replicas)
 {
     int piped = p->stages > 1 || p->split;
     if (!piped && (p->schedule >= 0 || p->micro_batches)) {
         cli_usage_error(verb, "--schedule and --micro-batches shape a pipeline: give --pipeline K (or --stages)");
         return 0;
     }
-    int64_t k = p->stages > 1 ? p->stages : 1;
-    if (!p->stages && p->split) /* the stages --stages names */
-        for (const char *c = p->split; *c; c++) k += *c == ',';
+    const int64_t k = pipeline_stages_of(p);
+    p->span = 1;
+    if (devices % k != 0 && processes > 1 && k % devices == 0) { /* a replica across k / devices processes */
+        if (processes % (k / devices) != 0) {
+            cli_usage_error(verb, "%d processes cannot hold replicas of %lld pipeline stages that span %lld processes "
+                            "each (%lld device%s per process): give a multiple of %lld processes", processes,
+                            (long long)k, (long long)(k / devices), (long long)devices, devices == 1 ? "" : "s",
+                            (long long)(k / devices));
+            return 0;
+        }
+        p->span = (int)(k / devices);
+        *replicas = 1;
+        return 1;
+    }
     if (devices % k != 0) {
-        cli_usage_error(verb, "%lld devices cannot hold replicas of %lld pipeline stages: give a multiple of %lld "
-                        "devices", (long long)devices, (long long)k, (long long)k);
+        if (processes > 1)
+            cli_usage_error(verb, "%lld devices per process cannot hold replicas of %lld pipeline stages: give a multiple "
+                            "or a divisor of %lld devices per process", (long long)devices, (long long)k, (long long)k);
+        else
+            cli_usage_error(verb, "%lld devices cannot hold replicas of %lld pipeline stages: give a multiple of %lld "
+                            "devices", (long long)devices, (long long)k, (long long)k);
         return 0;
     }
     *replicas = devices / k;
     return 1;
 }
 
-void cli_pipeline_apply(const cli_pipeline *p, int global_given, crew_fit_options *o)
+void cli_pipeline_apply(const cli_pipeline *p, int global_given, int processes, crew_fit_options *o)
 {
-    int64_t k = p->stages > 1 ? p->stages : 1;
-    if (!p->stages && p->split)
-        for (const char *c = p->split; *c; c++) k += *c == ',';
+    const int64_t k = pipeline_stages_of(p);
     if (k <= 1) return;
     o->pipeline_stages = (int)k;
     o->pipeline_split = p->split;
     o->pipeline_schedule = p->schedule >= 0 ? p->schedule : CREW_PIPELINE_1F1B;
+    o->pipeline_processes = p->span > 1 ? p->span : 0;
     /* K micro-batches by default: the global batch that data parallelism on the same devices has */
     int64_t m = p->micro_batches ? p->micro_batches : k;
-    if (!global_given || p->micro_batches) o->global_batch = (int64_t)o->devices * o->batch_per_device * m;
+    int64_t replicas = p->span > 1 ? processes / p->span : (int64_t)o->devices * (processes > 1 ? processes : 1);
+    if (!global_given || p->micro_batches) o->global_batch = replicas * o->batch_per_device * m;
 }
 
 void cli_pipeline_stages_text(const crew_fit_plan *plan, char *buf, size_t len)

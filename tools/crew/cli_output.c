@@ -40,6 +40,13 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
                p->stages, p->devices, p->devices == 1 ? "" : "s", p->stages * p->devices,
                p->pipeline_schedule == CREW_PIPELINE_GPIPE ? "GPipe" : "1F1B", p->accumulation,
                100.0 * (double)(p->stages - 1) / (double)(p->accumulation + p->stages - 1), stages);
+        if (p->processes > 1 && p->pipeline_processes > 1)
+            printf("      across %d processes: each replica's stages span %d of them, %d stage%s in each; activations "
+                   "go between them over MPI\n", p->processes, p->pipeline_processes, p->stages / p->pipeline_processes,
+                   p->stages / p->pipeline_processes == 1 ? "" : "s");
+        else if (p->processes > 1)
+            printf("      across %d processes: %d whole replica%s in each; each stage's gradients summed over MPI\n",
+                   p->processes, p->devices / p->processes, p->devices / p->processes == 1 ? "" : "s");
     }
     if (p->shard_optimizer)
         printf("      optimizer state sharded across the %d replicas (--shard-optimizer): each keeps and updates 1/%d\n"

@@ -236,7 +236,7 @@ static int parse_args(int argc, char **argv, train_args *a)
      * process would oversubscribe a machine running several. */
     if (!a->devices_text) a->devices_text = cli_group() ? "cpu:1" : "cpu";
     if (!cli_parse_devices("train", a->devices_text, a->device_kind, sizeof a->device_kind, &a->devices)) return 2;
-    if (!cli_pipeline_replicas("train", &a->pipe, a->devices, &a->replicas)) return 2;
+    if (!cli_pipeline_replicas("train", &a->pipe, a->devices, crew_group_size(cli_group()), &a->replicas)) return 2;
     return 0;
 }
 
@@ -438,7 +438,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     if (a->prefetch) o->prefetch = (int)a->prefetch;
     if (a->have_augment) o->augment = a->augment;
     o->pad_last_batch = a->pad_last;
-    cli_pipeline_apply(&a->pipe, a->global_batch > 0 || a->resume, o);
+    cli_pipeline_apply(&a->pipe, a->global_batch > 0 || a->resume, crew_group_size(cli_group()), o);
     /* The run directory was checked before (run_dir_check_*) and is created once the plan holds:
      * a command that fails its plan leaves nothing behind. A resumed run reads its checkpoint. */
     snprintf(st->checkpoints, sizeof st->checkpoints, "%s/checkpoints", st->run_dir);

@@ -168,7 +168,7 @@ int cli_verify(int argc, char **argv)
     if (g) n = 1;
     if (a.devices && !cli_parse_devices("verify", a.devices, kind, sizeof kind, &n)) return 2;
     int64_t replicas = n;
-    if (!cli_pipeline_replicas("verify", &a.pipe, n, &replicas)) return 2;
+    if (!cli_pipeline_replicas("verify", &a.pipe, n, 1, &replicas)) return 2; /* a pipeline in one process */
     int rc = g ? cli_agree_run("verify", g, argc, argv, a.model, a.data, NULL) : 0;
     if (rc) return rc;
     const int lead = crew_group_rank(g) == 0;
@@ -201,7 +201,7 @@ int cli_verify(int argc, char **argv)
         fo.devices = o.devices;
         if (a.batch) fo.batch_per_device = a.batch;
         fo.global_batch = a.global;
-        cli_pipeline_apply(&a.pipe, a.global > 0, &fo);
+        cli_pipeline_apply(&a.pipe, a.global > 0, 1, &fo);
         o.pipeline_stages = fo.pipeline_stages;
         o.pipeline_schedule = fo.pipeline_schedule;
         o.pipeline_split = fo.pipeline_split;

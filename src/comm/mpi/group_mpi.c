@@ -43,28 +43,67 @@ void crew_mpi_describe(char *buf, size_t len)
     snprintf(buf, len, "%s", v);
 }
 
-static crew_status mpi_error(struct crew_process_group *g, int rc, const char *what)
+static void lock(struct crew_process_group *g) { pthread_mutex_lock(&g->lock); }
+static void unlock(struct crew_process_group *g) { pthread_mutex_unlock(&g->lock); }
+
+/* Poisons the group with `why` unless it already is; returns the message it holds now. Under the lock. */
+static crew_status fail_locked(struct crew_process_group *g, int code, const char *why)
 {
-    char msg[MPI_MAX_ERROR_STRING];
+    if (!g->failed) {
+        g->failed = 1;
+        snprintf(g->failure, sizeof g->failure, "%s", why);
+    }
+    return crew_errorf(code, "%s", why);
+}
+
+crew_status crew_group_fail(struct crew_process_group *g, const char *why)
+{
+    lock(g);
+    crew_status s = fail_locked(g, CREW_CODE_TIMEOUT, why);
+    unlock(g);
+    return s;
+}
+
+crew_status crew_group_mpi_error(struct crew_process_group *g, int rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING], why[320];
     int len = 0;
+    lock(g);
     if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error %d", rc);
-    g->failed = 1;
-    snprintf(g->failure, sizeof g->failure, "%.100s on MPI rank %d: %.200s", what, g->rank, msg);
-    return crew_errorf(CREW_CODE_IO, "%s", g->failure);
+    snprintf(why, sizeof why, "%.100s on MPI rank %d: %.200s", what, g->rank, msg);
+    crew_status s = fail_locked(g, CREW_CODE_IO, why);
+    unlock(g);
+    return s;
 }
 
-/* "MPI rank 1 (host h, replicas 2-3)" for process q. */
-static int name_process(const struct crew_process_group *g, int q, int replicas, char *buf, size_t len)
+/* The group's failure as this exchange's error, or CREW_OK when it is healthy. */
+static crew_status poisoned(struct crew_process_group *g, const char *what)
 {
-    if (replicas > 1)
-        return snprintf(buf, len, "MPI rank %d (host %s, replicas %d-%d)", q, g->hosts[q], q * replicas,
-                        q * replicas + replicas - 1);
-    if (replicas == 1) return snprintf(buf, len, "MPI rank %d (host %s, replica %d)", q, g->hosts[q], q);
-    return snprintf(buf, len, "MPI rank %d (host %s)", q, g->hosts[q]);
+    lock(g);
+    crew_status s = g->failed ? crew_errorf(CREW_CODE_TIMEOUT, "%s: %s", what, g->failure) : CREW_OK;
+    unlock(g);
+    return s;
 }
 
-static crew_status post(struct crew_process_group *g, crew_group_requests *p, void *buf, size_t bytes, int q, int recv,
-                        int tag)
+int crew_group_name(const struct crew_process_group *g, int q, char *buf, size_t len)
+{
+    return snprintf(buf, len, "MPI rank %d, host %s", q, g->hosts[q]);
+}
+
+/* "MPI rank 1 (host h, replicas 2-3)" for process proc, the exchange's entry q, which holds
+ * `per` of the communicator's ranks (0: leave them out), each called a `unit`. */
+static int name_process(const struct crew_process_group *g, int proc, int q, int per, const char *unit, char *buf,
+                        size_t len)
+{
+    if (per > 1)
+        return snprintf(buf, len, "MPI rank %d (host %s, %ss %d-%d)", proc, g->hosts[proc], unit, q * per,
+                        q * per + per - 1);
+    if (per == 1) return snprintf(buf, len, "MPI rank %d (host %s, %s %d)", proc, g->hosts[proc], unit, q);
+    return snprintf(buf, len, "MPI rank %d (host %s)", proc, g->hosts[proc]);
+}
+
+static crew_status post(struct crew_process_group *g, crew_group_requests *p, void *buf, size_t bytes, int q,
+                        int proc, int recv, int tag)
 {
     for (size_t off = 0; off < bytes; off += PIECE_BYTES) {
         if (p->n == p->cap) {
@@ -84,9 +123,11 @@ static crew_status post(struct crew_process_group *g, crew_group_requests *p, vo
         }
         int count = (int)(bytes - off < PIECE_BYTES ? bytes - off : PIECE_BYTES);
         char *at = (char *)buf + off;
-        int rc = recv ? MPI_Irecv(at, count, MPI_BYTE, q, tag, g->comm, &p->req[p->n])
-                      : MPI_Isend(at, count, MPI_BYTE, q, tag, g->comm, &p->req[p->n]);
-        if (rc != MPI_SUCCESS) return mpi_error(g, rc, recv ? "MPI_Irecv" : "MPI_Isend");
+        lock(g);
+        int rc = recv ? MPI_Irecv(at, count, MPI_BYTE, proc, tag, g->comm, &p->req[p->n])
+                      : MPI_Isend(at, count, MPI_BYTE, proc, tag, g->comm, &p->req[p->n]);
+        unlock(g);
+        if (rc != MPI_SUCCESS) return crew_group_mpi_error(g, rc, recv ? "MPI_Irecv" : "MPI_Isend");
         p->peer[p->n] = q;
         p->is_recv[p->n] = recv;
         p->n++;
@@ -94,53 +135,57 @@ static crew_status post(struct crew_process_group *g, crew_group_requests *p, vo
     return CREW_OK;
 }
 
-/* The processes whose requests are still open, receives first (a peer that never sent), into g's
- * failure message; the group is poisoned. */
-static crew_status missing(struct crew_process_group *g, const crew_group_requests *p, double timeout_s, int replicas,
-                           const char *what)
+/* The processes whose requests are still open, receives first (a peer that never sent), into the
+ * group's failure message; the group is poisoned. */
+static crew_status missing(struct crew_process_group *g, const crew_group_requests *p, int peers, const int *procs,
+                           double timeout_s, int per, const char *unit, const char *what)
 {
-    char names[256] = "";
+    char names[256] = "", why[320];
     size_t used = 0;
     int count = 0;
     for (int pass = 1; pass >= 0 && count == 0; pass--) /* receives first; else the sends */
-        for (int q = 0; q < g->size; q++) {
+        for (int q = 0; q < peers; q++) {
             int open = 0;
             for (int i = 0; i < p->n; i++) open |= p->peer[i] == q && p->is_recv[i] == pass && p->req[i] != MPI_REQUEST_NULL;
             if (!open || used >= sizeof names) continue;
             used += (size_t)snprintf(names + used, sizeof names - used, "%s", count ? ", " : "");
-            if (used < sizeof names) used += (size_t)name_process(g, q, replicas, names + used, sizeof names - used);
+            if (used < sizeof names)
+                used += (size_t)name_process(g, procs ? procs[q] : q, q, per, unit ? unit : "replica", names + used,
+                                             sizeof names - used);
             count++;
         }
-    g->failed = 1;
-    snprintf(g->failure, sizeof g->failure, "%s: %s did not answer within %g s", what, names, timeout_s);
-    return crew_errorf(CREW_CODE_TIMEOUT, "%s", g->failure);
+    snprintf(why, sizeof why, "%s: %s did not answer within %g s", what, names, timeout_s);
+    return crew_group_fail(g, why);
 }
 
-crew_status crew_group_exchange(struct crew_process_group *g, const void *const *send, const size_t *send_bytes,
-                                void *const *recv, const size_t *recv_bytes, int tag, double timeout_s,
-                                int replicas_per_process, const char *what)
+crew_status crew_group_exchange(struct crew_process_group *g, crew_group_requests *p, int peers, const int *procs,
+                                const void *const *send, const size_t *send_bytes, void *const *recv,
+                                const size_t *recv_bytes, int tag, double timeout_s, int ranks_per_process,
+                                const char *unit, const char *what)
 {
-    if (g->failed) return crew_errorf(CREW_CODE_TIMEOUT, "%s: %s", what, g->failure);
-    crew_group_requests *p = &g->pending;
+    CREW_TRY(poisoned(g, what));
     p->n = 0;
     crew_status s = CREW_OK;
     /* Receives first, so that no message waits for its receive to be posted. */
-    for (int q = 0; q < g->size && !s; q++)
-        if (q != g->rank && recv_bytes[q]) s = post(g, p, recv[q], recv_bytes[q], q, 1, tag);
-    for (int q = 0; q < g->size && !s; q++)
-        if (q != g->rank && send_bytes[q]) s = post(g, p, (void *)send[q], send_bytes[q], q, 0, tag);
-    if (s && !g->failed) { /* requests already posted stay open: no later exchange may meet them */
-        g->failed = 1;
-        snprintf(g->failure, sizeof g->failure, "%s: %s", what, crew_status_message(s));
+    for (int q = 0; q < peers && !s; q++)
+        if (recv_bytes[q]) s = post(g, p, recv[q], recv_bytes[q], q, procs ? procs[q] : q, 1, tag);
+    for (int q = 0; q < peers && !s; q++)
+        if (send_bytes[q]) s = post(g, p, (void *)send[q], send_bytes[q], q, procs ? procs[q] : q, 0, tag);
+    if (s) { /* requests already posted stay open: no later exchange may meet them */
+        char why[320];
+        snprintf(why, sizeof why, "%s: %s", what, crew_status_message(s));
+        crew_status_free(crew_group_fail(g, why));
     }
     const double deadline = crew_now() + timeout_s;
     long nap = 1000;
     double spin_until = crew_now() + SPIN_S;
     for (int left = p->n; !s && left > 0;) {
         int outcount = 0;
+        lock(g);
         int rc = MPI_Testsome(p->n, p->req, &outcount, p->done, p->statuses);
+        unlock(g);
         if (rc != MPI_SUCCESS) {
-            s = mpi_error(g, rc, what);
+            s = crew_group_mpi_error(g, rc, what);
             break;
         }
         if (outcount == MPI_UNDEFINED) break; /* every request already complete */
@@ -153,7 +198,7 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
             continue;
         }
         if (now >= deadline) {
-            s = missing(g, p, timeout_s, replicas_per_process, what);
+            s = missing(g, p, peers, procs, timeout_s, ranks_per_process, unit, what);
             break;
         }
         if (now >= spin_until) {
@@ -167,33 +212,47 @@ crew_status crew_group_exchange(struct crew_process_group *g, const void *const 
     return s;
 }
 
+void crew_group_requests_free(crew_group_requests *p)
+{
+    free(p->req);
+    free(p->peer);
+    free(p->is_recv);
+    free(p->done);
+    free(p->statuses);
+    *p = (crew_group_requests){0};
+}
+
 #define ALLREDUCE_PIECE ((int64_t)1 << 28) /* elements per MPI call: its counts are ints */
 
 crew_status crew_group_allreduce_sum(struct crew_process_group *g, void *buf, int64_t n, int f64, double timeout_s,
                                      const char *what)
 {
-    if (g->failed) return crew_errorf(CREW_CODE_TIMEOUT, "%s: %s", what, g->failure);
+    CREW_TRY(poisoned(g, what));
     const size_t es = f64 ? sizeof(double) : sizeof(float);
     const double deadline = crew_now() + timeout_s;
     for (int64_t off = 0; off < n; off += ALLREDUCE_PIECE) {
         int count = (int)(n - off < ALLREDUCE_PIECE ? n - off : ALLREDUCE_PIECE);
         MPI_Request req;
+        lock(g);
         int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * es, count, f64 ? MPI_DOUBLE : MPI_FLOAT,
                                 MPI_SUM, g->comm, &req);
-        if (rc != MPI_SUCCESS) return mpi_error(g, rc, what);
+        unlock(g);
+        if (rc != MPI_SUCCESS) return crew_group_mpi_error(g, rc, what);
         /* No naps: a non-blocking collective advances only inside MPI calls (Open MPI, MPICH), so
          * sleeping between tests would stall it. This spins, as a blocking MPI_Allreduce does. */
         for (int done = 0, polls = 0; !done; polls++) {
             MPI_Status st;
+            lock(g);
             rc = MPI_Test(&req, &done, &st);
-            if (rc != MPI_SUCCESS) return mpi_error(g, rc, what);
+            unlock(g);
+            if (rc != MPI_SUCCESS) return crew_group_mpi_error(g, rc, what);
             if (done || polls % 256) continue;
             if (crew_now() >= deadline) { /* the request stays open to the process's end, as in an exchange */
-                g->failed = 1;
-                snprintf(g->failure, sizeof g->failure,
+                char why[320];
+                snprintf(why, sizeof why,
                          "%.100s: MPI's all-reduce did not complete within %g s: a process is missing (an MPI collective "
                          "cannot say which; without --allreduce fast crew names it)", what, timeout_s);
-                return crew_errorf(CREW_CODE_TIMEOUT, "%s", g->failure);
+                return crew_group_fail(g, why);
             }
         }
     }
@@ -212,11 +271,12 @@ crew_status crew_group_allgather_bytes(const crew_process_group *cg, const void 
     for (int q = 0; q < g->size && !s; q++) {
         send[q] = mine;
         recv[q] = (char *)all + (size_t)q * bytes;
-        sb[q] = rb[q] = bytes;
+        sb[q] = rb[q] = q == g->rank ? 0 : bytes;
     }
     if (!s) {
         memmove((char *)all + (size_t)g->rank * bytes, mine, bytes);
-        s = crew_group_exchange(g, send, sb, recv, rb, CREW_TAG_RECORD, timeout_s, 0, what);
+        s = crew_group_exchange(g, &g->pending, g->size, NULL, send, sb, recv, rb, CREW_TAG_RECORD, timeout_s, 0, NULL,
+                                what);
     }
     free(send);
     free(recv);
@@ -238,11 +298,12 @@ crew_status crew_group_open_mpi(const void *mpi_comm, double timeout_s, crew_pro
     struct crew_process_group *g = calloc(1, sizeof *g);
     if (!g) return CREW_OOM();
     g->comm = MPI_COMM_NULL;
+    pthread_mutex_init(&g->lock, NULL);
     int rc = MPI_Comm_dup(*(const MPI_Comm *)mpi_comm, &g->comm);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(g->comm, &g->rank);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_size(g->comm, &g->size);
-    crew_status s = rc == MPI_SUCCESS ? CREW_OK : mpi_error(g, rc, "process group");
+    crew_status s = rc == MPI_SUCCESS ? CREW_OK : crew_group_mpi_error(g, rc, "process group");
     if (!s) g->hosts = calloc((size_t)g->size, sizeof *g->hosts);
     if (!s && !g->hosts) s = CREW_OOM();
     if (!s) {
@@ -292,11 +353,8 @@ void crew_group_close(crew_process_group *g)
 {
     if (!g) return;
     if (g->comm != MPI_COMM_NULL && !g->failed) MPI_Comm_free(&g->comm); /* a poisoned one may have requests open */
-    free(g->pending.req);
-    free(g->pending.peer);
-    free(g->pending.is_recv);
-    free(g->pending.done);
-    free(g->pending.statuses);
+    crew_group_requests_free(&g->pending);
+    pthread_mutex_destroy(&g->lock);
     free(g->hosts);
     free(g);
 }
