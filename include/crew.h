@@ -843,6 +843,39 @@ crew_status crew_scale_measure(crew_model *m, const crew_dataset *train, const c
 /* Fills speedup and efficiency of every trial against the 1-replica one (NaN without it). */
 void crew_scale_analyse(crew_scale_trial *trials, int n);
 
+/* The layouts of `cores` CPU cores for m at one global batch, cores × o->batch_per_device: for
+ * each R dividing cores (the largest first, at most CREW_LAYOUT_MAX), R replicas of
+ * cores / R BLAS threads each and a per-device batch of cores / R × o->batch_per_device, one
+ * scaling trial each (o's warm-up, steps and repeats; o->threads_per_device is ignored). Trains m
+ * (give it a copy). The layouts compute the same step but not the same bits: BLAS threads, and
+ * one replica's larger GEMMs, sum in another order (docs/ARCHITECTURE.md "Determinism"), so the
+ * library never picks one unasked; crew train --layout auto does, and says so. */
+#define CREW_LAYOUT_MAX 8
+typedef struct crew_layout_trial {
+    int replicas, threads_per_device;
+    int64_t batch_per_device;
+    double samples_per_s;        /* the trial's median repeat */
+} crew_layout_trial;
+typedef struct crew_layout_choice {
+    crew_layout_trial trials[CREW_LAYOUT_MAX]; /* [n], the most replicas first; n = 0 when the
+                                                  choice came from a cache */
+    int n;
+    int replicas, threads_per_device; /* the fastest (ties: the most replicas) */
+    int64_t batch_per_device;
+    double speedup;              /* its samples/s over those of `cores` replicas of 1 thread */
+} crew_layout_choice;
+crew_status crew_layout_measure(crew_model *m, const crew_dataset *train, const crew_scale_options *o, int cores,
+                                crew_layout_choice *out);
+/* crew_layout_measure, measured once: the choice for this model (model_key: the model file's
+ * xxh3, crew_file_hash), cores, per-device batch, host and build from the cache file (lines
+ * "<key> <figure>", the peaks' file; NULL: no cache), else, with measure 1, measured and added to
+ * it; measure 2 measures anew and replaces it. *found says whether there is a choice: 0 when
+ * nothing was cached and measure is 0 (m and train may then be NULL). A cache that cannot be read
+ * or written is passed by, never an error. */
+crew_status crew_layout_cached(const char *cache_path, uint64_t model_key, crew_model *m, const crew_dataset *train,
+                               const crew_scale_options *o, int cores, int measure, crew_layout_choice *out,
+                               int *found);
+
 /* An interconnect: an all-reduce of S bytes over N devices takes alpha_s + 2(N−1)/N · S / bytes_per_s. */
 typedef struct crew_link {
     double alpha_s;

@@ -5,6 +5,7 @@
 # - --shard-optimizer on 4 replicas ends with the same weights as 1 replica accumulating, and its
 #   measured device memory is the planner's;
 # - crew eval on the saved weights reproduces the test accuracy train printed;
+# - --layout auto measures replicas against BLAS threads once, caches the choice, hints at it;
 # - --json ends stdout with one JSON object holding the documented keys;
 # - crew verify passes for both example models with N = 2, 3, 4 and 8, and at the model files'
 #   own batch, for a Keras model with batch norm, and for a batch-norm CNN at N = 2, 4 and 8.
@@ -34,6 +35,33 @@ sed -n 's/^device memory: .* planned .* (\([-+][0-9.]*\)%); optimizer state .* p
   && grep -q "optimizer" "$TMP/plan-sharded.out" && ok || fail "crew plan --shard-optimizer"
 
 head -n 1 "$TMP/two/metrics.jsonl" | grep -q '"blas":"OpenBLAS [^"]*kernels for ' && ok || fail "the run line names no BLAS kernels"
+# --layout auto: every split of the cores into replicas x BLAS threads measured once (a trial
+# each), the choice in the plan and in the cache; the second run takes it from the cache. A
+# cached choice other than one replica per core becomes a hint in a plain run, and --layout auto
+# then trains on it. Which layout is faster is the machine's business: nothing here depends on it.
+cores=$(nproc)
+lay() { "$CREW" train examples/fashion_mlp.json --data "$DATA" --max-steps 4 --batch-per-device 16 --seed 7 "$@"; }
+lay --layout auto --run-dir "$TMP/lay1" > "$TMP/lay1.out" 2>&1 \
+  && grep -q "layout (--layout auto): [0-9]* replicas\{0,1\} x [0-9]* BLAS threads\{0,1\}, .* (measured now: $cores replica" "$TMP/lay1.out" \
+  && [ "$(grep -c '^layout|.*|batch=16|' "$XDG_CACHE_HOME/crew/peaks")" = 2 ] && ok \
+  || fail "--layout auto: $(grep -i 'layout\|error' "$TMP/lay1.out" | head -n 3)"
+lay --layout auto --run-dir "$TMP/lay2" > "$TMP/lay2.out" 2>&1 \
+  && grep -q "layout (--layout auto): .*(measured before on this machine)" "$TMP/lay2.out" && ok \
+  || fail "--layout auto from the cache: $(grep -i 'layout\|error' "$TMP/lay2.out" | head -n 3)"
+if [ "$cores" -ge 2 ]; then # a cache that says one replica of every core's threads is 1.3x faster
+  sed -i -e 's/^\(layout|.*|batch=16|replicas\) .*$/\1 1/' -e 's/^\(layout|.*|batch=16|speedup\) .*$/\1 1.3/' \
+    "$XDG_CACHE_HOME/crew/peaks"
+  lay --run-dir "$TMP/lay3" > "$TMP/lay3.out" 2>&1 \
+    && grep -q "^hint: 1 replica x $cores BLAS threads measured 1.30x the samples/s of $cores replicas x 1 thread" "$TMP/lay3.out" \
+    && ok || fail "no hint of the cached faster layout: $(grep -i 'hint\|error' "$TMP/lay3.out" | head -n 3)"
+  lay --layout auto --run-dir "$TMP/lay4" > "$TMP/lay4.out" 2>&1 \
+    && grep -q "^plan: cpu:1 (1 replica x $cores BLAS threads), batch $((16 * cores)) per device x 1 accumulation = global batch $((16 * cores))" "$TMP/lay4.out" \
+    && grep -q "1 replica x $cores BLAS threads, 1.30x the samples/s of $cores replicas x 1 thread (measured before on this machine); the last bits differ" "$TMP/lay4.out" \
+    && ok || fail "--layout auto on the cached layout: $(head -n 4 "$TMP/lay4.out")"
+fi
+lay --layout auto --pipeline 2 --run-dir "$TMP/lay5" > "$TMP/lay5.out" 2>&1
+[ $? = 2 ] && grep -q "leave out a pipeline, or --layout" "$TMP/lay5.out" && ok || fail "--layout auto with a pipeline: $(cat "$TMP/lay5.out")"
+
 
 # An OpenBLAS that falls back to kernels older than the CPU is reported, with the setting that fixes
 # it (forced here with OPENBLAS_CORETYPE=Prescott, on a CPU with AVX2 and FMA).

@@ -3,7 +3,8 @@
  * machine (1 and 2 replicas, the shared-memory link, the lockstep probe), held to what does not
  * depend on how fast the machine is or what else runs on it: every field of a trial where it
  * belongs, the analysis and the fit taking the figures they are given, and the predictions the
- * cost model's arithmetic on those figures.
+ * cost model's arithmetic on those figures; and the layouts of replicas against BLAS threads,
+ * each measured and the choice cached.
  *
  * How close the prediction of 2 replicas from a 1-replica trial comes to measuring 2 replicas is a
  * claim about speed, made on a machine without other load: bench/bench_advisor.c measures it in
@@ -320,6 +321,55 @@ static void check_real_trials(const char *src, const char *data)
     crew_model_free(m);
 }
 
+/* The layouts of 2 and 6 cores: every divisor's trial, in order, at the one global batch, the
+ * fastest the best of them (which one is fastest is the machine's business); then the cache: a
+ * measured choice is found again without measuring, a cache of garbage is measured past. */
+static void check_layouts(const char *src, const char *data, const char *dir)
+{
+    crew_model *m;
+    crew_dataset *d;
+    open_mlp(src, data, &m, &d);
+    crew_scale_options o;
+    crew_scale_options_init(&o);
+    o.batch_per_device = 16;
+    o.warmup_steps = 1;
+    o.steps = 2;
+    o.repeats = 1;
+    crew_layout_choice c;
+    CHECK_OK(crew_layout_measure(m, d, &o, 2, &c));
+    CHECK(c.n == 2 && c.trials[0].replicas == 2 && c.trials[0].threads_per_device == 1 &&
+          c.trials[0].batch_per_device == 16 && c.trials[1].replicas == 1 && c.trials[1].threads_per_device == 2 &&
+          c.trials[1].batch_per_device == 32);
+    int best = c.trials[0].samples_per_s >= c.trials[1].samples_per_s ? 0 : 1;
+    CHECK(finite_pos(c.trials[0].samples_per_s) && finite_pos(c.trials[1].samples_per_s));
+    CHECK(c.replicas == c.trials[best].replicas && c.threads_per_device == c.trials[best].threads_per_device &&
+          c.batch_per_device == c.trials[best].batch_per_device);
+    CHECK(near(c.speedup, c.trials[best].samples_per_s / c.trials[0].samples_per_s));
+    CHECK_OK(crew_layout_measure(m, d, &o, 6, &c));
+    CHECK(c.n == 4 && c.trials[0].replicas == 6 && c.trials[1].replicas == 3 && c.trials[2].replicas == 2 &&
+          c.trials[3].replicas == 1 && c.trials[1].threads_per_device == 2 && c.trials[3].batch_per_device == 96);
+    CHECK_ERR(crew_layout_measure(m, d, &o, 0, &c), "layouts of 0 cores");
+
+    char cache[600];
+    snprintf(cache, sizeof cache, "%s/figures", dir);
+    FILE *f = fopen(cache, "wb");
+    CHECK(f && fputs("\177ELF garbage\nlayout|x 3\n", f) >= 0 && fclose(f) == 0);
+    int found = 0;
+    crew_layout_choice first, again;
+    CHECK_OK(crew_layout_cached(cache, 0x1234, NULL, NULL, &o, 2, 0, &first, &found));
+    CHECK(!found); /* not measured, not cached */
+    CHECK_OK(crew_layout_cached(cache, 0x1234, m, d, &o, 2, 1, &first, &found));
+    CHECK(found && first.n == 2);
+    CHECK_OK(crew_layout_cached(cache, 0x1234, NULL, NULL, &o, 2, 0, &again, &found));
+    CHECK(found && again.n == 0 && again.replicas == first.replicas &&
+          again.threads_per_device == first.threads_per_device && again.batch_per_device == first.batch_per_device &&
+          fabs(again.speedup - first.speedup) <= 1e-5 * first.speedup);
+    CHECK_OK(crew_layout_cached(cache, 0x5678, NULL, NULL, &o, 2, 0, &again, &found));
+    CHECK(!found); /* another model's */
+    crew_dataset_free(d);
+    crew_model_free(m);
+}
+
 static void check_bad_arguments(const char *src, const char *data)
 {
     crew_model *m;
@@ -352,6 +402,7 @@ int main(void)
     CHECK(make_dataset(dir, data, sizeof data) == 0);
     check_bad_arguments(src, data);
     check_real_trials(src, data);
+    check_layouts(src, data, dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);

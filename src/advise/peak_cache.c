@@ -50,11 +50,10 @@ int crew_peak_cache_find(const char *text, size_t n, const char *key, double *gf
 #define CACHE_MAX_BYTES (64 * 1024) /* a bigger file is not a cache crew wrote: started anew */
 #define PEAK_SECONDS 0.3
 
-/* The file's text, up to CACHE_MAX_BYTES; NULL (and *n 0) when it cannot be read or is bigger. */
-static char *read_cache(const char *path, size_t *n)
+char *crew_cache_read(const char *path, size_t *n)
 {
     *n = 0;
-    FILE *f = fopen(path, "rb");
+    FILE *f = path ? fopen(path, "rb") : NULL;
     if (!f) return NULL;
     char *text = malloc(CACHE_MAX_BYTES + 1);
     size_t got = text ? fread(text, 1, CACHE_MAX_BYTES + 1, f) : 0;
@@ -68,15 +67,16 @@ static char *read_cache(const char *path, size_t *n)
     return text;
 }
 
-/* old[n] (whole lines only) and the new line, into path through a temporary file and a rename. */
-static void write_cache(const char *path, const char *old, size_t n, const char *key, double gflops)
+void crew_cache_write(const char *path, const char *old, size_t n, const char *const *keys, const double *values,
+                      int count)
 {
     char tmp[4200];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) return;
+    if (!path || (size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) return;
     FILE *f = fopen(tmp, "wb");
     if (!f) return;
     while (n > 0 && old[n - 1] != '\n') n--; /* a torn last line is dropped */
-    int ok = fwrite(old ? old : "", 1, n, f) == n && fprintf(f, "%s %.6g\n", key, gflops) > 0;
+    int ok = fwrite(old ? old : "", 1, n, f) == n;
+    for (int i = 0; i < count && ok; i++) ok = fprintf(f, "%s %.6g\n", keys[i], values[i]) > 0;
     ok &= fclose(f) == 0;
     if (!ok || rename(tmp, path) != 0) remove(tmp);
 }
@@ -89,14 +89,15 @@ crew_status crew_peak_cached(const char *cache_path, const char *device_kind, in
     char key[CREW_PEAK_KEY_MAX];
     crew_peak_cache_key(device_kind, threads_per_device, key, sizeof key);
     size_t n = 0;
-    char *text = cache_path ? read_cache(cache_path, &n) : NULL;
+    char *text = crew_cache_read(cache_path, &n);
     if (text && crew_peak_cache_find(text, n, key, gflops)) {
         free(text);
         if (from_cache) *from_cache = 1;
         return CREW_OK;
     }
     crew_status s = crew_measure_peak(device_kind, threads_per_device, PEAK_SECONDS, gflops);
-    if (!s && cache_path) write_cache(cache_path, text, n, key, *gflops);
+    const char *keys[1] = {key};
+    if (!s) crew_cache_write(cache_path, text, n, keys, gflops, 1);
     free(text);
     return s;
 }

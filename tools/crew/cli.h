@@ -57,6 +57,18 @@ void cli_pipeline_stages_text(const crew_fit_plan *plan, char *buf, size_t len);
  * $XDG_CACHE_HOME/crew/peaks) times the replicas that have cores of their own; 0 when it cannot be
  * measured. *per_device (may be NULL): the one device's rate. */
 double cli_run_peak(const char *kind, int devices, int threads, int processes, double *per_device);
+/* The figures' cache file (peaks, layouts): $XDG_CACHE_HOME/crew/peaks, else ~/.cache/crew/peaks,
+ * its directories made; 0 when there is no home for it. */
+int cli_cache_path(char *buf, size_t len);
+/* The layout of `cores` cores for the model file at per-device batch `batch` (0: the model's):
+ * from the cache, else with measure 1 a short trial of each (crew_layout_cached, on a copy of
+ * the model loaded from model_path), measure 2 trials anew; *found 0 when none is cached and
+ * measure is 0, *cached 1 when it came from the cache. */
+crew_status cli_layout(const char *model_path, const crew_dataset *train, int cores, int64_t batch, int measure,
+                       crew_layout_choice *out, int *found, int *cached);
+/* "2 replicas x 1 thread: 4185 samples/s, 1 replica x 2 threads: 3550" of a measured choice (its
+ * trials), or "" from the cache. */
+void cli_layout_trials_text(const crew_layout_choice *c, char *buf, size_t len);
 
 /* Prints "crew VERB: message" on one line to stderr, frees s, and returns the exit status for
  * its code: 2 for bad usage or bad input, 1 for a run that failed. */

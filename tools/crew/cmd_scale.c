@@ -365,9 +365,36 @@ static void print_json_point(const crew_scale_point *p, double price_per_hour)
     printf("}");
 }
 
+/* The layouts of this machine's cores: replicas against BLAS threads at one global batch. */
+static void print_layouts(const crew_layout_choice *c, int cores)
+{
+    if (c->n < 2) return;
+    printf("\nlayouts of the %d cores at a global batch of %lld (crew train --layout auto takes the fastest; the "
+           "last bits differ between them):\n", cores, (long long)(c->trials[0].batch_per_device * c->trials[0].replicas));
+    for (int i = 0; i < c->n; i++) {
+        const crew_layout_trial *t = &c->trials[i];
+        printf("  %3d replica%s x %2d BLAS thread%s, batch %5lld per device: %9.0f samples/s (%.2fx)%s\n", t->replicas,
+               t->replicas == 1 ? " " : "s", t->threads_per_device, t->threads_per_device == 1 ? " " : "s",
+               (long long)t->batch_per_device, t->samples_per_s, t->samples_per_s / c->trials[0].samples_per_s,
+               t->replicas == c->replicas ? "  fastest" : "");
+    }
+}
+
+static void print_json_layouts(const crew_layout_choice *c)
+{
+    printf("\"layouts\":[");
+    for (int i = 0; i < c->n; i++) {
+        printf("%s{\"replicas\":%d,\"threads_per_device\":%d,\"batch_per_device\":%lld,", i ? "," : "",
+               c->trials[i].replicas, c->trials[i].threads_per_device, (long long)c->trials[i].batch_per_device);
+        json_num("samples_per_s", c->trials[i].samples_per_s, 0);
+        printf("}");
+    }
+    printf("],");
+}
+
 static void print_json(const scale_args *a, const crew_scale_trial *t, int n, const flop_rates *fr,
                        const crew_scale_model *cm, int64_t samples, const crew_scale_advice *adv,
-                       const crew_scale_advice *here)
+                       const crew_scale_advice *here, const crew_layout_choice *layouts)
 {
     printf("{\"model\":");
     crew_json_write_string(stdout, a->model);
@@ -376,6 +403,7 @@ static void print_json(const scale_args *a, const crew_scale_trial *t, int n, co
     printf(",\"batch_per_device\":%lld,\"train_samples\":%lld,\"epochs\":%lld,\"gradient_bytes\":%lld,",
            (long long)cm->batch_per_device, (long long)samples, (long long)a->epochs, (long long)cm->gradient_bytes);
     print_json_trials(t, n, fr);
+    print_json_layouts(layouts);
     if (a->mpi_processes) {
         printf("\"mpi\":{\"processes\":%d,", a->mpi_processes);
         json_num("alpha_s", a->link.alpha_s, 1);
@@ -541,6 +569,15 @@ int cli_scale(int argc, char **argv)
                     a.n_counts == 1 ? "" : "s");
         s = measure(&a, m, train, g, t, &cm, &mpi_link);
     }
+    /* In one process: replicas against BLAS threads on every core, measured anew (and cached for
+     * crew train's --layout auto and its hint). Under mpirun a process's cores are the user's. */
+    crew_layout_choice layouts = {0};
+    const int cores = crew_cpu_cores();
+    if (!s && !g && cores > 1) {
+        int found = 0, cached = 0;
+        fprintf(stderr, "crew scale: the layouts of %d cores, replicas against BLAS threads\n", cores);
+        s = cli_layout(a.model, train, cores, a.batch, 2, &layouts, &found, &cached);
+    }
     if (g && !s && lead) { /* the projection over more processes: the link just measured */
         a.link = mpi_link;
         a.have_link = 1;
@@ -573,13 +610,14 @@ int cli_scale(int argc, char **argv)
         if (crew_model_flops(m, &f) == CREW_OK) fr.per_sample = f.total;
         cli_run_peak("cpu", 1, 1, 1, &fr.device_peak); /* the trials' devices: one BLAS thread each */
         print_trials(t, a.n_counts, &fr);
+        print_layouts(&layouts, cores);
         print_model(&cm, g ? "MPI link" : "shared memory");
         print_projection(&a, &cm, samples);
         printf("\nrecommendation%s%s%s: %s\n", a.have_link ? " (" : "", a.have_link ? a.link_label : "",
                a.have_link ? ")" : "", adv.reason);
         if (adv.stall[0]) printf("%s\n", adv.stall);
         if (a.have_link && here.stall[0]) printf("on this machine, %s\n", here.stall);
-        if (a.json) print_json(&a, t, a.n_counts, &fr, &cm, samples, &adv, &here);
+        if (a.json) print_json(&a, t, a.n_counts, &fr, &cm, samples, &adv, &here, &layouts);
         rc = 0;
     }
     crew_dataset_free(train);

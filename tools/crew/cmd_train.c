@@ -23,6 +23,11 @@ static const char *usage_text =
     "  --devices KIND:N           N replicas, data-parallel, one device each; KIND alone = every\n"
     "                             device of that kind ('cpu': all cores) [cpu]. Kinds: crew --version\n"
     "  --threads-per-device T     BLAS threads per replica [1]\n"
+    "  --layout replicas|auto     replicas: one per core, 1 BLAS thread each; auto: the faster of\n"
+    "                             R replicas x cores/R threads for this model here, measured once\n"
+    "                             (a few seconds) and cached: the same global batch, but the last\n"
+    "                             bits differ between layouts (BLAS threads sum in another order)\n"
+    "                             [replicas]\n"
     "  --pipeline K               cut the model into K stages, one device each (docs/PIPELINE.md):\n"
     "                             N / K replicas of a K-stage pipeline; for a model that does not fit\n"
     "                             one device (crew plan says when) [no pipeline]\n"
@@ -115,6 +120,7 @@ typedef struct train_args {
     double lr, warmup_epochs, bucket_mb, timeout, straggler_threshold;
     cli_pipeline pipe;
     int64_t device_memory;      /* --device-memory: the planner chooses the layout; 0: not given */
+    int layout;                 /* --layout: 0 replicas, 1 auto */
 } train_args;
 
 /* --checkpoint-every: "500" (steps), "90s", "10m"; given twice it can set both. */
@@ -150,6 +156,7 @@ static const char *const lr_rules[] = {"none", "linear", "sqrt", NULL}; /* crew_
 static const char *const off_on[] = {"off", "on", NULL};
 static const char *const nan_policies[] = {"stop", "skip", NULL}; /* crew_nan_policy's order */
 static const char *const allreduce_kinds[] = {"ordered", "fast", NULL}; /* crew_fit_options.unordered_allreduce */
+static const char *const layouts[] = {"replicas", "auto", NULL};
 
 /* Every flag but --help. --devices is only stored here: it is checked after MODEL.json and --data,
  * so a command missing those says so first. */
@@ -194,6 +201,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_STRING_FLAG(train_args, "--stages", pipe.split),
     CLI_INT_FLAG(train_args, "--micro-batches", pipe.micro_batches, 1, 1 << 20),
     CLI_CUSTOM_FLAG("--device-memory", parse_device_memory),
+    CLI_CHOICE_FLAG(train_args, "--layout", layout, layouts),
 };
 
 /* Combinations that cannot mean anything: 0, or the exit status after the error. */
@@ -209,6 +217,13 @@ static int check_combinations(const train_args *a)
         return cli_usage_error("train", "--init-weights starts a new run from weights; --resume continues from the "
                                         "run's checkpoint");
     if (a->replace && !a->run_dir) return cli_usage_error("train", "--replace needs the --run-dir it replaces");
+    if (a->layout == 1) { /* auto: the replicas and threads are what it chooses */
+        const char *other = a->threads ? "--threads-per-device" : a->pipe.stages > 1 || a->pipe.split ? "a pipeline"
+                            : a->device_memory ? "--device-memory" : a->resume ? "--resume" : cli_group() ? "mpirun" : NULL;
+        if (other)
+            return cli_usage_error("train", "--layout auto chooses the replicas and BLAS threads of this machine's "
+                                            "cores itself: leave out %s, or --layout", other);
+    }
     return 0;
 }
 
@@ -236,6 +251,9 @@ static int parse_args(int argc, char **argv, train_args *a)
      * process would oversubscribe a machine running several. */
     if (!a->devices_text) a->devices_text = cli_group() ? "cpu:1" : "cpu";
     if (!cli_parse_devices("train", a->devices_text, a->device_kind, sizeof a->device_kind, &a->devices)) return 2;
+    if (a->layout == 1 && strcmp(a->device_kind, "cpu") != 0)
+        return cli_usage_error("train", "--layout auto divides CPU cores between replicas and BLAS threads, not %s "
+                                        "devices", a->device_kind);
     if (!cli_pipeline_replicas("train", &a->pipe, a->devices, crew_group_size(cli_group()), &a->replicas)) return 2;
     return 0;
 }
@@ -511,6 +529,51 @@ static int pipeline_layout(const train_args *a, const train_state *st, const cre
     return cli_usage_error("train", "the model %s; with the micro-batches in flight no pipeline over at most %lld "
                            "devices fits: give more --devices or more --device-memory", p->verdict_text,
                            (long long)a->devices);
+}
+
+/* --layout auto: the faster split of the cores between replicas and BLAS threads (measured once,
+ * cached) at the replicas' global batch; its line goes into `why`. Without --layout, on every core
+ * of a plain run, a cached measurement that found another layout faster becomes a hint instead
+ * (nothing is measured for it). Returns 0, or the exit status. */
+static int choose_layout(train_args *a, const train_state *st, crew_fit_options *o, char *why, size_t len,
+                         char *hint, size_t hint_len)
+{
+    const int cores = (int)a->devices;
+    const int plain = !a->layout && !a->threads && a->pipe.stages <= 1 && !a->pipe.split && !a->device_memory &&
+                      !a->resume && !cli_group() && !strcmp(a->device_kind, "cpu") && cores == crew_cpu_cores();
+    if (a->layout != 1 && !plain) return 0;
+    crew_layout_choice c;
+    int found = 0, cached = 0;
+    crew_status s = cli_layout(a->model, st->train, cores, a->batch, a->layout == 1, &c, &found, &cached);
+    if (s && a->layout != 1) { /* a hint is optional */
+        crew_status_free(s);
+        return 0;
+    }
+    if (s) return cli_fail("train", s);
+    if (!found) return 0;
+    if (a->layout != 1) {
+        if (c.replicas != cores && c.speedup > 1.05)
+            snprintf(hint, hint_len, "hint: %d replica%s x %d BLAS threads measured %.2fx the samples/s of %d replicas "
+                     "x 1 thread for this model here (--layout auto takes it; the last bits differ)", c.replicas,
+                     c.replicas == 1 ? "" : "s", c.threads_per_device, c.speedup, cores);
+        return 0;
+    }
+    char trials[400];
+    cli_layout_trials_text(&c, trials, sizeof trials);
+    const int64_t global = o->global_batch ? o->global_batch : (int64_t)cores * o->batch_per_device;
+    a->devices = a->replicas = c.replicas;
+    o->devices = c.replicas;
+    o->threads_per_device = c.threads_per_device;
+    o->batch_per_device = c.batch_per_device;
+    o->global_batch = global;
+    char against[96] = "the fastest";
+    if (c.replicas != cores)
+        snprintf(against, sizeof against, "%.2fx the samples/s of %d replicas x 1 thread", c.speedup, cores);
+    snprintf(why, len, "%d replica%s x %d BLAS thread%s, %s (%s%s)%s", c.replicas, c.replicas == 1 ? "" : "s",
+             c.threads_per_device, c.threads_per_device == 1 ? "" : "s", against,
+             cached ? "measured before on this machine" : "measured now: ", cached ? "" : trials,
+             c.replicas == cores ? "" : "; the last bits differ from that layout's");
+    return 0;
 }
 
 /* --device-memory: the memory planner's verdict for the asked global batch decides the layout
@@ -855,6 +918,8 @@ int cli_train(int argc, char **argv)
     o.on_event = on_event;
     o.user = &view;
     o.cancel = &cancel_requested;
+    char chosen[700] = "", hint[300] = "";
+    if (!s && (rc = choose_layout(&a, &st, &o, chosen, sizeof chosen, hint, sizeof hint))) goto done;
     double per_device = 0.0; /* the peak: measured once per machine (0.3 s), then from the cache */
     if (!s && lead)
         o.peak_gflops = cli_run_peak(o.device_kind, (int)a.devices, o.threads_per_device > 0 ? o.threads_per_device : 1,
@@ -886,10 +951,12 @@ int cli_train(int argc, char **argv)
     if (!a.quiet) {
         cli_print_plan(plan, devices);
         if (layout[0]) printf("      layout (--device-memory): %s\n", layout);
+        if (chosen[0]) printf("      layout (--layout auto): %s\n", chosen);
         if (plan->peak_gflops > 0)
             printf("      %.3g GFLOP per sample (forward and backward); peak %.1f GFLOP/s (%.0f x one device's measured GEMM rate, %.1f)\n",
                    plan->flops_per_sample / 1e9, plan->peak_gflops, plan->peak_gflops / per_device, per_device);
         printf("run directory: %s\n", st.run_dir);
+        if (hint[0]) printf("%s\n", hint);
     }
     rc = run_and_save(&a, &st, &view);
 done:

@@ -8,8 +8,7 @@
 
 #include "cli.h"
 
-/* The cache file's path in buf, its directories made; 0 when there is no home for it. */
-static int cache_path(char *buf, size_t len)
+int cli_cache_path(char *buf, size_t len)
 {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char dir[3800];
@@ -28,7 +27,7 @@ static int cache_path(char *buf, size_t len)
 double cli_run_peak(const char *kind, int devices, int threads, int processes, double *per_device)
 {
     char path[4096];
-    int have = cache_path(path, sizeof path), cached = 0;
+    int have = cli_cache_path(path, sizeof path), cached = 0;
     double per = 0.0;
     crew_status s = crew_peak_cached(have ? path : NULL, kind, threads, &per, &cached);
     crew_status_free(s); /* a peak that cannot be measured leaves the fraction out, nothing more */
