@@ -1017,6 +1017,10 @@ typedef struct crew_process_group crew_process_group;
 int crew_have_mpi(void);
 /* The MPI library this build runs with, "Open MPI v4.1.4, ..." (its first line), or "none". */
 void crew_mpi_describe(char *buf, size_t len);
+/* The CUDA this build runs with: "runtime 13.0, driver 13.0, cuBLAS 13.1.0; cuda:0 NVIDIA H200
+ * (139.8 GiB, compute 9.0)", "... driver none ...; no GPU visible", or that this build has no CUDA
+ * (its toolkit was not found when it was configured). */
+void crew_cuda_describe(char *buf, size_t len);
 /* 1 when the environment says mpirun or mpiexec started this process (Open MPI, MPICH, PMIx). */
 int crew_launched_by_mpi(void);
 /* A group of the processes of `mpi_comm` (a pointer to an MPI_Comm, duplicated: the caller's stays

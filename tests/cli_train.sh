@@ -2,6 +2,8 @@
 # cli_train.sh — crew train, eval and verify on Fashion-MNIST, end to end:
 # - 2 replicas and 1 replica accumulating 2 micro-batches (same seed, global batch and per-device
 #   batch) end with bitwise-equal weights and the same test accuracy in every printed digit;
+# - 2 replicas on devices the host cannot reach (cpu-remote: the GPU's communication path) end
+#   with the same weights;
 # - --shard-optimizer on 4 replicas ends with the same weights as 1 replica accumulating, and its
 #   measured device memory is the planner's;
 # - crew eval on the saved weights reproduces the test accuracy train printed;
@@ -16,6 +18,11 @@ run() { "$CREW" train examples/fashion_mlp.json --data "$DATA" --max-steps 30 --
 run --devices cpu:2 --run-dir "$TMP/two" > "$TMP/two.out" || fail "train on cpu:2"
 run --devices cpu:1 --global-batch 64 --run-dir "$TMP/one" > "$TMP/one.out" || fail "train on cpu:1"
 cmp -s "$TMP/two/weights.safetensors" "$TMP/one/weights.safetensors" && ok || fail "cpu:2 and cpu:1 weights differ"
+# Devices the host cannot reach (a GPU's case; cpu-remote is the guarded CPU backend without
+# host_alias): their replicas talk through host copies (comm_staged.c), with the same bits.
+run --devices cpu-remote:2 --run-dir "$TMP/remote" > "$TMP/remote.out" || fail "train on cpu-remote:2"
+cmp -s "$TMP/remote/weights.safetensors" "$TMP/one/weights.safetensors" && ok \
+  || fail "cpu-remote:2 (staged through host copies) and cpu:1 weights differ"
 a2=$(json_field "$TMP/two.out" test_accuracy); a1=$(json_field "$TMP/one.out" test_accuracy)
 [ -n "$a2" ] && [ "$a2" = "$a1" ] && ok || fail "test accuracy cpu:2 '$a2' vs cpu:1 '$a1'"
 grep -q "global batch 64" "$TMP/two.out" && ok || fail "the plan is not printed"

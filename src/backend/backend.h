@@ -247,7 +247,7 @@ static inline crew_status crew_dev_alloc_f32(const crew_backend *be, int64_t n, 
 {
     void *p = NULL;
     crew_status s = be->ops->alloc(be->ctx, CREW_DT_F32, n, &p);
-    *out = p;
+    *out = (float *)p;
     return s;
 }
 
@@ -303,5 +303,15 @@ void crew_device_close(crew_backend *be);
  * whole test suite runs on it (make guard). */
 crew_status crew_cpu_backend_create(int blas_threads, crew_backend *out);
 crew_status crew_cpu_guarded_backend_create(int blas_threads, crew_backend *out);
+/* The guarded backend without host_alias ("cpu-remote"): a device the host cannot reach, as a
+ * GPU is, so that its communication path (comm_staged.c) runs and is tested on the CPU. */
+crew_status crew_cpu_remote_backend_create(int blas_threads, crew_backend *out);
+
+#ifdef CREW_HAVE_CUDA
+/* The CUDA backend (src/backend/cuda/, a build with the CUDA toolkit): GPU `index` of those this
+ * process sees, its own stream and cuBLAS handle; and how many it sees (0 without a driver). */
+crew_status crew_cuda_backend_create(int index, crew_backend *out);
+int crew_cuda_device_count(void);
+#endif
 
 #endif

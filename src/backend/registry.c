@@ -35,10 +35,29 @@ static crew_status open_cpu_guarded(int index, const crew_device_options *o, cre
     return crew_cpu_guarded_backend_create(blas_threads(o), out);
 }
 
+static crew_status open_cpu_remote(int index, const crew_device_options *o, crew_backend *out)
+{
+    (void)index;
+    return crew_cpu_remote_backend_create(blas_threads(o), out);
+}
+
+#ifdef CREW_HAVE_CUDA
+static crew_status open_cuda(int index, const crew_device_options *o, crew_backend *out)
+{
+    (void)o;
+    return crew_cuda_backend_create(index, out);
+}
+#endif
+
 static const crew_device_kind kinds[] = {
     {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu},
     {"cpu-guarded", "the CPU backend with device memory that traps any access from host code (a test "
                     "of the device seam; slower)", cpu_available, open_cpu_guarded},
+    {"cpu-remote", "the guarded CPU backend as a device the host cannot reach, as a GPU: its replicas talk "
+                   "through host copies (a test of the GPU's communication path)", cpu_available, open_cpu_remote},
+#ifdef CREW_HAVE_CUDA
+    {"cuda", "NVIDIA GPUs: one replica per GPU, GEMMs by cuBLAS, fp32", crew_cuda_device_count, open_cuda},
+#endif
 };
 
 const crew_device_kind *crew_device_kinds(int *n)
@@ -105,6 +124,13 @@ crew_status crew_dev_transfer_f32(const crew_backend *dst_be, float *dst, const 
 }
 
 /* ---- the public side (crew.h) */
+
+#ifndef CREW_HAVE_CUDA
+void crew_cuda_describe(char *buf, size_t len)
+{
+    if (len) snprintf(buf, len, "not in this build (configured without the CUDA toolkit, or with -DCREW_CUDA=OFF)");
+}
+#endif
 
 const char *crew_device_kind_name(int i, const char **about)
 {

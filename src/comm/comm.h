@@ -120,6 +120,19 @@ crew_status crew_local_comm_attach(crew_local_comm *lc, int rank, const crew_bac
 crew_comm crew_local_comm_rank(crew_local_comm *lc, int rank);
 void crew_local_comm_free(crew_local_comm *lc);
 
+/* A rank's handle for a device whose memory the host cannot reach (no host_alias: a GPU), over
+ * `inner`, a handle of a communicator of host buffers (in-process with this rank attached as host
+ * memory, or MPI's over such a one): every collective downloads the rank's inputs from `device`,
+ * runs inner's on host copies and uploads the results (comm_staged.c). The same sums in the same
+ * order as inner's; device and the staged handle must outlive the handle's use. */
+typedef struct crew_staged_comm crew_staged_comm;
+/* 1 when the in-process communicator cannot reach the device's memory (it has no host_alias), so
+ * that its ranks need staged handles. */
+int crew_comm_needs_staging(const crew_backend *device);
+crew_status crew_staged_comm_create(crew_comm inner, const crew_backend *device, crew_staged_comm **out);
+crew_comm crew_staged_comm_rank(crew_staged_comm *st);
+void crew_staged_comm_free(crew_staged_comm *st);
+
 /* For a communicator layered over this one (comm_mpi.c: the threads of a process, then MPI
  * between processes). Each rank of the process posts `mine` and meets the others; then rank 0
  * alone runs leader(user, posted) with every rank's posted pointer ([size]) while the others wait

@@ -7,7 +7,14 @@
 
 #include <stdint.h>
 
-static inline uint64_t crew_mix64(uint64_t z)
+/* The CUDA backend draws the same numbers on the device (dropout masks equal the CPU's). */
+#ifdef __CUDACC__
+#define CREW_RNG_FN static inline __host__ __device__
+#else
+#define CREW_RNG_FN static inline
+#endif
+
+CREW_RNG_FN uint64_t crew_mix64(uint64_t z)
 {
     z += 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -16,18 +23,18 @@ static inline uint64_t crew_mix64(uint64_t z)
 }
 
 /* A key for a stream of numbers derived from up to four identifiers. */
-static inline uint64_t crew_rng_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c)
+CREW_RNG_FN uint64_t crew_rng_key(uint64_t seed, uint64_t a, uint64_t b, uint64_t c)
 {
     return crew_mix64(crew_mix64(crew_mix64(crew_mix64(seed) ^ a) ^ b) ^ c);
 }
 
-static inline uint64_t crew_rng_u64(uint64_t key, uint64_t counter)
+CREW_RNG_FN uint64_t crew_rng_u64(uint64_t key, uint64_t counter)
 {
     return crew_mix64(key ^ crew_mix64(counter));
 }
 
 /* Uniform in [0, 1) with 24 random bits: exact in float32. */
-static inline float crew_rng_uniform(uint64_t key, uint64_t counter)
+CREW_RNG_FN float crew_rng_uniform(uint64_t key, uint64_t counter)
 {
     return (float)(crew_rng_u64(key, counter) >> 40) * (1.0f / 16777216.0f);
 }

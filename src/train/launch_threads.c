@@ -46,6 +46,8 @@ typedef struct rank_slot {
     int started;                /* thread runs */
     int finished;               /* the rank program returned (under l->mu) */
     int finished_as;            /* 1, 2, ...: its place among the ranks that returned (under l->mu) */
+    /* a device the host cannot reach (a GPU): its handles stage through host memory */
+    crew_staged_comm *staged, *stage_staged;
     crew_status status;
     pthread_t thread;
 } rank_slot;
@@ -75,6 +77,8 @@ static void launch_free(launch *l)
 {
     for (int i = 0; l->ranks && i < l->n; i++) {
         crew_loader_free(l->ranks[i].ctx.loader);
+        crew_staged_comm_free(l->ranks[i].staged);
+        crew_staged_comm_free(l->ranks[i].stage_staged);
         if (l->ranks[i].opened) crew_device_close(&l->ranks[i].ctx.device);
         crew_status_free(l->ranks[i].status);
     }
@@ -234,13 +238,23 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
     crew_device_options dev = {.blas_threads = l->run.plan.threads_per_device};
     CREW_TRY(crew_device_open(l->run.plan.device_kind, i, &dev, &r->ctx.device));
     r->opened = 1;
-    CREW_TRY(crew_local_comm_attach(l->lc, i, &r->ctx.device));
+    /* A device the host threads cannot reach takes part through host copies (comm_staged.c). */
+    const crew_backend *reach = crew_comm_needs_staging(&r->ctx.device) ? NULL : &r->ctx.device;
+    CREW_TRY(crew_local_comm_attach(l->lc, i, reach));
     r->ctx.comm = l->mc ? crew_mpi_comm_rank(l->mc, i) : crew_local_comm_rank(l->lc, i);
+    if (!reach) {
+        CREW_TRY(crew_staged_comm_create(r->ctx.comm, &r->ctx.device, &r->staged));
+        r->ctx.comm = crew_staged_comm_rank(r->staged);
+    }
     if (l->stages > 1) { /* every stage of a replica reads the replica's micro-batches */
         const int st = r->ctx.stage, local = r->ctx.replica % stage_ranks_here(l, st);
-        CREW_TRY(crew_local_comm_attach(l->stage_lc[st], local, &r->ctx.device));
+        CREW_TRY(crew_local_comm_attach(l->stage_lc[st], local, reach));
         r->ctx.stage_comm = l->stage_mc[st] ? crew_mpi_comm_rank(l->stage_mc[st], local)
                                             : crew_local_comm_rank(l->stage_lc[st], local);
+        if (!reach) {
+            CREW_TRY(crew_staged_comm_create(r->ctx.stage_comm, &r->ctx.device, &r->stage_staged));
+            r->ctx.stage_comm = crew_staged_comm_rank(r->stage_staged);
+        }
         return crew_run_open_loader(&l->run, r->ctx.replica, l->run.plan.devices, &r->ctx.loader);
     }
     return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.loader);

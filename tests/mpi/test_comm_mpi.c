@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "thread_check.h"
 #include "comm/comm_mpi.h"
 #include "core/status.h"
 
@@ -30,26 +31,6 @@ static float value(int g, int j, int64_t i)
 {
     return (float)((double)(g * 7 + j * 3 + 1) * pow(10.0, (double)((i + g) % 7) - 3.0) / 3.0);
 }
-
-/* The ranks' threads check at the same time: their failures are counted here (check.h's counters
- * are for one thread), and main adds them to the report. */
-static atomic_int thread_failures;
-
-#define EXPECT(cond, ...)                                                                 \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                               \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            atomic_fetch_add(&thread_failures, 1);                                        \
-        }                                                                                 \
-    } while (0)
-#define EXPECT_OK(expr)                                                                   \
-    do {                                                                                  \
-        crew_status s_ = (expr);                                                          \
-        EXPECT(s_ == CREW_OK, "%s: %s", #expr, crew_status_message(s_));                  \
-        crew_status_free(s_);                                                             \
-    } while (0)
 
 typedef struct worker {
     crew_comm comm;

@@ -46,8 +46,10 @@ int main(int argc, char **argv)
         crew_blas_describe(blas, sizeof blas);
         char mpi[256];
         crew_mpi_describe(mpi, sizeof mpi);
-        printf("crew %s\nBLAS: %s\nMPI: %s%s\ndevice kinds:\n", crew_version(), blas, mpi,
-               crew_have_mpi() ? " (mpirun -np P crew train ...: P processes)" : "");
+        char cuda[1024];
+        crew_cuda_describe(cuda, sizeof cuda);
+        printf("crew %s\nBLAS: %s\nMPI: %s%s\nCUDA: %s\ndevice kinds:\n", crew_version(), blas, mpi,
+               crew_have_mpi() ? " (mpirun -np P crew train ...: P processes)" : "", cuda);
         const char *about;
         for (int i = 0; crew_device_kind_name(i, &about); i++) printf("  %-12s %s\n", crew_device_kind_name(i, NULL), about);
         cli_warn_slow_blas("--version");

@@ -16,7 +16,8 @@
  *   reading before the copy) or a host buffer reused before the sync (the copy sending the new
  *   bytes) gives wrong values instead of passing by luck, as on a GPU with a copy stream.
  *
- * Threads: one rank's thread drives the backend, and its communication thread calls host_alias.
+ * Threads: one rank's thread drives the backend, and its communication thread calls host_alias
+ * (or, for "cpu-remote", upload, download and sync of the compute queue, comm_staged.c).
  * The allocation table and the pending error are under one mutex; queues belong to the rank's
  * thread alone. Everything lives in the context: no global mutable state. */
 #include <pthread.h>
@@ -845,61 +846,67 @@ static void guard_adamw_update(void *ctx, float *param, const float *grad, float
         crew_cpu_ops.adamw_update(c.cpu, sp, sg, sm, sv, n, k);
 }
 
-static const crew_backend_ops guarded_ops = {
-    .name = "cpu-guarded",
-    .destroy = guard_destroy,
-    .alloc = guard_alloc,
-    .free = guard_free,
-    .host_alloc = guard_host_alloc,
-    .memory_used = guard_memory_used,
-    .host_free = guard_host_free,
-    .upload = guard_upload,
-    .download = guard_download,
-    .queue_create = guard_queue_create,
-    .queue_destroy = guard_queue_destroy,
-    .queue_wait = guard_queue_wait,
-    .sync = guard_sync,
-    .host_alias = guard_host_alias,
-    .sum = guard_sum,
-    .sum_squares = guard_sum_squares,
-    .all_finite = guard_all_finite,
-    .hash = guard_hash,
-    .copy = guard_copy,
-    .fill = guard_fill,
-    .gemm = guard_gemm,
-    .axpby = guard_axpby,
-    .mul = guard_mul,
-    .broadcast_rows = guard_broadcast_rows,
-    .col_sum = guard_col_sum,
-    .act_forward = guard_act_forward,
-    .act_backward = guard_act_backward,
-    .im2col = guard_im2col,
-    .col2im = guard_col2im,
-    .maxpool_forward = guard_maxpool_forward,
-    .maxpool_backward = guard_maxpool_backward,
-    .avgpool_forward = guard_avgpool_forward,
-    .avgpool_backward = guard_avgpool_backward,
-    .dropout_forward = guard_dropout_forward,
-    .bn_col_sum = guard_bn_col_sum,
-    .col_sqdev = guard_col_sqdev,
-    .bn_scale_sums = guard_bn_scale_sums,
-    .bn_forward = guard_bn_forward,
-    .bn_backward_sums = guard_bn_backward_sums,
-    .bn_backward = guard_bn_backward,
-    .bn_param_grads = guard_bn_param_grads,
-    .layernorm_forward = guard_layernorm_forward,
-    .layernorm_backward = guard_layernorm_backward,
-    .attention_forward = guard_attention_forward,
-    .attention_backward = guard_attention_backward,
-    .embedding_forward = guard_embedding_forward,
-    .embedding_backward = guard_embedding_backward,
-    .softmax_xent = guard_softmax_xent,
-    .softmax = guard_softmax,
-    .sgd_update = guard_sgd_update,
-    .adamw_update = guard_adamw_update,
-};
+/* Both tables: the guarded one, and "cpu-remote", the same device without host_alias (a GPU's
+ * case: its replicas take part through host copies, comm_staged.c). */
+#define GUARDED_OPS(kind, alias) \
+    { \
+        .name = kind, \
+        .host_alias = alias, \
+    .destroy = guard_destroy, \
+    .alloc = guard_alloc, \
+    .free = guard_free, \
+    .host_alloc = guard_host_alloc, \
+    .memory_used = guard_memory_used, \
+    .host_free = guard_host_free, \
+    .upload = guard_upload, \
+    .download = guard_download, \
+    .queue_create = guard_queue_create, \
+    .queue_destroy = guard_queue_destroy, \
+    .queue_wait = guard_queue_wait, \
+    .sync = guard_sync, \
+    .sum = guard_sum, \
+    .sum_squares = guard_sum_squares, \
+    .all_finite = guard_all_finite, \
+    .hash = guard_hash, \
+    .copy = guard_copy, \
+    .fill = guard_fill, \
+    .gemm = guard_gemm, \
+    .axpby = guard_axpby, \
+    .mul = guard_mul, \
+    .broadcast_rows = guard_broadcast_rows, \
+    .col_sum = guard_col_sum, \
+    .act_forward = guard_act_forward, \
+    .act_backward = guard_act_backward, \
+    .im2col = guard_im2col, \
+    .col2im = guard_col2im, \
+    .maxpool_forward = guard_maxpool_forward, \
+    .maxpool_backward = guard_maxpool_backward, \
+    .avgpool_forward = guard_avgpool_forward, \
+    .avgpool_backward = guard_avgpool_backward, \
+    .dropout_forward = guard_dropout_forward, \
+    .bn_col_sum = guard_bn_col_sum, \
+    .col_sqdev = guard_col_sqdev, \
+    .bn_scale_sums = guard_bn_scale_sums, \
+    .bn_forward = guard_bn_forward, \
+    .bn_backward_sums = guard_bn_backward_sums, \
+    .bn_backward = guard_bn_backward, \
+    .bn_param_grads = guard_bn_param_grads, \
+    .layernorm_forward = guard_layernorm_forward, \
+    .layernorm_backward = guard_layernorm_backward, \
+    .attention_forward = guard_attention_forward, \
+    .attention_backward = guard_attention_backward, \
+    .embedding_forward = guard_embedding_forward, \
+    .embedding_backward = guard_embedding_backward, \
+    .softmax_xent = guard_softmax_xent, \
+    .softmax = guard_softmax, \
+    .sgd_update = guard_sgd_update, \
+    .adamw_update = guard_adamw_update, \
+    }
 
-crew_status crew_cpu_guarded_backend_create(int blas_threads, crew_backend *out)
+static const crew_backend_ops guarded_ops = GUARDED_OPS("cpu-guarded", guard_host_alias);
+static const crew_backend_ops remote_ops = GUARDED_OPS("cpu-remote", NULL);
+
+static crew_status create(int blas_threads, const crew_backend_ops *ops, crew_backend *out)
 {
     memset(out, 0, sizeof *out);
     guard_ctx *g = calloc(1, sizeof *g);
@@ -914,7 +921,17 @@ crew_status crew_cpu_guarded_backend_create(int blas_threads, crew_backend *out)
         free(g);
         return crew_error_prefix(s, "cpu-guarded: ");
     }
-    out->ops = &guarded_ops;
+    out->ops = ops;
     out->ctx = g;
     return CREW_OK;
+}
+
+crew_status crew_cpu_guarded_backend_create(int blas_threads, crew_backend *out)
+{
+    return create(blas_threads, &guarded_ops, out);
+}
+
+crew_status crew_cpu_remote_backend_create(int blas_threads, crew_backend *out)
+{
+    return create(blas_threads, &remote_ops, out);
 }

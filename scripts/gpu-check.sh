@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh — the GPU checks of the CUDA backend in one go, for a machine with an NVIDIA
+# GPU and the CUDA toolkit (a few minutes on an H200; nothing here runs where there is no GPU).
+#
+#   scripts/gpu-check.sh [OUT_DIR]        (OUT_DIR: logs and the table, default ./gpu-check)
+#
+# It builds crew for this GPU (build-gpu/, CMAKE_CUDA_ARCHITECTURES=native), then runs, each with
+# its log in OUT_DIR and one line in the table at the end:
+#   ops        test_backend_ops cuda: every backend op against the references the CPU passes
+#   cpu ops    the same on the CPU, as the baseline of this machine
+#   repeat     two 200-step runs of the CNN on cuda:1 end with bitwise-equal weights
+#   replicas   2 replicas on the GPU (cuda:2: round-robin on one GPU) = cuda:1 accumulating 2
+#              micro-batches, bitwise (the ordered all-reduce through host copies)
+#   vs cpu     the same 200 steps on cuda:1 and cpu:1: the final training loss within 2%
+#   accuracy   the demo's CNN, 4 epochs on cuda:1: test accuracy >= 0.91
+#   speed      samples/s of the CNN and the MLP on cuda:1 (300 steps), the peak GEMM rate
+# and prints the table (also OUT_DIR/table.md). Exit status 1 when a check failed.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${1:-gpu-check}
+mkdir -p "$OUT"
+B=build-gpu
+ROWS=()
+FAILED=0
+row() { ROWS+=("| $1 | $2 | $3 |"); [ "$2" = FAIL ] && FAILED=1; echo "== $1: $2 ($3)"; }
+
+{ nvidia-smi || true; } > "$OUT/nvidia-smi.txt" 2>&1
+echo "== building into $B"
+if ! { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native \
+       && cmake --build "$B" -j "$(nproc)" --target crew_cli test_backend_ops; } > "$OUT/build.log" 2>&1; then
+  tail -n 30 "$OUT/build.log"
+  echo "the build failed: $OUT/build.log"
+  exit 1
+fi
+CREW=$B/crew
+"$CREW" --version > "$OUT/version.txt" 2>&1
+grep -q '^CUDA: .*cuda:0' "$OUT/version.txt" || { cat "$OUT/version.txt"; echo "crew sees no GPU"; exit 1; }
+
+DATA=data/fashion-mnist
+[ -f "$DATA/manifest.json" ] || "$CREW" prep fashion-mnist --out "$DATA" > "$OUT/prep.log" 2>&1 \
+  || { echo "no Fashion-MNIST: $OUT/prep.log (apt-get install dataset-fashion-mnist)"; exit 1; }
+
+# ---- the ops
+if "$B/tests/test_backend_ops" cuda > "$OUT/ops-cuda.log" 2>&1; then
+  row "ops (cuda)" pass "$(tail -n 1 "$OUT/ops-cuda.log")"
+else
+  row "ops (cuda)" FAIL "$(grep -c ': ' "$OUT/ops-cuda.log") lines of failures; first: $(grep -m1 -v passed "$OUT/ops-cuda.log" | cut -c1-120)"
+fi
+"$B/tests/test_backend_ops" cpu > "$OUT/ops-cpu.log" 2>&1 && row "ops (cpu)" pass "$(tail -n 1 "$OUT/ops-cpu.log")" \
+  || row "ops (cpu)" FAIL "$(tail -n 1 "$OUT/ops-cpu.log")"
+
+# ---- training checks
+SHORT=(--data "$DATA" --max-steps 200 --batch-per-device 64 --seed 3 --quiet --json --checkpoint-every 100000)
+train() { local dir=$1; shift; rm -rf "$OUT/$dir"; "$CREW" train examples/fashion_cnn.json "$@" --run-dir "$OUT/$dir" \
+  > "$OUT/$dir.out" 2> "$OUT/$dir.err"; }
+train gpu-a "${SHORT[@]}" --devices cuda:1 --global-batch 128 && train gpu-b "${SHORT[@]}" --devices cuda:1 --global-batch 128
+if cmp -s "$OUT/gpu-a/weights.safetensors" "$OUT/gpu-b/weights.safetensors"; then
+  row repeat pass "two runs on cuda:1, bitwise-equal weights"
+else
+  row repeat FAIL "weights differ between two runs ($(tail -n 1 "$OUT/gpu-a.err"))"
+fi
+train gpu-two "${SHORT[@]}" --devices cuda:2 --global-batch 128
+if cmp -s "$OUT/gpu-a/weights.safetensors" "$OUT/gpu-two/weights.safetensors"; then
+  row replicas pass "cuda:2 = cuda:1 accumulating 2 micro-batches, bitwise"
+else
+  row replicas FAIL "cuda:2 and cuda:1 x 2 micro-batches differ ($(tail -n 1 "$OUT/gpu-two.err"))"
+fi
+train cpu-a "${SHORT[@]}" --devices cpu:1 --global-batch 128
+loss() { sed -n 's/.*"train_loss":\([0-9.e+-]*\).*/\1/p' "$1" | tail -n 1; }
+lg=$(loss "$OUT/gpu-a.out"); lc=$(loss "$OUT/cpu-a.out")
+if [ -n "$lg" ] && [ -n "$lc" ] && awk -v g="$lg" -v c="$lc" 'BEGIN { d = g - c; if (d < 0) d = -d; exit !(d <= 0.02 * c) }'; then
+  row "vs cpu" pass "training loss after 200 steps: cuda $lg, cpu $lc"
+else
+  row "vs cpu" FAIL "training loss after 200 steps: cuda '$lg', cpu '$lc'"
+fi
+train demo --data "$DATA" --devices cuda:1 --quiet --json --checkpoint-every 100000
+acc=$(sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p' "$OUT/demo.out" | tail -n 1)
+if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a >= 0.91) }'; then
+  row accuracy pass "the demo's CNN on cuda:1: test accuracy $acc"
+else
+  row accuracy FAIL "the demo's CNN on cuda:1: test accuracy '$acc' ($(tail -n 1 "$OUT/demo.err"))"
+fi
+
+# ---- speed (recorded, not judged)
+for m in fashion_cnn fashion_mlp; do
+  rm -rf "$OUT/speed-$m"
+  "$CREW" train examples/$m.json --data "$DATA" --devices cuda:1 --max-steps 300 --quiet --json \
+    --checkpoint-every 100000 --run-dir "$OUT/speed-$m" > "$OUT/speed-$m.out" 2> "$OUT/speed-$m.err"
+  sps=$(sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p' "$OUT/speed-$m.out" | tail -n 1)
+  gf=$(sed -n 's/.*"gflops":\([0-9.]*\).*/\1/p' "$OUT/speed-$m.out" | tail -n 1)
+  row "speed $m" "$([ -n "$sps" ] && echo measured || echo FAIL)" "${sps:-?} samples/s, ${gf:-?} GFLOP/s on cuda:1 (300 steps)"
+done
+
+{
+  echo "GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), $(grep '^CUDA:' "$OUT/version.txt")"
+  echo
+  echo "| check | result | figures |"
+  echo "|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+} | tee "$OUT/table.md"
+exit $FAILED

@@ -1,0 +1,839 @@
+/* cuda_kernels.cu — the CUDA backend's compute ops: one kernel (or a few) per op of backend.h,
+ * each the CPU kernel's arithmetic (src/backend/cpu/) in the same order, so that results differ
+ * from the CPU's only where the two libraries' exp, erf and tanh round differently, and where
+ * cuBLAS sums a product in another order.
+ *
+ * Why these shapes: every output element is written by one thread that gathers what it needs in a
+ * fixed order; nothing is scattered with atomics (col2im, the pooling gradients and the embedding
+ * gradient gather from the elements that point at them), so a result never depends on which
+ * thread ran first, and a GPU repeats itself bit for bit. The reductions over rows (batch-norm
+ * statistics, column sums, layer-norm parameter gradients) give one thread a column and let it
+ * walk the rows in order, as the CPU does: slower than a tree, the same sums. Built with
+ * --fmad=false (CMakeLists.txt) so that a·b + c is never contracted where the CPU rounds twice;
+ * where the CPU fuses on purpose (AdamW's fmaf), so does this. */
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_internal.h"
+
+extern "C" {
+#include "core/rng.h"
+#include "core/status.h"
+}
+
+#define CREW_SQRT1_2 0.70710678118654752440f
+#define CREW_INV_SQRT_2PI 0.39894228040143267794f
+#define CREW_SQRT_2_OVER_PI 0.79788456080286535588f
+#define CREW_GELU_CUBIC 0.044715f
+
+/* A grid-stride loop over [0, n). */
+#define FOR_EACH(i, n) for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+                            i += (int64_t)blockDim.x * gridDim.x)
+
+#define LAUNCH(c, n) <<<cuda_blocks(n), CUDA_THREADS, 0, (c)->stream>>>
+
+static cuda_ctx *enter(void *ctx)
+{
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    cuda_enter(c);
+    return c;
+}
+
+/* ------------------------------------------------------------------ elementwise */
+
+__global__ void k_fill(float *x, float v, int64_t n) { FOR_EACH(i, n) x[i] = v; }
+__global__ void k_axpby(int64_t n, float alpha, const float *x, float beta, float *y)
+{
+    FOR_EACH(i, n) y[i] = alpha * x[i] + beta * y[i];
+}
+__global__ void k_mul(int64_t n, const float *a, const float *b, float *out) { FOR_EACH(i, n) out[i] = a[i] * b[i]; }
+__global__ void k_broadcast_rows(float *y, const float *bias, int64_t rows, int64_t cols)
+{
+    FOR_EACH(i, rows * cols) y[i] = bias[i % cols];
+}
+/* One thread per column, the rows in order. */
+__global__ void k_col_sum(const float *x, int64_t rows, int64_t cols, float *out, int accumulate)
+{
+    FOR_EACH(j, cols) {
+        float s = accumulate ? out[j] : 0.0f;
+        for (int64_t r = 0; r < rows; r++) s += x[r * cols + j];
+        out[j] = s;
+    }
+}
+
+void cuda_fill(void *ctx, float *x, float value, int64_t n)
+{
+    cuda_ctx *c = enter(ctx);
+    if (n <= 0) return;
+    k_fill LAUNCH(c, n)(x, value, n);
+    cuda_launched(c, "fill");
+}
+
+void cuda_axpby(void *ctx, int64_t n, float alpha, const float *x, float beta, float *y)
+{
+    cuda_ctx *c = enter(ctx);
+    if (n <= 0) return;
+    k_axpby LAUNCH(c, n)(n, alpha, x, beta, y);
+    cuda_launched(c, "axpby");
+}
+
+void cuda_mul(void *ctx, int64_t n, const float *a, const float *b, float *out)
+{
+    cuda_ctx *c = enter(ctx);
+    if (n <= 0) return;
+    k_mul LAUNCH(c, n)(n, a, b, out);
+    cuda_launched(c, "mul");
+}
+
+void cuda_broadcast_rows(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols)
+{
+    cuda_ctx *c = enter(ctx);
+    if (rows * cols <= 0) return;
+    k_broadcast_rows LAUNCH(c, rows * cols)(y, bias, rows, cols);
+    cuda_launched(c, "broadcast_rows");
+}
+
+void cuda_col_sum(void *ctx, const float *x, int64_t rows, int64_t cols, float *out, int accumulate)
+{
+    cuda_ctx *c = enter(ctx);
+    if (cols <= 0) return;
+    k_col_sum LAUNCH(c, cols)(x, rows, cols, out, accumulate);
+    cuda_launched(c, "col_sum");
+}
+
+/* ------------------------------------------------------------------ activations, dropout */
+
+__device__ static float sigmoid_of(float x)
+{
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+__global__ void k_act_forward(crew_activation act, const float *x, float *y, int64_t n)
+{
+    FOR_EACH(i, n) {
+        float v = x[i];
+        switch (act) {
+        case CREW_ACT_RELU: y[i] = v > 0.0f ? v : 0.0f; break;
+        case CREW_ACT_GELU: y[i] = 0.5f * v * (1.0f + erff(v * CREW_SQRT1_2)); break;
+        case CREW_ACT_GELU_TANH: {
+            float u = CREW_SQRT_2_OVER_PI * (v + CREW_GELU_CUBIC * v * v * v);
+            y[i] = v / (1.0f + expf(-2.0f * u));
+            break;
+        }
+        case CREW_ACT_TANH: y[i] = tanhf(v); break;
+        case CREW_ACT_SIGMOID: y[i] = sigmoid_of(v); break;
+        default: y[i] = v; break;
+        }
+    }
+}
+
+__global__ void k_act_backward(crew_activation act, const float *x, const float *y, const float *dy, float *dx,
+                               int64_t n)
+{
+    FOR_EACH(i, n) {
+        float g = dy[i];
+        switch (act) {
+        case CREW_ACT_RELU: dx[i] = y[i] > 0.0f ? g : 0.0f; break;
+        case CREW_ACT_GELU: {
+            float xi = x[i], cdf = 0.5f * (1.0f + erff(xi * CREW_SQRT1_2));
+            float pdf = CREW_INV_SQRT_2PI * expf(-0.5f * xi * xi);
+            dx[i] = g * (cdf + xi * pdf);
+            break;
+        }
+        case CREW_ACT_GELU_TANH: {
+            float xi = x[i], u = CREW_SQRT_2_OVER_PI * (xi + CREW_GELU_CUBIC * xi * xi * xi);
+            float sg = 1.0f / (1.0f + expf(-2.0f * u));
+            float du = CREW_SQRT_2_OVER_PI * (1.0f + 3.0f * CREW_GELU_CUBIC * xi * xi);
+            dx[i] = g * (sg + 2.0f * xi * sg * (1.0f - sg) * du);
+            break;
+        }
+        case CREW_ACT_TANH: dx[i] = g * (1.0f - y[i] * y[i]); break;
+        case CREW_ACT_SIGMOID: dx[i] = g * y[i] * (1.0f - y[i]); break;
+        default: dx[i] = g; break;
+        }
+    }
+}
+
+void cuda_act_forward(void *ctx, crew_activation act, const float *x, float *y, int64_t n)
+{
+    cuda_ctx *c = enter(ctx);
+    if (n <= 0) return;
+    k_act_forward LAUNCH(c, n)(act, x, y, n);
+    cuda_launched(c, "activation");
+}
+
+void cuda_act_backward(void *ctx, crew_activation act, const float *x, const float *y, const float *dy, float *dx,
+                       int64_t n)
+{
+    cuda_ctx *c = enter(ctx);
+    if (n <= 0) return;
+    k_act_backward LAUNCH(c, n)(act, x, y, dy, dx, n);
+    cuda_launched(c, "activation backward");
+}
+
+/* The CPU's counter-based stream (core/rng.h): the same masks for the same samples. */
+__global__ void k_dropout(const float *x, float *y, float *mask, int64_t rows, int64_t cols, float rate, uint64_t key,
+                          const int64_t *sample_ids)
+{
+    const float keep_scale = 1.0f / (1.0f - rate);
+    FOR_EACH(i, rows * cols) {
+        int64_t r = i / cols, j = i % cols;
+        uint64_t row_key = crew_rng_key(key, (uint64_t)sample_ids[r], 0, 0);
+        float m = crew_rng_uniform(row_key, (uint64_t)j) >= rate ? keep_scale : 0.0f;
+        mask[i] = m;
+        y[i] = x[i] * m;
+    }
+}
+
+void cuda_dropout_forward(void *ctx, const float *x, float *y, float *mask, int64_t rows, int64_t cols, float rate,
+                          uint64_t key, const int64_t *sample_ids)
+{
+    cuda_ctx *c = enter(ctx);
+    if (rows * cols <= 0) return;
+    k_dropout LAUNCH(c, rows * cols)(x, y, mask, rows, cols, rate, key, sample_ids);
+    cuda_launched(c, "dropout");
+}
+
+/* ------------------------------------------------------------------ windows: im2col, pooling */
+
+/* col [batch·out_h·out_w, k_h·k_w·c]: element (row, (kh·k_w + kw)·c + ci). */
+__global__ void k_im2col(const float *x, float *col, crew_window g)
+{
+    const int64_t c = g.in_c, width = g.k_h * g.k_w * c, n = g.batch * g.out_h * g.out_w * width;
+    FOR_EACH(i, n) {
+        int64_t row = i / width, e = i % width, ci = e % c, tap = e / c, kw = tap % g.k_w, kh = tap / g.k_w;
+        int64_t ow = row % g.out_w, oh = row / g.out_w % g.out_h, b = row / (g.out_w * g.out_h);
+        int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
+        col[i] = ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w ? 0.0f : x[((b * g.in_h + ih) * g.in_w + iw) * c + ci];
+    }
+}
+
+/* dx (b, ih, iw, ci) = Σ of the column entries that read it, in the CPU's order: window rows oh
+ * ascending, then columns ow. */
+__global__ void k_col2im(const float *col, float *dx, crew_window g)
+{
+    const int64_t c = g.in_c, width = g.k_h * g.k_w * c, n = g.batch * g.in_h * g.in_w * c;
+    FOR_EACH(i, n) {
+        int64_t ci = i % c, iw = i / c % g.in_w, ih = i / (c * g.in_w) % g.in_h, b = i / (c * g.in_w * g.in_h);
+        float s = 0.0f;
+        for (int64_t oh = 0; oh < g.out_h; oh++) {
+            int64_t kh = ih - (oh * g.stride_h - g.pad_top);
+            if (kh < 0 || kh >= g.k_h) continue;
+            for (int64_t ow = 0; ow < g.out_w; ow++) {
+                int64_t kw = iw - (ow * g.stride_w - g.pad_left);
+                if (kw < 0 || kw >= g.k_w) continue;
+                int64_t row = (b * g.out_h + oh) * g.out_w + ow;
+                s += col[row * width + (kh * g.k_w + kw) * c + ci];
+            }
+        }
+        dx[i] = s;
+    }
+}
+
+void cuda_im2col(void *ctx, const float *x, float *col, const crew_window *g)
+{
+    cuda_ctx *c = enter(ctx);
+    int64_t n = g->batch * g->out_h * g->out_w * g->k_h * g->k_w * g->in_c;
+    if (n <= 0) return;
+    k_im2col LAUNCH(c, n)(x, col, *g);
+    cuda_launched(c, "im2col");
+}
+
+void cuda_col2im(void *ctx, const float *col, float *dx, const crew_window *g)
+{
+    cuda_ctx *c = enter(ctx);
+    int64_t n = g->batch * g->in_h * g->in_w * g->in_c;
+    if (n <= 0) return;
+    k_col2im LAUNCH(c, n)(col, dx, *g);
+    cuda_launched(c, "col2im");
+}
+
+/* The first in-image cell seeds the maximum; a later one wins only when strictly greater. */
+__global__ void k_maxpool_forward(const float *x, float *y, int32_t *argmax, crew_window g)
+{
+    const int64_t c = g.in_c, n = g.batch * g.out_h * g.out_w * c;
+    FOR_EACH(i, n) {
+        int64_t ci = i % c, ow = i / c % g.out_w, oh = i / (c * g.out_w) % g.out_h, b = i / (c * g.out_w * g.out_h);
+        int seeded = 0;
+        float best = 0.0f;
+        int32_t at = -1;
+        for (int64_t kh = 0; kh < g.k_h; kh++)
+            for (int64_t kw = 0; kw < g.k_w; kw++) {
+                int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
+                if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+                int64_t cell = ((b * g.in_h + ih) * g.in_w + iw) * c + ci;
+                float v = x[cell];
+                if (!seeded || v > best) {
+                    best = v;
+                    at = (int32_t)cell;
+                    seeded = 1;
+                }
+            }
+        y[i] = seeded ? best : 0.0f;
+        argmax[i] = at;
+    }
+}
+
+/* dx (cell) = Σ dy[o] over the outputs o whose argmax is the cell, o ascending (the CPU's order). */
+__global__ void k_maxpool_backward(const float *dy, const int32_t *argmax, float *dx, crew_window g)
+{
+    const int64_t c = g.in_c, n = g.batch * g.in_h * g.in_w * c;
+    FOR_EACH(i, n) {
+        int64_t ci = i % c, iw = i / c % g.in_w, ih = i / (c * g.in_w) % g.in_h, b = i / (c * g.in_w * g.in_h);
+        float s = 0.0f;
+        for (int64_t oh = 0; oh < g.out_h; oh++) {
+            int64_t kh = ih - (oh * g.stride_h - g.pad_top);
+            if (kh < 0 || kh >= g.k_h) continue;
+            for (int64_t ow = 0; ow < g.out_w; ow++) {
+                int64_t kw = iw - (ow * g.stride_w - g.pad_left);
+                if (kw < 0 || kw >= g.k_w) continue;
+                int64_t o = ((b * g.out_h + oh) * g.out_w + ow) * c + ci;
+                if (argmax[o] == (int32_t)i) s += dy[o];
+            }
+        }
+        dx[i] = s;
+    }
+}
+
+__device__ static int64_t cells_in_window(const crew_window &g, int64_t oh, int64_t ow)
+{
+    int64_t n = 0;
+    for (int64_t kh = 0; kh < g.k_h; kh++)
+        for (int64_t kw = 0; kw < g.k_w; kw++) {
+            int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
+            n += ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w;
+        }
+    return n;
+}
+
+__global__ void k_avgpool_forward(const float *x, float *y, crew_window g)
+{
+    const int64_t c = g.in_c, n = g.batch * g.out_h * g.out_w * c;
+    FOR_EACH(i, n) {
+        int64_t ci = i % c, ow = i / c % g.out_w, oh = i / (c * g.out_w) % g.out_h, b = i / (c * g.out_w * g.out_h);
+        float s = 0.0f;
+        for (int64_t kh = 0; kh < g.k_h; kh++)
+            for (int64_t kw = 0; kw < g.k_w; kw++) {
+                int64_t ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
+                if (ih < 0 || ih >= g.in_h || iw < 0 || iw >= g.in_w) continue;
+                s += x[((b * g.in_h + ih) * g.in_w + iw) * c + ci];
+            }
+        int64_t cells = cells_in_window(g, oh, ow);
+        y[i] = s * (cells ? 1.0f / (float)cells : 0.0f);
+    }
+}
+
+__global__ void k_avgpool_backward(const float *dy, float *dx, crew_window g)
+{
+    const int64_t c = g.in_c, n = g.batch * g.in_h * g.in_w * c;
+    FOR_EACH(i, n) {
+        int64_t ci = i % c, iw = i / c % g.in_w, ih = i / (c * g.in_w) % g.in_h, b = i / (c * g.in_w * g.in_h);
+        float s = 0.0f;
+        for (int64_t oh = 0; oh < g.out_h; oh++) {
+            int64_t kh = ih - (oh * g.stride_h - g.pad_top);
+            if (kh < 0 || kh >= g.k_h) continue;
+            for (int64_t ow = 0; ow < g.out_w; ow++) {
+                int64_t kw = iw - (ow * g.stride_w - g.pad_left);
+                if (kw < 0 || kw >= g.k_w) continue;
+                int64_t cells = cells_in_window(g, oh, ow);
+                s += dy[((b * g.out_h + oh) * g.out_w + ow) * c + ci] * (cells ? 1.0f / (float)cells : 0.0f);
+            }
+        }
+        dx[i] = s;
+    }
+}
+
+void cuda_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g)
+{
+    cuda_ctx *c = enter(ctx);
+    int64_t n = g->batch * g->out_h * g->out_w * g->in_c;
+    if (n <= 0) return;
+    k_maxpool_forward LAUNCH(c, n)(x, y, argmax, *g);
+    cuda_launched(c, "max pooling");
+}
+
+void cuda_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g)
+{
+    cuda_ctx *c = enter(ctx);
+    int64_t n = g->batch * g->in_h * g->in_w * g->in_c;
+    if (n <= 0) return;
+    k_maxpool_backward LAUNCH(c, n)(dy, argmax, dx, *g);
+    cuda_launched(c, "max pooling backward");
+}
+
+void cuda_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g)
+{
+    cuda_ctx *c = enter(ctx);
+    int64_t n = g->batch * g->out_h * g->out_w * g->in_c;
+    if (n <= 0) return;
+    k_avgpool_forward LAUNCH(c, n)(x, y, *g);
+    cuda_launched(c, "average pooling");
+}
+
+void cuda_avgpool_backward(void *ctx, const float *dy, float *dx, const crew_window *g)
+{
+    cuda_ctx *c = enter(ctx);
+    int64_t n = g->batch * g->in_h * g->in_w * g->in_c;
+    if (n <= 0) return;
+    k_avgpool_backward LAUNCH(c, n)(dy, dx, *g);
+    cuda_launched(c, "average pooling backward");
+}
+
+/* ------------------------------------------------------------------ batch norm (per column, rows in order) */
+
+__global__ void k_bn_col_sum(const float *x, int64_t rows, int64_t c, double *out)
+{
+    FOR_EACH(j, c) {
+        double s = 0.0;
+        for (int64_t r = 0; r < rows; r++) s += (double)x[r * c + j];
+        out[j] = s;
+    }
+}
+
+__global__ void k_col_sqdev(const float *x, const float *mean, int64_t rows, int64_t c, double *out)
+{
+    FOR_EACH(j, c) {
+        double s = 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            float d = x[r * c + j] - mean[j];
+            s += (double)(d * d);
+        }
+        out[j] = s;
+    }
+}
+
+__global__ void k_bn_scale_sums(int64_t n, double alpha, const double *x, float *y)
+{
+    FOR_EACH(i, n) y[i] = (float)(alpha * x[i]);
+}
+
+__global__ void k_bn_forward(const float *x, const float *mean, const float *var, const float *gamma,
+                             const float *beta, float eps, float *y, int64_t rows, int64_t c)
+{
+    FOR_EACH(i, rows * c) {
+        int64_t j = i % c;
+        float scale = gamma[j] / sqrtf(var[j] + eps), shift = beta[j] - mean[j] * scale;
+        y[i] = x[i] * scale + shift;
+    }
+}
+
+__global__ void k_bn_backward_sums(const float *dy, const float *x, const float *mean, int64_t rows, int64_t c,
+                                   double *sum_dy, double *sum_dy_xmu)
+{
+    FOR_EACH(j, c) {
+        double a = 0.0, b = 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            float g = dy[r * c + j];
+            a += (double)g;
+            b += (double)(g * (x[r * c + j] - mean[j]));
+        }
+        sum_dy[j] = a;
+        sum_dy_xmu[j] = b;
+    }
+}
+
+__global__ void k_bn_backward(const float *dy, const float *x, const float *mean, const float *var,
+                              const float *gamma, float eps, const double *sum_dy, const double *sum_dy_xmu,
+                              double count, float *dx, int64_t rows, int64_t c)
+{
+    FOR_EACH(i, rows * c) {
+        int64_t j = i % c;
+        double istd = 1.0 / sqrt((double)(var[j] + eps)), k = (double)gamma[j] * istd;
+        float k_dy = (float)k, k_mean = (float)(k * sum_dy[j] / count),
+              k_x = (float)(k * istd * istd * sum_dy_xmu[j] / count);
+        dx[i] = k_dy * dy[i] - k_mean - k_x * (x[i] - mean[j]);
+    }
+}
+
+__global__ void k_bn_param_grads(const float *var, float eps, const double *sum_dy, const double *sum_dy_xmu,
+                                 float *dgamma, float *dbeta, int64_t c)
+{
+    FOR_EACH(j, c) {
+        dgamma[j] += (float)(sum_dy_xmu[j] / sqrt((double)(var[j] + eps)));
+        dbeta[j] += (float)sum_dy[j];
+    }
+}
+
+void cuda_bn_col_sum(void *ctx, const float *x, int64_t rows, int64_t c, double *out)
+{
+    cuda_ctx *cc = enter(ctx);
+    if (c <= 0) return;
+    k_bn_col_sum LAUNCH(cc, c)(x, rows, c, out);
+    cuda_launched(cc, "batch-norm sum");
+}
+
+void cuda_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, int64_t c, double *out)
+{
+    cuda_ctx *cc = enter(ctx);
+    if (c <= 0) return;
+    k_col_sqdev LAUNCH(cc, c)(x, mean, rows, c, out);
+    cuda_launched(cc, "batch-norm deviations");
+}
+
+void cuda_bn_scale_sums(void *ctx, int64_t n, double alpha, const double *x, float *y)
+{
+    cuda_ctx *cc = enter(ctx);
+    if (n <= 0) return;
+    k_bn_scale_sums LAUNCH(cc, n)(n, alpha, x, y);
+    cuda_launched(cc, "batch-norm statistics");
+}
+
+void cuda_bn_forward(void *ctx, const float *x, const float *mean, const float *var, const float *gamma,
+                     const float *beta, float eps, float *y, int64_t rows, int64_t c)
+{
+    cuda_ctx *cc = enter(ctx);
+    if (rows * c <= 0) return;
+    k_bn_forward LAUNCH(cc, rows * c)(x, mean, var, gamma, beta, eps, y, rows, c);
+    cuda_launched(cc, "batch norm");
+}
+
+void cuda_bn_backward_sums(void *ctx, const float *dy, const float *x, const float *mean, int64_t rows, int64_t c,
+                           double *sum_dy, double *sum_dy_xmu)
+{
+    cuda_ctx *cc = enter(ctx);
+    if (c <= 0) return;
+    k_bn_backward_sums LAUNCH(cc, c)(dy, x, mean, rows, c, sum_dy, sum_dy_xmu);
+    cuda_launched(cc, "batch-norm backward sums");
+}
+
+void cuda_bn_backward(void *ctx, const float *dy, const float *x, const float *mean, const float *var,
+                      const float *gamma, float eps, const double *sum_dy, const double *sum_dy_xmu, double count,
+                      float *dx, int64_t rows, int64_t c)
+{
+    cuda_ctx *cc = enter(ctx);
+    if (rows * c <= 0) return;
+    k_bn_backward LAUNCH(cc, rows * c)(dy, x, mean, var, gamma, eps, sum_dy, sum_dy_xmu, count, dx, rows, c);
+    cuda_launched(cc, "batch norm backward");
+}
+
+void cuda_bn_param_grads(void *ctx, const float *var, float eps, const double *sum_dy, const double *sum_dy_xmu,
+                         float *dgamma, float *dbeta, int64_t c)
+{
+    cuda_ctx *cc = enter(ctx);
+    if (c <= 0) return;
+    k_bn_param_grads LAUNCH(cc, c)(var, eps, sum_dy, sum_dy_xmu, dgamma, dbeta, c);
+    cuda_launched(cc, "batch-norm parameter gradients");
+}
+
+/* ------------------------------------------------------------------ layer norm (a thread per row) */
+
+__global__ void k_layernorm_forward(const float *x, const float *gamma, const float *beta, float eps, float *y,
+                                    float *mean, float *rstd, int64_t rows, int64_t c)
+{
+    FOR_EACH(r, rows) {
+        const float *xr = x + r * c;
+        float *yr = y + r * c;
+        float m = 0.0f, v = 0.0f;
+        for (int64_t j = 0; j < c; j++) m += xr[j];
+        m /= (float)c;
+        for (int64_t j = 0; j < c; j++) v += (xr[j] - m) * (xr[j] - m);
+        v /= (float)c;
+        float s = 1.0f / sqrtf(v + eps);
+        for (int64_t j = 0; j < c; j++) yr[j] = (xr[j] - m) * s * gamma[j] + beta[j];
+        mean[r] = m;
+        rstd[r] = s;
+    }
+}
+
+__global__ void k_layernorm_dx(const float *dy, const float *x, const float *gamma, const float *mean,
+                               const float *rstd, float *dx, int64_t rows, int64_t c)
+{
+    FOR_EACH(r, rows) {
+        const float *dyr = dy + r * c, *xr = x + r * c;
+        float *dxr = dx + r * c;
+        float m = mean[r], s = rstd[r], mean_g = 0.0f, mean_gx = 0.0f;
+        for (int64_t j = 0; j < c; j++) {
+            float xhat = (xr[j] - m) * s, g = dyr[j] * gamma[j];
+            mean_g += g;
+            mean_gx += g * xhat;
+        }
+        mean_g /= (float)c;
+        mean_gx /= (float)c;
+        for (int64_t j = 0; j < c; j++) {
+            float xhat = (xr[j] - m) * s;
+            dxr[j] = s * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
+        }
+    }
+}
+
+/* dgamma, dbeta: a thread per column, the rows in order (the CPU's accumulation order). */
+__global__ void k_layernorm_params(const float *dy, const float *x, const float *mean, const float *rstd,
+                                   float *dgamma, float *dbeta, int64_t rows, int64_t c)
+{
+    FOR_EACH(j, c) {
+        float g = dgamma[j], b = dbeta[j];
+        for (int64_t r = 0; r < rows; r++) {
+            float xhat = (x[r * c + j] - mean[r]) * rstd[r];
+            g += dy[r * c + j] * xhat;
+            b += dy[r * c + j];
+        }
+        dgamma[j] = g;
+        dbeta[j] = b;
+    }
+}
+
+void cuda_layernorm_forward(void *ctx, const float *x, const float *gamma, const float *beta, float eps, float *y,
+                            float *mean, float *rstd, int64_t rows, int64_t c)
+{
+    cuda_ctx *cc = enter(ctx);
+    if (rows <= 0) return;
+    k_layernorm_forward LAUNCH(cc, rows)(x, gamma, beta, eps, y, mean, rstd, rows, c);
+    cuda_launched(cc, "layer norm");
+}
+
+void cuda_layernorm_backward(void *ctx, const float *dy, const float *x, const float *gamma, const float *mean,
+                             const float *rstd, float *dx, float *dgamma, float *dbeta, int64_t rows, int64_t c)
+{
+    cuda_ctx *cc = enter(ctx);
+    if (rows <= 0) return;
+    /* the parameters' gradients first: dx may be written over dy (backend.h) */
+    k_layernorm_params LAUNCH(cc, c)(dy, x, mean, rstd, dgamma, dbeta, rows, c);
+    k_layernorm_dx LAUNCH(cc, rows)(dy, x, gamma, mean, rstd, dx, rows, c);
+    cuda_launched(cc, "layer norm backward");
+}
+
+/* ------------------------------------------------------------------ causal self-attention */
+
+/* Row (b, h, t) of att becomes softmax over s ≤ t of its scores, zeros above the diagonal. */
+__global__ void k_causal_softmax(float *att, int64_t rows, int64_t T)
+{
+    FOR_EACH(i, rows) {
+        int64_t t = i % T;
+        float *row = att + i * T;
+        float mx = row[0];
+        for (int64_t s = 1; s <= t; s++) mx = row[s] > mx ? row[s] : mx;
+        for (int64_t s = 0; s <= t; s++) row[s] = expf(row[s] - mx);
+        float sum = 0.0f;
+        for (int64_t s = 0; s <= t; s++) sum += row[s];
+        float inv = 1.0f / sum;
+        for (int64_t s = 0; s <= t; s++) row[s] *= inv;
+        for (int64_t s = t + 1; s < T; s++) row[s] = 0.0f;
+    }
+}
+
+/* Through the softmax, row by row: ds = att ⊙ (datt − Σ_s att·datt), 0 above the diagonal. */
+__global__ void k_softmax_backward_rows(const float *att, float *datt, int64_t rows, int64_t T)
+{
+    FOR_EACH(i, rows) {
+        int64_t t = i % T;
+        const float *ar = att + i * T;
+        float *dr = datt + i * T;
+        float dot = 0.0f;
+        for (int64_t s = 0; s <= t; s++) dot += ar[s] * dr[s];
+        for (int64_t s = 0; s <= t; s++) dr[s] = ar[s] * (dr[s] - dot);
+        for (int64_t s = t + 1; s < T; s++) dr[s] = 0.0f;
+    }
+}
+
+/* Per sample, the heads as one strided batch of GEMMs: head h of qkv starts h·d columns in (the
+ * matrices of a batch are d apart), of att T·T apart, of y d apart. */
+void cuda_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
+                            int64_t heads, int64_t d)
+{
+    cuda_ctx *c = enter(ctx);
+    const int64_t C = heads * d, ld = 3 * C;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int64_t b = 0; b < batch; b++) {
+        const float *q = qkv + b * T * ld, *k = q + C;
+        float *a = att + b * heads * T * T;
+        cuda_gemm_strided(c, 0, 1, T, T, d, scale, q, ld, d, k, ld, d, 0.0f, a, T, T * T, heads);
+    }
+    k_causal_softmax LAUNCH(c, batch * heads * T)(att, batch * heads * T, T);
+    cuda_launched(c, "attention softmax");
+    for (int64_t b = 0; b < batch; b++) {
+        const float *v = qkv + b * T * ld + 2 * C;
+        cuda_gemm_strided(c, 0, 0, T, d, T, 1.0f, att + b * heads * T * T, T, T * T, v, ld, d, 0.0f, y + b * T * C, C,
+                          d, heads);
+    }
+}
+
+void cuda_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
+                             float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
+{
+    cuda_ctx *c = enter(ctx);
+    const int64_t C = heads * d, ld = 3 * C;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int64_t b = 0; b < batch; b++) {
+        const float *v = qkv + b * T * ld + 2 * C, *a = att + b * heads * T * T, *dyb = dy + b * T * C;
+        float *da = datt + b * heads * T * T, *dv = dqkv + b * T * ld + 2 * C;
+        cuda_gemm_strided(c, 0, 1, T, T, d, 1.0f, dyb, C, d, v, ld, d, 0.0f, da, T, T * T, heads); /* dy·vᵀ */
+        cuda_gemm_strided(c, 1, 0, T, d, T, 1.0f, a, T, T * T, dyb, C, d, 0.0f, dv, ld, d, heads); /* attᵀ·dy */
+    }
+    k_softmax_backward_rows LAUNCH(c, batch * heads * T)(att, datt, batch * heads * T, T);
+    cuda_launched(c, "attention softmax backward");
+    for (int64_t b = 0; b < batch; b++) {
+        const float *q = qkv + b * T * ld, *k = q + C, *da = datt + b * heads * T * T;
+        float *dq = dqkv + b * T * ld, *dk = dq + C;
+        cuda_gemm_strided(c, 0, 0, T, d, T, scale, da, T, T * T, k, ld, d, 0.0f, dq, ld, d, heads); /* ds·k/√d */
+        cuda_gemm_strided(c, 1, 0, T, d, T, scale, da, T, T * T, q, ld, d, 0.0f, dk, ld, d, heads); /* dsᵀ·q/√d */
+    }
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+__device__ static int valid_id(float id, int64_t vocab)
+{
+    return id >= 0.0f && id < (float)vocab && id == (float)(int64_t)id;
+}
+
+__global__ void k_embedding_forward(const float *ids, const float *table, int64_t vocab, float *y, int64_t rows,
+                                    int64_t dim)
+{
+    FOR_EACH(i, rows * dim) {
+        int64_t r = i / dim, j = i % dim;
+        y[i] = valid_id(ids[r], vocab) ? table[(int64_t)ids[r] * dim + j] : 0.0f;
+    }
+}
+
+__global__ void k_embedding_bad(const float *ids, int64_t vocab, int64_t rows, long long *bad)
+{
+    FOR_EACH(r, rows) bad[r] = !valid_id(ids[r], vocab);
+}
+
+/* dtable (v, j) += dy (r, j) for every row r of id v, r ascending: the CPU's order of the adds. */
+__global__ void k_embedding_backward(const float *ids, const float *dy, float *dtable, int64_t vocab, int64_t rows,
+                                     int64_t dim)
+{
+    FOR_EACH(i, vocab * dim) {
+        int64_t v = i / dim, j = i % dim;
+        float s = dtable[i];
+        for (int64_t r = 0; r < rows; r++)
+            if (valid_id(ids[r], vocab) && (int64_t)ids[r] == v) s += dy[r * dim + j];
+        dtable[i] = s;
+    }
+}
+
+crew_status cuda_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
+                                   int64_t rows, int64_t dim, int64_t *bad)
+{
+    cuda_ctx *c = enter(ctx);
+    *bad = 0;
+    if (rows <= 0) return cuda_take_pending(c);
+    CREW_TRY(cuda_count_reserve(c, rows));
+    if (dim > 0) k_embedding_forward LAUNCH(c, rows * dim)(ids, table, vocab, y, rows, dim);
+    k_embedding_bad LAUNCH(c, rows)(ids, vocab, rows, c->d_count);
+    cuda_launched(c, "embedding");
+    return cuda_count_flags(c, rows, bad, "embedding");
+}
+
+void cuda_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t vocab, int64_t rows,
+                             int64_t dim)
+{
+    cuda_ctx *c = enter(ctx);
+    if (vocab * dim <= 0) return;
+    k_embedding_backward LAUNCH(c, vocab * dim)(ids, dy, dtable, vocab, rows, dim);
+    cuda_launched(c, "embedding backward");
+}
+
+/* ------------------------------------------------------------------ loss (a thread per row) */
+
+__global__ void k_softmax_xent(const float *logits, const int32_t *labels, int64_t rows, int64_t classes, float scale,
+                               float *row_loss, float *dlogits, long long *right)
+{
+    FOR_EACH(r, rows) {
+        const float *z = logits + r * classes;
+        float *dz = dlogits + r * classes;
+        int64_t best = 0;
+        float zmax = z[0];
+        for (int64_t j = 1; j < classes; j++)
+            if (z[j] > zmax) {
+                zmax = z[j];
+                best = j;
+            }
+        float sum = 0.0f;
+        for (int64_t j = 0; j < classes; j++) {
+            dz[j] = expf(z[j] - zmax);
+            sum += dz[j];
+        }
+        int32_t y = labels[r];
+        row_loss[r] = logf(sum) - (z[y] - zmax);
+        float inv = scale / sum;
+        for (int64_t j = 0; j < classes; j++) dz[j] *= inv;
+        dz[y] -= scale;
+        right[r] = best == y;
+    }
+}
+
+__global__ void k_softmax(const float *logits, float *probs, int64_t rows, int64_t classes)
+{
+    FOR_EACH(r, rows) {
+        const float *z = logits + r * classes;
+        float *p = probs + r * classes;
+        float zmax = z[0];
+        for (int64_t j = 1; j < classes; j++) zmax = z[j] > zmax ? z[j] : zmax;
+        float sum = 0.0f;
+        for (int64_t j = 0; j < classes; j++) sum += (p[j] = expf(z[j] - zmax));
+        for (int64_t j = 0; j < classes; j++) p[j] /= sum;
+    }
+}
+
+crew_status cuda_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
+                              float scale, float *row_loss, float *dlogits, int64_t *correct)
+{
+    cuda_ctx *c = enter(ctx);
+    *correct = 0;
+    if (rows <= 0) return cuda_take_pending(c);
+    CREW_TRY(cuda_count_reserve(c, rows));
+    k_softmax_xent LAUNCH(c, rows)(logits, labels, rows, classes, scale, row_loss, dlogits, c->d_count);
+    cuda_launched(c, "softmax cross-entropy");
+    return cuda_count_flags(c, rows, correct, "softmax cross-entropy");
+}
+
+void cuda_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int64_t classes)
+{
+    cuda_ctx *c = enter(ctx);
+    if (rows <= 0) return;
+    k_softmax LAUNCH(c, rows)(logits, probs, rows, classes);
+    cuda_launched(c, "softmax");
+}
+
+/* ------------------------------------------------------------------ optimisers (cpu_optim.c's arithmetic) */
+
+__global__ void k_sgd(float *param, const float *grad, float *velocity, int64_t n, float lr, float momentum,
+                      int nesterov, float weight_decay)
+{
+    FOR_EACH(i, n) {
+        float g = grad[i] + weight_decay * param[i];
+        if (momentum != 0.0f) {
+            float v = momentum * velocity[i] + g;
+            velocity[i] = v;
+            g = nesterov ? g + momentum * v : v;
+        }
+        param[i] -= lr * g;
+    }
+}
+
+__global__ void k_adamw(float *param, const float *grad, float *m, float *v, int64_t n, crew_adamw_consts k)
+{
+    const float w = k.one_minus_beta1, neg_step = -k.step_size;
+    const int small = w < 0.5f;
+    FOR_EACH(i, n) {
+        float g = grad[i];
+        float mi = small ? fmaf(w, g - m[i], m[i]) : fmaf(w - 1.0f, g - m[i], g);
+        float vi = fmaf(k.one_minus_beta2 * g, g, v[i] * k.beta2);
+        m[i] = mi;
+        v[i] = vi;
+        float p = param[i] * k.decay;
+        param[i] = p + neg_step * mi / (sqrtf(vi) / k.bias_c2_sqrt + k.eps);
+    }
+}
+
+void cuda_sgd_update(void *ctx, float *param, const float *grad, float *velocity, int64_t n, float lr, float momentum,
+                     int nesterov, float weight_decay)
+{
+    cuda_ctx *c = enter(ctx);
+    if (n <= 0) return;
+    k_sgd LAUNCH(c, n)(param, grad, velocity, n, lr, momentum, nesterov, weight_decay);
+    cuda_launched(c, "SGD update");
+}
+
+void cuda_adamw_update(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n,
+                       const crew_adamw_consts *k)
+{
+    cuda_ctx *c = enter(ctx);
+    if (n <= 0) return;
+    k_adamw LAUNCH(c, n)(param, grad, m, v, n, *k);
+    cuda_launched(c, "AdamW update");
+}
