@@ -739,11 +739,13 @@ typedef struct crew_memory_options {
     int64_t batch_per_device;    /* [model file's, else 32] */
     int devices;                 /* replicas [1] */
     int64_t global_batch;        /* [devices × batch_per_device]; a multiple of it: accumulation */
-    int64_t device_memory_bytes; /* each device's own memory; 0: this machine's physical memory,
+    int64_t device_memory_bytes; /* each device's own memory; 0: the devices' own as their kind
+                                    reports it (a GPU's), else this machine's physical memory,
                                     which its CPU replicas share */
     int64_t train_samples;       /* training samples, for the loader's sample order; 0: unknown */
     int prefetch;                /* loader steps prepared ahead [model file's, else 2] */
     int optimizer_sharding;      /* 1: plan for optimizer state sharded across the replicas */
+    const char *device_kind;     /* the replicas' device kind (crew_device_kinds) [cpu] */
 } crew_memory_options;
 
 typedef struct crew_memory_layer {

@@ -13,6 +13,7 @@
 #              micro-batches, bitwise (the ordered all-reduce through host copies)
 #   vs cpu     the same 200 steps on cuda:1 and cpu:1: the final training loss within 2%
 #   accuracy   the demo's CNN, 4 epochs on cuda:1: test accuracy >= 0.91
+#   plan       crew plan --devices cuda:1 plans against the GPU's own memory
 #   speed      samples/s of the CNN and the MLP on cuda:1 (300 steps), the peak GEMM rate
 # and prints the table (also OUT_DIR/table.md). Exit status 1 when a check failed.
 set -u
@@ -79,6 +80,14 @@ if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a >= 0.91) }'; then
   row accuracy pass "the demo's CNN on cuda:1: test accuracy $acc"
 else
   row accuracy FAIL "the demo's CNN on cuda:1: test accuracy '$acc' ($(tail -n 1 "$OUT/demo.err"))"
+fi
+
+# ---- the planner plans against the GPU's own memory
+"$CREW" plan examples/fashion_cnn.json --devices cuda:1 > "$OUT/plan.out" 2>&1
+if grep -q '^device memory: .* per device' "$OUT/plan.out"; then
+  row plan pass "$(grep -m1 '^device memory' "$OUT/plan.out")"
+else
+  row plan FAIL "$(grep -m1 '^device memory' "$OUT/plan.out" || tail -n 1 "$OUT/plan.out")"
 fi
 
 # ---- speed (recorded, not judged)

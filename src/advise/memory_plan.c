@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "nn/layer.h"
@@ -141,8 +142,11 @@ static crew_status resolve(const crew_model *m, const crew_memory_options *o, cr
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "device memory, training samples and prefetch must not be "
                            "negative (prefetch at most 1024)");
     p->accumulation = (int)(p->global_batch / round);
-    p->shared_memory = o->device_memory_bytes == 0;
-    p->device_memory_bytes = o->device_memory_bytes ? o->device_memory_bytes : physical_memory();
+    /* Not given: a GPU's own memory as its kind reports it, else the host's, which CPU replicas share. */
+    const crew_device_kind *kind = crew_device_kind_find(o->device_kind ? o->device_kind : "cpu");
+    int64_t own = !o->device_memory_bytes && kind && kind->memory_bytes ? kind->memory_bytes(0) : 0;
+    p->shared_memory = o->device_memory_bytes == 0 && own == 0;
+    p->device_memory_bytes = o->device_memory_bytes ? o->device_memory_bytes : own ? own : physical_memory();
     if (p->device_memory_bytes <= 0)
         return crew_errorf(CREW_CODE_IO, "could not read this machine's physical memory; give the device memory");
     return CREW_OK;

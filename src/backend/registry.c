@@ -50,13 +50,15 @@ static crew_status open_cuda(int index, const crew_device_options *o, crew_backe
 #endif
 
 static const crew_device_kind kinds[] = {
-    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu},
+    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL},
     {"cpu-guarded", "the CPU backend with device memory that traps any access from host code (a test "
-                    "of the device seam; slower)", cpu_available, open_cpu_guarded},
+                    "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL},
     {"cpu-remote", "the guarded CPU backend as a device the host cannot reach, as a GPU: its replicas talk "
-                   "through host copies (a test of the GPU's communication path)", cpu_available, open_cpu_remote},
+                   "through host copies (a test of the GPU's communication path)", cpu_available, open_cpu_remote,
+     NULL},
 #ifdef CREW_HAVE_CUDA
-    {"cuda", "NVIDIA GPUs: one replica per GPU, GEMMs by cuBLAS, fp32", crew_cuda_device_count, open_cuda},
+    {"cuda", "NVIDIA GPUs: one replica per GPU, GEMMs by cuBLAS, fp32", crew_cuda_device_count, open_cuda,
+     crew_cuda_device_memory},
 #endif
 };
 

@@ -125,15 +125,17 @@ static void print_json(const char *model, const crew_memory_plan *p)
 typedef struct plan_args {
     const char *model, *data;
     int json;
+    char kind[32];              /* --devices KIND */
     crew_memory_options o;
 } plan_args;
 
 static int parse_devices(const char *verb, const char *v, void *args)
 {
     int64_t n;
-    char kind[32];
-    if (!cli_parse_devices(verb, v, kind, sizeof kind, &n)) return 0;
-    ((plan_args *)args)->o.devices = (int)n;
+    plan_args *a = args;
+    if (!cli_parse_devices(verb, v, a->kind, sizeof a->kind, &n)) return 0;
+    a->o.devices = (int)n;
+    a->o.device_kind = a->kind;
     return 1;
 }
 

@@ -568,6 +568,17 @@ extern "C" int crew_cuda_device_count(void)
     return n;
 }
 
+extern "C" int64_t crew_cuda_device_memory(int index)
+{
+    int n = crew_cuda_device_count();
+    cudaDeviceProp p;
+    if (n < 1 || cudaGetDeviceProperties(&p, index % n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return (int64_t)p.totalGlobalMem;
+}
+
 extern "C" crew_status crew_cuda_backend_create(int index, crew_backend *out)
 {
     memset(out, 0, sizeof *out);
