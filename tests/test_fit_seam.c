@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "check.h"
 #include "model_values.h"
 #include "synthetic.h"
@@ -217,7 +218,22 @@ static void test_unknown_kind(const crew_dataset *d)
     int n = 0;
     CHECK_OK(crew_devices_parse("cpu-guarded:3", kind, sizeof kind, &n));
     CHECK(strcmp(kind, "cpu-guarded") == 0 && n == 3);
+#ifdef CREW_HAVE_CUDA
+    /* a build with the CUDA kind: cuda:N parses; without a GPU it has no device to open */
+    CHECK_OK(crew_devices_parse("cuda:2", kind, sizeof kind, &n));
+    CHECK(strcmp(kind, "cuda") == 0 && n == 2);
+    if (crew_cuda_device_count() == 0) {
+        CHECK_ERR(crew_devices_parse("cuda", kind, sizeof kind, &n), "no device of that kind is available");
+        run_spec cuda = {.kind = "cuda", .devices = 1, .global = 8};
+        m = train(d, &cuda, &s);
+        CHECK_MSG(!m && s && strstr(crew_status_message(s), "no CUDA GPU visible"), "%s",
+                  s ? crew_status_message(s) : "trained on cuda without a GPU");
+        crew_status_free(s);
+        crew_model_free(m);
+    }
+#else
     CHECK_ERR(crew_devices_parse("cuda:2", kind, sizeof kind, &n), "unknown device kind 'cuda'");
+#endif
     CHECK_ERR(crew_devices_parse("cpu:0", kind, sizeof kind, &n), "takes N in [1, 1024]");
 }
 
