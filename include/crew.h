@@ -831,6 +831,7 @@ typedef struct crew_scale_options {
     int64_t steps;               /* measured per repeat [20] */
     int repeats;                 /* [3] */
     int threads_per_device;      /* [1] */
+    int shard_optimizer;         /* 1: the replicas shard their optimizer state (--shard-optimizer) [0] */
     void (*on_repeat)(void *user, int devices, int repeat, double samples_per_s); /* progress, or NULL */
     void *user;
     /* Processes (as crew_fit_options.group): a trial runs `devices` replicas in each, devices ×
@@ -846,15 +847,19 @@ crew_status crew_scale_measure(crew_model *m, const crew_dataset *train, const c
 void crew_scale_analyse(crew_scale_trial *trials, int n);
 
 /* The layouts of `cores` CPU cores for m at one global batch, cores × o->batch_per_device: for
- * each R dividing cores (the largest first, at most CREW_LAYOUT_MAX), R replicas of
+ * each R dividing cores (the largest first, at most CREW_LAYOUT_MAX - 1), R replicas of
  * cores / R BLAS threads each and a per-device batch of cores / R × o->batch_per_device, one
- * scaling trial each (o's warm-up, steps and repeats; o->threads_per_device is ignored). Trains m
- * (give it a copy). The layouts compute the same step but not the same bits: BLAS threads, and
- * one replica's larger GEMMs, sum in another order (docs/ARCHITECTURE.md "Determinism"), so the
- * library never picks one unasked; crew train --layout auto does, and says so. */
+ * scaling trial each (o's warm-up, steps and repeats; o->threads_per_device and
+ * o->shard_optimizer are ignored); then, with more than one core, the `cores` replicas again with
+ * their optimizer state sharded. Trains m (give it a copy). The layouts compute the same step but
+ * not the same bits: BLAS threads, and one replica's larger GEMMs, sum in another order
+ * (docs/ARCHITECTURE.md "Determinism"), so the library never picks one unasked; crew train
+ * --layout auto does, and says so. Sharding keeps the bits, so crew train turns it on by itself
+ * where it measured faster. */
 #define CREW_LAYOUT_MAX 8
 typedef struct crew_layout_trial {
     int replicas, threads_per_device;
+    int shard_optimizer;         /* 1: the replicas' optimizer state sharded */
     int64_t batch_per_device;
     double samples_per_s;        /* the trial's median repeat */
 } crew_layout_trial;
@@ -862,9 +867,13 @@ typedef struct crew_layout_choice {
     crew_layout_trial trials[CREW_LAYOUT_MAX]; /* [n], the most replicas first; n = 0 when the
                                                   choice came from a cache */
     int n;
-    int replicas, threads_per_device; /* the fastest (ties: the most replicas) */
+    int replicas, threads_per_device; /* the fastest unsharded (ties: the most replicas) */
     int64_t batch_per_device;
     double speedup;              /* its samples/s over those of `cores` replicas of 1 thread */
+    /* the `cores` replicas sharded over the same unsharded (1 with one core: not measured), and
+     * whether that is faster beyond the noise (more than 3%) */
+    double shard_speedup;
+    int shard_optimizer;
 } crew_layout_choice;
 crew_status crew_layout_measure(crew_model *m, const crew_dataset *train, const crew_scale_options *o, int cores,
                                 crew_layout_choice *out);

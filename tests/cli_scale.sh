@@ -20,12 +20,13 @@ last=$(tail -n 1 "$TMP/out")
 echo "$last" | grep -q '"trials":\[{"devices":1,' && echo "$last" | grep -q '{"devices":2,"global_batch":32' \
     && ok || fail "trials: $last"
 echo "$last" | grep -q '"efficiency":1,' && ok || fail "the 1-replica trial's efficiency is not 1: $last"
-# The layouts of every core: one replica per core first, then fewer with more BLAS threads, at
-# one global batch; the text names the fastest.
+# The layouts of every core: one replica per core first, then fewer with more BLAS threads, then
+# one replica per core sharded, at one global batch; the text names the fastest.
 cores=$(nproc)
 if [ "$cores" -ge 2 ]; then
-  echo "$last" | grep -q "\"layouts\":\[{\"replicas\":$cores,\"threads_per_device\":1,\"batch_per_device\":16,\"samples_per_s\":[0-9]" \
-    && echo "$last" | grep -q "{\"replicas\":1,\"threads_per_device\":$cores,\"batch_per_device\":$((16 * cores))," \
+  echo "$last" | grep -q "\"layouts\":\[{\"replicas\":$cores,\"threads_per_device\":1,\"shard_optimizer\":0,\"batch_per_device\":16,\"samples_per_s\":[0-9]" \
+    && echo "$last" | grep -q "{\"replicas\":1,\"threads_per_device\":$cores,\"shard_optimizer\":0,\"batch_per_device\":$((16 * cores))," \
+    && echo "$last" | grep -q "{\"replicas\":$cores,\"threads_per_device\":1,\"shard_optimizer\":1,\"batch_per_device\":16," \
     && grep -q "^layouts of the $cores cores at a global batch of $((16 * cores))" "$TMP/out" \
     && [ "$(grep -c '  fastest$' "$TMP/out")" = 1 ] && ok || fail "layouts: $(grep -A3 '^layouts' "$TMP/out")"
 fi

@@ -337,17 +337,23 @@ static void check_layouts(const char *src, const char *data, const char *dir)
     o.repeats = 1;
     crew_layout_choice c;
     CHECK_OK(crew_layout_measure(m, d, &o, 2, &c));
-    CHECK(c.n == 2 && c.trials[0].replicas == 2 && c.trials[0].threads_per_device == 1 &&
+    CHECK(c.n == 3 && c.trials[0].replicas == 2 && c.trials[0].threads_per_device == 1 &&
           c.trials[0].batch_per_device == 16 && c.trials[1].replicas == 1 && c.trials[1].threads_per_device == 2 &&
-          c.trials[1].batch_per_device == 32);
+          c.trials[1].batch_per_device == 32 && !c.trials[0].shard_optimizer && !c.trials[1].shard_optimizer);
+    /* the last: one replica per core again, sharded, against the first */
+    CHECK(c.trials[2].replicas == 2 && c.trials[2].threads_per_device == 1 && c.trials[2].shard_optimizer &&
+          c.trials[2].batch_per_device == 16 && finite_pos(c.trials[2].samples_per_s));
+    CHECK(near(c.shard_speedup, c.trials[2].samples_per_s / c.trials[0].samples_per_s) &&
+          c.shard_optimizer == (c.shard_speedup > 1.03));
     int best = c.trials[0].samples_per_s >= c.trials[1].samples_per_s ? 0 : 1;
     CHECK(finite_pos(c.trials[0].samples_per_s) && finite_pos(c.trials[1].samples_per_s));
     CHECK(c.replicas == c.trials[best].replicas && c.threads_per_device == c.trials[best].threads_per_device &&
           c.batch_per_device == c.trials[best].batch_per_device);
     CHECK(near(c.speedup, c.trials[best].samples_per_s / c.trials[0].samples_per_s));
     CHECK_OK(crew_layout_measure(m, d, &o, 6, &c));
-    CHECK(c.n == 4 && c.trials[0].replicas == 6 && c.trials[1].replicas == 3 && c.trials[2].replicas == 2 &&
-          c.trials[3].replicas == 1 && c.trials[1].threads_per_device == 2 && c.trials[3].batch_per_device == 96);
+    CHECK(c.n == 5 && c.trials[0].replicas == 6 && c.trials[1].replicas == 3 && c.trials[2].replicas == 2 &&
+          c.trials[3].replicas == 1 && c.trials[1].threads_per_device == 2 && c.trials[3].batch_per_device == 96 &&
+          c.trials[4].replicas == 6 && c.trials[4].shard_optimizer);
     CHECK_ERR(crew_layout_measure(m, d, &o, 0, &c), "layouts of 0 cores");
 
     char cache[600];
@@ -359,11 +365,13 @@ static void check_layouts(const char *src, const char *data, const char *dir)
     CHECK_OK(crew_layout_cached(cache, 0x1234, NULL, NULL, &o, 2, 0, &first, &found));
     CHECK(!found); /* not measured, not cached */
     CHECK_OK(crew_layout_cached(cache, 0x1234, m, d, &o, 2, 1, &first, &found));
-    CHECK(found && first.n == 2);
+    CHECK(found && first.n == 3);
     CHECK_OK(crew_layout_cached(cache, 0x1234, NULL, NULL, &o, 2, 0, &again, &found));
     CHECK(found && again.n == 0 && again.replicas == first.replicas &&
           again.threads_per_device == first.threads_per_device && again.batch_per_device == first.batch_per_device &&
-          fabs(again.speedup - first.speedup) <= 1e-5 * first.speedup);
+          fabs(again.speedup - first.speedup) <= 1e-5 * first.speedup &&
+          fabs(again.shard_speedup - first.shard_speedup) <= 1e-5 * first.shard_speedup &&
+          again.shard_optimizer == first.shard_optimizer);
     CHECK_OK(crew_layout_cached(cache, 0x5678, NULL, NULL, &o, 2, 0, &again, &found));
     CHECK(!found); /* another model's */
     crew_dataset_free(d);

@@ -34,19 +34,30 @@ crew_status crew_layout_measure(crew_model *m, const crew_dataset *train, const 
     crew_scale_options t = *o;
     const int64_t b = default_batch(m, o);
     int fastest = -1;
-    for (int r = cores; r >= 1 && out->n < CREW_LAYOUT_MAX; r--) {
-        if (cores % r) continue;
+    /* every split of the cores, then the one replica per core again, sharded */
+    for (int r = cores; r >= 0 && out->n < CREW_LAYOUT_MAX; r--) {
+        const int sharded = r == 0;
+        if (sharded && cores == 1) break;
+        const int replicas = sharded ? cores : r;
+        if (cores % replicas || (!sharded && out->n >= CREW_LAYOUT_MAX - 1)) continue; /* room for the sharded */
         crew_layout_trial *lt = &out->trials[out->n];
-        *lt = (crew_layout_trial){.replicas = r, .threads_per_device = cores / r, .batch_per_device = b * (cores / r)};
+        *lt = (crew_layout_trial){.replicas = replicas, .threads_per_device = cores / replicas, .shard_optimizer = sharded,
+                                  .batch_per_device = b * (cores / replicas)};
         t.threads_per_device = lt->threads_per_device;
         t.batch_per_device = lt->batch_per_device;
+        t.shard_optimizer = sharded;
         crew_scale_trial trial;
-        crew_status s = crew_scale_measure(m, train, &t, r, &trial);
+        crew_status s = crew_scale_measure(m, train, &t, replicas, &trial);
         if (s)
-            return crew_error_prefix(s, "layout %d replica%s x %d thread%s: ", r, r == 1 ? "" : "s",
-                                     lt->threads_per_device, lt->threads_per_device == 1 ? "" : "s");
+            return crew_error_prefix(s, "layout %d replica%s x %d thread%s%s: ", replicas, replicas == 1 ? "" : "s",
+                                     lt->threads_per_device, lt->threads_per_device == 1 ? "" : "s",
+                                     sharded ? ", sharded" : "");
         lt->samples_per_s = trial.samples_per_s;
-        if (fastest < 0 || lt->samples_per_s > out->trials[fastest].samples_per_s) fastest = out->n;
+        if (sharded) {
+            out->shard_speedup = out->trials[0].samples_per_s > 0 ? lt->samples_per_s / out->trials[0].samples_per_s : 1.0;
+        } else if (fastest < 0 || lt->samples_per_s > out->trials[fastest].samples_per_s) {
+            fastest = out->n;
+        }
         out->n++;
     }
     const crew_layout_trial *best = &out->trials[fastest];
@@ -54,18 +65,21 @@ crew_status crew_layout_measure(crew_model *m, const crew_dataset *train, const 
     out->threads_per_device = best->threads_per_device;
     out->batch_per_device = best->batch_per_device;
     out->speedup = out->trials[0].samples_per_s > 0 ? best->samples_per_s / out->trials[0].samples_per_s : 1.0;
+    if (cores == 1) out->shard_speedup = 1.0;
+    out->shard_optimizer = out->shard_speedup > 1.03;
     return CREW_OK;
 }
 
-/* The cache's keys of a choice: its replicas and its speedup. */
-static void layout_keys(uint64_t model_key, int cores, int64_t batch, char keys[2][CREW_PEAK_KEY_MAX])
+/* The cache's keys of a choice: its replicas, its speedup, and sharding's. */
+#define KEYS 3
+static void layout_keys(uint64_t model_key, int cores, int64_t batch, char keys[KEYS][CREW_PEAK_KEY_MAX])
 {
+    static const char *const what[KEYS] = {"replicas", "speedup", "shard"};
     char base[CREW_PEAK_KEY_MAX];
     crew_peak_cache_key("cpu", 0, base, sizeof base);
-    snprintf(keys[0], CREW_PEAK_KEY_MAX, "layout|%.280s|model=%016llx|cores=%d|batch=%lld|replicas", base,
-             (unsigned long long)model_key, cores, (long long)batch);
-    snprintf(keys[1], CREW_PEAK_KEY_MAX, "layout|%.280s|model=%016llx|cores=%d|batch=%lld|speedup", base,
-             (unsigned long long)model_key, cores, (long long)batch);
+    for (int i = 0; i < KEYS; i++)
+        snprintf(keys[i], CREW_PEAK_KEY_MAX, "layout|%.280s|model=%016llx|cores=%d|batch=%lld|%s", base,
+                 (unsigned long long)model_key, cores, (long long)batch, what[i]);
 }
 
 crew_status crew_layout_cached(const char *cache_path, uint64_t model_key, crew_model *m, const crew_dataset *train,
@@ -81,19 +95,21 @@ crew_status crew_layout_cached(const char *cache_path, uint64_t model_key, crew_
     if (o->batch_per_device <= 0 && !m)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_layout_cached: the per-device batch, or the model");
     const int64_t b = o->batch_per_device > 0 ? o->batch_per_device : default_batch(m, o);
-    char keys[2][CREW_PEAK_KEY_MAX];
+    char keys[KEYS][CREW_PEAK_KEY_MAX];
     layout_keys(model_key, cores, b, keys);
     size_t n = 0;
     char *text = crew_cache_read(cache_path, &n);
-    double replicas = 0.0, speedup = 0.0;
+    double replicas = 0.0, speedup = 0.0, shard = 0.0;
     if (measure < 2 && text && crew_peak_cache_find(text, n, keys[0], &replicas) &&
-        crew_peak_cache_find(text, n, keys[1], &speedup) &&
+        crew_peak_cache_find(text, n, keys[1], &speedup) && crew_peak_cache_find(text, n, keys[2], &shard) &&
         replicas == floor(replicas) && replicas >= 1 && (int)replicas <= cores && cores % (int)replicas == 0) {
         free(text);
         out->replicas = (int)replicas;
         out->threads_per_device = cores / out->replicas;
         out->batch_per_device = b * out->threads_per_device;
         out->speedup = speedup;
+        out->shard_speedup = shard;
+        out->shard_optimizer = shard > 1.03;
         *found = 1;
         return CREW_OK;
     }
@@ -103,9 +119,10 @@ crew_status crew_layout_cached(const char *cache_path, uint64_t model_key, crew_
         t.batch_per_device = b;
         s = crew_layout_measure(m, train, &t, cores, out);
         if (!s) {
-            const char *const k[2] = {keys[0], keys[1]};
-            const double v[2] = {(double)out->replicas, out->speedup > 0 ? out->speedup : 1.0};
-            crew_cache_write(cache_path, text, n, k, v, 2);
+            const char *const k[KEYS] = {keys[0], keys[1], keys[2]};
+            const double v[KEYS] = {(double)out->replicas, out->speedup > 0 ? out->speedup : 1.0,
+                                    out->shard_speedup > 0 ? out->shard_speedup : 1.0};
+            crew_cache_write(cache_path, text, n, k, v, KEYS);
             *found = 1;
         }
     }

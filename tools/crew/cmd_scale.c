@@ -373,10 +373,12 @@ static void print_layouts(const crew_layout_choice *c, int cores)
            "last bits differ between them):\n", cores, (long long)(c->trials[0].batch_per_device * c->trials[0].replicas));
     for (int i = 0; i < c->n; i++) {
         const crew_layout_trial *t = &c->trials[i];
-        printf("  %3d replica%s x %2d BLAS thread%s, batch %5lld per device: %9.0f samples/s (%.2fx)%s\n", t->replicas,
-               t->replicas == 1 ? " " : "s", t->threads_per_device, t->threads_per_device == 1 ? " " : "s",
-               (long long)t->batch_per_device, t->samples_per_s, t->samples_per_s / c->trials[0].samples_per_s,
-               t->replicas == c->replicas ? "  fastest" : "");
+        const int shard_wins = c->shard_optimizer && c->shard_speedup > c->speedup;
+        const int fastest = t->shard_optimizer ? shard_wins : !shard_wins && t->replicas == c->replicas;
+        printf("  %3d replica%s x %2d BLAS thread%s%s, batch %5lld per device: %9.0f samples/s (%.2fx)%s\n",
+               t->replicas, t->replicas == 1 ? " " : "s", t->threads_per_device, t->threads_per_device == 1 ? " " : "s",
+               t->shard_optimizer ? ", optimizer sharded" : "", (long long)t->batch_per_device, t->samples_per_s,
+               t->samples_per_s / c->trials[0].samples_per_s, fastest ? "  fastest" : "");
     }
 }
 
@@ -384,8 +386,9 @@ static void print_json_layouts(const crew_layout_choice *c)
 {
     printf("\"layouts\":[");
     for (int i = 0; i < c->n; i++) {
-        printf("%s{\"replicas\":%d,\"threads_per_device\":%d,\"batch_per_device\":%lld,", i ? "," : "",
-               c->trials[i].replicas, c->trials[i].threads_per_device, (long long)c->trials[i].batch_per_device);
+        printf("%s{\"replicas\":%d,\"threads_per_device\":%d,\"shard_optimizer\":%d,\"batch_per_device\":%lld,",
+               i ? "," : "", c->trials[i].replicas, c->trials[i].threads_per_device, c->trials[i].shard_optimizer,
+               (long long)c->trials[i].batch_per_device);
         json_num("samples_per_s", c->trials[i].samples_per_s, 0);
         printf("}");
     }

@@ -240,6 +240,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     a->warmup_steps = -1;
     a->drift_every = -2; /* not given */
     a->pipe.schedule = -1;
+    a->layout = -1;
     int parsed = cli_parse_args("train", usage_text, train_flags, CLI_COUNT(train_flags), argc, argv, a, &a->model);
     if (parsed) return parsed;
     if (!a->model) return cli_usage_error("train", "missing MODEL.json");
@@ -532,35 +533,49 @@ static int pipeline_layout(const train_args *a, const train_state *st, const cre
                            (long long)a->devices);
 }
 
-/* --layout auto: the faster split of the cores between replicas and BLAS threads (measured once,
- * cached) at the replicas' global batch; its line goes into `why`. Without --layout, on every core
- * of a plain run, a cached measurement that found another layout faster becomes a hint instead
- * (nothing is measured for it). Returns 0, or the exit status. */
+/* The layout's measurements (crew_layout_cached), for --layout auto and for plain runs:
+ *  - --layout auto: the fastest of R replicas x cores/R BLAS threads and of one replica per core
+ *    with its optimizer state sharded (measured once, cached), at the replicas' global batch;
+ *  - without --layout, a plain run on every core reads the cache only (nothing is measured):
+ *    sharding that measured faster is turned on, since it keeps the bits; another split of the
+ *    cores that measured faster becomes a hint, since it does not;
+ *  - --layout replicas: one replica per core, as given, nothing chosen.
+ * The line saying what was chosen goes into `why`, a hint into `hint`. Returns 0, or the exit
+ * status. */
 static int choose_layout(train_args *a, const train_state *st, crew_fit_options *o, char *why, size_t len,
                          char *hint, size_t hint_len)
 {
-    const int cores = (int)a->devices;
-    const int plain = !a->layout && !a->threads && a->pipe.stages <= 1 && !a->pipe.split && !a->device_memory &&
+    const int cores = (int)a->devices, automatic = a->layout == 1;
+    const int plain = a->layout < 0 && !a->threads && a->pipe.stages <= 1 && !a->pipe.split && !a->device_memory &&
                       !a->resume && !cli_group() && !strcmp(a->device_kind, "cpu") && cores == crew_cpu_cores();
-    if (a->layout != 1 && !plain) return 0;
+    if (!automatic && !plain) return 0;
     crew_layout_choice c;
     int found = 0, cached = 0;
-    crew_status s = cli_layout(a->model, st->train, cores, a->batch, a->layout == 1, &c, &found, &cached);
-    if (s && a->layout != 1) { /* a hint is optional */
+    crew_status s = cli_layout(a->model, st->train, cores, a->batch, automatic, &c, &found, &cached);
+    if (s && !automatic) { /* a plain run's reading of the cache is optional */
         crew_status_free(s);
         return 0;
     }
     if (s) return cli_fail("train", s);
     if (!found) return 0;
-    if (a->layout != 1) {
-        if (c.replicas != cores && c.speedup > 1.05)
+    const char *when = cached ? "measured before on this machine" : "measured now";
+    char trials[600] = "";
+    cli_layout_trials_text(&c, trials, sizeof trials);
+    const int shard = c.shard_optimizer && (plain || c.shard_speedup >= c.speedup);
+    if (shard) { /* one replica per core, sharded: the same bits as without */
+        o->shard_optimizer = 1;
+        snprintf(why, len, "optimizer state sharded across the %d replicas, %.2fx the samples/s of the unsharded "
+                 "ones for this model (%s%s%s); the same bits (--layout replicas keeps it off)", cores, c.shard_speedup,
+                 when, cached ? "" : ": ", trials);
+    }
+    if (plain) {
+        if (c.replicas != cores && c.speedup > 1.05 && c.speedup > (shard ? c.shard_speedup : 1.0))
             snprintf(hint, hint_len, "hint: %d replica%s x %d BLAS threads measured %.2fx the samples/s of %d replicas "
                      "x 1 thread for this model here (--layout auto takes it; the last bits differ)", c.replicas,
                      c.replicas == 1 ? "" : "s", c.threads_per_device, c.speedup, cores);
         return 0;
     }
-    char trials[400];
-    cli_layout_trials_text(&c, trials, sizeof trials);
+    if (shard) return 0;
     const int64_t global = o->global_batch ? o->global_batch : (int64_t)cores * o->batch_per_device;
     a->devices = a->replicas = c.replicas;
     o->devices = c.replicas;
@@ -570,9 +585,8 @@ static int choose_layout(train_args *a, const train_state *st, crew_fit_options 
     char against[96] = "the fastest";
     if (c.replicas != cores)
         snprintf(against, sizeof against, "%.2fx the samples/s of %d replicas x 1 thread", c.speedup, cores);
-    snprintf(why, len, "%d replica%s x %d BLAS thread%s, %s (%s%s)%s", c.replicas, c.replicas == 1 ? "" : "s",
-             c.threads_per_device, c.threads_per_device == 1 ? "" : "s", against,
-             cached ? "measured before on this machine" : "measured now: ", cached ? "" : trials,
+    snprintf(why, len, "%d replica%s x %d BLAS thread%s, %s (%s%s%s)%s", c.replicas, c.replicas == 1 ? "" : "s",
+             c.threads_per_device, c.threads_per_device == 1 ? "" : "s", against, when, cached ? "" : ": ", trials,
              c.replicas == cores ? "" : "; the last bits differ from that layout's");
     return 0;
 }
@@ -953,7 +967,7 @@ int cli_train(int argc, char **argv)
     if (!a.quiet) {
         cli_print_plan(plan, devices);
         if (layout[0]) printf("      layout (--device-memory): %s\n", layout);
-        if (chosen[0]) printf("      layout (--layout auto): %s\n", chosen);
+        if (chosen[0]) printf("      layout (%s): %s\n", a.layout == 1 ? "--layout auto" : "measured", chosen);
         if (plan->peak_gflops > 0)
             printf("      %.3g GFLOP per sample (forward and backward); peak %.1f GFLOP/s (%.0f x one device's measured GEMM rate, %.1f)\n",
                    plan->flops_per_sample / 1e9, plan->peak_gflops, plan->peak_gflops / per_device, per_device);

@@ -44,8 +44,9 @@ void cli_layout_trials_text(const crew_layout_choice *c, char *buf, size_t len)
     buf[0] = '\0';
     for (int i = 0; i < c->n && used < len; i++) {
         const crew_layout_trial *t = &c->trials[i];
-        used += (size_t)snprintf(buf + used, len - used, "%s%d replica%s x %d thread%s %.0f samples/s", i ? ", " : "",
+        used += (size_t)snprintf(buf + used, len - used, "%s%d replica%s x %d thread%s%s %.0f samples/s", i ? ", " : "",
                                  t->replicas, t->replicas == 1 ? "" : "s", t->threads_per_device,
-                                 t->threads_per_device == 1 ? "" : "s", t->samples_per_s);
+                                 t->threads_per_device == 1 ? "" : "s", t->shard_optimizer ? " sharded" : "",
+                                 t->samples_per_s);
     }
 }
