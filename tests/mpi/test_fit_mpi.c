@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "check.h"
 #include "core/status.h"
 #include "nn/model.h"
@@ -104,7 +105,7 @@ static crew_status run_pipeline(const crew_process_group *g, const crew_dataset 
     crew_status s = fit(m, d, &o, faults);
     if (!s && params) {
         *n_params = m->n_params;
-        memcpy(params, m->params, (size_t)m->n_params * sizeof *params);
+        s = crew_dev_download_f32(&m->be, params, m->params, m->n_params); /* device memory (make guard traps reads) */
     }
     crew_model_free(m);
     return s;
