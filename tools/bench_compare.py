@@ -13,9 +13,12 @@ same initial weights):
   torch 2 threads, torch 1 thread            tools/bench_torch.py, same weights, optimizer, data
   crew  --devices 2 at batch 2B              for the data-parallel scaling efficiency, in --rounds
                                              rounds paired with crew --devices 1 on one core
+  2 x crew --devices 1, one per core, at once   the ceiling: what 2 replicas that cost each other
+                                             nothing would reach (in the same rounds)
 
-and prints samples/s, the crew/PyTorch ratios at equal thread counts, the scaling efficiency at a
-fixed per-device batch, and whether the targets of docs/PERFORMANCE.md are met. The figures are
+and prints samples/s, the crew/PyTorch ratios at equal thread counts and each at its best, the
+scaling efficiency at a fixed per-device batch and against the ceiling of two independent
+processes, and whether the targets of docs/PERFORMANCE.md are met. The figures are
 what docs/PERFORMANCE.md explains.
 
 --against OLD_BUILD measures this build (--build) against another build of crew instead (a build
@@ -48,8 +51,11 @@ MODELS = [
     ("mlp", "examples/fashion_mlp.json", 128, 300),
     ("cnn", "examples/fashion_cnn.json", 64, 60),
 ]
-# Targets (the issue): crew / PyTorch at the same thread count, and data-parallel efficiency.
-TARGETS = {"mlp_ratio": 1.5, "cnn_ratio": 1.0, "cnn_dp_efficiency": 0.90}
+# Targets. Issue 12: crew / PyTorch at the same thread count, and data-parallel efficiency. Issue 17:
+# crew at its best 2-thread layout / PyTorch at its best thread count, and the 2 replicas'
+# throughput against the ceiling of two independent one-replica processes, one per core.
+TARGETS = {"mlp_ratio": 1.5, "cnn_ratio": 1.0, "cnn_dp_efficiency": 0.90,
+           "mlp_ratio_best": 3.0, "cnn_ratio_best": 2.0, "dp_vs_ceiling": 0.95}
 FIGURES = ["crew_1", "crew_dp2", "crew_blas2", "torch_2", "torch_1", "crew_dp2_fixed", "crew_1_one_core"]
 
 
@@ -169,23 +175,61 @@ def last_json(cmd):
     return r
 
 
-def paired_efficiency(a, baseline_cmd, replicas_cmd, n):
+def concurrent_json(cmds):
+    """Runs the benchmarks at the same time (each with --json) and returns their last JSON lines."""
+    for cmd in cmds:
+        log("$ " + " ".join(cmd) + " &")
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True) for cmd in cmds]
+    out = []
+    for cmd, proc in zip(cmds, procs):
+        text, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(f"bench_compare: exit {proc.returncode} from: {' '.join(cmd)}")
+        lines = [ln for ln in text.splitlines() if ln.startswith("{")]
+        if not lines:
+            raise SystemExit(f"bench_compare: no JSON line from: {' '.join(cmd)}")
+        out.append(json.loads(lines[-1]))
+    log("  -> " + " + ".join(f"{r['samples_per_s']:.1f}" for r in out) + " samples/s side by side")
+    return out
+
+
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else sum(xs[len(xs) // 2 - 1: len(xs) // 2 + 1]) / 2
+
+
+def paired_efficiency(a, baseline_cmd, replicas_cmd, n, independent_cmds=None):
     """Data-parallel efficiency as the median over --rounds of paired runs: each round times one
     replica on one core, then n replicas on n cores, right after each other. On a machine whose
     speed drifts (other tenants, clock boost) both halves of a ratio see much the same machine,
-    so the median ratio is steadier than a ratio of two medians taken minutes apart."""
-    base, reps, ratios = [], [], []
+    so the median ratio is steadier than a ratio of two medians taken minutes apart.
+
+    independent_cmds (one per core): each round then also runs n independent one-replica
+    processes at once, one pinned to each core, the ceiling that n replicas of one run could reach
+    if they cost each other nothing (they share only the machine: memory bandwidth, caches, clock
+    boost). Returned as the ceiling's own efficiency (their sum / n x the baseline) and the
+    replicas' throughput against it (the median per round of replicas / their sum)."""
+    base, reps, ratios, ceilings, vs_ceiling = [], [], [], [], []
     for _ in range(a.rounds):
         base.append(last_json(baseline_cmd))
         reps.append(last_json(replicas_cmd))
         ratios.append(reps[-1]["samples_per_s"] / (n * base[-1]["samples_per_s"]))
+        if independent_cmds:
+            together = sum(r["samples_per_s"] for r in concurrent_json(independent_cmds))
+            ceilings.append(together / (n * base[-1]["samples_per_s"]))
+            vs_ceiling.append(reps[-1]["samples_per_s"] / together)
     median_run = lambda runs: sorted(runs, key=lambda f: f["samples_per_s"])[len(runs) // 2]  # noqa: E731
-    eff = sorted(ratios)[len(ratios) // 2] if len(ratios) % 2 else \
-        sum(sorted(ratios)[len(ratios) // 2 - 1: len(ratios) // 2 + 1]) / 2
+    eff = median(ratios)
     log(f"  efficiency of {n} replicas, paired rounds: " + ", ".join(f"{x:.2f}" for x in ratios)
         + f" -> median {eff:.2f}")
-    return {"efficiency": eff, "rounds": [round(x, 4) for x in ratios],
-            "replicas_run": median_run(reps), "baseline_run": median_run(base)}
+    out = {"efficiency": eff, "rounds": [round(x, 4) for x in ratios],
+           "replicas_run": median_run(reps), "baseline_run": median_run(base)}
+    if independent_cmds:
+        log(f"  {n} independent processes against one alone: " + ", ".join(f"{x:.2f}" for x in ceilings)
+            + "; the replicas against them: " + ", ".join(f"{x:.2f}" for x in vs_ceiling))
+        out.update(ceiling=median(ceilings), ceiling_rounds=[round(x, 4) for x in ceilings],
+                   vs_ceiling=median(vs_ceiling), vs_ceiling_rounds=[round(x, 4) for x in vs_ceiling])
+    return out
 
 
 def bench_model(a, bench, name, model, batch, steps, init):
@@ -208,9 +252,12 @@ def bench_model(a, bench, name, model, batch, steps, init):
     base_args = common_one + ["--batch", str(batch), "--devices", "1", "--init-weights", init]
     dp2 = paired_efficiency(a, one + [bench] + base_args,
                             two + [bench] + common_one + ["--batch", str(2 * batch), "--devices", "2",
-                                                          "--init-weights", init], 2)
+                                                          "--init-weights", init], 2,
+                            [pinned([c]) + [bench] + base_args for c in a.cores])
     r["crew_dp2_fixed"], r["crew_1_one_core"] = dp2["replicas_run"], dp2["baseline_run"]
     r["dp_efficiency"], r["dp_efficiency_rounds"] = dp2["efficiency"], dp2["rounds"]
+    r["ceiling"], r["ceiling_rounds"] = dp2["ceiling"], dp2["ceiling_rounds"]
+    r["dp_vs_ceiling"], r["dp_vs_ceiling_rounds"] = dp2["vs_ceiling"], dp2["vs_ceiling_rounds"]
     r["scaling"] = []
     for n in a.scaling:
         cores = pick_cores(n)
@@ -227,6 +274,8 @@ def bench_model(a, bench, name, model, batch, steps, init):
     r["crew_best_2"] = "crew_dp2" if sps("crew_dp2") >= sps("crew_blas2") else "crew_blas2"
     r["ratio_2_threads"] = sps(r["crew_best_2"]) / sps("torch_2")
     r["ratio_1_thread"] = sps("crew_1") / sps("torch_1")
+    r["torch_best"] = "torch_2" if sps("torch_2") >= sps("torch_1") else "torch_1"
+    r["ratio_best"] = sps(r["crew_best_2"]) / sps(r["torch_best"])  # both at their best on the 2 cores
     bg = [r[k].get("background_cores") for k in FIGURES if r[k].get("background_cores") is not None]
     r["background_cores_max"] = max(bg) if bg else None
     return r
@@ -282,19 +331,27 @@ def judge(results):
         rows.append((f"{label} crew/PyTorch, 1 thread", t, r["ratio_1_thread"]))
     if "cnn" in results:
         rows.append(("CNN data-parallel efficiency", TARGETS["cnn_dp_efficiency"], results["cnn"]["dp_efficiency"]))
+    for key, label in (("mlp", "MLP"), ("cnn", "CNN")):  # issue 17's
+        if key in results:
+            rows.append((f"{label} crew best / PyTorch best, 2 cores", TARGETS[f"{key}_ratio_best"],
+                         results[key]["ratio_best"]))
+            rows.append((f"{label} 2 replicas / 2 independent processes", TARGETS["dp_vs_ceiling"],
+                         results[key]["dp_vs_ceiling"]))
     return [(label, t, v, v >= t) for label, t, v in rows]
 
 
 def figure_rows(results):
     head = ["model", "batch", "crew 2 dev x 1 thr", "crew 1 dev x 2 thr", "torch 2 thr",
-            "crew/torch 2 thr", "crew 1 thr", "torch 1 thr", "crew/torch 1 thr", "DP eff.", "other procs"]
+            "crew/torch 2 thr", "crew 1 thr", "torch 1 thr", "crew/torch 1 thr", "DP eff.", "ceiling",
+            "DP/ceiling", "other procs"]
     rows = []
     for r in results.values():
         s = lambda k: f"{r[k]['samples_per_s']:.0f}"  # noqa: E731
         best = lambda k: ("**" + s(k) + "**") if r["crew_best_2"] == k else s(k)  # noqa: E731
         rows.append([f"{r['model']} ({r['steps']} steps)", str(r["batch"]), best("crew_dp2"), best("crew_blas2"),
                      s("torch_2"), f"{r['ratio_2_threads']:.2f}x", s("crew_1"), s("torch_1"),
-                     f"{r['ratio_1_thread']:.2f}x", f"{r['dp_efficiency']:.2f}",
+                     f"{r['ratio_1_thread']:.2f}x", f"{r['dp_efficiency']:.2f}", f"{r['ceiling']:.2f}",
+                     f"{r['dp_vs_ceiling']:.2f}",
                      "?" if r["background_cores_max"] is None else f"≤ {r['background_cores_max']:.2f} cores"])
     return head, rows
 
@@ -306,7 +363,9 @@ def print_markdown(info, results, targets, command):
     print(f"Command: `{command}`. Figures are samples/s, median of {info['repeats']} timed runs "
           f"(bold: crew's better 2-thread layout), every run on {info['cores_used']}, the one-core "
           f"baseline on the first; DP eff. at a fixed per-device batch, the median of {info['rounds']} paired "
-          f"rounds (one replica on one core, then two on two); other procs: the "
+          f"rounds (one replica on one core, then two on two); ceiling: two independent one-replica "
+          f"processes side by side, one per core, against one alone, and DP/ceiling the 2 replicas "
+          f"against those two (medians of the same rounds); other procs: the "
           f"most CPU other processes used during any of the row's figures.\n")
     head, rows = figure_rows(results)
     print("| " + " | ".join(head) + " |")
