@@ -45,11 +45,12 @@ head -n 1 "$TMP/two/metrics.jsonl" | grep -q '"blas":"OpenBLAS [^"]*kernels for 
 # --layout auto: every split of the cores into replicas x BLAS threads measured once (a trial
 # each), the choice in the plan and in the cache; the second run takes it from the cache. A
 # cached choice other than one replica per core becomes a hint in a plain run, and --layout auto
-# then trains on it. Which layout is faster is the machine's business: nothing here depends on it.
+# then trains on it. Which layout is faster (a split of the cores, or sharding) is the machine's
+# business: nothing here depends on it.
 cores=$(nproc)
 lay() { "$CREW" train examples/fashion_mlp.json --data "$DATA" --max-steps 4 --batch-per-device 16 --seed 7 "$@"; }
 lay --layout auto --run-dir "$TMP/lay1" > "$TMP/lay1.out" 2>&1 \
-  && grep -q "layout (--layout auto): [0-9]* replicas\{0,1\} x [0-9]* BLAS threads\{0,1\}, .* (measured now: $cores replica" "$TMP/lay1.out" \
+  && grep -q "layout (--layout auto): .*(measured now: $cores replica" "$TMP/lay1.out" \
   && [ "$(grep -c '^layout|.*|batch=16|' "$XDG_CACHE_HOME/crew/peaks")" = 3 ] && ok \
   || fail "--layout auto: $(grep -i 'layout\|error' "$TMP/lay1.out" | head -n 3)"
 lay --layout auto --run-dir "$TMP/lay2" > "$TMP/lay2.out" 2>&1 \
