@@ -198,6 +198,19 @@ void cuda_dropout_forward(void *ctx, const float *x, float *y, float *mask, int6
 
 /* ------------------------------------------------------------------ windows: im2col, pooling */
 
+/* The cells of a window op's input and output [batch, h, w, c], and the coordinates of cell i of
+ * such an array, channel fastest (NHWC). */
+static int64_t in_cells(const crew_window &g) { return g.batch * g.in_h * g.in_w * g.in_c; }
+static int64_t out_cells(const crew_window &g) { return g.batch * g.out_h * g.out_w * g.in_c; }
+__device__ static void cell_at(int64_t i, int64_t c, int64_t w, int64_t h, int64_t *ci, int64_t *x, int64_t *y,
+                               int64_t *b)
+{
+    *ci = i % c;
+    *x = i / c % w;
+    *y = i / (c * w) % h;
+    *b = i / (c * w * h);
+}
+
 /* col [batch·out_h·out_w, k_h·k_w·c]: element (row, (kh·k_w + kw)·c + ci). */
 __global__ void k_im2col(const float *x, float *col, crew_window g)
 {
@@ -216,7 +229,8 @@ __global__ void k_col2im(const float *col, float *dx, crew_window g)
 {
     const int64_t c = g.in_c, width = g.k_h * g.k_w * c, n = g.batch * g.in_h * g.in_w * c;
     FOR_EACH(i, n) {
-        int64_t ci = i % c, iw = i / c % g.in_w, ih = i / (c * g.in_w) % g.in_h, b = i / (c * g.in_w * g.in_h);
+        int64_t ci, iw, ih, b;
+        cell_at(i, c, g.in_w, g.in_h, &ci, &iw, &ih, &b);
         float s = 0.0f;
         for (int64_t oh = 0; oh < g.out_h; oh++) {
             int64_t kh = ih - (oh * g.stride_h - g.pad_top);
@@ -244,7 +258,7 @@ void cuda_im2col(void *ctx, const float *x, float *col, const crew_window *g)
 void cuda_col2im(void *ctx, const float *col, float *dx, const crew_window *g)
 {
     cuda_ctx *c = enter(ctx);
-    int64_t n = g->batch * g->in_h * g->in_w * g->in_c;
+    const int64_t n = in_cells(*g);
     if (n <= 0) return;
     k_col2im LAUNCH(c, n)(col, dx, *g);
     cuda_launched(c, "col2im");
@@ -255,7 +269,8 @@ __global__ void k_maxpool_forward(const float *x, float *y, int32_t *argmax, cre
 {
     const int64_t c = g.in_c, n = g.batch * g.out_h * g.out_w * c;
     FOR_EACH(i, n) {
-        int64_t ci = i % c, ow = i / c % g.out_w, oh = i / (c * g.out_w) % g.out_h, b = i / (c * g.out_w * g.out_h);
+        int64_t ci, ow, oh, b;
+        cell_at(i, c, g.out_w, g.out_h, &ci, &ow, &oh, &b);
         int seeded = 0;
         float best = 0.0f;
         int32_t at = -1;
@@ -281,7 +296,8 @@ __global__ void k_maxpool_backward(const float *dy, const int32_t *argmax, float
 {
     const int64_t c = g.in_c, n = g.batch * g.in_h * g.in_w * c;
     FOR_EACH(i, n) {
-        int64_t ci = i % c, iw = i / c % g.in_w, ih = i / (c * g.in_w) % g.in_h, b = i / (c * g.in_w * g.in_h);
+        int64_t ci, iw, ih, b;
+        cell_at(i, c, g.in_w, g.in_h, &ci, &iw, &ih, &b);
         float s = 0.0f;
         for (int64_t oh = 0; oh < g.out_h; oh++) {
             int64_t kh = ih - (oh * g.stride_h - g.pad_top);
@@ -312,7 +328,8 @@ __global__ void k_avgpool_forward(const float *x, float *y, crew_window g)
 {
     const int64_t c = g.in_c, n = g.batch * g.out_h * g.out_w * c;
     FOR_EACH(i, n) {
-        int64_t ci = i % c, ow = i / c % g.out_w, oh = i / (c * g.out_w) % g.out_h, b = i / (c * g.out_w * g.out_h);
+        int64_t ci, ow, oh, b;
+        cell_at(i, c, g.out_w, g.out_h, &ci, &ow, &oh, &b);
         float s = 0.0f;
         for (int64_t kh = 0; kh < g.k_h; kh++)
             for (int64_t kw = 0; kw < g.k_w; kw++) {
@@ -329,7 +346,8 @@ __global__ void k_avgpool_backward(const float *dy, float *dx, crew_window g)
 {
     const int64_t c = g.in_c, n = g.batch * g.in_h * g.in_w * c;
     FOR_EACH(i, n) {
-        int64_t ci = i % c, iw = i / c % g.in_w, ih = i / (c * g.in_w) % g.in_h, b = i / (c * g.in_w * g.in_h);
+        int64_t ci, iw, ih, b;
+        cell_at(i, c, g.in_w, g.in_h, &ci, &iw, &ih, &b);
         float s = 0.0f;
         for (int64_t oh = 0; oh < g.out_h; oh++) {
             int64_t kh = ih - (oh * g.stride_h - g.pad_top);
@@ -348,7 +366,7 @@ __global__ void k_avgpool_backward(const float *dy, float *dx, crew_window g)
 void cuda_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g)
 {
     cuda_ctx *c = enter(ctx);
-    int64_t n = g->batch * g->out_h * g->out_w * g->in_c;
+    const int64_t n = out_cells(*g);
     if (n <= 0) return;
     k_maxpool_forward LAUNCH(c, n)(x, y, argmax, *g);
     cuda_launched(c, "max pooling");
@@ -357,7 +375,7 @@ void cuda_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, 
 void cuda_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g)
 {
     cuda_ctx *c = enter(ctx);
-    int64_t n = g->batch * g->in_h * g->in_w * g->in_c;
+    const int64_t n = in_cells(*g);
     if (n <= 0) return;
     k_maxpool_backward LAUNCH(c, n)(dy, argmax, dx, *g);
     cuda_launched(c, "max pooling backward");
@@ -366,7 +384,7 @@ void cuda_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, fl
 void cuda_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g)
 {
     cuda_ctx *c = enter(ctx);
-    int64_t n = g->batch * g->out_h * g->out_w * g->in_c;
+    const int64_t n = out_cells(*g);
     if (n <= 0) return;
     k_avgpool_forward LAUNCH(c, n)(x, y, *g);
     cuda_launched(c, "average pooling");
@@ -375,7 +393,7 @@ void cuda_avgpool_forward(void *ctx, const float *x, float *y, const crew_window
 void cuda_avgpool_backward(void *ctx, const float *dy, float *dx, const crew_window *g)
 {
     cuda_ctx *c = enter(ctx);
-    int64_t n = g->batch * g->in_h * g->in_w * g->in_c;
+    const int64_t n = in_cells(*g);
     if (n <= 0) return;
     k_avgpool_backward LAUNCH(c, n)(dy, dx, *g);
     cuda_launched(c, "average pooling backward");
