@@ -390,10 +390,11 @@ typedef struct crew_fit_options {
      * records its FLOP rate as a fraction of it. 0: unknown, only the rate is recorded. */
     double peak_gflops;
     /* 1: across processes, the all-reduces are MPI's own (MPI_Iallreduce after each process's
-     * ordered sum of its replicas'): as fast as the MPI library, but its order of the sums, so the
-     * last bits of the results, may change with the process count and the library, and a process
-     * that goes missing is reported without its name. The plan says so. 0: crew's ordered
-     * all-reduce, bitwise the same for any split of the work [0]. No effect in one process. */
+     * ordered sum of its replicas'), and with NCCL, NCCL's own (ncclAllReduce): as fast as the
+     * library, but its order of the sums, so the last bits of the results, may change with the
+     * process or GPU count and the library, and a process that goes missing is reported without
+     * its name. The plan says so. 0: crew's ordered all-reduce, bitwise the same for any split of
+     * the work [0]. No effect in one process on the host's communicator. */
     int unordered_allreduce;
     /* 1: optimizer-state sharding (ZeRO stage 1, docs/ARCHITECTURE.md "Optimizer sharding"): each
      * of the replicas keeps the optimizer state of 1/devices of the parameters and updates only
@@ -418,7 +419,19 @@ typedef struct crew_fit_options {
      * pipeline_stages / R stages in each (ranks numbered process by process, a replica's stages in
      * order), so the run has processes / R replicas and `devices` must be 1 [0]. */
     int pipeline_processes;
+    /* How the replicas talk (a crew_communicator) [CREW_COMMUNICATOR_AUTO]. */
+    int communicator;
 } crew_fit_options;
+
+/* The communicator of a run's replicas (docs/GPU.md, "NCCL"). */
+typedef enum crew_communicator {
+    /* NCCL where the device kind has it (cuda, in a build with NCCL), the run has more than one
+     * replica, every replica of a process has a GPU of its own, and there is no pipeline; else the
+     * host's (threads in a process, MPI between processes, GPUs' buffers through host copies). */
+    CREW_COMMUNICATOR_AUTO = 0,
+    CREW_COMMUNICATOR_HOST,     /* the host's, always */
+    CREW_COMMUNICATOR_NCCL,     /* NCCL, or an error saying why it cannot be (one replica is allowed) */
+} crew_communicator;
 
 typedef enum crew_pipeline_schedule {
     CREW_PIPELINE_1F1B = 0,     /* one forward, one backward: at most K − s micro-batches in flight on stage s */
@@ -490,7 +503,9 @@ typedef struct crew_fit_plan {
     int sync_batch_norm;        /* as resolved: 1 when replicas share batch-norm statistics */
     crew_nan_policy on_nan;
     int processes;              /* of a process group: devices / processes replicas each [1] */
-    int unordered_allreduce;    /* crew_fit_options.unordered_allreduce, as resolved (0 in one process) */
+    int unordered_allreduce;    /* crew_fit_options.unordered_allreduce, as resolved (0 in one process
+                                   unless the collectives are NCCL's) */
+    int nccl;                   /* 1: the replicas' collectives are NCCL's (crew_fit_options.communicator) */
     int shard_optimizer;        /* crew_fit_options.shard_optimizer, as resolved (0 with one replica) */
     double flops_per_sample;    /* a training step's FLOPs per sample (crew_model_flops: total) */
     double peak_gflops;         /* crew_fit_options.peak_gflops: the devices' GEMM rate; 0: unknown */
@@ -1028,10 +1043,12 @@ typedef struct crew_process_group crew_process_group;
 int crew_have_mpi(void);
 /* The MPI library this build runs with, "Open MPI v4.1.4, ..." (its first line), or "none". */
 void crew_mpi_describe(char *buf, size_t len);
-/* The CUDA this build runs with: "runtime 13.0, driver 13.0, cuBLAS 13.1.0; cuda:0 NVIDIA H200
+/* The CUDA this build runs with: "runtime 13.0, driver 13.0, cuBLAS 13.1.0, cuDNN 9.19.0; cuda:0 NVIDIA H200
  * (139.8 GiB, compute 9.0)", "... driver none ...; no GPU visible", or that this build has no CUDA
  * (its toolkit was not found when it was configured). */
 void crew_cuda_describe(char *buf, size_t len);
+/* The NCCL this build runs with, "2.28.9", or that this build has none. */
+void crew_nccl_describe(char *buf, size_t len);
 /* 1 when the environment says mpirun or mpiexec started this process (Open MPI, MPICH, PMIx). */
 int crew_launched_by_mpi(void);
 /* A group of the processes of `mpi_comm` (a pointer to an MPI_Comm, duplicated: the caller's stays

@@ -237,6 +237,42 @@ static void test_unknown_kind(const crew_dataset *d)
     CHECK_ERR(crew_devices_parse("cpu:0", kind, sizeof kind, &n), "takes N in [1, 1024]");
 }
 
+/* Which communicator a plan picks (crew_fit_options.communicator): NCCL only where the kind has it
+ * and every replica has a GPU of its own; the host's otherwise, and asking for NCCL where it
+ * cannot be is an error saying why. */
+static void test_communicator_plan(const crew_dataset *d)
+{
+    crew_model *m = small_cnn();
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    o.devices = 2;
+    o.batch_per_device = 8;
+    crew_fit_plan p;
+    CHECK_OK(crew_model_plan_fit(m, d, &o, &p));
+    CHECK_MSG(!p.nccl, "cpu:2 planned NCCL");
+    o.communicator = CREW_COMMUNICATOR_NCCL;
+    CHECK_ERR(crew_model_plan_fit(m, d, &o, &p), "--comm nccl on cpu:2: its device kind has no NCCL");
+    o.communicator = 7;
+    CHECK_ERR(crew_model_plan_fit(m, d, &o, &p), "communicator 7: expected auto, host or nccl");
+#if defined(CREW_HAVE_CUDA) && defined(CREW_HAVE_NCCL)
+    o.device_kind = "cuda";
+    o.communicator = CREW_COMMUNICATOR_AUTO;
+    CHECK_OK(crew_model_plan_fit(m, d, &o, &p));
+    const int gpus = crew_cuda_device_count();
+    CHECK_MSG(p.nccl == (gpus >= 2), "cuda:2 with %d GPUs: nccl %d", gpus, p.nccl);
+    o.communicator = CREW_COMMUNICATOR_HOST;
+    CHECK_OK(crew_model_plan_fit(m, d, &o, &p));
+    CHECK_MSG(!p.nccl, "--comm host planned NCCL");
+    o.communicator = CREW_COMMUNICATOR_NCCL;
+    o.pipeline_stages = 2;
+    CHECK_ERR(crew_model_plan_fit(m, d, &o, &p), "a pipeline's stages talk through the host's communicator");
+    o.pipeline_stages = 0;
+    if (gpus == 0) CHECK_ERR(crew_model_plan_fit(m, d, &o, &p), "no GPU is visible");
+    if (gpus == 1) CHECK_ERR(crew_model_plan_fit(m, d, &o, &p), "more replicas than GPUs");
+#endif
+    crew_model_free(m);
+}
+
 int main(void)
 {
     char dir[64] = "/tmp/crew-test-seam-data-XXXXXX", data[300];
@@ -250,6 +286,7 @@ int main(void)
         test_planted_host_access(d);
         test_planted_unordered_copy(d);
         test_unknown_kind(d);
+        test_communicator_plan(d);
     }
     crew_dataset_free(d);
     syn_remove(dir);

@@ -286,6 +286,8 @@ typedef struct crew_device_kind {
     /* The bytes of device `index`'s own memory (a GPU's), for the memory planner; NULL for a kind
      * whose devices share the host's memory (the CPU kinds). */
     int64_t (*memory_bytes)(int index);
+    /* 1 when ranks on devices of this kind can talk through NCCL (cuda, in a build with NCCL). */
+    int nccl;
 } crew_device_kind;
 
 /* The kinds built in, in order; *n receives their count. */
@@ -316,6 +318,9 @@ crew_status crew_cpu_remote_backend_create(int blas_threads, crew_backend *out);
 crew_status crew_cuda_backend_create(int index, crew_backend *out);
 int crew_cuda_device_count(void);
 int64_t crew_cuda_device_memory(int index); /* its total memory in bytes, 0 when it cannot tell */
+/* For a communicator that enqueues on the rank's GPU itself (NCCL, src/comm/nccl/): the backend's
+ * compute stream (a cudaStream_t) and its GPU in *gpu; NULL when `be` is not a CUDA backend. */
+void *crew_cuda_backend_stream(const crew_backend *be, int *gpu);
 #endif
 
 #endif

@@ -42,6 +42,12 @@ static crew_status open_cpu_remote(int index, const crew_device_options *o, crew
 }
 
 #ifdef CREW_HAVE_CUDA
+#ifdef CREW_HAVE_NCCL
+#define CUDA_NCCL 1
+#else
+#define CUDA_NCCL 0
+#endif
+
 static crew_status open_cuda(int index, const crew_device_options *o, crew_backend *out)
 {
     (void)o;
@@ -50,15 +56,15 @@ static crew_status open_cuda(int index, const crew_device_options *o, crew_backe
 #endif
 
 static const crew_device_kind kinds[] = {
-    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL},
+    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL, 0},
     {"cpu-guarded", "the CPU backend with device memory that traps any access from host code (a test "
-                    "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL},
+                    "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL, 0},
     {"cpu-remote", "the guarded CPU backend as a device the host cannot reach, as a GPU: its replicas talk "
                    "through host copies (a test of the GPU's communication path)", cpu_available, open_cpu_remote,
-     NULL},
+     NULL, 0},
 #ifdef CREW_HAVE_CUDA
     {"cuda", "NVIDIA GPUs: one replica per GPU, GEMMs by cuBLAS, fp32", crew_cuda_device_count, open_cuda,
-     crew_cuda_device_memory},
+     crew_cuda_device_memory, CUDA_NCCL},
 #endif
 };
 

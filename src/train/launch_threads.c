@@ -17,11 +17,13 @@
  * stopped inside its evaluation, reading the test set, is the one case left unguarded. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "comm/comm_mpi.h"
+#include "comm/comm_nccl.h"
 #include "core/status.h"
 #include "core/thread_name.h"
 #include "core/timer.h"
@@ -63,6 +65,9 @@ struct launch {
     rank_slot *ranks;           /* [n] */
     crew_local_comm *lc;
     crew_mpi_comm *mc;          /* between processes, over lc; NULL without a process group */
+    crew_nccl_clique *nccl;     /* the ranks' communicator instead, with plan.nccl */
+    int device_base;            /* ranks[i] opens device device_base + i: this process's share of its
+                                   machine's GPUs when several processes run on one */
     /* A pipeline: [stages] each stage's communicator of its replicas: its ranks in this process
      * (stage_lc, NULL for a stage this process has none of), joined to the other processes' by
      * stage_mc (NULL in one process) */
@@ -75,6 +80,9 @@ struct launch {
 
 static void launch_free(launch *l)
 {
+#ifdef CREW_HAVE_NCCL
+    crew_nccl_clique_free(l->nccl); /* before the devices whose streams it waits on */
+#endif
     for (int i = 0; l->ranks && i < l->n; i++) {
         crew_loader_free(l->ranks[i].ctx.loader);
         crew_staged_comm_free(l->ranks[i].staged);
@@ -236,8 +244,9 @@ static crew_status make_stage_comms(launch *l, const crew_process_group *g)
 static crew_status open_rank(launch *l, rank_slot *r, int i)
 {
     crew_device_options dev = {.blas_threads = l->run.plan.threads_per_device};
-    CREW_TRY(crew_device_open(l->run.plan.device_kind, i, &dev, &r->ctx.device));
+    CREW_TRY(crew_device_open(l->run.plan.device_kind, l->device_base + i, &dev, &r->ctx.device));
     r->opened = 1;
+    if (l->run.plan.nccl) return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.loader);
     /* A device the host threads cannot reach takes part through host copies (comm_staged.c). */
     const crew_backend *reach = crew_comm_needs_staging(&r->ctx.device) ? NULL : &r->ctx.device;
     CREW_TRY(crew_local_comm_attach(l->lc, i, reach));
@@ -260,6 +269,63 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
     return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.loader);
 }
 
+/* What each process tells the others before its ranks open: its host, so that processes sharing
+ * a machine open different GPUs, and from process 0, NCCL's unique id. */
+typedef struct launch_card {
+    char host[64];
+    int has_id;
+    crew_nccl_id id;
+} launch_card;
+
+/* This process's place among the processes on its machine (0 in one process), and process 0's
+ * NCCL id when the run talks through NCCL (made here in one process). */
+static crew_status meet_processes(const crew_process_group *g, const crew_fit_plan *plan, double timeout_s,
+                                  int *node_index, crew_nccl_id *id)
+{
+    const int processes = crew_group_size(g), me = crew_group_rank(g);
+    launch_card mine = {0};
+    *node_index = 0;
+    snprintf(mine.host, sizeof mine.host, "%s", crew_group_host(g));
+#ifdef CREW_HAVE_NCCL
+    if (plan->nccl && me == 0) {
+        CREW_TRY(crew_nccl_id_new(&mine.id));
+        mine.has_id = 1;
+    }
+#else
+    (void)plan;
+#endif
+    if (processes == 1) {
+        *id = mine.id;
+        return CREW_OK;
+    }
+    launch_card *all = calloc((size_t)processes, sizeof *all);
+    if (!all) return CREW_OOM();
+    crew_status s = crew_group_allgather_bytes(g, &mine, all, sizeof mine, timeout_s, "the start of the ranks");
+    for (int q = 0; q < me && !s; q++) *node_index += strcmp(all[q].host, mine.host) == 0;
+    if (!s && plan->nccl && !all[0].has_id) s = crew_errorf(CREW_CODE_INTERNAL, "MPI rank 0 sent no NCCL id");
+    if (!s) *id = all[0].id;
+    free(all);
+    return s;
+}
+
+/* The ranks' NCCL communicator (plan.nccl), opened together once every rank's GPU is. */
+static crew_status open_nccl(launch *l, const crew_nccl_id *id)
+{
+#ifdef CREW_HAVE_NCCL
+    crew_backend *devices = calloc((size_t)l->n, sizeof *devices);
+    if (!devices) return CREW_OOM();
+    for (int i = 0; i < l->n; i++) devices[i] = l->ranks[i].ctx.device;
+    crew_status s = crew_nccl_clique_create(id, l->size, l->first, l->n, devices, l->run.plan.unordered_allreduce,
+                                            l->run.timeout_s, &l->nccl);
+    free(devices);
+    for (int i = 0; i < l->n && !s; i++) l->ranks[i].ctx.comm = crew_nccl_clique_rank(l->nccl, i);
+    return s;
+#else
+    (void)l, (void)id;
+    return crew_errorf(CREW_CODE_INTERNAL, "this build of crew has no NCCL");
+#endif
+}
+
 static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, launch **out)
 {
     const crew_process_group *g = run->opts->group;
@@ -278,8 +344,12 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
     l->opts = *run->opts;
     l->run.opts = &l->opts;
     l->ranks = calloc((size_t)n, sizeof *l->ranks);
-    crew_status s = l->ranks ? crew_local_comm_create(n, &l->lc) : CREW_OOM();
-    if (!s && processes > 1) s = crew_mpi_comm_create(g, l->lc, n, &l->mc);
+    crew_nccl_id id;
+    int node_index = 0;
+    crew_status s = l->ranks ? meet_processes(g, &run->plan, run->timeout_s, &node_index, &id) : CREW_OOM();
+    l->device_base = node_index * n;
+    if (!s) s = crew_local_comm_create(n, &l->lc);
+    if (!s && processes > 1 && !run->plan.nccl) s = crew_mpi_comm_create(g, l->lc, n, &l->mc);
     if (!s && l->mc) crew_mpi_comm_set_unordered(l->mc, run->plan.unordered_allreduce);
     if (!s && l->mc && stages > 1) crew_mpi_comm_name_ranks(l->mc, "rank"); /* a rank is a stage of a replica */
     if (!s && stages > 1) s = make_stage_comms(l, g);
@@ -292,6 +362,7 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
                                  .replica = (l->first + i) / stages};
         s = open_rank(l, r, i);
     }
+    if (!s && run->plan.nccl) s = open_nccl(l, &id);
     if (s) {
         launch_free(l);
         return s;

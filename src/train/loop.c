@@ -53,7 +53,10 @@ static crew_status next_batch(void *user, int index, double *wait_s)
         for (int64_t k = 0; k < rows && k < r->plant_rows_n; k++) r->plant_rows[k] = k;
         ids = r->plant_rows;
     }
-    crew_status s = o->upload(ctx, r->copy_q, m->act[0], lb.x, values, CREW_DT_F32);
+    /* The copies overwrite the buffers the previous micro-batch's backward pass may still be
+     * reading on a GPU (its first layer's weight gradient reads the input): after it. */
+    crew_status s = o->queue_wait(ctx, r->copy_q, NULL);
+    if (!s) s = o->upload(ctx, r->copy_q, m->act[0], lb.x, values, CREW_DT_F32);
     if (!s) s = o->upload(ctx, r->copy_q, m->labels, lb.y, rows * crew_model_positions(m), CREW_DT_I32);
     if (!s) s = o->upload(ctx, r->copy_q, m->sample_ids, ids, rows, CREW_DT_I64);
     int skip = r->run->hooks.faults.skip_copy_wait; /* test fault: the bug the guard must expose */

@@ -255,8 +255,9 @@ static crew_status load(stage_rank *r, crew_model *m, step_ctx *c, int micro)
     crew_loader_batch lb;
     CREW_TRY(crew_error_prefix(crew_loader_take(r->loader, c->epoch, c->epoch_step, index, &lb, &waited),
                                "stage %d of replica %d, ", r->stage, r->replica));
-    crew_status s = CREW_OK;
-    if (first_stage(r)) s = o->upload(ctx, r->copy_q, m->act[0], lb.x, r->rows * r->in_values, CREW_DT_F32);
+    /* after the work that may still read the slot's buffers on a GPU (loop.c's next_batch) */
+    crew_status s = o->queue_wait(ctx, r->copy_q, NULL);
+    if (!s && first_stage(r)) s = o->upload(ctx, r->copy_q, m->act[0], lb.x, r->rows * r->in_values, CREW_DT_F32);
     if (!s && last_stage(r))
         s = o->upload(ctx, r->copy_q, m->labels, lb.y, r->rows * crew_model_positions(m), CREW_DT_I32);
     if (!s) s = o->upload(ctx, r->copy_q, m->sample_ids, lb.ids, r->rows, CREW_DT_I64);

@@ -207,6 +207,33 @@ crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const 
     return crew_plan_resumed(m, train, &o, &st, p);
 }
 
+/* NCCL (crew_communicator) where the kind has it, every rank of a process has a GPU of its own
+ * (NCCL refuses two ranks on one GPU) and there is no pipeline (its point-to-point messages stay
+ * on the host's communicator); AUTO takes it for more than one replica only. */
+static crew_status plan_communicator(const crew_fit_options *o, crew_fit_plan *p)
+{
+    const int want = o->communicator;
+    if (want != CREW_COMMUNICATOR_AUTO && want != CREW_COMMUNICATOR_HOST && want != CREW_COMMUNICATOR_NCCL)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "communicator %d: expected auto, host or nccl", want);
+    const crew_device_kind *k = crew_device_kind_find(p->device_kind);
+    const int processes = crew_group_size(o->group), per_process = p->devices * p->stages / processes;
+    const char *why = NULL;
+    if (!k->nccl)
+        why = "its device kind has no NCCL (cuda, in a build that found NCCL, has)";
+    else if (p->stages > 1)
+        why = "a pipeline's stages talk through the host's communicator";
+    else if (k->available() < 1)
+        why = "no GPU is visible to this process";
+    else if (per_process > k->available())
+        why = "NCCL needs a GPU of its own for every replica, and this process has more replicas than GPUs";
+    p->nccl = 0;
+    if (want == CREW_COMMUNICATOR_NCCL && why)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "--comm nccl on %s:%d: %s", p->device_kind, per_process, why);
+    p->nccl = !why && (want == CREW_COMMUNICATOR_NCCL || (want == CREW_COMMUNICATOR_AUTO && p->devices > 1));
+    if (p->nccl) p->unordered_allreduce = o->unordered_allreduce != 0 && p->devices > 1;
+    return CREW_OK;
+}
+
 crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, const crew_fit_options *o,
                                    crew_fit_plan *p)
 {
@@ -286,7 +313,8 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     if (o->shard_optimizer && o->pipeline_stages > 1)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer sharding and a pipeline together are not supported yet: "
                            "a pipeline's stages already divide the optimizer state; drop one of them");
-    return crew_pipeline_plan(m, o, &c, p);
+    CREW_TRY(crew_pipeline_plan(m, o, &c, p));
+    return plan_communicator(o, p);
 }
 
 crew_lr_plan crew_lr_plan_of(const crew_fit_plan *p, const crew_optimizer_spec *s)

@@ -52,7 +52,13 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
         printf("      optimizer state sharded across the %d replicas (--shard-optimizer): each keeps and updates 1/%d\n"
                "      of it; gradients reduce-scattered, parameters all-gathered, the same weights bit for bit\n",
                p->devices, p->devices);
-    if (p->unordered_allreduce)
+    if (p->nccl)
+        printf("      collectives by NCCL, each replica on a GPU of its own%s\n",
+               p->unordered_allreduce ? "" : ": crew's ordered sums from NCCL's sends, the same bits as one GPU accumulating");
+    if (p->unordered_allreduce && p->nccl)
+        printf("      all-reduce: NCCL's own (--allreduce fast): the order of its sums, so the last bits of the\n"
+               "      weights, may change with the GPU count, the topology and the NCCL version\n");
+    else if (p->unordered_allreduce)
         printf("      all-reduce between the processes: MPI's own (--allreduce fast): the order of its sums, so the\n"
                "      last bits of the weights, may change with the process count and the MPI library\n");
 }

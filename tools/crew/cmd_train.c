@@ -54,10 +54,14 @@ static const char *usage_text =
     "  --sync-bn on|off           batch-norm statistics over all replicas [on with >1 device]\n"
     "  --collective-timeout S     a replica missing a collective this long fails the run [300]\n"
     "  --on-nan stop|skip         non-finite gradients end the run (exit 1), or skip that update [stop]\n"
-    "  --allreduce ordered|fast   under mpirun: crew's ordered all-reduce between the processes, the\n"
-    "                             same bits for any split of the work, or MPI's own (fast; its order\n"
-    "                             of the sums, so the last bits, may change with the process count,\n"
+    "  --allreduce ordered|fast   under mpirun or NCCL: crew's ordered all-reduce, the same bits for\n"
+    "                             any split of the work, or the library's own (fast; its order of the\n"
+    "                             sums, so the last bits, may change with the process or GPU count,\n"
     "                             and a missing process is reported, not named) [ordered]\n"
+    "  --comm auto|host|nccl      how the replicas talk: NCCL (GPUs, each replica on a GPU of its own,\n"
+    "                             no pipeline), the host's (threads, MPI, GPU buffers through host\n"
+    "                             copies), or NCCL where it can (auto); the same bits either way\n"
+    "                             unless --allreduce fast [auto]\n"
     "  --shard-optimizer          each replica keeps and updates 1/N of the optimizer state (ZeRO\n"
     "                             stage 1): gradients reduce-scattered, parameters all-gathered; the\n"
     "                             same weights, bit for bit [off]\n"
@@ -111,7 +115,7 @@ typedef struct train_args {
     int64_t log_every;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int64_t replicas;           /* devices / pipeline stages */
-    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer;
+    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, comm;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
     int pad_last, have_augment;
     crew_augment_options augment;
@@ -157,6 +161,7 @@ static const char *const off_on[] = {"off", "on", NULL};
 static const char *const nan_policies[] = {"stop", "skip", NULL}; /* crew_nan_policy's order */
 static const char *const allreduce_kinds[] = {"ordered", "fast", NULL}; /* crew_fit_options.unordered_allreduce */
 static const char *const layouts[] = {"replicas", "auto", NULL};
+static const char *const comms[] = {"auto", "host", "nccl", NULL}; /* crew_communicator's order */
 
 /* Every flag but --help. --devices is only stored here: it is checked after MODEL.json and --data,
  * so a command missing those says so first. */
@@ -187,6 +192,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_CHOICE_FLAG(train_args, "--on-nan", on_nan, nan_policies),
     CLI_CHOICE_FLAG(train_args, "--allreduce", allreduce, allreduce_kinds),
     CLI_SWITCH_FLAG(train_args, "--shard-optimizer", shard_optimizer),
+    CLI_CHOICE_FLAG(train_args, "--comm", comm, comms),
     CLI_INT_FLAG(train_args, "--drift-check-every", drift_every, 0, INT64_MAX / 2),
     CLI_FLOAT_FLAG(train_args, "--straggler-threshold", straggler_threshold, 0.001, 100.0),
     CLI_INT_FLAG(train_args, "--straggler-window", straggler_window, 1, 1 << 30),
@@ -445,6 +451,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->sync_batch_norm = a->sync_bn;
     o->unordered_allreduce = a->allreduce == 1;
     o->shard_optimizer = a->shard_optimizer;
+    o->communicator = a->comm;
     o->collective_timeout_s = a->timeout;
     if (a->on_nan >= 0) o->on_nan = (crew_nan_policy)a->on_nan;
     o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;

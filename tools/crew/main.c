@@ -48,8 +48,10 @@ int main(int argc, char **argv)
         crew_mpi_describe(mpi, sizeof mpi);
         char cuda[1024];
         crew_cuda_describe(cuda, sizeof cuda);
-        printf("crew %s\nBLAS: %s\nMPI: %s%s\nCUDA: %s\ndevice kinds:\n", crew_version(), blas, mpi,
-               crew_have_mpi() ? " (mpirun -np P crew train ...: P processes)" : "", cuda);
+        char nccl[128];
+        crew_nccl_describe(nccl, sizeof nccl);
+        printf("crew %s\nBLAS: %s\nMPI: %s%s\nCUDA: %s\nNCCL: %s\ndevice kinds:\n", crew_version(), blas, mpi,
+               crew_have_mpi() ? " (mpirun -np P crew train ...: P processes)" : "", cuda, nccl);
         const char *about;
         for (int i = 0; crew_device_kind_name(i, &about); i++) printf("  %-12s %s\n", crew_device_kind_name(i, NULL), about);
         cli_warn_slow_blas("--version");

@@ -15,6 +15,9 @@
 #include <xxhash.h>
 
 #include "backend/cuda/cuda_internal.h"
+#ifdef CREW_HAVE_CUDNN
+#include <cudnn.h>
+#endif
 
 extern "C" {
 #include "core/status.h"
@@ -612,6 +615,14 @@ extern "C" crew_status crew_cuda_backend_create(int index, crew_backend *out)
     return CREW_OK;
 }
 
+extern "C" void *crew_cuda_backend_stream(const crew_backend *be, int *gpu)
+{
+    if (!be || be->ops != &cuda_ops) return NULL;
+    const cuda_ctx *c = (const cuda_ctx *)be->ctx;
+    if (gpu) *gpu = c->device;
+    return (void *)c->stream;
+}
+
 extern "C" void crew_cuda_describe(char *buf, size_t len)
 {
     if (!len) return;
@@ -624,8 +635,13 @@ extern "C" void crew_cuda_describe(char *buf, size_t len)
     int n = crew_cuda_device_count();
     char d[24] = "none";
     if (driver) snprintf(d, sizeof d, "%d.%d", driver / 1000, driver % 1000 / 10);
-    size_t used = (size_t)snprintf(buf, len, "runtime %d.%d, driver %s, cuBLAS %d.%d.%d; ", runtime / 1000,
-                                   runtime % 1000 / 10, d, blas_major, blas_minor, blas_patch);
+    char dnn[32] = "";
+#ifdef CREW_HAVE_CUDNN
+    size_t v = cudnnGetVersion(); /* major·10000 + minor·100 + patch since cuDNN 9 */
+    snprintf(dnn, sizeof dnn, ", cuDNN %zu.%zu.%zu", v / 10000, v / 100 % 100, v % 100);
+#endif
+    size_t used = (size_t)snprintf(buf, len, "runtime %d.%d, driver %s, cuBLAS %d.%d.%d%s; ", runtime / 1000,
+                                   runtime % 1000 / 10, d, blas_major, blas_minor, blas_patch, dnn);
     if (used < len && n == 0) snprintf(buf + used, len - used, "no GPU visible");
     for (int i = 0; i < n && used < len; i++) {
         cudaDeviceProp p;
