@@ -421,7 +421,22 @@ typedef struct crew_fit_options {
     int pipeline_processes;
     /* How the replicas talk (a crew_communicator) [CREW_COMMUNICATOR_AUTO]. */
     int communicator;
+    /* The precision of the GEMMs (a crew_precision) [CREW_PRECISION_FP32]; the device kind must
+     * have it. Part of what shapes the numbers: a checkpoint keeps it and a resumed run takes it. */
+    int precision;
 } crew_fit_options;
+
+/* What precision the devices compute their GEMMs in (docs/GPU.md, "Precision"). */
+typedef enum crew_precision {
+    CREW_PRECISION_FP32 = 0,    /* float32 throughout (no TF32) */
+    /* Every GEMM's operands rounded to bfloat16 (to nearest, ties to even), their products
+     * accumulated in float32 into float32 results: a GPU's tensor cores (cuBLAS's
+     * CUBLAS_COMPUTE_32F_FAST_16BF), emulated on the CPU, where it is slower. Weights, gradients,
+     * optimizer state and every other op stay float32 (the fp32 master weights of mixed precision);
+     * bfloat16 has float32's range, so no loss scaling; a non-finite loss or gradient is caught as
+     * in float32 (crew_fit_options.on_nan). */
+    CREW_PRECISION_BF16 = 1,
+} crew_precision;
 
 /* The communicator of a run's replicas (docs/GPU.md, "NCCL"). */
 typedef enum crew_communicator {
@@ -506,6 +521,7 @@ typedef struct crew_fit_plan {
     int unordered_allreduce;    /* crew_fit_options.unordered_allreduce, as resolved (0 in one process
                                    unless the collectives are NCCL's) */
     int nccl;                   /* 1: the replicas' collectives are NCCL's (crew_fit_options.communicator) */
+    int precision;              /* crew_fit_options.precision (a crew_precision) */
     int shard_optimizer;        /* crew_fit_options.shard_optimizer, as resolved (0 with one replica) */
     double flops_per_sample;    /* a training step's FLOPs per sample (crew_model_flops: total) */
     double peak_gflops;         /* crew_fit_options.peak_gflops: the devices' GEMM rate; 0: unknown */
@@ -667,6 +683,7 @@ typedef struct crew_verify_options {
     int pipeline_stages;
     int pipeline_schedule;
     const char *pipeline_split;
+    int precision;              /* every run's (crew_fit_options.precision) [fp32] */
 } crew_verify_options;
 
 /* One N-replica run held bitwise to its one-replica reference. */

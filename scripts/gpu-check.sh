@@ -11,6 +11,10 @@
 #   repeat     two 200-step runs of the CNN on cuda:1 end with bitwise-equal weights
 #   replicas   2 replicas on the GPU (cuda:2: round-robin on one GPU) = cuda:1 accumulating 2
 #              micro-batches, bitwise (the ordered all-reduce through host copies)
+#   nccl       --comm nccl: on one GPU, a run that opens and closes NCCL ends with the staged path's
+#              weights; with two GPUs or more, cuda:2 over NCCL = cuda:1 accumulating, bitwise
+#   verify     crew verify on cuda:2 (fp32, and --precision bf16): PASS
+#   bf16       --precision bf16 on cuda:1: the training loss within 2% of bf16 on the CPU
 #   vs cpu     the same 200 steps on cuda:1 and cpu:1: the final training loss within 2%
 #   accuracy   the demo's CNN, 4 epochs on cuda:1: test accuracy >= 0.91
 #   plan       crew plan --devices cuda:1 plans against the GPU's own memory
@@ -66,8 +70,38 @@ if cmp -s "$OUT/gpu-a/weights.safetensors" "$OUT/gpu-two/weights.safetensors"; t
 else
   row replicas FAIL "cuda:2 and cuda:1 x 2 micro-batches differ ($(tail -n 1 "$OUT/gpu-two.err"))"
 fi
+GPUS=$(grep -o 'cuda:[0-9]* ' "$OUT/version.txt" | wc -l)
+if [ "$GPUS" -ge 2 ]; then
+  train gpu-nccl "${SHORT[@]}" --devices cuda:2 --global-batch 128 --comm nccl
+  what="cuda:2 over NCCL = cuda:1 accumulating 2 micro-batches, bitwise"
+else
+  train gpu-nccl "${SHORT[@]}" --devices cuda:1 --global-batch 128 --comm nccl
+  what="one GPU: NCCL opened and closed, the weights of the run without it (two GPUs test its sums)"
+fi
+if cmp -s "$OUT/gpu-a/weights.safetensors" "$OUT/gpu-nccl/weights.safetensors"; then
+  row nccl pass "$what"
+else
+  row nccl FAIL "$what: not so ($(tail -n 1 "$OUT/gpu-nccl.err"))"
+fi
+for prec in fp32 bf16; do
+  "$CREW" verify examples/fashion_cnn.json --data "$DATA" --devices cuda:2 --steps 6 --precision $prec \
+    > "$OUT/verify-$prec.out" 2>&1
+  if tail -n 1 "$OUT/verify-$prec.out" | grep -q PASS; then
+    row "verify $prec" pass "crew verify on cuda:2: $(grep -m1 'max relative difference' "$OUT/verify-$prec.out" | cut -c1-90)"
+  else
+    row "verify $prec" FAIL "$(tail -n 2 "$OUT/verify-$prec.out" | tr '\n' ' ' | cut -c1-150)"
+  fi
+done
 train cpu-a "${SHORT[@]}" --devices cpu:1 --global-batch 128
 loss() { sed -n 's/.*"train_loss":\([0-9.e+-]*\).*/\1/p' "$1" | tail -n 1; }
+train gpu-bf16 "${SHORT[@]}" --devices cuda:1 --global-batch 128 --precision bf16
+train cpu-bf16 "${SHORT[@]}" --devices cpu:1 --global-batch 128 --precision bf16
+lg=$(loss "$OUT/gpu-bf16.out"); lc=$(loss "$OUT/cpu-bf16.out")
+if [ -n "$lg" ] && [ -n "$lc" ] && awk -v g="$lg" -v c="$lc" 'BEGIN { d = g - c; if (d < 0) d = -d; exit !(d <= 0.02 * c) }'; then
+  row bf16 pass "training loss after 200 steps in bf16: cuda $lg, cpu $lc"
+else
+  row bf16 FAIL "training loss after 200 steps in bf16: cuda '$lg', cpu '$lc' ($(tail -n 1 "$OUT/gpu-bf16.err"))"
+fi
 lg=$(loss "$OUT/gpu-a.out"); lc=$(loss "$OUT/cpu-a.out")
 if [ -n "$lg" ] && [ -n "$lc" ] && awk -v g="$lg" -v c="$lc" 'BEGIN { d = g - c; if (d < 0) d = -d; exit !(d <= 0.02 * c) }'; then
   row "vs cpu" pass "training loss after 200 steps: cuda $lg, cpu $lc"

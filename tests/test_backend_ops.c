@@ -35,6 +35,7 @@
 
 #include "backend/backend.h"
 #include "check.h"
+#include "core/bf16.h"
 #include "core/rng.h"
 #include "nn/window_geometry.h"
 #include "optim/optimizer.h"
@@ -659,8 +660,48 @@ static void check_gemm(const device *d, int ta, int tb, int64_t m, int64_t n, in
     DEV_FREE(d, a_d, b_d, c_d);
 }
 
+/* --precision bf16 (set_precision): the same GEMM on a second device of the kind whose operands
+ * are rounded to bfloat16, against the reference of the rounded operands (their products exact,
+ * summed in float32: the fp32 tolerance), and so far from the float32 reference that a device
+ * ignoring the precision fails. */
+static const tolerance gemm_bf16_tol[] = {{"cpu", RTOL, ATOL}, {NULL, 0, 0}};
+
+static void check_gemm_bf16(const device *fp32, int ta, int tb, int64_t m, int64_t n, int64_t k)
+{
+    device dv = {fp32->kind, {0}}, *d = &dv;
+    const crew_device_options o = {.blas_threads = 1, .precision = CREW_PRECISION_BF16};
+    EXPECT_OK(d, crew_device_open(d->kind->name, 0, &o, &d->be));
+    if (!d->be.ops) return;
+    int64_t lda = ta ? m : k, ldb = tb ? k : n, ldc = n, a_n = m * k, b_n = k * n;
+    float *a = fbuf(a_n), *b = fbuf(b_n), *c = fbuf(m * ldc), *ra = fbuf(a_n), *rb = fbuf(b_n);
+    double *want = dbuf(m * ldc), *want32 = dbuf(m * ldc);
+    fill_uniform(a, a_n, -1.0f, 1.0f, 21 + (uint64_t)ta);
+    fill_uniform(b, b_n, -1.0f, 1.0f, 23 + (uint64_t)tb);
+    fill_uniform(c, m * ldc, -1.0f, 1.0f, 27);
+    for (int64_t i = 0; i < a_n; i++) ra[i] = crew_bf16_round(a[i]);
+    for (int64_t i = 0; i < b_n; i++) rb[i] = crew_bf16_round(b[i]);
+    gemm_reference(ta, tb, m, n, k, 1.25f, ra, lda, rb, ldb, 0.5f, c, ldc, want);
+    gemm_reference(ta, tb, m, n, k, 1.25f, a, lda, b, ldb, 0.5f, c, ldc, want32);
+    float *a_d = dev_f32(d, a, a_n), *b_d = dev_f32(d, b, b_n), *c_d = dev_f32(d, c, m * ldc);
+    d->be.ops->gemm(d->be.ctx, ta, tb, m, n, k, 1.25f, a_d, lda, b_d, ldb, 0.5f, c_d, ldc);
+    EXPECT_SYNCED(d);
+    float *got = host_f32(d, c_d, m * ldc);
+    int64_t bad = first_mismatch(got, want, m * ldc, tol_for(d, gemm_bf16_tol));
+    EXPECT(d, bad < 0, "gemm in bf16 ta=%d tb=%d m=%lld n=%lld k=%lld: c[%lld] = %.9g, want %.9g", ta, tb, (long long)m,
+           (long long)n, (long long)k, (long long)bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad]);
+    float *as_fp32 = fbuf(m * ldc);
+    for (int64_t i = 0; i < m * ldc; i++) as_fp32[i] = (float)want32[i];
+    EXPECT(d, first_mismatch(as_fp32, want, m * ldc, tol_for(d, gemm_bf16_tol)) >= 0,
+           "the bf16 and fp32 references agree: the case cannot tell the precisions apart");
+    HOST_FREE(a, b, c, ra, rb, want, want32, got, as_fp32);
+    DEV_FREE(d, a_d, b_d, c_d);
+    crew_device_close(&d->be);
+}
+
 static void test_gemm(const device *d)
 {
+    check_gemm_bf16(d, 0, 0, 6, 5, 33);
+    check_gemm_bf16(d, 1, 1, 4, 7, 19);
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             check_gemm(d, ta, tb, 5, 7, 3, 1.0f, 0.0f);

@@ -1,7 +1,7 @@
 /* test_checkpoint.c — checkpoints as a resumed run meets them (docs/CHECKPOINTS.md):
  * - state.json carries, besides the batch and learning-rate plan, everything else that changes
  *   the numbers (augmentation, the last partial batch, synchronised batch norm, the NaN policy,
- *   BLAS threads per replica) and reads it back the same;
+ *   BLAS threads per replica, the precision) and reads it back the same;
  * - a write that fails (a file size limit stands for a full disk) leaves the out-parameter naming
  *   the last checkpoint that was committed, and no partial checkpoint behind;
  * - a damaged checkpoint (no COMPLETE marker) is set aside and the previous one used;
@@ -20,6 +20,7 @@
 #include "optim/optimizer.h"
 #include "synthetic.h"
 #include "train/checkpoint.h"
+#include "train/train.h"
 
 typedef struct model_variant {
     crew_activation activation;
@@ -72,6 +73,7 @@ static crew_checkpoint_state make_state(int64_t step)
     p->pad_last_batch = 1;
     p->sync_batch_norm = 1;
     p->on_nan = CREW_ON_NAN_SKIP;
+    p->precision = CREW_PRECISION_BF16;
     st.lr = (crew_lr_plan){.schedule = CREW_SCHED_COSINE, .peak_lr = 1e-3f, .total_steps = 110};
     return st;
 }
@@ -120,6 +122,10 @@ static void test_state_round_trip(fixture *fx)
     CHECK(got.plan.threads_per_device == want.plan.threads_per_device);
     CHECK(got.plan.augment.crop_padding == 2 && got.plan.augment.flip == 1);
     CHECK(got.plan.pad_last_batch == 1 && got.plan.sync_batch_norm == 1 && got.plan.on_nan == CREW_ON_NAN_SKIP);
+    CHECK(got.plan.precision == CREW_PRECISION_BF16);
+    crew_fit_options o = {.devices = 1};
+    CHECK_OK(crew_resume_options(&o, &got));
+    CHECK_MSG(o.precision == CREW_PRECISION_BF16, "a resumed run does not take its checkpoint's precision");
 }
 
 /* A file size limit makes the next checkpoint's first file fail, as a full disk would. */

@@ -234,6 +234,11 @@ typedef struct crew_backend_ops {
                        float momentum, int nesterov, float weight_decay);
     void (*adamw_update)(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n,
                          const crew_adamw_consts *k);
+
+    /* ---- the precision of every GEMM from now on (gemm, and attention's products): a
+     * crew_precision. CREW_PRECISION_BF16 rounds the operands to bfloat16 and accumulates in float32.
+     * NULL, or an error, for a device without it; crew_device_open calls it. */
+    crew_status (*set_precision)(void *ctx, crew_precision p);
 } crew_backend_ops;
 
 typedef struct crew_backend {
@@ -274,6 +279,7 @@ crew_status crew_dev_transfer_f32(const crew_backend *dst_be, float *dst, const 
 
 typedef struct crew_device_options {
     int blas_threads;           /* CPU kinds: OpenBLAS threads of the device's GEMMs [1] */
+    crew_precision precision;   /* of its GEMMs [fp32] (set_precision) */
 } crew_device_options;
 
 typedef struct crew_device_kind {

@@ -44,8 +44,10 @@ static crew_status open_cpu_remote(int index, const crew_device_options *o, crew
 #ifdef CREW_HAVE_CUDA
 #ifdef CREW_HAVE_NCCL
 #define CUDA_NCCL 1
+#define CUDA_COMM ", NCCL between them"
 #else
 #define CUDA_NCCL 0
+#define CUDA_COMM ", replicas talk through the host (no NCCL in this build)"
 #endif
 
 static crew_status open_cuda(int index, const crew_device_options *o, crew_backend *out)
@@ -63,8 +65,8 @@ static const crew_device_kind kinds[] = {
                    "through host copies (a test of the GPU's communication path)", cpu_available, open_cpu_remote,
      NULL, 0},
 #ifdef CREW_HAVE_CUDA
-    {"cuda", "NVIDIA GPUs: one replica per GPU, GEMMs by cuBLAS, fp32", crew_cuda_device_count, open_cuda,
-     crew_cuda_device_memory, CUDA_NCCL},
+    {"cuda", "NVIDIA GPUs: one replica per GPU, GEMMs by cuBLAS (fp32, or bf16 tensor cores)" CUDA_COMM,
+     crew_cuda_device_count, open_cuda, crew_cuda_device_memory, CUDA_NCCL},
 #endif
 };
 
@@ -100,6 +102,13 @@ crew_status crew_device_open(const char *kind, int index, const crew_device_opti
     const crew_device_kind *k = crew_device_kind_find(name);
     if (index < 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "device %s:%d: the index must be >= 0", name, index);
     crew_status s = k->open(index, o, out);
+    if (!s && o && o->precision != CREW_PRECISION_FP32) {
+        if (out->ops->set_precision)
+            s = out->ops->set_precision(out->ctx, o->precision);
+        else
+            s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "this device kind computes in fp32 only");
+        if (s) crew_device_close(out);
+    }
     return s ? crew_error_prefix(s, "device %s:%d: ", name, index) : CREW_OK;
 }
 

@@ -227,6 +227,7 @@ crew_status crew_checkpoint_check_model(const char *text, const char *what, cons
 /* ---- state.json */
 
 static const char *const nan_policies[] = {"stop", "skip"}; /* crew_nan_policy's order */
+static const char *const precisions[] = {"fp32", "bf16"};   /* crew_precision's order */
 
 /* What else shapes the numbers, besides the batch and learning-rate plan. */
 static void add_options(cJSON *plan, const crew_fit_plan *p)
@@ -238,6 +239,7 @@ static void add_options(cJSON *plan, const crew_fit_plan *p)
     cJSON_AddBoolToObject(plan, "pad_last_batch", p->pad_last_batch != 0);
     cJSON_AddBoolToObject(plan, "sync_batch_norm", p->sync_batch_norm != 0);
     cJSON_AddStringToObject(plan, "on_nan", (unsigned)p->on_nan < 2 ? nan_policies[p->on_nan] : "stop");
+    cJSON_AddStringToObject(plan, "precision", (unsigned)p->precision < 2 ? precisions[p->precision] : "fp32");
 }
 
 char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_model *m,
@@ -376,6 +378,13 @@ static void parse_options(reader *r, const cJSON *p, crew_checkpoint_state *st)
     if (!strcmp(nan, "skip")) plan->on_nan = CREW_ON_NAN_SKIP;
     else if (strcmp(nan, "stop") != 0 && !r->err)
         r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: key 'on_nan' must be \"stop\" or \"skip\"", r->what);
+    /* fp32 in a checkpoint from before --precision */
+    if (cJSON_GetObjectItemCaseSensitive(p, "precision")) {
+        const char *pr = get_string(r, p, "precision");
+        if (!strcmp(pr, "bf16")) plan->precision = CREW_PRECISION_BF16;
+        else if (strcmp(pr, "fp32") != 0 && !r->err)
+            r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: key 'precision' must be \"fp32\" or \"bf16\"", r->what);
+    }
     if (!r->err && (plan->threads_per_device < 1 || plan->augment.crop_padding > 1024))
         r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: threads_per_device or augment out of range", r->what);
 }

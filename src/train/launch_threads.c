@@ -243,7 +243,8 @@ static crew_status make_stage_comms(launch *l, const crew_process_group *g)
  * the global rank's micro-batches). */
 static crew_status open_rank(launch *l, rank_slot *r, int i)
 {
-    crew_device_options dev = {.blas_threads = l->run.plan.threads_per_device};
+    crew_device_options dev = {.blas_threads = l->run.plan.threads_per_device,
+                               .precision = (crew_precision)l->run.plan.precision};
     CREW_TRY(crew_device_open(l->run.plan.device_kind, l->device_base + i, &dev, &r->ctx.device));
     r->opened = 1;
     if (l->run.plan.nccl) return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.loader);

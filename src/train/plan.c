@@ -149,6 +149,7 @@ crew_status crew_resume_options(crew_fit_options *o, const crew_checkpoint_state
         o->pad_last_batch = st->plan.pad_last_batch;
         o->sync_batch_norm = st->plan.sync_batch_norm;
         o->on_nan = st->plan.on_nan;
+        o->precision = st->plan.precision;
     }
     return CREW_OK;
 }
@@ -304,6 +305,9 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     p->pad_last_batch = o->pad_last_batch != 0;
     p->sync_batch_norm = o->sync_batch_norm < 0 ? o->devices > 1 : o->sync_batch_norm != 0;
     p->on_nan = o->on_nan;
+    if (o->precision != CREW_PRECISION_FP32 && o->precision != CREW_PRECISION_BF16)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "precision %d: expected fp32 or bf16", o->precision);
+    p->precision = o->precision;
     crew_flops f;
     CREW_TRY(crew_model_flops(m, &f));
     p->flops_per_sample = f.total;

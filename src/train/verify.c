@@ -340,6 +340,7 @@ crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const 
     crew_fit_options *base = &v.base;
     crew_model_default_fit(m, base);
     if (given.device_kind) base->device_kind = given.device_kind;
+    base->precision = given.precision;
     int n = given.devices > 0 ? given.devices : 2;
     if (given.batch_per_device > 0) base->batch_per_device = given.batch_per_device;
     if (given.seed) base->seed = given.seed;

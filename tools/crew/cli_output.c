@@ -52,6 +52,9 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
         printf("      optimizer state sharded across the %d replicas (--shard-optimizer): each keeps and updates 1/%d\n"
                "      of it; gradients reduce-scattered, parameters all-gathered, the same weights bit for bit\n",
                p->devices, p->devices);
+    if (p->precision == CREW_PRECISION_BF16)
+        printf("      precision bf16: GEMM operands rounded to bfloat16, float32 sums; weights, gradients and\n"
+               "      optimizer state float32\n");
     if (p->nccl)
         printf("      collectives by NCCL, each replica on a GPU of its own%s\n",
                p->unordered_allreduce ? "" : ": crew's ordered sums from NCCL's sends, the same bits as one GPU accumulating");

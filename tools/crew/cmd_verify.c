@@ -9,6 +9,7 @@ static const char *usage_text =
     "usage: crew verify MODEL.json --data DIR --devices KIND:N [--steps K] [--batch-per-device B]\n"
     "                   [--global-batch G] [--seed S] [--tolerance T] [--deadline S] [--json]\n"
     "                   [--pipeline K [--schedule 1f1b|gpipe] [--stages RANGES] [--micro-batches M]]\n"
+    "                   [--precision fp32|bf16]\n"
     "\n"
     "Proves that N replicas compute what one computes, from the same weights and data, K steps\n"
     "(default 20):\n"
@@ -45,6 +46,7 @@ typedef struct verify_args {
     int64_t steps, batch, global, seed;
     double tol, deadline;
     cli_pipeline pipe;
+    int precision;
 } verify_args;
 
 static const cli_flag_spec verify_flags[] = {
@@ -61,6 +63,7 @@ static const cli_flag_spec verify_flags[] = {
     CLI_CHOICE_FLAG(verify_args, "--schedule", pipe.schedule, cli_schedules),
     CLI_STRING_FLAG(verify_args, "--stages", pipe.split),
     CLI_INT_FLAG(verify_args, "--micro-batches", pipe.micro_batches, 1, 1 << 20),
+    CLI_CHOICE_FLAG(verify_args, "--precision", precision, cli_precisions),
 };
 
 /* The paths: each N-replica run against one replica accumulating the same micro-batches. */
@@ -186,6 +189,7 @@ int cli_verify(int argc, char **argv)
     o.tolerance = a.tol;
     o.deadline_s = a.deadline;
     o.group = g;
+    o.precision = a.precision;
     crew_verify_result r = {0};
     r.losses = calloc((size_t)a.steps * 3, sizeof(float));
     cli_warn_slow_blas("verify");

@@ -7,17 +7,16 @@
  * the diagonal (s > t): a GEMM over the square is faster than T dot products of growing length,
  * and the masked half never reaches a result. Every sum runs in a fixed order, so results do not
  * depend on the batch's split across replicas (each sample is its own set of products). */
-#include <cblas.h>
 #include <math.h>
 
 #include "backend/cpu/cpu_math.h"
 #include "backend/cpu/cpu_ops.h"
 
-static void gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                 const float *b, int64_t ldb, float *c, int64_t ldc)
+/* c = alpha · op(a) · op(b), in the device's precision (cpu_gemm.c) */
+static void gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                 int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc)
 {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (blasint)m,
-                (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, 0.0f, c, (blasint)ldc);
+    cpu_gemm(ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
 /* One (sample, head)'s views: its q, k, v columns of qkv (leading dimension 3C), its [T, T]
@@ -55,7 +54,6 @@ static void causal_softmax(float *a, int64_t T)
 void cpu_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
                            int64_t heads, int64_t d)
 {
-    (void)ctx;
     const float scale = 1.0f / sqrtf((float)d);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
@@ -63,16 +61,15 @@ void cpu_attention_forward(void *ctx, const float *qkv, float *att, float *y, in
             const int64_t C = hv.C, ld = hv.ld;
             const float *q = qkv + hv.qkv, *k = q + C, *v = q + 2 * C;
             float *a = att + hv.att;
-            gemm(0, 1, T, T, d, scale, q, ld, k, ld, a, T); /* a = q·kᵀ/√d  [T, T] */
+            gemm(ctx, 0, 1, T, T, d, scale, q, ld, k, ld, a, T); /* a = q·kᵀ/√d  [T, T] */
             causal_softmax(a, T);
-            gemm(0, 0, T, d, T, 1.0f, a, T, v, ld, y + hv.out, C); /* y_h = a·v  [T, d] */
+            gemm(ctx, 0, 0, T, d, T, 1.0f, a, T, v, ld, y + hv.out, C); /* y_h = a·v  [T, d] */
         }
 }
 
 void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
                             float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
 {
-    (void)ctx;
     const float scale = 1.0f / sqrtf((float)d);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
@@ -82,8 +79,8 @@ void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const 
             const float *a = att + hv.att, *dyh = dy + hv.out;
             float *da = datt + hv.att;
             float *dq = dqkv + hv.qkv, *dk = dq + C, *dv = dq + 2 * C;
-            gemm(0, 1, T, T, d, 1.0f, dyh, C, v, ld, da, T); /* d att = dy_h · vᵀ  [T, T] */
-            gemm(1, 0, T, d, T, 1.0f, a, T, dyh, C, dv, ld); /* dv = attᵀ · dy_h  [T, d] */
+            gemm(ctx, 0, 1, T, T, d, 1.0f, dyh, C, v, ld, da, T); /* d att = dy_h · vᵀ  [T, T] */
+            gemm(ctx, 1, 0, T, d, T, 1.0f, a, T, dyh, C, dv, ld); /* dv = attᵀ · dy_h  [T, d] */
             /* through the softmax: ds = att ⊙ (d att − Σ_s att·d att), row by row; 0 above the diagonal */
             for (int64_t t = 0; t < T; t++) {
                 const float *ar = a + t * T;
@@ -93,7 +90,7 @@ void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const 
                 for (int64_t s = 0; s <= t; s++) dr[s] = ar[s] * (dr[s] - dot);
                 for (int64_t s = t + 1; s < T; s++) dr[s] = 0.0f;
             }
-            gemm(0, 0, T, d, T, scale, da, T, k, ld, dq, ld); /* dq = ds · k / √d */
-            gemm(1, 0, T, d, T, scale, da, T, q, ld, dk, ld); /* dk = dsᵀ · q / √d */
+            gemm(ctx, 0, 0, T, d, T, scale, da, T, k, ld, dq, ld); /* dq = ds · k / √d */
+            gemm(ctx, 1, 0, T, d, T, scale, da, T, q, ld, dk, ld); /* dk = dsᵀ · q / √d */
         }
 }

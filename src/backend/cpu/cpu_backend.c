@@ -16,17 +16,15 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/status.h"
 
-typedef struct cpu_ctx {
-    int blas_threads;
-    /* memory_used: the rank's thread allocates, its communication thread may too */
-    _Atomic int64_t in_use, peak;
-} cpu_ctx;
-
 struct crew_queue {
     int unused;
 };
 
-static void cpu_destroy(void *ctx) { free(ctx); }
+static void cpu_destroy(void *ctx)
+{
+    if (ctx) cpu_gemm_free(ctx);
+    free(ctx);
+}
 
 /* Memory is 64-byte aligned so vector loads never straddle cache lines. A device buffer keeps its
  * size in the 64 bytes before it, for the accounting (memory_used). */
@@ -109,6 +107,7 @@ static crew_status cpu_upload(void *ctx, crew_queue *q, void *dst, const void *h
 
 static crew_status cpu_download(void *ctx, void *host, const void *src, int64_t n, crew_dtype t)
 {
+    CREW_TRY(cpu_take_failure(ctx));
     return cpu_upload(ctx, NULL, host, src, n, t);
 }
 
@@ -135,9 +134,8 @@ static crew_status cpu_queue_wait(void *ctx, crew_queue *waiter, crew_queue *on)
 
 static crew_status cpu_sync(void *ctx, crew_queue *q)
 {
-    (void)ctx;
     (void)q;
-    return CREW_OK;
+    return cpu_take_failure(ctx);
 }
 
 /* The CPU device's memory is the host's. */
@@ -199,16 +197,6 @@ static void cpu_fill(void *ctx, float *x, float value, int64_t n)
 {
     (void)ctx;
     for (int64_t i = 0; i < n; i++) x[i] = value;
-}
-
-static void cpu_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
-                     int64_t ldc)
-{
-    (void)ctx;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
-                (blasint)ldc);
 }
 
 static void cpu_axpby(void *ctx, int64_t n, float alpha, const float *x, float beta, float *y)
@@ -291,6 +279,7 @@ const crew_backend_ops crew_cpu_ops = {
     .softmax = cpu_softmax,
     .sgd_update = cpu_sgd_update,
     .adamw_update = cpu_adamw_update,
+    .set_precision = cpu_set_precision,
 };
 
 crew_status crew_cpu_backend_create(int blas_threads, crew_backend *out)

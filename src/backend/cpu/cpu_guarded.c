@@ -91,6 +91,7 @@ static void keep_error(guard_ctx *g, crew_status s)
 
 static crew_status take_error(guard_ctx *g)
 {
+    keep_error(g, cpu_take_failure(g->cpu.ctx)); /* the plain backend's kernels' (cpu_gemm.c) */
     pthread_mutex_lock(&g->lock);
     crew_status s = g->pending;
     g->pending = CREW_OK;
@@ -846,6 +847,12 @@ static void guard_adamw_update(void *ctx, float *param, const float *grad, float
         crew_cpu_ops.adamw_update(c.cpu, sp, sg, sm, sv, n, k);
 }
 
+static crew_status guard_set_precision(void *ctx, crew_precision p)
+{
+    guard_ctx *g = ctx;
+    return crew_cpu_ops.set_precision(g->cpu.ctx, p);
+}
+
 /* Both tables: the guarded one, and "cpu-remote", the same device without host_alias (a GPU's
  * case: its replicas take part through host copies, comm_staged.c). */
 #define GUARDED_OPS(kind, alias) \
@@ -901,6 +908,7 @@ static void guard_adamw_update(void *ctx, float *param, const float *grad, float
     .softmax = guard_softmax, \
     .sgd_update = guard_sgd_update, \
     .adamw_update = guard_adamw_update, \
+    .set_precision = guard_set_precision, \
     }
 
 static const crew_backend_ops guarded_ops = GUARDED_OPS("cpu-guarded", guard_host_alias);

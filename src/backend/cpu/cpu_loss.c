@@ -3,13 +3,14 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_ops.h"
+#include "core/status.h"
 
 /* loss = logsumexp(z) − z[label], computed after subtracting the row maximum so no exp
  * overflows; d loss / d z = softmax(z) − onehot(label). */
 crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
                              float scale, float *row_loss, float *dlogits, int64_t *correct)
 {
-    (void)ctx;
+    CREW_TRY(cpu_take_failure(ctx)); /* a GEMM of the forward pass that could not run */
     int64_t right = 0;
     for (int64_t r = 0; r < rows; r++) {
         const float *z = logits + r * classes;

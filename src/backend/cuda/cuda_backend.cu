@@ -485,7 +485,11 @@ void cuda_gemm_strided(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_
     if (m <= 0 || n <= 0 || count <= 0) return;
     cublasStatus_t st;
     const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (count == 1)
+    if (c->bf16) /* float32 operands rounded to bfloat16 by cuBLAS, products summed in float32 */
+        st = cublasGemmStridedBatchedEx(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)ldb,
+                                        stride_b, a, CUDA_R_32F, (int)lda, stride_a, &beta, out, CUDA_R_32F, (int)ldc,
+                                        stride_c, (int)count, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
+    else if (count == 1)
         st = cublasSgemm(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, out,
                          (int)ldc);
     else
@@ -501,6 +505,15 @@ static void cuda_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n,
     cuda_ctx *c = (cuda_ctx *)ctx;
     cuda_enter(c);
     cuda_gemm_strided(c, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c_out, ldc, 0, 1);
+}
+
+static crew_status cuda_set_precision(void *ctx, crew_precision p)
+{
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    if (p != CREW_PRECISION_FP32 && p != CREW_PRECISION_BF16)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cuda:%d: unknown precision %d", c->device, (int)p);
+    c->bf16 = p == CREW_PRECISION_BF16;
+    return CREW_OK;
 }
 
 /* ------------------------------------------------------------------ the table */
@@ -557,6 +570,7 @@ static const crew_backend_ops cuda_ops = {
     /* .softmax */ cuda_softmax,
     /* .sgd_update */ cuda_sgd_update,
     /* .adamw_update */ cuda_adamw_update,
+    /* .set_precision */ cuda_set_precision,
 };
 
 /* ------------------------------------------------------------------ the device kind */

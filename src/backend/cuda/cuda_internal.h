@@ -28,6 +28,7 @@ typedef struct cuda_ctx {
     cudaStream_t stream;        /* the compute queue */
     cudaEvent_t done;           /* recorded on it by queue_wait */
     cublasHandle_t blas;
+    int bf16;                   /* GEMMs on bfloat16 tensor cores, float32 accumulation (set_precision) */
     pthread_mutex_t mu;         /* the pending error and the block table */
     cudaError_t pending;        /* the first failure of an enqueued op (cudaSuccess: none) */
     const char *pending_what;
