@@ -684,6 +684,10 @@ typedef struct crew_verify_options {
     int pipeline_schedule;
     const char *pipeline_split;
     int precision;              /* every run's (crew_fit_options.precision) [fp32] */
+    /* Another device kind to hold this one to (a GPU against the CPU): (f), the full-batch run (c)
+     * again on one device of that kind, against (c) as (a) is: its first step within float32
+     * summation's bound, its trajectory within every tensor's rounding bound. NULL: none. */
+    const char *against_kind;
 } crew_verify_options;
 
 /* One N-replica run held bitwise to its one-replica reference. */
@@ -733,10 +737,21 @@ typedef struct crew_verify_result {
     int full_batch_ok;              /* every tensor within its bound */
     double deadline_s;              /* the deadline the runs had */
     char failure[640];              /* a run that stopped: "<run>: <the error>"; "" when none did */
-    int pass;                       /* no failure, bitwise_equal, first_step_ok, reference_ok, full_batch_ok */
+    int pass;                       /* no failure, bitwise_equal, first_step_ok, reference_ok, full_batch_ok,
+                                       and with against_kind, against_first_step_ok and against_ok */
     int stages;                     /* pipeline stages of each of the N replicas (1: none) */
     int pipeline_schedule;          /* a crew_pipeline_schedule, with stages > 1 */
     float *losses;                  /* caller's [steps × 3] or NULL: per step, the loss of (a), (b), (c) */
+    /* against_kind: (f) against (c) */
+    char against_kind[16];          /* "" when not asked */
+    int against_first_step_ok;
+    double against_first_step_ratio;/* its largest first-step difference over its bound */
+    char against_first_step_decided_by[192];
+    int against_ok;                 /* its trajectory: every tensor within its bound */
+    double against_max_rel_diff;
+    char against_decided_by[160];   /* the tensor nearest its bound, */
+    double against_decided_by_diff; /* its difference, */
+    double against_allowed;         /* and its bound */
 } crew_verify_result;
 
 /* Every field at its default (zero, or as bracketed above). */

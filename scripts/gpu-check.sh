@@ -13,7 +13,8 @@
 #              micro-batches, bitwise (the ordered all-reduce through host copies)
 #   nccl       --comm nccl: on one GPU, a run that opens and closes NCCL ends with the staged path's
 #              weights; with two GPUs or more, cuda:2 over NCCL = cuda:1 accumulating, bitwise
-#   verify     crew verify on cuda:2 (fp32, and --precision bf16): PASS
+#   verify     crew verify on cuda:2 (fp32, and --precision bf16): PASS; and --against cpu, the GPU's
+#              full-batch run held to the CPU's within verify's rounding bound
 #   bf16       --precision bf16 on cuda:1: the training loss within 2% of bf16 on the CPU
 #   vs cpu     the same 200 steps on cuda:1 and cpu:1: the final training loss within 2%
 #   accuracy   the demo's CNN, 4 epochs on cuda:1: test accuracy >= 0.91
@@ -84,10 +85,10 @@ else
   row nccl FAIL "$what: not so ($(tail -n 1 "$OUT/gpu-nccl.err"))"
 fi
 for prec in fp32 bf16; do
-  "$CREW" verify examples/fashion_cnn.json --data "$DATA" --devices cuda:2 --steps 6 --precision $prec \
+  "$CREW" verify examples/fashion_cnn.json --data "$DATA" --devices cuda:2 --steps 6 --precision $prec --against cpu \
     > "$OUT/verify-$prec.out" 2>&1
   if tail -n 1 "$OUT/verify-$prec.out" | grep -q PASS; then
-    row "verify $prec" pass "crew verify on cuda:2: $(grep -m1 'max relative difference' "$OUT/verify-$prec.out" | cut -c1-90)"
+    row "verify $prec" pass "crew verify on cuda:2 --against cpu: $(grep -A2 '^1 replica full batch on cpu' "$OUT/verify-$prec.out" | tail -n 1 | cut -c3-120)"
   else
     row "verify $prec" FAIL "$(tail -n 2 "$OUT/verify-$prec.out" | tr '\n' ' ' | cut -c1-150)"
   fi

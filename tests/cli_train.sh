@@ -9,7 +9,8 @@
 # - crew eval on the saved weights reproduces the test accuracy train printed;
 # - --layout auto measures replicas against BLAS threads once, caches the choice, hints at it;
 # - --json ends stdout with one JSON object holding the documented keys;
-# - crew verify passes for both example models with N = 2, 3, 4 and 8, and at the model files'
+# - crew verify passes for both example models with N = 2, 3, 4 and 8, against another kind
+#   (--against), and at the model files'
 #   own batch, for a Keras model with batch norm, and for a batch-norm CNN at N = 2, 4 and 8.
 . "$(dirname "$0")/lib_cli.sh"
 need_fashion
@@ -128,6 +129,13 @@ for spec in $specs; do
   [ $rc -eq 0 ] && [ "$(json_field "$TMP/v.out" pass)" = true ] && [ "$(json_field "$TMP/v.out" rounding_spread)" != null ] \
     && ok || fail "verify $model cpu:$n at its own batch: $(tail -n 1 "$TMP/v.out")"
 done
+# --against KIND: the full-batch run again on another kind, held to this kind's (a GPU against the
+# CPU; here cpu-remote, which computes the CPU's bits); an unknown kind is bad usage.
+"$CREW" verify examples/fashion_mlp.json --data "$DATA" --devices cpu:2 --steps 4 --against cpu-remote --json > "$TMP/v.out"
+rc=$?
+[ $rc -eq 0 ] && [ "$(json_field "$TMP/v.out" pass)" = true ] && grep -q '"against":{"kind":"cpu-remote","first_step_ok":true' "$TMP/v.out" \
+  && grep -q "^1 replica full batch on cpu-remote vs on this kind" "$TMP/v.out" && ok || fail "verify --against cpu-remote: $(tail -n 1 "$TMP/v.out")"
+expect_exit 2 "unknown device kind 'tpu'" -- "$CREW" verify examples/fashion_mlp.json --data "$DATA" --devices cpu:2 --against tpu
 # A Keras model with batch norm (a bias before each norm gets only rounding noise): N replicas share
 # the statistics, so verify holds them to the full batch alone, tensor by tensor.
 "$CREW" verify tests/fixtures/keras/small_cnn.json --data "$DATA" --devices cpu:2 --steps 5 --json > "$TMP/v.out"

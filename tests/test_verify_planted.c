@@ -1,7 +1,8 @@
 /* test_verify_planted.c — the proof, proven: crew verify, with its default options, FAILs on each
  * bug planted in the split of the work (train/hooks.h lists them, each where a real one would sit)
  * and PASSes without them, at N = 2 and 4, on a CNN with dropout and on a CNN with batch norm,
- * both trained with AdamW and a warmup.
+ * both trained with AdamW and a warmup. The correct build also passes --against cpu (the full-batch
+ * run on another device of the kind), which fails when that device computes in lower precision.
  *
  * Each bug is tried on the models it can affect: a dropout bug needs dropout, a batch-norm bug
  * batch norm. The table printed at the end says which of verify's checks caught each bug (the
@@ -36,6 +37,8 @@ static const char *caught_by(const crew_verify_result *r)
     if (!r->first_step_ok) return "first step";
     if (!r->reference_ok) return "rounding reference";
     if (!r->full_batch_ok) return "trajectory";
+    if (r->against_kind[0] && !r->against_first_step_ok) return "--against, first step";
+    if (r->against_kind[0] && !r->against_ok) return "--against, trajectory";
     return "NOTHING";
 }
 
@@ -44,7 +47,15 @@ static int applies(crew_planted_bug b, int batch_norm)
     if (b == CREW_PLANT_DROPOUT_BY_ROW) return !batch_norm;
     if (b == CREW_PLANT_LOCAL_BN_STATS) return batch_norm;
     if (b == CREW_PLANT_WRONG_LOADER_SLOT) return !batch_norm; /* waits out a deadline: once is enough */
+    if (b == CREW_PLANT_AGAINST_LOW_PRECISION) return !batch_norm;
     return 1;
+}
+
+/* verify --against cpu where it has something to judge: the other device's bug, and the correct
+ * build (which must pass it too). */
+static const char *against_for(crew_planted_bug b)
+{
+    return b == CREW_PLANT_NONE || b == CREW_PLANT_AGAINST_LOW_PRECISION ? "cpu" : NULL;
 }
 
 /* crew verify's defaults (20 steps, the model's batch) on n replicas; returns the verdict. */
@@ -55,6 +66,7 @@ static int verify(const crew_dataset *d, int batch_norm, int n, crew_planted_bug
     crew_verify_options o;
     crew_verify_options_init(&o);
     o.devices = n;
+    o.against_kind = against_for(b);
     memset(r, 0, sizeof *r);
     crew_status s = crew_verify_planted(m, d, &o, b, r);
     int pass = s ? -1 : r->pass;

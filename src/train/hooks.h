@@ -46,6 +46,8 @@ typedef enum crew_planted_bug {
     CREW_PLANT_LOCAL_BN_STATS,        /* batch-norm statistics of the micro-batch alone, though synchronised */
     CREW_PLANT_WARMUP_SKIPPED,        /* no learning-rate warmup when there is more than one replica */
     CREW_PLANT_WRONG_LOADER_SLOT,     /* rank 1 takes the next step's micro-batch from its loader */
+    CREW_PLANT_AGAINST_LOW_PRECISION, /* verify --against: that device computes its GEMMs in bf16, as a GPU
+                                         quietly running TF32 would in lower precision */
     CREW_PLANT_COUNT
 } crew_planted_bug;
 

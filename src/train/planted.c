@@ -16,6 +16,7 @@ const char *crew_planted_bug_name(crew_planted_bug b)
         [CREW_PLANT_LOCAL_BN_STATS] = "local instead of synchronised batch-norm statistics",
         [CREW_PLANT_WARMUP_SKIPPED] = "warmup skipped when N > 1",
         [CREW_PLANT_WRONG_LOADER_SLOT] = "a replica reads the wrong loader slot",
+        [CREW_PLANT_AGAINST_LOW_PRECISION] = "--against: that device's GEMMs in lower precision",
     };
     return b >= 0 && b < CREW_PLANT_COUNT ? names[b] : "unknown";
 }

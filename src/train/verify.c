@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "core/options.h"
 #include "core/status.h"
 #include "train/step.h"
@@ -71,6 +72,7 @@ typedef struct run_spec {
     int sync_bn;                /* crew_fit_options.sync_batch_norm */
     int grouped;                /* joins the process group */
     int column;                 /* its column of the losses table, or COL_NONE */
+    const char *kind;           /* another device kind (--against), or NULL: the asked one */
 } run_spec;
 
 typedef struct verify_ctx {
@@ -137,6 +139,10 @@ static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values 
         o.pipeline_schedule = v->opts->pipeline_schedule;
         o.pipeline_split = v->opts->pipeline_split;
     }
+    if (r->kind) {
+        o.device_kind = r->kind;
+        if (v->plant == CREW_PLANT_AGAINST_LOW_PRECISION) o.precision = CREW_PRECISION_BF16; /* planted bug */
+    }
     o.drift_check_every = 1; /* every replica's values, after every step */
     o.collective_timeout_s = v->deadline_s;
     step_log log = {v, r->column, out};
@@ -187,9 +193,9 @@ typedef struct verify_runs {
     int path_ref[CREW_VERIFY_MAX_PATHS];    /* 0: (b), 1: (b2) */
     crew_verify_values path[CREW_VERIFY_MAX_PATHS];
     int a_is_path0;                         /* no batch norm: (a) is the first path */
-    run_spec a_spec, b_spec[2], c_spec, d_spec[2];
-    int has_b2, has_d, has_e;
-    crew_verify_values a, b[2], c, d[2];
+    run_spec a_spec, b_spec[2], c_spec, d_spec[2], f_spec;
+    int has_b2, has_d, has_e, has_f;
+    crew_verify_values a, b[2], c, d[2], f;
 } verify_runs;
 
 static void verify_runs_free(verify_runs *w)
@@ -202,6 +208,7 @@ static void verify_runs_free(verify_runs *w)
     crew_verify_values_free(&w->c);
     crew_verify_values_free(&w->d[0]);
     crew_verify_values_free(&w->d[1]);
+    crew_verify_values_free(&w->f);
 }
 
 /* The specs: (a) as asked; the paths: k and the other k, each with the run's buckets and with
@@ -212,18 +219,18 @@ static void plan_runs(verify_ctx *v, int n, int total, int64_t batch, int k, int
     const double run_mb = v->base.bucket_mb > 0 ? v->base.bucket_mb : CREW_DEFAULT_BUCKET_MB;
     const double own_mb = small_bucket_mb(v->m->n_params);
     const int64_t g[2] = {(int64_t)total * batch * k, (int64_t)total * batch * k2};
-    w->a_spec = (run_spec){"N replicas", n, batch, g[0], 0, run_mb, -1, 1, COL_A};
-    w->b_spec[0] = (run_spec){"1 replica accumulating", 1, batch, g[0], 0, run_mb, -1, 0, COL_B};
-    w->b_spec[1] = (run_spec){"1 replica accumulating (the other k)", 1, batch, g[1], 0, run_mb, -1, 0, COL_NONE};
-    w->c_spec = (run_spec){"1 replica full batch", 1, g[0], g[0], 0, run_mb, -1, 0, COL_C};
+    w->a_spec = (run_spec){"N replicas", n, batch, g[0], 0, run_mb, -1, 1, COL_A, NULL};
+    w->b_spec[0] = (run_spec){"1 replica accumulating", 1, batch, g[0], 0, run_mb, -1, 0, COL_B, NULL};
+    w->b_spec[1] = (run_spec){"1 replica accumulating (the other k)", 1, batch, g[1], 0, run_mb, -1, 0, COL_NONE, NULL};
+    w->c_spec = (run_spec){"1 replica full batch", 1, g[0], g[0], 0, run_mb, -1, 0, COL_C, NULL};
     w->d_spec[0] = (run_spec){"rounding reference (full batch, rows reversed)", 1, g[0], g[0], 1, run_mb, -1, 0,
-                              COL_NONE};
+                              COL_NONE, NULL};
     /* (e): the same global batch in other blocks, 2N replicas of B/2 (or N/2 of 2B), within
      * process 0; none when neither divides, or when it would be (c) itself */
     int e_n = batch % 2 == 0 ? 2 * total : total % 2 == 0 ? total / 2 : 0;
     int64_t e_batch = e_n ? g[0] / k / e_n : 0;
     w->has_e = e_n > 1 && e_batch * e_n * k == g[0];
-    w->d_spec[1] = (run_spec){"rounding reference (other blocks)", e_n, e_batch, g[0], 0, run_mb, -1, 0, COL_NONE};
+    w->d_spec[1] = (run_spec){"rounding reference (other blocks)", e_n, e_batch, g[0], 0, run_mb, -1, 0, COL_NONE, NULL};
     w->has_b2 = has_k2;
     w->a_is_path0 = !bn;
     static const char *labels[2][2] = {{"N replicas, k micro-batches, the run's buckets",
@@ -235,11 +242,14 @@ static void plan_runs(verify_ctx *v, int n, int total, int64_t batch, int k, int
             double mb = own ? own_mb : run_mb;
             if (own && crew_bucket_count(v->m->n_params, own_mb) == crew_bucket_count(v->m->n_params, run_mb)) continue;
             /* batch norm: per-micro-batch statistics, which one replica accumulating computes too */
-            w->path_spec[w->n_paths] = (run_spec){labels[kk][own], n, batch, g[kk], 0, mb, bn ? 0 : -1, 1, COL_NONE};
+            w->path_spec[w->n_paths] = (run_spec){labels[kk][own], n, batch, g[kk], 0, mb, bn ? 0 : -1, 1, COL_NONE, NULL};
             w->path_ref[w->n_paths++] = kk;
         }
     if (w->a_is_path0) w->path_spec[0] = w->a_spec;
     w->has_d = !v->res->fixed_tolerance;
+    w->has_f = v->opts->against_kind != NULL;
+    w->f_spec = (run_spec){"1 replica full batch on the other kind (--against)", 1, g[0], g[0], 0, run_mb, -1, 0,
+                           COL_NONE, v->opts->against_kind};
 }
 
 /* The N-replica runs (every process takes part); stops at the first that stops. */
@@ -274,10 +284,33 @@ static crew_status run_references(verify_ctx *v, verify_runs *w)
     return run_one(v, &w->d_spec[0], &w->d[0]);
 }
 
-/* (e), process 0 only, after the deadline is known: it has replicas of its own. */
+/* (e), process 0 only, after the deadline is known: it has replicas of its own; then (f). */
 static crew_status run_reblocked(verify_ctx *v, verify_runs *w)
 {
-    return w->has_d && w->has_e ? run_one(v, &w->d_spec[1], &w->d[1]) : CREW_OK;
+    if (w->has_d && w->has_e) CREW_TRY(run_one(v, &w->d_spec[1], &w->d[1]));
+    if (v->res->failure[0] || !w->has_f) return CREW_OK;
+    return run_one(v, &w->f_spec, &w->f);
+}
+
+/* (f) against (c), judged as (a) is, into the against_* fields (the others stay (a)'s). */
+static crew_status judge_against(verify_ctx *v, verify_runs *w)
+{
+    crew_verify_result *res = v->res, mine = *res;
+    mine.first_step_ratio = 0.0;
+    mine.first_step_decided_by[0] = '\0'; /* the first check names itself */
+    char label[48];
+    snprintf(label, sizeof label, "full batch on %s", res->against_kind);
+    res->against_first_step_ok = crew_verify_first_step(&w->f, &w->c, res->global_batch, label, &mine);
+    res->against_first_step_ratio = mine.first_step_ratio;
+    snprintf(res->against_first_step_decided_by, sizeof res->against_first_step_decided_by, "%s",
+             mine.first_step_decided_by);
+    CREW_TRY(crew_verify_judge(w->f.m, w->c.m, w->has_d ? w->d[0].m : NULL, w->has_e ? w->d[1].m : NULL, &mine));
+    res->against_ok = mine.full_batch_ok;
+    res->against_max_rel_diff = mine.max_rel_diff_full_batch;
+    snprintf(res->against_decided_by, sizeof res->against_decided_by, "%s", mine.decided_by);
+    res->against_decided_by_diff = mine.decided_by_diff;
+    res->against_allowed = mine.allowed;
+    return CREW_OK;
 }
 
 static double slowest_reference_step(const verify_runs *w)
@@ -358,6 +391,10 @@ crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const 
     }
     crew_fit_plan plan;
     CREW_TRY(crew_model_plan_fit(m, train, base, &plan)); /* checks the combination once, up front */
+    if (given.against_kind) {
+        CREW_TRY(crew_device_kind_check(given.against_kind));
+        snprintf(res->against_kind, sizeof res->against_kind, "%s", given.against_kind);
+    }
     if (given.pipeline_stages > 1 || given.pipeline_split) { /* and the pipeline's */
         crew_fit_options piped = *base;
         piped.devices = n;
@@ -419,9 +456,10 @@ crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const 
         return CREW_OK;
     }
     if (!s && !res->failure[0]) s = judge_runs(&v, &w);
+    if (!s && !res->failure[0] && w.has_f) s = judge_against(&v, &w);
     if (!s)
         res->pass = !res->failure[0] && res->bitwise_equal && res->first_step_ok && res->reference_ok &&
-                    res->full_batch_ok;
+                    res->full_batch_ok && (!w.has_f || (res->against_first_step_ok && res->against_ok));
     verify_runs_free(&w);
     return s;
 }

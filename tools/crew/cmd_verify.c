@@ -9,7 +9,7 @@ static const char *usage_text =
     "usage: crew verify MODEL.json --data DIR --devices KIND:N [--steps K] [--batch-per-device B]\n"
     "                   [--global-batch G] [--seed S] [--tolerance T] [--deadline S] [--json]\n"
     "                   [--pipeline K [--schedule 1f1b|gpipe] [--stages RANGES] [--micro-batches M]]\n"
-    "                   [--precision fp32|bf16]\n"
+    "                   [--precision fp32|bf16] [--against KIND]\n"
     "\n"
     "Proves that N replicas compute what one computes, from the same weights and data, K steps\n"
     "(default 20):\n"
@@ -26,6 +26,9 @@ static const char *usage_text =
     "    of 2B; both held to the first-step bound) measure how much, tensor by tensor, and each\n"
     "    tensor may differ by up to 30 times its own figure, at least 1e-3. --tolerance T sets a\n"
     "    fixed bound instead.\n"
+    "With --against KIND (a GPU against the CPU: --devices cuda:2 --against cpu) the full-batch run\n"
+    "is made once more on one device of that kind and held to this kind's as the N replicas are:\n"
+    "its first step within the same bound, its trajectory within every tensor's rounding bound.\n"
     "With --pipeline K the N devices hold N / K replicas of a K-stage pipeline (crew train's\n"
     "flags, docs/PIPELINE.md), each with M micro-batches per step [K]; they are held to the same\n"
     "one-device references, so the paths prove the pipeline bitwise equal to one device\n"
@@ -47,6 +50,7 @@ typedef struct verify_args {
     double tol, deadline;
     cli_pipeline pipe;
     int precision;
+    const char *against;
 } verify_args;
 
 static const cli_flag_spec verify_flags[] = {
@@ -64,6 +68,7 @@ static const cli_flag_spec verify_flags[] = {
     CLI_STRING_FLAG(verify_args, "--stages", pipe.split),
     CLI_INT_FLAG(verify_args, "--micro-batches", pipe.micro_batches, 1, 1 << 20),
     CLI_CHOICE_FLAG(verify_args, "--precision", precision, cli_precisions),
+    CLI_STRING_FLAG(verify_args, "--against", against),
 };
 
 /* The paths: each N-replica run against one replica accumulating the same micro-batches. */
@@ -155,7 +160,28 @@ static void print_json(const crew_verify_result *r)
         crew_json_write_string(stdout, r->failure);
     else
         printf("null");
+    if (r->against_kind[0]) {
+        char b11[32], b12[32];
+        printf(",\"against\":{\"kind\":");
+        crew_json_write_string(stdout, r->against_kind);
+        printf(",\"first_step_ok\":%s,\"first_step_ratio\":%s,\"ok\":%s,\"max_rel_diff\":%s,\"decided_by\":",
+               r->against_first_step_ok ? "true" : "false", cli_json_number(r->against_first_step_ratio, b11, sizeof b11),
+               r->against_ok ? "true" : "false", cli_json_number(r->against_max_rel_diff, b12, sizeof b12));
+        crew_json_write_string(stdout, r->against_decided_by);
+        printf("}");
+    }
     printf(",\"pass\":%s}\n", r->pass ? "true" : "false");
+}
+
+/* --against KIND: the full-batch run on the other kind against this kind's. */
+static void print_against(const crew_verify_result *r)
+{
+    printf("1 replica full batch on %s vs on this kind, the same steps:\n"
+           "  first step within the bound: %s (largest: %s, %.3g of its bound)\n"
+           "  after %lld steps: max relative difference %.3g: %s; nearest its bound: %s, %.3g of %.3g\n",
+           r->against_kind, r->against_first_step_ok ? "yes" : "NO", r->against_first_step_decided_by,
+           r->against_first_step_ratio, (long long)r->steps, r->against_max_rel_diff, r->against_ok ? "ok" : "TOO LARGE",
+           r->against_decided_by, r->against_decided_by_diff, r->against_allowed);
 }
 
 int cli_verify(int argc, char **argv)
@@ -190,6 +216,7 @@ int cli_verify(int argc, char **argv)
     o.deadline_s = a.deadline;
     o.group = g;
     o.precision = a.precision;
+    o.against_kind = a.against;
     crew_verify_result r = {0};
     r.losses = calloc((size_t)a.steps * 3, sizeof(float));
     cli_warn_slow_blas("verify");
@@ -238,6 +265,7 @@ int cli_verify(int argc, char **argv)
             print_paths(&r);
             print_first_step(&r);
             print_full_batch_verdict(&r);
+            if (r.against_kind[0]) print_against(&r);
         }
         printf("%s\n", r.pass ? "PASS" : "FAIL");
         if (a.json) print_json(&r);
