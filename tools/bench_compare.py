@@ -193,6 +193,19 @@ def concurrent_json(cmds):
     return out
 
 
+def run_records(run_dir):
+    """A crew run directory's metrics.jsonl: its "run" record (the plan) and its step records."""
+    plan, steps = {}, []
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("type") == "run":
+                plan = r
+            elif r.get("type") == "step":
+                steps.append(r)
+    return plan, steps
+
+
 def median(xs):
     xs = sorted(xs)
     return xs[len(xs) // 2] if len(xs) % 2 else sum(xs[len(xs) // 2 - 1: len(xs) // 2 + 1]) / 2

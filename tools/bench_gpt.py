@@ -257,14 +257,7 @@ def crew_contestant(a, data, tmp, key, flags, round_no):
     proc, wall, others = measured(cmd)
     if proc.returncode != 0:
         raise SystemExit(f"bench_gpt: crew failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-3000:]}")
-    steps, plan = [], {}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("type") == "run":
-                plan = r
-            elif r.get("type") == "step":
-                steps.append(r)
+    plan, steps = bench_compare.run_records(run_dir)
     if plan.get("global_batch") != GLOBAL_BATCH:
         raise SystemExit(f"bench_gpt: crew planned a global batch of {plan.get('global_batch')}, not {GLOBAL_BATCH}")
     timed = [r for r in steps if r["step"] > a.warmup]
