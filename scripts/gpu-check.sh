@@ -20,6 +20,9 @@
 #   accuracy   the demo's CNN, 4 epochs on cuda:1: test accuracy >= 0.91
 #   plan       crew plan --devices cuda:1 plans against the GPU's own memory
 #   speed      samples/s of the CNN and the MLP on cuda:1 (300 steps), the peak GEMM rate
+#   bench      tools/bench_gpu.py: crew against PyTorch eager and torch.compile on this GPU (needs
+#              python3 with torch; its table in OUT_DIR/bench.md); with GPT=1 also GPT-2 124M in bf16
+#              on the King James Bible's bytes (data/kjv.txt, from make demo-gpt)
 # and prints the table (also OUT_DIR/table.md). Exit status 1 when a check failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -135,11 +138,28 @@ for m in fashion_cnn fashion_mlp; do
   row "speed $m" "$([ -n "$sps" ] && echo measured || echo FAIL)" "${sps:-?} samples/s, ${gf:-?} GFLOP/s on cuda:1 (300 steps)"
 done
 
+# ---- against PyTorch on the same GPU (recorded, not judged)
+if python3 -c 'import torch, numpy' 2> /dev/null; then
+  GPT_ARGS=()
+  if [ "${GPT:-0}" = 1 ] && [ -f data/kjv.txt ]; then
+    [ -f data/kjv-1024/manifest.json ] || "$CREW" prep text data/kjv.txt --seq-len 1024 --out data/kjv-1024 > /dev/null
+    GPT_ARGS=(--gpt --gpt-data data/kjv-1024)
+  fi
+  if python3 tools/bench_gpu.py --crew "$CREW" --data "$DATA" --markdown "${GPT_ARGS[@]}" > "$OUT/bench.md" 2> "$OUT/bench.err"; then
+    row bench measured "$(grep -c '| crew |' "$OUT/bench.md") models against torch eager and compile: $OUT/bench.md"
+  else
+    row bench FAIL "$(tail -n 1 "$OUT/bench.err")"
+  fi
+else
+  row bench skipped "no python3 with torch and numpy here (pip install torch numpy)"
+fi
+
 {
   echo "GPU check, $(date -u '+%Y-%m-%d %H:%M UTC'), $(grep '^CUDA:' "$OUT/version.txt")"
   echo
   echo "| check | result | figures |"
   echo "|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
+  [ -f "$OUT/bench.md" ] && { echo; cat "$OUT/bench.md"; }
 } | tee "$OUT/table.md"
 exit $FAILED
