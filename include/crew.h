@@ -885,6 +885,8 @@ typedef struct crew_scale_options {
      * processes in all, and every process calls crew_scale_measure; the figures are process 0's
      * (the others get zeros). NULL: this process alone. */
     const struct crew_process_group *group;
+    const char *device_kind;     /* the replicas' devices (crew_device_kinds) [cpu] */
+    int precision;               /* their GEMMs' (crew_fit_options.precision) [fp32] */
 } crew_scale_options;
 
 void crew_scale_options_init(crew_scale_options *o); /* every field at its default */
@@ -938,6 +940,9 @@ crew_status crew_layout_cached(const char *cache_path, uint64_t model_key, crew_
 typedef struct crew_link {
     double alpha_s;
     double bytes_per_s;
+    char name[64];              /* what was measured: "shared memory", "host copies between cuda:0 and
+                                   cuda:0", "NCCL between cuda:0 and cuda:1", "MPI link"; "" for a
+                                   link given by the caller */
 } crew_link;
 
 /* This machine's shared memory as a link, measured: all-reduces of `bytes` and of one value between
@@ -947,6 +952,15 @@ crew_status crew_scale_measure_shared_memory(int64_t bytes, crew_link *out);
  * one replica each, through the MPI communicator as training runs it; α the latency, β from the
  * ring's 2(P − 1)/P · S/β. Every process of g calls it; each gets its own measurement. */
 crew_status crew_scale_measure_group_link(const struct crew_process_group *g, int64_t bytes, crew_link *out);
+/* The link between two devices of `kind` as training's all-reduce crosses it, two replicas each
+ * with its communication thread: shared memory for the kinds whose memory the host reaches (as
+ * crew_scale_measure_shared_memory); between GPUs, NCCL where the kind has it and two are
+ * visible, else the staged path through host copies (on one GPU, two replicas sharing it). */
+crew_status crew_scale_measure_device_link(const char *kind, int64_t bytes, crew_link *out);
+/* Device 0 of `kind`'s copies of `bytes` from pinned host memory and back, each as a link: alpha
+ * the time of one value's copy, bytes_per_s the full size's rate beyond it. For a GPU, what each
+ * micro-batch's input and each staged all-reduce pays. */
+crew_status crew_scale_measure_copies(const char *kind, int64_t bytes, crew_link *up, crew_link *down);
 
 /* How fast `threads` replicas step in lockstep, each relative to one alone (1: no slowdown),
  * measured for about `seconds` in all with replica-like rounds of about round_s (a step's compute):
@@ -1050,6 +1064,9 @@ const char *crew_device_kind_name(int i, const char **about);
  * kind and *count. An unknown kind or a bad count is a CREW_CODE_INVALID_ARGUMENT error whose
  * message lists the kinds built in. */
 crew_status crew_devices_parse(const char *text, char *kind, size_t kind_len, int *count);
+/* How many devices of `kind` this process sees, and whether they have memory of their own (a GPU:
+ * 1) or share the host's (the CPU kinds: 0). An unknown kind is an error listing the kinds. */
+crew_status crew_device_kind_about(const char *kind, int *available, int *own_memory);
 
 /* The BLAS library in use, for version lines and bug reports ("OpenBLAS 0.3.21 DYNAMIC_ARCH ...,
  * kernels for Haswell"). */

@@ -44,7 +44,13 @@ echo "$last" | grep -o '"projection":\[{[^}]*}' | awk -F'[,:]' '
 grep -q "dev-hours *cost" "$TMP/out" && ok || fail "no dev-hours and cost columns: $(grep -m1 devices "$TMP/out")"
 
 expect_exit 2 "--devices" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --devices cpu:2,1
-expect_exit 2 "--devices" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --devices gpu:1
+expect_exit 2 "unknown device kind 'gpu'" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --devices gpu:1
+# Another kind: cpu-remote, the guarded CPU backend without host_alias (a GPU's case), so the link
+# measured is the staged one through host copies, as a run of two replicas would cross it.
+"$CREW" scale examples/fashion_mlp.json --data "$D" --devices cpu-remote:1 --batch-per-device 16 --steps 3 --warmup 1 \
+    --repeats 1 > "$TMP/remote" 2> "$TMP/err" && ok || fail "crew scale on cpu-remote: $(cat "$TMP/err")"
+grep -q "^  host copies between cpu-remote:0 and cpu-remote:[01]: alpha = .*(host copies between .*, measured: " "$TMP/remote" \
+  && ok || fail "the staged link is not in the cost model: $(grep -A4 '^cost model' "$TMP/remote")"
 expect_exit 2 "--link" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --link 25furlongs
 expect_exit 2 "--latency" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --latency soon
 expect_exit 2 "--worth-it" -- "$CREW" scale examples/fashion_mlp.json --data "$D" --worth-it -1h

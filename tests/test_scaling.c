@@ -63,7 +63,7 @@ static crew_scale_trial made_up(int n, double compute, const crew_link *l, int64
 static void check_fit(void)
 {
     const int64_t S = 4000000;
-    const crew_link truth = {50e-6, 2e9}, wrong = {1e-6, 50e9};
+    const crew_link truth = {.alpha_s = 50e-6, .bytes_per_s = 2e9}, wrong = {.alpha_s = 1e-6, .bytes_per_s = 50e9};
     crew_scale_trial t[3] = {made_up(1, 0.010, &truth, S), made_up(2, 0.010, &truth, S), made_up(4, 0.010, &truth, S)};
     crew_scale_analyse(t, 3);
     CHECK(t[0].efficiency == 1.0 && t[1].efficiency < 1.0 && t[2].speedup > t[1].speedup);
@@ -116,7 +116,7 @@ static void fit_ten_ms(const crew_link *link, crew_scale_model *cm)
  * only, the last partial one dropped. */
 static void check_epochs_time(void)
 {
-    const crew_link link = {50e-6, 2e9};
+    const crew_link link = {.alpha_s = 50e-6, .bytes_per_s = 2e9};
     crew_scale_model cm;
     fit_ten_ms(&link, &cm);
     crew_scale_point p;
@@ -137,7 +137,7 @@ static void check_epochs_time(void)
     CHECK(a.one_device_s == p.epochs_s && a.recommended_s == p.epochs_s && strstr(a.reason, "about 94 s"));
     /* A link fast enough for every count: 32 and 64 devices (global batches of 2048 and 4096) would
      * not take one step of 2000 samples, so 16 is the largest count that can be recommended. */
-    const crew_link fast = {1e-9, 1e15};
+    const crew_link fast = {.alpha_s = 1e-9, .bytes_per_s = 1e15};
     crew_scale_advise(&cm, &fast, counts, 7, 2000, 10, 1, &a);
     crew_scale_predict(&cm, &fast, 16, 2000, 10, &p);
     CHECK_MSG(a.recommended_devices == 16 && a.recommended_s == p.epochs_s && p.epochs_s == 10.0 * 1 * p.step_s,
@@ -165,7 +165,7 @@ static void check_duration(void)
 
 static void check_advice(void)
 {
-    const crew_link link = {50e-6, 2e9};
+    const crew_link link = {.alpha_s = 50e-6, .bytes_per_s = 2e9};
     crew_scale_model cm;
     fit_ten_ms(&link, &cm);
     const int counts[] = {1, 2, 4, 8, 16, 32, 64};
@@ -182,7 +182,7 @@ static void check_advice(void)
         CHECK(q.efficiency < 0.75 && a.stall_devices == a.recommended_devices * 2 && strstr(a.stall, "scaling stalls"));
     }
     /* A slow link makes communication the cause; a tiny batch's compute cannot hide the latency. */
-    crew_link slow = {20e-6, 0.1e9};
+    crew_link slow = {.alpha_s = 20e-6, .bytes_per_s = 0.1e9};
     crew_scale_advise(&cm, &slow, counts, 7, 60000, 1000, 3600, &a);
     CHECK_MSG(a.stall_devices == 2 && strstr(a.stall, "communication"), "%s", a.stall);
     crew_scale_trial tiny = made_up(1, 0.0001, &link, 4000);
@@ -397,6 +397,35 @@ static void check_bad_arguments(const char *src, const char *data)
     crew_model_free(m);
 }
 
+/* The device link and the copies, as crew scale measures them for a GPU kind, on cpu-remote (the
+ * guarded CPU backend without host_alias: a GPU's staged path on the CPU); on cpu the device link
+ * is the shared memory's. Figures are whatever the machine gives: only their kind and sign. */
+static void check_device_link(void)
+{
+    const int64_t bytes = 1 << 18;
+    crew_link l, up, down;
+    CHECK_OK(crew_scale_measure_device_link("cpu-remote", bytes, &l));
+    CHECK_MSG(strncmp(l.name, "host copies between cpu-remote:0 and cpu-remote:", 48) == 0, "link name '%s'", l.name);
+    CHECK_MSG(finite_nonneg(l.alpha_s) && finite_pos(l.bytes_per_s), "staged link: alpha %g s, %g bytes/s", l.alpha_s,
+              l.bytes_per_s);
+    CHECK_OK(crew_scale_measure_device_link("cpu", bytes, &l));
+    CHECK_MSG(strcmp(l.name, "shared memory") == 0, "cpu's device link is '%s'", l.name);
+    CHECK_OK(crew_scale_measure_copies("cpu-remote", bytes, &up, &down));
+    CHECK_MSG(finite_nonneg(up.alpha_s) && finite_pos(up.bytes_per_s) && finite_nonneg(down.alpha_s) &&
+                  finite_pos(down.bytes_per_s) && !strcmp(up.name, "host to cpu-remote:0") &&
+                  !strcmp(down.name, "cpu-remote:0 to host"),
+              "copies: up %s %g s %g B/s, down %s %g s %g B/s", up.name, up.alpha_s, up.bytes_per_s, down.name,
+              down.alpha_s, down.bytes_per_s);
+    CHECK_ERR(crew_scale_measure_device_link("tpu", bytes, &l), "unknown device kind 'tpu'");
+    CHECK_ERR(crew_scale_measure_copies("cpu-remote", 2, &up, &down), "the copy benchmark takes 4 B to 16 GiB");
+    /* the fallback's name reaches the model's note */
+    crew_scale_trial one = {.devices = 1, .global_batch = 8, .samples_per_s = 100, .compute_s = 0.01};
+    crew_scale_model cm;
+    CHECK_OK(crew_scale_fit(&one, 1, bytes, &(crew_link){.alpha_s = 1e-5, .bytes_per_s = 1e9, .name = "NCCL"}, 1, 1.0,
+                            &cm));
+    CHECK_MSG(strstr(cm.link_note, "NCCL, measured") != NULL, "note '%s'", cm.link_note);
+}
+
 int main(void)
 {
     const char *src = getenv("CREW_SOURCE_DIR") ? getenv("CREW_SOURCE_DIR") : "..";
@@ -406,6 +435,7 @@ int main(void)
     check_duration();
     check_advice();
     check_hint();
+    check_device_link();
     char dir[] = "/tmp/crew-scaling-XXXXXX", data[400];
     CHECK(make_dataset(dir, data, sizeof data) == 0);
     check_bad_arguments(src, data);

@@ -49,6 +49,9 @@ static int fit_two(const crew_scale_model *cm, const double *x, const double *y,
     return 1;
 }
 
+/* What the fallback link measured, for the notes: shared memory unless it says otherwise. */
+static const char *link_name(const crew_link *l) { return l->name[0] ? l->name : "shared memory"; }
+
 /* The all-reduce times measured at the counts above one: exposed + hidden. Rank 0's share of it
  * also holds its waits for a slower replica, which makes α an effective latency. */
 static void fit_link(crew_scale_model *cm, const crew_scale_trial *t, int n, const crew_link *fallback)
@@ -75,13 +78,13 @@ static void fit_link(crew_scale_model *cm, const crew_scale_trial *t, int n, con
         cm->link.alpha_s = fallback->alpha_s * f;
         cm->link.bytes_per_s = fallback->bytes_per_s / f;
         cm->link_fitted = 1;
-        snprintf(cm->link_note, sizeof cm->link_note, "the shared-memory benchmark scaled by %.2f to the all-reduce time "
-                 "measured at %d replicas", f, t[last].devices);
+        snprintf(cm->link_note, sizeof cm->link_note, "%s, measured, scaled by %.2f to the all-reduce time "
+                 "measured at %d replicas", link_name(fallback), f, t[last].devices);
         return;
     }
     cm->link_fitted = 0;
-    snprintf(cm->link_note, sizeof cm->link_note, "shared-memory defaults, measured by a two-thread all-reduce of the "
-             "gradients' size on this machine; no trial above one replica to fit them to");
+    snprintf(cm->link_note, sizeof cm->link_note, "%s, measured: an all-reduce of the gradients' size between two "
+             "replicas; no trial above one replica to fit it to", link_name(fallback));
 }
 
 /* How fast a replica among n computes relative to one alone on this machine: the probe's speed

@@ -2,6 +2,7 @@
  * in crew.h): one replica per process all-reduces a buffer of the gradients' size through the MPI
  * communicator, as a run across processes does, and one value for the latency. Compiled with or
  * without MPI: without it, the communicator cannot be made and the call says so. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "advise/scaling.h"
@@ -39,6 +40,7 @@ crew_status crew_scale_measure_group_link(const crew_process_group *g, int64_t b
         double ring = p > 1 ? 2.0 * (p - 1) / p : 1.0; /* the ring's traffic per byte of the buffer */
         out->alpha_s = lat;
         out->bytes_per_s = full > lat ? ring * (double)bytes / (full - lat) : ring * (double)bytes / 1e-7;
+        snprintf(out->name, sizeof out->name, "MPI link");
     }
     crew_mpi_comm_free(mc);
     crew_local_comm_free(lc);

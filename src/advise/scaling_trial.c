@@ -99,6 +99,8 @@ static crew_status run_repeat(crew_model *m, const crew_dataset *train, const cr
     if (o->batch_per_device > 0) f.batch_per_device = o->batch_per_device;
     f.threads_per_device = o->threads_per_device > 0 ? o->threads_per_device : 1;
     f.shard_optimizer = o->shard_optimizer;
+    f.device_kind = o->device_kind;
+    f.precision = o->precision;
     f.epochs = 1000; /* max_steps ends the run; a small dataset simply wraps into the next epoch */
     f.max_steps = log->warmup + (o->steps > 0 ? o->steps : DEFAULT_STEPS);
     f.drift_check_every = -1;

@@ -158,6 +158,15 @@ const char *crew_device_kind_name(int i, const char **about)
     return k[i].name;
 }
 
+crew_status crew_device_kind_about(const char *kind, int *available, int *own_memory)
+{
+    CREW_TRY(crew_device_kind_check(kind));
+    const crew_device_kind *k = crew_device_kind_find(kind);
+    if (available) *available = k->available();
+    if (own_memory) *own_memory = k->memory_bytes != NULL;
+    return CREW_OK;
+}
+
 crew_status crew_devices_parse(const char *text, char *kind, size_t kind_len, int *count)
 {
     const char *colon = text ? strchr(text, ':') : NULL;

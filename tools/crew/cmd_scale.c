@@ -1,4 +1,4 @@
-/* cmd_scale.c — crew scale MODEL.json --data DIR --devices cpu:1,2[,...] [options] */
+/* cmd_scale.c — crew scale MODEL.json --data DIR --devices KIND:1,2[,...] [options] */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include "cli.h"
 
 static const char *usage_text =
-    "usage: crew scale MODEL.json --data DIR --devices cpu:1,2[,...] [options]\n"
+    "usage: crew scale MODEL.json --data DIR --devices KIND:1,2[,...] [options]\n"
     "\n"
     "Runs short training trials at each replica count (warm-up steps excluded, repeated), fits a\n"
     "cost model to them (compute per replica, data waiting, all-reduce as alpha + 2(N-1)/N S/beta\n"
@@ -18,7 +18,10 @@ static const char *usage_text =
     "scaling stalls beyond it.\n"
     "\n"
     "  --data DIR               dataset directory (its training split sizes the epochs)\n"
-    "  --devices cpu:1,2,...    replica counts to measure [cpu:1,2]\n"
+    "  --devices KIND:1,2,...   replica counts to measure on that kind of device [cpu:1,2]; on a\n"
+    "                           GPU kind the link between two devices is measured as a run would\n"
+    "                           cross it (NCCL, or host copies) and so are the host<->device copies\n"
+    "  --precision fp32|bf16    the trials' GEMMs (crew train --precision) [fp32]\n"
     "  --batch-per-device B     samples per replica per step [model file's, else 32]\n"
     "  --steps K                measured steps per repeat [20]\n"
     "  --warmup K               steps run before measuring [3]\n"
@@ -52,6 +55,8 @@ typedef struct scale_args {
     int mpi_processes;          /* under mpirun: the processes, and `link` is their measured MPI link */
     double worth_it_s;
     double price_per_hour;      /* per device-hour, --price; 0: none given */
+    char kind[32];              /* the devices' kind, --devices KIND:... */
+    int precision;
 } scale_args;
 
 /* "1,2,4" into out (ascending, distinct, each in [1, 1024]). */
@@ -123,9 +128,19 @@ static int parse_time(const char *text, double *out)
 static int parse_devices(const char *verb, const char *v, void *args)
 {
     scale_args *a = args;
-    if (!strncmp(v, "cpu:", 4)) return parse_counts("--devices", v + 4, a->counts, &a->n_counts);
-    cli_usage_error(verb, "--devices takes cpu:1,2,..., got '%s'", v);
-    return 0;
+    const char *colon = strchr(v, ':');
+    if (!colon || colon == v || (size_t)(colon - v) >= sizeof a->kind) {
+        cli_usage_error(verb, "--devices takes KIND:1,2,... (cpu:1,2), got '%s'", v);
+        return 0;
+    }
+    snprintf(a->kind, sizeof a->kind, "%.*s", (int)(colon - v), v);
+    crew_status s = crew_device_kind_about(a->kind, NULL, NULL);
+    if (s) {
+        cli_usage_error(verb, "--devices %s: %s", v, crew_status_message(s));
+        crew_status_free(s);
+        return 0;
+    }
+    return parse_counts("--devices", colon + 1, a->counts, &a->n_counts);
 }
 
 static int parse_project(const char *verb, const char *v, void *args)
@@ -190,6 +205,7 @@ static const cli_flag_spec scale_flags[] = {
     CLI_SWITCH_FLAG(scale_args, "--json", json),
     CLI_STRING_FLAG(scale_args, "--data", data),
     CLI_CUSTOM_FLAG("--devices", parse_devices),
+    CLI_CHOICE_FLAG(scale_args, "--precision", precision, cli_precisions),
     CLI_CUSTOM_FLAG("--project", parse_project),
     CLI_INT_FLAG(scale_args, "--batch-per-device", batch, 1, 1 << 20),
     CLI_INT_FLAG(scale_args, "--steps", steps, 1, 100000),
@@ -213,6 +229,7 @@ static int parse_args(int argc, char **argv, scale_args *a)
     a->link.alpha_s = 5e-6;
     a->worth_it_s = 3600;
     a->link_label = "devices joined by the --link";
+    snprintf(a->kind, sizeof a->kind, "cpu");
     int parsed = cli_parse_args("scale", usage_text, scale_flags, CLI_COUNT(scale_flags), argc, argv, a, &a->model);
     if (parsed) return parsed;
     if (!a->model) return cli_usage_error("scale", "missing MODEL.json");
@@ -261,7 +278,8 @@ static void print_trials(const crew_scale_trial *t, int n, const flop_rates *fr)
            fr->per_sample / 1e9, fr->device_peak);
 }
 
-static void print_model(const crew_scale_model *cm, const char *link_name)
+/* unit: what the replicas share, "cores" or a GPU kind's "devices" */
+static void print_model(const crew_scale_model *cm, const char *link_name, const char *unit)
 {
     printf("\ncost model: step(N) = compute / speed(N) + data + (1 - h)(alpha + 2(N-1)/N S/beta) + alpha [+ sync(N)]\n");
     printf("  compute %.2f ms per replica per step (forward, backward, update), data wait %.2f ms,\n",
@@ -271,9 +289,10 @@ static void print_model(const crew_scale_model *cm, const char *link_name)
            100 * cm->hidden_fraction, 1e3 * cm->jitter_s);
     printf("  %s: alpha = %.1f us, beta = %.2f GB/s (%s)\n", link_name, 1e6 * cm->link.alpha_s,
            cm->link.bytes_per_s / 1e9, cm->link_note);
-    printf("  this machine: %d cores; speed(%d) = %.0f%%: %d replicas in lockstep each step at that fraction of one\n"
-           "  alone (%s; it holds the waits for the slowest); beyond %d they take turns\n", cm->cores, cm->cores,
-           100 * cm->parallel_speed, cm->cores, cm->speed_fitted ? "fitted to the trials" : "lockstep probe",
+    printf("  this machine: %d %s; speed(%d) = %.0f%%: %d replicas in lockstep each step at that fraction of one\n"
+           "  alone (%s; it holds the waits for the slowest); beyond %d they take turns\n", cm->cores, unit, cm->cores,
+           100 * cm->parallel_speed, cm->cores,
+           cm->speed_fitted ? "fitted to the trials" : !strcmp(unit, "cores") ? "lockstep probe" : "not measured",
            cm->cores);
 }
 
@@ -487,8 +506,17 @@ static crew_status measure_processes(const crew_scale_options *o, const crew_pro
     return crew_scale_measure(m, train, &across, 1, &t[1]);
 }
 
+/* The devices the replicas share: a GPU kind's GPUs, else this machine's cores. */
+static int shared_devices(const char *kind, int *own_memory)
+{
+    int available = 0;
+    crew_status s = crew_device_kind_about(kind, &available, own_memory);
+    crew_status_free(s);
+    return *own_memory ? available : crew_cpu_cores();
+}
+
 static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *train, const crew_process_group *g,
-                           crew_scale_trial *t, crew_scale_model *cm, crew_link *mpi_link)
+                           crew_scale_trial *t, crew_scale_model *cm, crew_link *mpi_link, crew_link copies[2])
 {
     crew_scale_options o;
     crew_scale_options_init(&o);
@@ -498,7 +526,9 @@ static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *tra
     o.repeats = (int)a->repeats;
     o.threads_per_device = 1;
     o.on_repeat = crew_group_rank(g) == 0 ? on_repeat : NULL;
-    int cores = crew_cpu_cores();
+    o.device_kind = a->kind;
+    o.precision = a->precision;
+    int own_memory = 0, cores = shared_devices(a->kind, &own_memory);
     if (g) {
         TRY(measure_processes(&o, g, m, train, t));
         TRY(crew_scale_measure_group_link(g, crew_model_param_count(m) * (int64_t)sizeof(float), mpi_link));
@@ -511,18 +541,22 @@ static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *tra
     int within = 0;
     for (int i = 0; i < a->n_counts; i++) within |= a->counts[i] > 1 && a->counts[i] <= cores;
     double speed = 1.0, round_s = t[0].compute_s + t[0].optimizer_s;
-    if (cores > 1 && !within)
+    if (cores > 1 && !within && !own_memory) /* CPU cores share units; GPUs of their own do not */
         TRY(crew_scale_probe_parallel((int)cores, 1.0, crew_model_param_count(m) + 1, round_s > 1e-4 ? round_s : 1e-4,
                                       &speed));
     crew_scale_analyse(t, a->n_counts);
     int64_t grad_bytes = crew_model_param_count(m) * (int64_t)sizeof(float);
     int above_one = 0;
     for (int i = 0; i < a->n_counts; i++) above_one += a->counts[i] > 1;
-    crew_link shared = {5e-6, 5e9}; /* replaced by the benchmark whenever the trials cannot fit the link */
+    /* replaced by the benchmark whenever the trials cannot fit the link */
+    crew_link shared = {.alpha_s = 5e-6, .bytes_per_s = 5e9, .name = "shared memory"};
+    if (own_memory) snprintf(shared.name, sizeof shared.name, "the link between two %s devices", a->kind);
     if (g)
         shared = *mpi_link; /* the trials' all-reduce ran over it */
     else if (above_one < 2)
-        TRY(crew_scale_measure_shared_memory(grad_bytes > 4 ? grad_bytes : 4, &shared));
+        TRY(crew_scale_measure_device_link(a->kind, grad_bytes > 4 ? grad_bytes : 4, &shared));
+    if (own_memory && !g) /* what each micro-batch's input, and each all-reduce through the host, pays */
+        TRY(crew_scale_measure_copies(a->kind, grad_bytes > 4 ? grad_bytes : 4, &copies[0], &copies[1]));
     return crew_scale_fit(t, a->n_counts, grad_bytes, &shared, (int)cores, speed, cm);
 }
 
@@ -543,7 +577,7 @@ int cli_scale(int argc, char **argv)
                                         "leave out --link and --latency");
     if (g && (rc = cli_agree_run("scale", g, argc, argv, a.model, a.data, NULL))) return rc;
     const int lead = crew_group_rank(g) == 0;
-    crew_link mpi_link = {0};
+    crew_link mpi_link = {0}, copies[2] = {{0}};
     if (g) {
         a.counts[0] = 1, a.counts[1] = crew_group_size(g), a.n_counts = 2;
     }
@@ -560,6 +594,8 @@ int cli_scale(int argc, char **argv)
         crew_fit_plan plan;
         crew_model_default_fit(m, &f);
         f.devices = a.counts[i];
+        f.device_kind = a.kind;
+        f.precision = a.precision;
         if (a.batch) f.batch_per_device = a.batch;
         s = crew_model_plan_fit(m, train, &f, &plan);
     }
@@ -570,13 +606,13 @@ int cli_scale(int argc, char **argv)
         else if (!g)
             fprintf(stderr, "crew scale: trials of %s at %d replica count%s\n", a.model, a.n_counts,
                     a.n_counts == 1 ? "" : "s");
-        s = measure(&a, m, train, g, t, &cm, &mpi_link);
+        s = measure(&a, m, train, g, t, &cm, &mpi_link, copies);
     }
     /* In one process: replicas against BLAS threads on every core, measured anew (and cached for
      * crew train's --layout auto and its hint). Under mpirun a process's cores are the user's. */
     crew_layout_choice layouts = {0};
     const int cores = crew_cpu_cores();
-    if (!s && !g && cores > 1) {
+    if (!s && !g && cores > 1 && !strcmp(a.kind, "cpu")) {
         int found = 0, cached = 0;
         fprintf(stderr, "crew scale: the layouts of %d cores, replicas against BLAS threads\n", cores);
         s = cli_layout(a.model, train, cores, a.batch, 2, &layouts, &found, &cached);
@@ -586,13 +622,6 @@ int cli_scale(int argc, char **argv)
         a.have_link = 1;
         a.link_label = "processes joined by the MPI link";
         a.mpi_processes = crew_group_size(g);
-        char *at = strstr(cm.link_note, "shared-memory benchmark"); /* its fallback was the MPI link's */
-        if (at) {
-            char note[sizeof cm.link_note];
-            snprintf(note, sizeof note, "%.*sMPI link benchmark%s", (int)(at - cm.link_note), cm.link_note,
-                     at + strlen("shared-memory benchmark"));
-            snprintf(cm.link_note, sizeof cm.link_note, "%s", note);
-        }
     }
     if (s) {
         rc = cli_fail("scale", s);
@@ -608,13 +637,18 @@ int cli_scale(int argc, char **argv)
         if (g)
             printf("across %d MPI processes, one replica each; the MPI link between them, measured: %.1f us, %.2f GB/s\n",
                    crew_group_size(g), 1e6 * mpi_link.alpha_s, mpi_link.bytes_per_s / 1e9);
-        flop_rates fr = {.cores = crew_cpu_cores()};
+        int own_memory = 0;
+        flop_rates fr = {.cores = shared_devices(a.kind, &own_memory)};
         crew_flops f;
         if (crew_model_flops(m, &f) == CREW_OK) fr.per_sample = f.total;
-        cli_run_peak("cpu", 1, 1, 1, &fr.device_peak); /* the trials' devices: one BLAS thread each */
+        cli_run_peak(a.kind, 1, 1, 1, &fr.device_peak); /* the trials' devices: one BLAS thread each */
         print_trials(t, a.n_counts, &fr);
         print_layouts(&layouts, cores);
-        print_model(&cm, g ? "MPI link" : "shared memory");
+        print_model(&cm, cm.link.name[0] ? cm.link.name : "shared memory", own_memory ? "devices" : "cores");
+        if (copies[0].bytes_per_s > 0)
+            printf("  %s:0's copies of the gradients' size from pinned host memory: up %.2f GB/s (%.1f us for one "
+                   "value), down %.2f GB/s (%.1f us)\n", a.kind, copies[0].bytes_per_s / 1e9, 1e6 * copies[0].alpha_s,
+                   copies[1].bytes_per_s / 1e9, 1e6 * copies[1].alpha_s);
         print_projection(&a, &cm, samples);
         printf("\nrecommendation%s%s%s: %s\n", a.have_link ? " (" : "", a.have_link ? a.link_label : "",
                a.have_link ? ")" : "", adv.reason);
