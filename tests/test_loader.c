@@ -236,6 +236,58 @@ static void test_reverse_rows(const crew_dataset *d)
     crew_loader_free(b);
 }
 
+/* slot_alloc (a device's pinned staging memory in a run): every slot comes from it and goes back
+ * to it, and the batches are the malloc'd loader's, byte for byte. */
+typedef struct slot_counter {
+    int allocated, freed;
+} slot_counter;
+
+static void *count_alloc(void *user, size_t bytes)
+{
+    ((slot_counter *)user)->allocated++;
+    return malloc(bytes);
+}
+
+static void count_free(void *user, void *p)
+{
+    ((slot_counter *)user)->freed++;
+    free(p);
+}
+
+static void test_slot_memory(const crew_dataset *d)
+{
+    enum { B = 8, PX = SYN_SIDE * SYN_SIDE };
+    slot_counter c = {0};
+    crew_loader_options plain = {.threads = 2, .prefetch = 2},
+                        staged = {.threads = 2, .prefetch = 3, .slot_alloc = count_alloc, .slot_free = count_free,
+                                  .slot_user = &c};
+    crew_loader *a = NULL, *b = NULL;
+    crew_loader_range two = {.batch = B, .micro = 2, .first = 0, .count = 2};
+    CHECK_OK(crew_loader_create(d, &plain, &two, 9, &a));
+    CHECK_OK(crew_loader_create(d, &staged, &two, 9, &b));
+    CHECK_MSG(c.allocated == 3 * 2 * 3, "%d slot arrays from slot_alloc, want prefetch x count x 3 = 18", c.allocated);
+    if (a && b) {
+        CHECK_OK(crew_loader_start_epoch(a, 0, 0));
+        CHECK_OK(crew_loader_start_epoch(b, 0, 0));
+        double wait;
+        int same = 1;
+        for (int64_t step = 0; step < 4; step++)
+            for (int i = 0; i < 2; i++) {
+                crew_loader_batch fa, fb;
+                CHECK_OK(crew_loader_take(a, 0, step, i, &fa, &wait));
+                CHECK_OK(crew_loader_take(b, 0, step, i, &fb, &wait));
+                same &= !memcmp(fa.ids, fb.ids, B * sizeof *fa.ids) && !memcmp(fa.y, fb.y, B * sizeof *fa.y) &&
+                        !memcmp(fa.x, fb.x, B * PX * sizeof(float));
+                crew_loader_release(a, 0, step, i);
+                crew_loader_release(b, 0, step, i);
+            }
+        CHECK_MSG(same, "the loader with slot_alloc gave other batches");
+    }
+    crew_loader_free(a);
+    crew_loader_free(b);
+    CHECK_MSG(c.freed == c.allocated, "%d slot arrays allocated, %d freed", c.allocated, c.freed);
+}
+
 /* A micro-batch the loader will never fill (its ring is full of steps still held) times out with
  * an error naming it, instead of waiting for ever: a rank that asks for the wrong step. */
 static void test_take_deadline(const crew_dataset *d)
@@ -338,6 +390,7 @@ int main(void)
         test_input_bound(d);
         test_last_batch(d);
         test_reverse_rows(d);
+        test_slot_memory(d);
         test_take_deadline(d);
         test_ranges(d);
     }

@@ -147,6 +147,20 @@ static void *producer(void *arg)
     return NULL;
 }
 
+static void *slot_alloc(const crew_loader *l, size_t bytes)
+{
+    return l->o.slot_alloc ? l->o.slot_alloc(l->o.slot_user, bytes) : malloc(bytes);
+}
+
+static void slot_free(const crew_loader *l, void *p)
+{
+    if (!p) return;
+    if (l->o.slot_free)
+        l->o.slot_free(l->o.slot_user, p);
+    else
+        free(p);
+}
+
 static crew_status alloc_ring(crew_loader *l)
 {
     l->ring = calloc((size_t)l->o.prefetch, sizeof *l->ring);
@@ -158,9 +172,9 @@ static crew_status alloc_ring(crew_loader *l)
         if (!rs->slots) return CREW_OOM();
         for (int j = 0; j < l->count; j++) {
             slot *s = &rs->slots[j];
-            s->x = malloc((size_t)(l->batch * l->sample_size) * sizeof *s->x);
-            s->y = malloc((size_t)(l->batch * l->d->label_positions) * sizeof *s->y);
-            s->ids = malloc((size_t)l->batch * sizeof *s->ids);
+            s->x = slot_alloc(l, (size_t)(l->batch * l->sample_size) * sizeof *s->x);
+            s->y = slot_alloc(l, (size_t)(l->batch * l->d->label_positions) * sizeof *s->y);
+            s->ids = slot_alloc(l, (size_t)l->batch * sizeof *s->ids);
             if (!s->x || !s->y || !s->ids) return CREW_OOM();
         }
     }
@@ -306,9 +320,9 @@ void crew_loader_free(crew_loader *l)
     crew_loader_shutdown(l);
     for (int i = 0; l->ring && i < l->o.prefetch; i++) {
         for (int j = 0; l->ring[i].slots && j < l->count; j++) {
-            free(l->ring[i].slots[j].x);
-            free(l->ring[i].slots[j].y);
-            free(l->ring[i].slots[j].ids);
+            slot_free(l, l->ring[i].slots[j].x);
+            slot_free(l, l->ring[i].slots[j].y);
+            slot_free(l, l->ring[i].slots[j].ids);
         }
         free(l->ring[i].slots);
     }

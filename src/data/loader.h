@@ -29,6 +29,12 @@ typedef struct crew_loader_options {
                                start of the epoch's order; 0: it is dropped */
     int reverse_rows;       /* 1: each micro-batch's samples in reverse order */
     double timeout_s;       /* crew_loader_take gives up after this long [0: waits for ever] */
+    /* The slots' memory (inputs, labels, ids): the staging memory of the device the rank copies
+     * them to (page-locked on a GPU, so that its copies run at full speed and need no bounce
+     * through another buffer). NULL: malloc. slot_free takes what slot_alloc returned. */
+    void *(*slot_alloc)(void *user, size_t bytes);
+    void (*slot_free)(void *user, void *p);
+    void *slot_user;
 } crew_loader_options;
 
 typedef struct crew_loader crew_loader;

@@ -247,7 +247,7 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
                                .precision = (crew_precision)l->run.plan.precision};
     CREW_TRY(crew_device_open(l->run.plan.device_kind, l->device_base + i, &dev, &r->ctx.device));
     r->opened = 1;
-    if (l->run.plan.nccl) return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.loader);
+    if (l->run.plan.nccl) return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.device, &r->ctx.loader);
     /* A device the host threads cannot reach takes part through host copies (comm_staged.c). */
     const crew_backend *reach = crew_comm_needs_staging(&r->ctx.device) ? NULL : &r->ctx.device;
     CREW_TRY(crew_local_comm_attach(l->lc, i, reach));
@@ -265,9 +265,9 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
             CREW_TRY(crew_staged_comm_create(r->ctx.stage_comm, &r->ctx.device, &r->stage_staged));
             r->ctx.stage_comm = crew_staged_comm_rank(r->stage_staged);
         }
-        return crew_run_open_loader(&l->run, r->ctx.replica, l->run.plan.devices, &r->ctx.loader);
+        return crew_run_open_loader(&l->run, r->ctx.replica, l->run.plan.devices, &r->ctx.device, &r->ctx.loader);
     }
-    return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.loader);
+    return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.device, &r->ctx.loader);
 }
 
 /* What each process tells the others before its ranks open: its host, so that processes sharing

@@ -13,7 +13,25 @@ static int loader_threads(const crew_run *run, int rank, int size)
     return mine > 0 ? mine : 1;
 }
 
-crew_status crew_run_open_loader(const crew_run *run, int rank, int size, crew_loader **out)
+/* The loader's slots in the rank's device's staging memory (pinned on a GPU), as floats: enough
+ * of them for the bytes asked, 4-byte aligned or better, which inputs, labels and ids need. */
+static void *staging_alloc(void *user, size_t bytes)
+{
+    const crew_backend *be = user;
+    void *p = NULL;
+    crew_status s = be->ops->host_alloc(be->ctx, CREW_DT_F32, (int64_t)((bytes + 3) / 4), &p);
+    crew_status_free(s);
+    return p;
+}
+
+static void staging_free(void *user, void *p)
+{
+    const crew_backend *be = user;
+    be->ops->host_free(be->ctx, p);
+}
+
+crew_status crew_run_open_loader(const crew_run *run, int rank, int size, const crew_backend *device,
+                                 crew_loader **out)
 {
     const crew_fit_options *o = run->opts;
     int k = run->plan.accumulation;
@@ -24,7 +42,10 @@ crew_status crew_run_open_loader(const crew_run *run, int rank, int size, crew_l
                               .reverse_rows = run->hooks.reverse_batch_rows,
                               /* sooner than the collectives: a replica stuck on its data then reports that,
                                * before the others report it missing */
-                              .timeout_s = 0.8 * run->timeout_s};
+                              .timeout_s = 0.8 * run->timeout_s,
+                              .slot_alloc = device ? staging_alloc : NULL,
+                              .slot_free = device ? staging_free : NULL,
+                              .slot_user = (void *)device};
     if (run->hooks.plant == CREW_PLANT_SAME_MICRO_TWICE && rank == 1) rank = 0; /* planted bug */
     crew_loader_range range = {.batch = run->plan.batch_per_device, .micro = size * k, .first = rank * k, .count = k};
     return crew_loader_create(run->train, &lo, &range, run->plan.seed, out);

@@ -72,7 +72,8 @@ typedef struct crew_rank_ctx {
 /* The loader of rank `rank` of `size`: its micro-batches r·k … r·k+k−1 of every step, with its share
  * of the run's loader threads (at least one). For launchers: the launcher owns it, so that it can
  * stop it (crew_loader_shutdown) when the rank never returns. */
-crew_status crew_run_open_loader(const crew_run *run, int rank, int size, struct crew_loader **out);
+crew_status crew_run_open_loader(const crew_run *run, int rank, int size, const crew_backend *device,
+                                  struct crew_loader **out);
 
 /* An epoch's figures from its steps' summed loss and right answers over the global batches (the
  * test figures NaN until evaluated). */
