@@ -424,6 +424,10 @@ typedef struct crew_fit_options {
     /* The precision of the GEMMs (a crew_precision) [CREW_PRECISION_FP32]; the device kind must
      * have it. Part of what shapes the numbers: a checkpoint keeps it and a resumed run takes it. */
     int precision;
+    /* 1: convolutions by the device kind's library where it runs the layer's geometry (cuDNN on
+     * a GPU, its deterministic algorithms: the same bits run after run, not the im2col path's);
+     * the kind must have one. Shapes the numbers: kept by checkpoints [0: im2col + GEMM]. */
+    int conv_library;
 } crew_fit_options;
 
 /* What precision the devices compute their GEMMs in (docs/GPU.md, "Precision"). */
@@ -522,6 +526,7 @@ typedef struct crew_fit_plan {
                                    unless the collectives are NCCL's) */
     int nccl;                   /* 1: the replicas' collectives are NCCL's (crew_fit_options.communicator) */
     int precision;              /* crew_fit_options.precision (a crew_precision) */
+    int conv_library;           /* crew_fit_options.conv_library */
     int shard_optimizer;        /* crew_fit_options.shard_optimizer, as resolved (0 with one replica) */
     double flops_per_sample;    /* a training step's FLOPs per sample (crew_model_flops: total) */
     double peak_gflops;         /* crew_fit_options.peak_gflops: the devices' GEMM rate; 0: unknown */
@@ -684,6 +689,7 @@ typedef struct crew_verify_options {
     int pipeline_schedule;
     const char *pipeline_split;
     int precision;              /* every run's (crew_fit_options.precision) [fp32] */
+    int conv_library;           /* every run's (crew_fit_options.conv_library) [0] */
     /* Another device kind to hold this one to (a GPU against the CPU): (f), the full-batch run (c)
      * again on one device of that kind, against (c) as (a) is: its first step within float32
      * summation's bound, its trajectory within every tensor's rounding bound. NULL: none. */
@@ -887,6 +893,7 @@ typedef struct crew_scale_options {
     const struct crew_process_group *group;
     const char *device_kind;     /* the replicas' devices (crew_device_kinds) [cpu] */
     int precision;               /* their GEMMs' (crew_fit_options.precision) [fp32] */
+    int conv_library;            /* crew_fit_options.conv_library [0] */
 } crew_scale_options;
 
 void crew_scale_options_init(crew_scale_options *o); /* every field at its default */

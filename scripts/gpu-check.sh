@@ -16,6 +16,7 @@
 #   verify     crew verify on cuda:2 (fp32, and --precision bf16): PASS; and --against cpu, the GPU's
 #              full-batch run held to the CPU's within verify's rounding bound
 #   bf16       --precision bf16 on cuda:1: the training loss within 2% of bf16 on the CPU
+#   cudnn      --conv cudnn on cuda:1: two runs bitwise equal, the training loss within 2% of im2col's
 #   vs cpu     the same 200 steps on cuda:1 and cpu:1: the final training loss within 2%
 #   accuracy   the demo's CNN, 4 epochs on cuda:1: test accuracy >= 0.91
 #   plan       crew plan --devices cuda:1 plans against the GPU's own memory
@@ -118,6 +119,17 @@ if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a >= 0.91) }'; then
   row accuracy pass "the demo's CNN on cuda:1: test accuracy $acc"
 else
   row accuracy FAIL "the demo's CNN on cuda:1: test accuracy '$acc' ($(tail -n 1 "$OUT/demo.err"))"
+fi
+
+# ---- cuDNN's convolutions (--conv cudnn): repeatable, and near the im2col path
+train gpu-dnn-a "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv cudnn
+train gpu-dnn-b "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv cudnn
+ld=$(loss "$OUT/gpu-dnn-a.out"); lg=$(loss "$OUT/gpu-a.out")
+if cmp -s "$OUT/gpu-dnn-a/weights.safetensors" "$OUT/gpu-dnn-b/weights.safetensors" && [ -n "$ld" ] && [ -n "$lg" ] &&
+   awk -v a="$ld" -v b="$lg" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * b) }'; then
+  row cudnn pass "two runs bitwise equal; training loss after 200 steps: cudnn $ld, im2col $lg"
+else
+  row cudnn FAIL "cudnn '$ld' vs im2col '$lg', or two cudnn runs differ ($(tail -n 1 "$OUT/gpu-dnn-a.err"))"
 fi
 
 # ---- the planner plans against the GPU's own memory

@@ -53,6 +53,10 @@ expect_exit 2 "--lr" -- "$CREW" train examples/fashion_mlp.json --data "$D" --lr
 expect_exit 2 "unknown device kind 'gpu': this build of crew has cpu" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices gpu:1
 expect_exit 2 "--devices cpu:N" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:0
 expect_exit 2 "unknown option" -- "$CREW" train examples/fashion_mlp.json --data "$D" --frobnicate
+expect_exit 2 "--conv cudnn on cpu: its devices have no convolution library" -- \
+  "$CREW" train examples/fashion_cnn.json --data "$D" --conv cudnn --batch-per-device 2
+expect_exit 2 "--comm nccl on cpu:2: its device kind has no NCCL" -- \
+  "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:2 --comm nccl --batch-per-device 2
 expect_exit 2 "needs a value" -- "$CREW" train examples/fashion_mlp.json --data
 # Each kind of entry in crew train's flag table, in both the "--flag value" and "--flag=value" forms
 expect_exit 2 "--max-steps must be in [1, 4611686018427387903], got 0" -- "$CREW" train examples/fashion_mlp.json --data "$D" --max-steps=0
@@ -77,7 +81,7 @@ expect_exit 2 "--tolerance must be in [1e-12, 1], got 2" -- "$CREW" verify $M --
 expect_exit 2 "missing --data DIR" -- "$CREW" verify $M --devices gpu
 expect_exit 2 "unknown device kind 'gpu'" -- "$CREW" plan $M --devices=gpu
 expect_exit 2 "--device-memory takes a size such as 512M, 8G or 24GiB, got '5X'" -- "$CREW" plan $M --device-memory 5X
-expect_exit 2 "--devices takes cpu:1,2,..., got 'gpu'" -- "$CREW" scale $M --data "$D" --devices gpu
+expect_exit 2 "--devices takes KIND:1,2,... (cpu:1,2), got 'gpu'" -- "$CREW" scale $M --data "$D" --devices gpu
 expect_exit 2 "--project takes ascending counts" -- "$CREW" scale $M --data "$D" --project 4,2
 expect_exit 2 "--latency takes a time such as 5us or 0.2ms, got '11s'" -- "$CREW" scale $M --data "$D" --latency=11s
 expect_exit 2 "--worth-it needs a value" -- "$CREW" scale $M --data "$D" --worth-it

@@ -660,7 +660,7 @@ static void check_gemm(const device *d, int ta, int tb, int64_t m, int64_t n, in
     DEV_FREE(d, a_d, b_d, c_d);
 }
 
-/* --precision bf16 (set_precision): the same GEMM on a second device of the kind whose operands
+/* --precision bf16 (configure): the same GEMM on a second device of the kind whose operands
  * are rounded to bfloat16, against the reference of the rounded operands (their products exact,
  * summed in float32: the fp32 tolerance), and so far from the float32 reference that a device
  * ignoring the precision fails. */
@@ -822,11 +822,92 @@ static void check_col2im_adjoint(const device *d, const conv_case *cc, int index
     DEV_FREE(d, x_d, c_d, dx_d, col_d);
 }
 
+/* The device's convolution library (conv_*: cuDNN on a GPU), on a second device of the kind opened
+ * with conv_library, for every case it supports: the forward pass (adding into a seeded y) against
+ * the direct convolution; the backward passes against their own direct sums in double:
+ *   dx[b, ih, iw, c] = Σ dy[b, oh, ow, f] · w[kh, kw, c, f] over the windows that read (ih, iw),
+ *   dw[kh, kw, c, f] = Σ x[b, ih, iw, c] · dy[b, oh, ow, f] over every window position.
+ * Kinds without a library (every CPU kind) have nothing to run. */
+static const tolerance conv_library_tol[] = {{"cpu", RTOL, ATOL}, {NULL, 0, 0}};
+
+static void conv_backward_reference(const conv_case *cc, const float *x, const float *w, const float *dy, double *dx,
+                                    double *dw)
+{
+    const int64_t nx = cc->batch * cc->h * cc->w * cc->c, nw = cc->k_h * cc->k_w * cc->c * cc->f;
+    for (int64_t i = 0; i < nx; i++) dx[i] = 0.0;
+    for (int64_t i = 0; i < nw; i++) dw[i] = 0.0;
+    for (int64_t b = 0; b < cc->batch; b++)
+        for (int64_t oh = 0; oh < cc->want_oh; oh++)
+            for (int64_t ow = 0; ow < cc->want_ow; ow++)
+                for (int64_t kh = 0; kh < cc->k_h; kh++)
+                    for (int64_t kw = 0; kw < cc->k_w; kw++) {
+                        int64_t ih = oh * cc->s_h - cc->want_pt + kh, iw = ow * cc->s_w - cc->want_pl + kw;
+                        if (ih < 0 || ih >= cc->h || iw < 0 || iw >= cc->w) continue;
+                        for (int64_t c = 0; c < cc->c; c++)
+                            for (int64_t f = 0; f < cc->f; f++) {
+                                double g = dy[((b * cc->want_oh + oh) * cc->want_ow + ow) * cc->f + f];
+                                int64_t xi = ((b * cc->h + ih) * cc->w + iw) * cc->c + c,
+                                        wi = ((kh * cc->k_w + kw) * cc->c + c) * cc->f + f;
+                                dx[xi] += g * w[wi];
+                                dw[wi] += g * x[xi];
+                            }
+                    }
+}
+
+static void check_conv_library(const device *plain, const conv_case *cc, int index)
+{
+    if (!plain->be.ops->conv_supported) return;
+    device dv = {plain->kind, {0}}, *d = &dv;
+    const crew_device_options o = {.blas_threads = 1, .conv_library = 1};
+    EXPECT_OK(d, crew_device_open(d->kind->name, 0, &o, &d->be));
+    crew_window g;
+    EXPECT_OK(d, plan(cc, &g));
+    if (!d->be.ops || !d->be.ops->conv_supported(d->be.ctx, &g, cc->f)) { /* e.g. padding one-sided */
+        crew_device_close(&d->be);
+        return;
+    }
+    const crew_backend_ops *ops = d->be.ops;
+    int64_t nx = cc->batch * cc->h * cc->w * cc->c, nw = cc->k_h * cc->k_w * cc->c * cc->f;
+    int64_t ny = cc->batch * g.out_h * g.out_w * cc->f;
+    float *x = fbuf(nx), *w = fbuf(nw), *dy = fbuf(ny), *seed = fbuf(ny);
+    double *want = dbuf(ny), *want_dx = dbuf(nx), *want_dw = dbuf(nw);
+    fill_uniform(x, nx, -1.0f, 1.0f, 500 + (uint64_t)index);
+    fill_uniform(w, nw, -1.0f, 1.0f, 600 + (uint64_t)index);
+    fill_uniform(dy, ny, -1.0f, 1.0f, 700 + (uint64_t)index);
+    fill_uniform(seed, ny, -1.0f, 1.0f, 800 + (uint64_t)index);
+    conv_reference(cc, x, w, want);
+    for (int64_t i = 0; i < ny; i++) want[i] += seed[i];
+    conv_backward_reference(cc, x, w, dy, want_dx, want_dw);
+    float *x_d = dev_f32(d, x, nx), *w_d = dev_f32(d, w, nw), *dy_d = dev_f32(d, dy, ny), *y_d = dev_f32(d, seed, ny);
+    const int64_t ng = nx > nw ? nx : nw;
+    float *garbage = fbuf(ng); /* dx and dw are overwritten, so this must vanish */
+    fill_uniform(garbage, ng, 9.0f, 10.0f, 9);
+    float *dx_d = dev_f32(d, garbage, nx), *dw_d = dev_f32(d, garbage, nw);
+    ops->conv_forward(d->be.ctx, x_d, w_d, y_d, &g, cc->f);
+    ops->conv_backward_data(d->be.ctx, dy_d, w_d, dx_d, &g, cc->f);
+    ops->conv_backward_filter(d->be.ctx, x_d, dy_d, dw_d, &g, cc->f);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, ny), *dx = host_f32(d, dx_d, nx), *dw = host_f32(d, dw_d, nw);
+    const tolerance t = tol_for(d, conv_library_tol);
+    int64_t by = first_mismatch(y, want, ny, t), bx = first_mismatch(dx, want_dx, nx, t),
+            bw = first_mismatch(dw, want_dw, nw, t);
+    EXPECT(d, by < 0, "conv library case %d: y[%lld] = %.9g, want %.9g", index, (long long)by, by < 0 ? 0.0 : y[by],
+           by < 0 ? 0.0 : want[by]);
+    EXPECT(d, bx < 0, "conv library case %d: dx[%lld] = %.9g, want %.9g", index, (long long)bx,
+           bx < 0 ? 0.0 : dx[bx], bx < 0 ? 0.0 : want_dx[bx]);
+    EXPECT(d, bw < 0, "conv library case %d: dw[%lld] = %.9g, want %.9g", index, (long long)bw,
+           bw < 0 ? 0.0 : dw[bw], bw < 0 ? 0.0 : want_dw[bw]);
+    HOST_FREE(x, w, dy, seed, garbage, want, want_dx, want_dw, y, dx, dw);
+    DEV_FREE(d, x_d, w_d, dy_d, y_d, dx_d, dw_d);
+    crew_device_close(&d->be);
+}
+
 static void test_convolution(const device *d)
 {
     for (int i = 0; i < (int)(sizeof conv_cases / sizeof conv_cases[0]); i++) {
         check_conv(d, &conv_cases[i], i);
         check_col2im_adjoint(d, &conv_cases[i], i);
+        check_conv_library(d, &conv_cases[i], i);
     }
 }
 

@@ -62,6 +62,8 @@ typedef struct crew_adamw_consts {
     float eps;
 } crew_adamw_consts;
 
+struct crew_device_options; /* below: what a device is opened with */
+
 typedef struct crew_backend_ops {
     const char *name;           /* the backend's name, for messages: "cpu", "cpu-guarded" */
 
@@ -235,10 +237,27 @@ typedef struct crew_backend_ops {
     void (*adamw_update)(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n,
                          const crew_adamw_consts *k);
 
-    /* ---- the precision of every GEMM from now on (gemm, and attention's products): a
-     * crew_precision. CREW_PRECISION_BF16 rounds the operands to bfloat16 and accumulates in float32.
-     * NULL, or an error, for a device without it; crew_device_open calls it. */
-    crew_status (*set_precision)(void *ctx, crew_precision p);
+    /* ---- convolution by the device's own library (cuDNN on a GPU), asked for with
+     * crew_device_options.conv. conv_supported: 1 when the library runs this geometry with
+     * out_c filters here, deterministically (the same bits run after run); 0 when it cannot (the
+     * padding is not the same on both sides, no deterministic algorithm, not asked for), and the
+     * layer runs im2col + GEMM. x [batch, in_h, in_w, in_c]; kernel [k_h, k_w, in_c, out_c] (the
+     * layer's layout); y and dy [batch, out_h, out_w, out_c]. conv_forward adds into y (the layer
+     * seeds it with the bias, as its GEMM does); the backward ops overwrite dx and dkernel. NULL in
+     * the table of a device without such a library. */
+    int (*conv_supported)(void *ctx, const crew_window *g, int64_t out_c);
+    void (*conv_forward)(void *ctx, const float *x, const float *kernel, float *y, const crew_window *g,
+                         int64_t out_c);
+    void (*conv_backward_data)(void *ctx, const float *dy, const float *kernel, float *dx, const crew_window *g,
+                               int64_t out_c);
+    void (*conv_backward_filter)(void *ctx, const float *x, const float *dy, float *dkernel, const crew_window *g,
+                                 int64_t out_c);
+
+    /* ---- what the device was opened with beyond its index (crew_device_options: the precision of
+     * every GEMM, attention's products included, and the convolutions' library). bf16 rounds the
+     * GEMMs' operands to bfloat16 and accumulates in float32. An error for what the device does not
+     * have; NULL: it has only the defaults. crew_device_open calls it. */
+    crew_status (*configure)(void *ctx, const struct crew_device_options *o);
 } crew_backend_ops;
 
 typedef struct crew_backend {
@@ -279,7 +298,8 @@ crew_status crew_dev_transfer_f32(const crew_backend *dst_be, float *dst, const 
 
 typedef struct crew_device_options {
     int blas_threads;           /* CPU kinds: OpenBLAS threads of the device's GEMMs [1] */
-    crew_precision precision;   /* of its GEMMs [fp32] (set_precision) */
+    crew_precision precision;   /* of its GEMMs [fp32] (configure) */
+    int conv_library;           /* 1: convolutions by the device's library where it has one (cuDNN) [0] */
 } crew_device_options;
 
 typedef struct crew_device_kind {
@@ -294,6 +314,8 @@ typedef struct crew_device_kind {
     int64_t (*memory_bytes)(int index);
     /* 1 when ranks on devices of this kind can talk through NCCL (cuda, in a build with NCCL). */
     int nccl;
+    /* 1 when its devices have a convolution library (cuda, in a build with cuDNN). */
+    int conv_library;
 } crew_device_kind;
 
 /* The kinds built in, in order; *n receives their count. */

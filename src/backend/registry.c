@@ -49,6 +49,11 @@ static crew_status open_cpu_remote(int index, const crew_device_options *o, crew
 #define CUDA_NCCL 0
 #define CUDA_COMM ", replicas talk through the host (no NCCL in this build)"
 #endif
+#ifdef CREW_HAVE_CUDNN
+#define CUDA_CUDNN 1
+#else
+#define CUDA_CUDNN 0
+#endif
 
 static crew_status open_cuda(int index, const crew_device_options *o, crew_backend *out)
 {
@@ -58,15 +63,15 @@ static crew_status open_cuda(int index, const crew_device_options *o, crew_backe
 #endif
 
 static const crew_device_kind kinds[] = {
-    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL, 0},
+    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL, 0, 0},
     {"cpu-guarded", "the CPU backend with device memory that traps any access from host code (a test "
-                    "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL, 0},
+                    "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL, 0, 0},
     {"cpu-remote", "the guarded CPU backend as a device the host cannot reach, as a GPU: its replicas talk "
                    "through host copies (a test of the GPU's communication path)", cpu_available, open_cpu_remote,
-     NULL, 0},
+     NULL, 0, 0},
 #ifdef CREW_HAVE_CUDA
     {"cuda", "NVIDIA GPUs: one replica per GPU, GEMMs by cuBLAS (fp32, or bf16 tensor cores)" CUDA_COMM,
-     crew_cuda_device_count, open_cuda, crew_cuda_device_memory, CUDA_NCCL},
+     crew_cuda_device_count, open_cuda, crew_cuda_device_memory, CUDA_NCCL, CUDA_CUDNN},
 #endif
 };
 
@@ -102,11 +107,12 @@ crew_status crew_device_open(const char *kind, int index, const crew_device_opti
     const crew_device_kind *k = crew_device_kind_find(name);
     if (index < 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "device %s:%d: the index must be >= 0", name, index);
     crew_status s = k->open(index, o, out);
-    if (!s && o && o->precision != CREW_PRECISION_FP32) {
-        if (out->ops->set_precision)
-            s = out->ops->set_precision(out->ctx, o->precision);
+    if (!s && o && (o->precision != CREW_PRECISION_FP32 || o->conv_library)) {
+        if (out->ops->configure)
+            s = out->ops->configure(out->ctx, o);
         else
-            s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "this device kind computes in fp32 only");
+            s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "this device kind computes in fp32 only, with no convolution "
+                            "library");
         if (s) crew_device_close(out);
     }
     return s ? crew_error_prefix(s, "device %s:%d: ", name, index) : CREW_OK;

@@ -1,4 +1,5 @@
-/* layer_conv2d.c — 2-D convolution as im2col + GEMM, a chunk of samples at a time.
+/* layer_conv2d.c — 2-D convolution as im2col + GEMM, a chunk of samples at a time, or by the
+ * device's convolution library where it has one and was asked to use it (cuDNN: --conv cudnn).
  * x [H, W, C] → y [OH, OW, F]; kernel [KH, KW, C, F] (Keras layout), so with im2col rows ordered
  * (kh, kw, c) the kernel is already the [KH·KW·C, F] matrix of the GEMM. work[0]: the columns of
  * one chunk.
@@ -59,11 +60,26 @@ static void conv_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAY
     n[0] = conv_chunk(l, rows) * conv_sample_cols(l);
 }
 
+/* The device's convolution library (cuDNN, --conv cudnn) runs the whole batch where it can. */
+static int by_library(const crew_layer *l, const crew_pass *p, const crew_window *g)
+{
+    const crew_backend_ops *o = p->be->ops;
+    return o->conv_supported && o->conv_supported(p->be->ctx, g, l->spec.filters);
+}
+
 static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
 {
     const crew_backend_ops *o = p->be->ops;
     crew_window g = {0};
     CREW_TRY(conv_geometry(l, p->rows, &g));
+    if (by_library(l, p, &g)) {
+        if (!l->spec.no_bias)
+            o->broadcast_rows(p->be->ctx, y, l->params[1].value, p->rows * g.out_h * g.out_w, l->spec.filters);
+        else
+            o->fill(p->be->ctx, y, 0.0f, p->rows * g.out_h * g.out_w * l->spec.filters);
+        o->conv_forward(p->be->ctx, x, l->params[0].value, y, &g, l->spec.filters);
+        return CREW_OK;
+    }
     const int64_t k = g.k_h * g.k_w * g.in_c, n = l->spec.filters, chunk = conv_chunk(l, p->rows);
     const int64_t x_per = g.in_h * g.in_w * g.in_c, y_per = g.out_h * g.out_w * n;
     for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {
@@ -88,6 +104,13 @@ static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float 
     const crew_backend_ops *o = p->be->ops;
     crew_window g = {0};
     CREW_TRY(conv_geometry(l, p->rows, &g));
+    if (by_library(l, p, &g)) {
+        if (!l->spec.no_bias)
+            o->col_sum(p->be->ctx, dy, p->rows * g.out_h * g.out_w, l->spec.filters, l->params[1].grad, 0);
+        o->conv_backward_filter(p->be->ctx, x, dy, l->params[0].grad, &g, l->spec.filters);
+        if (dx) o->conv_backward_data(p->be->ctx, dy, l->params[0].value, dx, &g, l->spec.filters);
+        return CREW_OK;
+    }
     const int64_t k = g.k_h * g.k_w * g.in_c, n = l->spec.filters, chunk = conv_chunk(l, p->rows);
     const int64_t x_per = g.in_h * g.in_w * g.in_c, y_per = g.out_h * g.out_w * n;
     for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {

@@ -240,6 +240,7 @@ static void add_options(cJSON *plan, const crew_fit_plan *p)
     cJSON_AddBoolToObject(plan, "sync_batch_norm", p->sync_batch_norm != 0);
     cJSON_AddStringToObject(plan, "on_nan", (unsigned)p->on_nan < 2 ? nan_policies[p->on_nan] : "stop");
     cJSON_AddStringToObject(plan, "precision", (unsigned)p->precision < 2 ? precisions[p->precision] : "fp32");
+    cJSON_AddBoolToObject(plan, "conv_library", p->conv_library != 0);
 }
 
 char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_model *m,
@@ -385,6 +386,7 @@ static void parse_options(reader *r, const cJSON *p, crew_checkpoint_state *st)
         else if (strcmp(pr, "fp32") != 0 && !r->err)
             r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: key 'precision' must be \"fp32\" or \"bf16\"", r->what);
     }
+    if (cJSON_GetObjectItemCaseSensitive(p, "conv_library")) plan->conv_library = get_bool(r, p, "conv_library");
     if (!r->err && (plan->threads_per_device < 1 || plan->augment.crop_padding > 1024))
         r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: threads_per_device or augment out of range", r->what);
 }

@@ -150,6 +150,7 @@ crew_status crew_resume_options(crew_fit_options *o, const crew_checkpoint_state
         o->sync_batch_norm = st->plan.sync_batch_norm;
         o->on_nan = st->plan.on_nan;
         o->precision = st->plan.precision;
+        o->conv_library = st->plan.conv_library;
     }
     return CREW_OK;
 }
@@ -308,6 +309,10 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     if (o->precision != CREW_PRECISION_FP32 && o->precision != CREW_PRECISION_BF16)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "precision %d: expected fp32 or bf16", o->precision);
     p->precision = o->precision;
+    p->conv_library = o->conv_library != 0;
+    if (p->conv_library && !crew_device_kind_find(p->device_kind)->conv_library)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "--conv cudnn on %s: its devices have no convolution library "
+                           "(cuda, in a build that found cuDNN, has)", p->device_kind);
     crew_flops f;
     CREW_TRY(crew_model_flops(m, &f));
     p->flops_per_sample = f.total;

@@ -41,6 +41,7 @@ typedef struct cli_pipeline {
 } cli_pipeline;
 extern const char *const cli_schedules[]; /* "1f1b", "gpipe": crew_pipeline_schedule's order */
 extern const char *const cli_precisions[]; /* "fp32", "bf16": crew_precision's order */
+extern const char *const cli_convs[];      /* "im2col", "cudnn": crew_fit_options.conv_library 0, 1 */
 /* K stages out of `devices` devices (each process's, of `processes`): *replicas = devices / K
  * per process; under mpirun, devices a divisor of K instead makes each replica span K / devices
  * processes (p->span, *replicas = 1). Returns 1, or 0 after a usage error (neither, a flag given

@@ -55,6 +55,8 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
     if (p->precision == CREW_PRECISION_BF16)
         printf("      precision bf16: GEMM operands rounded to bfloat16, float32 sums; weights, gradients and\n"
                "      optimizer state float32\n");
+    if (p->conv_library)
+        printf("      convolutions by cuDNN where it runs the layer's shape (--conv cudnn), im2col + GEMM elsewhere\n");
     if (p->nccl)
         printf("      collectives by NCCL, each replica on a GPU of its own%s\n",
                p->unordered_allreduce ? "" : ": crew's ordered sums from NCCL's sends, the same bits as one GPU accumulating");

@@ -22,6 +22,7 @@ static const char *usage_text =
     "                           GPU kind the link between two devices is measured as a run would\n"
     "                           cross it (NCCL, or host copies) and so are the host<->device copies\n"
     "  --precision fp32|bf16    the trials' GEMMs (crew train --precision) [fp32]\n"
+    "  --conv im2col|cudnn      the trials' convolutions (crew train --conv) [im2col]\n"
     "  --batch-per-device B     samples per replica per step [model file's, else 32]\n"
     "  --steps K                measured steps per repeat [20]\n"
     "  --warmup K               steps run before measuring [3]\n"
@@ -56,7 +57,7 @@ typedef struct scale_args {
     double worth_it_s;
     double price_per_hour;      /* per device-hour, --price; 0: none given */
     char kind[32];              /* the devices' kind, --devices KIND:... */
-    int precision;
+    int precision, conv;
 } scale_args;
 
 /* "1,2,4" into out (ascending, distinct, each in [1, 1024]). */
@@ -206,6 +207,7 @@ static const cli_flag_spec scale_flags[] = {
     CLI_STRING_FLAG(scale_args, "--data", data),
     CLI_CUSTOM_FLAG("--devices", parse_devices),
     CLI_CHOICE_FLAG(scale_args, "--precision", precision, cli_precisions),
+    CLI_CHOICE_FLAG(scale_args, "--conv", conv, cli_convs),
     CLI_CUSTOM_FLAG("--project", parse_project),
     CLI_INT_FLAG(scale_args, "--batch-per-device", batch, 1, 1 << 20),
     CLI_INT_FLAG(scale_args, "--steps", steps, 1, 100000),
@@ -528,6 +530,7 @@ static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *tra
     o.on_repeat = crew_group_rank(g) == 0 ? on_repeat : NULL;
     o.device_kind = a->kind;
     o.precision = a->precision;
+    o.conv_library = a->conv;
     int own_memory = 0, cores = shared_devices(a->kind, &own_memory);
     if (g) {
         TRY(measure_processes(&o, g, m, train, t));
@@ -596,6 +599,7 @@ int cli_scale(int argc, char **argv)
         f.devices = a.counts[i];
         f.device_kind = a.kind;
         f.precision = a.precision;
+        f.conv_library = a.conv;
         if (a.batch) f.batch_per_device = a.batch;
         s = crew_model_plan_fit(m, train, &f, &plan);
     }

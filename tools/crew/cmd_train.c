@@ -62,6 +62,10 @@ static const char *usage_text =
     "                             sums (tensor cores on a GPU; emulated, slower, on the CPU); weights,\n"
     "                             gradients and optimizer state stay float32 [fp32; a resumed run:\n"
     "                             its checkpoint's]\n"
+    "  --conv im2col|cudnn        convolutions as im2col + GEMM, or by cuDNN where it runs the layer's\n"
+    "                             shape (GPUs; its deterministic algorithms: the same bits run after\n"
+    "                             run, other bits than im2col's) [im2col; a resumed run: its\n"
+    "                             checkpoint's]\n"
     "  --comm auto|host|nccl      how the replicas talk: NCCL (GPUs, each replica on a GPU of its own,\n"
     "                             no pipeline), the host's (threads, MPI, GPU buffers through host\n"
     "                             copies), or NCCL where it can (auto); the same bits either way\n"
@@ -119,7 +123,7 @@ typedef struct train_args {
     int64_t log_every;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int64_t replicas;           /* devices / pipeline stages */
-    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, comm, precision;
+    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, comm, precision, conv;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
     int pad_last, have_augment;
     crew_augment_options augment;
@@ -198,6 +202,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_SWITCH_FLAG(train_args, "--shard-optimizer", shard_optimizer),
     CLI_CHOICE_FLAG(train_args, "--comm", comm, comms),
     CLI_CHOICE_FLAG(train_args, "--precision", precision, cli_precisions),
+    CLI_CHOICE_FLAG(train_args, "--conv", conv, cli_convs),
     CLI_INT_FLAG(train_args, "--drift-check-every", drift_every, 0, INT64_MAX / 2),
     CLI_FLOAT_FLAG(train_args, "--straggler-threshold", straggler_threshold, 0.001, 100.0),
     CLI_INT_FLAG(train_args, "--straggler-window", straggler_window, 1, 1 << 30),
@@ -249,6 +254,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     a->sync_bn = -1;
     a->on_nan = -1;
     a->precision = -1; /* a resumed run takes its checkpoint's */
+    a->conv = -1;
     a->warmup_steps = -1;
     a->drift_every = -2; /* not given */
     a->pipe.schedule = -1;
@@ -459,6 +465,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->shard_optimizer = a->shard_optimizer;
     o->communicator = a->comm;
     if (a->precision >= 0) o->precision = a->precision;
+    if (a->conv >= 0) o->conv_library = a->conv;
     o->collective_timeout_s = a->timeout;
     if (a->on_nan >= 0) o->on_nan = (crew_nan_policy)a->on_nan;
     o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;
@@ -743,7 +750,7 @@ static int check_lr_flags(const train_args *a, const crew_fit_plan *p, const cha
     return 0;
 }
 
-/* Augmentation, the last batch, batch norm, NaN handling and precision. */
+/* Augmentation, the last batch, batch norm, NaN handling, precision and the convolutions' way. */
 static int check_data_flags(const train_args *a, const crew_fit_plan *p, const char *dir)
 {
     static const char *const off_on_text[] = {"off", "on"}, *const nan_text[] = {"stop", "skip"};
@@ -760,6 +767,8 @@ static int check_data_flags(const train_args *a, const crew_fit_plan *p, const c
         return conflict(dir, "--on-nan", nan_text[a->on_nan], nan_text[p->on_nan == CREW_ON_NAN_SKIP]);
     if (a->precision >= 0 && a->precision != p->precision)
         return conflict(dir, "--precision", cli_precisions[a->precision], cli_precisions[p->precision == CREW_PRECISION_BF16]);
+    if (a->conv >= 0 && a->conv != p->conv_library)
+        return conflict(dir, "--conv", cli_convs[a->conv], cli_convs[p->conv_library != 0]);
     return 0;
 }
 

@@ -9,7 +9,7 @@ static const char *usage_text =
     "usage: crew verify MODEL.json --data DIR --devices KIND:N [--steps K] [--batch-per-device B]\n"
     "                   [--global-batch G] [--seed S] [--tolerance T] [--deadline S] [--json]\n"
     "                   [--pipeline K [--schedule 1f1b|gpipe] [--stages RANGES] [--micro-batches M]]\n"
-    "                   [--precision fp32|bf16] [--against KIND]\n"
+    "                   [--precision fp32|bf16] [--conv im2col|cudnn] [--against KIND]\n"
     "\n"
     "Proves that N replicas compute what one computes, from the same weights and data, K steps\n"
     "(default 20):\n"
@@ -49,7 +49,7 @@ typedef struct verify_args {
     int64_t steps, batch, global, seed;
     double tol, deadline;
     cli_pipeline pipe;
-    int precision;
+    int precision, conv;
     const char *against;
 } verify_args;
 
@@ -68,6 +68,7 @@ static const cli_flag_spec verify_flags[] = {
     CLI_STRING_FLAG(verify_args, "--stages", pipe.split),
     CLI_INT_FLAG(verify_args, "--micro-batches", pipe.micro_batches, 1, 1 << 20),
     CLI_CHOICE_FLAG(verify_args, "--precision", precision, cli_precisions),
+    CLI_CHOICE_FLAG(verify_args, "--conv", conv, cli_convs),
     CLI_STRING_FLAG(verify_args, "--against", against),
 };
 
@@ -216,6 +217,7 @@ int cli_verify(int argc, char **argv)
     o.deadline_s = a.deadline;
     o.group = g;
     o.precision = a.precision;
+    o.conv_library = a.conv;
     o.against_kind = a.against;
     crew_verify_result r = {0};
     r.losses = calloc((size_t)a.steps * 3, sizeof(float));

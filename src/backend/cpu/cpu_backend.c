@@ -279,7 +279,7 @@ const crew_backend_ops crew_cpu_ops = {
     .softmax = cpu_softmax,
     .sgd_update = cpu_sgd_update,
     .adamw_update = cpu_adamw_update,
-    .set_precision = cpu_set_precision,
+    .configure = cpu_configure,
 };
 
 crew_status crew_cpu_backend_create(int blas_threads, crew_backend *out)

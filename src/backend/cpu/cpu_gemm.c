@@ -54,12 +54,15 @@ void cpu_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t
                 (blasint)ldc);
 }
 
-crew_status cpu_set_precision(void *ctx, crew_precision p)
+crew_status cpu_configure(void *ctx, const crew_device_options *o)
 {
     cpu_ctx *x = ctx;
-    if (p != CREW_PRECISION_FP32 && p != CREW_PRECISION_BF16)
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cpu backend: unknown precision %d", (int)p);
-    x->bf16 = p == CREW_PRECISION_BF16;
+    if (o->precision != CREW_PRECISION_FP32 && o->precision != CREW_PRECISION_BF16)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cpu backend: unknown precision %d", (int)o->precision);
+    if (o->conv_library)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the CPU has no convolution library: its convolutions are "
+                           "im2col + OpenBLAS");
+    x->bf16 = o->precision == CREW_PRECISION_BF16;
     return CREW_OK;
 }
 

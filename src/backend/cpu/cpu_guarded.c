@@ -847,10 +847,10 @@ static void guard_adamw_update(void *ctx, float *param, const float *grad, float
         crew_cpu_ops.adamw_update(c.cpu, sp, sg, sm, sv, n, k);
 }
 
-static crew_status guard_set_precision(void *ctx, crew_precision p)
+static crew_status guard_configure(void *ctx, const crew_device_options *o)
 {
     guard_ctx *g = ctx;
-    return crew_cpu_ops.set_precision(g->cpu.ctx, p);
+    return crew_cpu_ops.configure(g->cpu.ctx, o);
 }
 
 /* Both tables: the guarded one, and "cpu-remote", the same device without host_alias (a GPU's
@@ -908,7 +908,7 @@ static crew_status guard_set_precision(void *ctx, crew_precision p)
     .softmax = guard_softmax, \
     .sgd_update = guard_sgd_update, \
     .adamw_update = guard_adamw_update, \
-    .set_precision = guard_set_precision, \
+    .configure = guard_configure, \
     }
 
 static const crew_backend_ops guarded_ops = GUARDED_OPS("cpu-guarded", guard_host_alias);

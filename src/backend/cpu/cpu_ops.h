@@ -12,7 +12,7 @@ typedef struct cpu_ctx {
     int blas_threads;
     /* memory_used: the rank's thread allocates, its communication thread may too */
     _Atomic int64_t in_use, peak;
-    int bf16;                   /* GEMM operands rounded to bfloat16 (set_precision) */
+    int bf16;                   /* GEMM operands rounded to bfloat16 (configure) */
     float *round_a, *round_b;   /* their copies, grown as needed; the rank's thread alone computes */
     size_t cap_a, cap_b;
     int out_of_memory;          /* a GEMM found no room for its copies: the next sync, download or
@@ -23,7 +23,7 @@ typedef struct cpu_ctx {
 /* cpu_gemm.c: c[m, n] = alpha · op(a) · op(b) + beta · c (backend.h), in the device's precision */
 void cpu_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
-crew_status cpu_set_precision(void *ctx, crew_precision p);
+crew_status cpu_configure(void *ctx, const crew_device_options *o);
 /* The failure a GEMM left (out_of_memory), then cleared; CREW_OK without one. */
 crew_status cpu_take_failure(void *ctx);
 void cpu_gemm_free(cpu_ctx *c);

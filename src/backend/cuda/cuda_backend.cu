@@ -68,6 +68,7 @@ static void cuda_destroy(void *ctx)
     if (!c) return;
     cuda_enter(c);
     cudaStreamSynchronize(c->stream);
+    cuda_conv_close(c);
     cudaFree(c->d_partial);
     cudaFree(c->d_count);
     cudaFree(c->d_move);
@@ -142,7 +143,7 @@ static size_t forget(cuda_ctx *c, void *p)
 /* 256-byte granules, as cudaMalloc aligns them (the memory planner's 64 for the CPU kinds). */
 static size_t rounded_bytes(crew_dtype t, int64_t n) { return ((size_t)n * crew_dtype_size(t) + 255) & ~(size_t)255; }
 
-static crew_status cuda_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
+crew_status cuda_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
     *out = NULL;
@@ -175,7 +176,7 @@ static crew_status cuda_alloc(void *ctx, crew_dtype t, int64_t n, void **out)
     return CREW_OK;
 }
 
-static void cuda_free(void *ctx, void *p)
+void cuda_free(void *ctx, void *p)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
     if (!p) return;
@@ -507,12 +508,13 @@ static void cuda_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n,
     cuda_gemm_strided(c, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c_out, ldc, 0, 1);
 }
 
-static crew_status cuda_set_precision(void *ctx, crew_precision p)
+static crew_status cuda_configure(void *ctx, const crew_device_options *o)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
-    if (p != CREW_PRECISION_FP32 && p != CREW_PRECISION_BF16)
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cuda:%d: unknown precision %d", c->device, (int)p);
-    c->bf16 = p == CREW_PRECISION_BF16;
+    if (o->precision != CREW_PRECISION_FP32 && o->precision != CREW_PRECISION_BF16)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cuda:%d: unknown precision %d", c->device, (int)o->precision);
+    c->bf16 = o->precision == CREW_PRECISION_BF16;
+    if (o->conv_library && !c->conv) return cuda_conv_open(c);
     return CREW_OK;
 }
 
@@ -570,7 +572,11 @@ static const crew_backend_ops cuda_ops = {
     /* .softmax */ cuda_softmax,
     /* .sgd_update */ cuda_sgd_update,
     /* .adamw_update */ cuda_adamw_update,
-    /* .set_precision */ cuda_set_precision,
+    /* .conv_supported */ cuda_conv_supported,
+    /* .conv_forward */ cuda_conv_forward,
+    /* .conv_backward_data */ cuda_conv_backward_data,
+    /* .conv_backward_filter */ cuda_conv_backward_filter,
+    /* .configure */ cuda_configure,
 };
 
 /* ------------------------------------------------------------------ the device kind */

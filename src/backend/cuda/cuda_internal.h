@@ -28,7 +28,8 @@ typedef struct cuda_ctx {
     cudaStream_t stream;        /* the compute queue */
     cudaEvent_t done;           /* recorded on it by queue_wait */
     cublasHandle_t blas;
-    int bf16;                   /* GEMMs on bfloat16 tensor cores, float32 accumulation (set_precision) */
+    int bf16;                   /* GEMMs on bfloat16 tensor cores, float32 accumulation (configure) */
+    struct cuda_conv *conv;     /* cuDNN's convolutions (cuda_conv.cu), when asked for; NULL: none */
     pthread_mutex_t mu;         /* the pending error and the block table */
     cudaError_t pending;        /* the first failure of an enqueued op (cudaSuccess: none) */
     const char *pending_what;
@@ -131,5 +132,20 @@ crew_status cuda_count_flags(cuda_ctx *c, int64_t rows, int64_t *out, const char
 crew_status cuda_count_reserve(cuda_ctx *c, int64_t rows);
 /* The pending error (then cleared) as a status naming the GPU, or CREW_OK. */
 crew_status cuda_take_pending(cuda_ctx *c);
+/* Device buffers as the table's alloc and free make them (counted in memory_used). */
+crew_status cuda_alloc(void *ctx, crew_dtype t, int64_t n, void **out);
+void cuda_free(void *ctx, void *p);
+
+/* ---- cuDNN's convolutions (cuda_conv.cu): the table's conv_* ops, and their state's lifecycle.
+ * cuda_conv_open makes the state (the cuDNN handle on the context's stream); without cuDNN in the
+ * build it says so. */
+crew_status cuda_conv_open(cuda_ctx *c);
+void cuda_conv_close(cuda_ctx *c);
+int cuda_conv_supported(void *ctx, const crew_window *g, int64_t out_c);
+void cuda_conv_forward(void *ctx, const float *x, const float *kernel, float *y, const crew_window *g, int64_t out_c);
+void cuda_conv_backward_data(void *ctx, const float *dy, const float *kernel, float *dx, const crew_window *g,
+                             int64_t out_c);
+void cuda_conv_backward_filter(void *ctx, const float *x, const float *dy, float *dkernel, const crew_window *g,
+                               int64_t out_c);
 
 #endif
