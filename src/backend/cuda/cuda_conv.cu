@@ -226,16 +226,23 @@ int cuda_conv_supported(void *ctx, const crew_window *g, int64_t out_c)
     return p && p->usable;
 }
 
-void cuda_conv_forward(void *ctx, const float *x, const float *kernel, float *y, const crew_window *g, int64_t out_c)
+/* An op's plan, its descriptors set and its buffers in place; NULL after noting why not. */
+static const conv_plan *ready(cuda_ctx *c, const crew_window *g, int64_t out_c)
 {
-    cuda_ctx *c = (cuda_ctx *)ctx;
     cuda_enter(c);
     const conv_plan *p = plan_of(c, g, out_c);
     if (!p || !p->usable) {
         cuda_note(c, cudaErrorInvalidValue, "cuDNN convolution of a geometry it does not support");
-        return;
+        return NULL;
     }
-    if (!reserve(c, p)) return;
+    return reserve(c, p) ? p : NULL;
+}
+
+void cuda_conv_forward(void *ctx, const float *x, const float *kernel, float *y, const crew_window *g, int64_t out_c)
+{
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    const conv_plan *p = ready(c, g, out_c);
+    if (!p) return;
     struct cuda_conv *v = c->conv;
     transpose(c, kernel, v->filter, p, 1);
     const float one = 1.0f; /* y += x ⋆ kernel: the layer seeded y with the bias */
@@ -248,13 +255,8 @@ void cuda_conv_backward_data(void *ctx, const float *dy, const float *kernel, fl
                              int64_t out_c)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
-    cuda_enter(c);
-    const conv_plan *p = plan_of(c, g, out_c);
-    if (!p || !p->usable) {
-        cuda_note(c, cudaErrorInvalidValue, "cuDNN convolution of a geometry it does not support");
-        return;
-    }
-    if (!reserve(c, p)) return;
+    const conv_plan *p = ready(c, g, out_c);
+    if (!p) return;
     struct cuda_conv *v = c->conv;
     transpose(c, kernel, v->filter, p, 1);
     const float one = 1.0f, zero = 0.0f;
@@ -267,13 +269,8 @@ void cuda_conv_backward_filter(void *ctx, const float *x, const float *dy, float
                                int64_t out_c)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
-    cuda_enter(c);
-    const conv_plan *p = plan_of(c, g, out_c);
-    if (!p || !p->usable) {
-        cuda_note(c, cudaErrorInvalidValue, "cuDNN convolution of a geometry it does not support");
-        return;
-    }
-    if (!reserve(c, p)) return;
+    const conv_plan *p = ready(c, g, out_c);
+    if (!p) return;
     struct cuda_conv *v = c->conv;
     const float one = 1.0f, zero = 0.0f;
     dnn_check(c, cudnnConvolutionBackwardFilter(v->dnn, &one, v->x, x, v->y, dy, v->conv, p->bwd_filter, v->work,
