@@ -434,8 +434,8 @@ typedef struct crew_fit_options {
 typedef enum crew_precision {
     CREW_PRECISION_FP32 = 0,    /* float32 throughout (no TF32) */
     /* Every GEMM's operands rounded to bfloat16 (to nearest, ties to even), their products
-     * accumulated in float32 into float32 results: a GPU's tensor cores (cuBLAS's
-     * CUBLAS_COMPUTE_32F_FAST_16BF), emulated on the CPU, where it is slower. Weights, gradients,
+     * accumulated in float32 into float32 results: a GPU's tensor cores (cuBLAS's bfloat16
+     * GEMM with float32 accumulation), emulated on the CPU, where it is slower. Weights, gradients,
      * optimizer state and every other op stay float32 (the fp32 master weights of mixed precision);
      * bfloat16 has float32's range, so no loss scaling; a non-finite loss or gradient is caught as
      * in float32 (crew_fit_options.on_nan). */

@@ -275,6 +275,7 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
  * a machine open different GPUs, and from process 0, NCCL's unique id. */
 typedef struct launch_card {
     char host[64];
+    int nccl;                   /* the process planned NCCL (the plans agree, or the run fails here) */
     int has_id;
     crew_nccl_id id;
 } launch_card;
@@ -288,6 +289,7 @@ static crew_status meet_processes(const crew_process_group *g, const crew_fit_pl
     launch_card mine = {0};
     *node_index = 0;
     snprintf(mine.host, sizeof mine.host, "%s", crew_group_host(g));
+    mine.nccl = plan->nccl;
 #ifdef CREW_HAVE_NCCL
     if (plan->nccl && me == 0) {
         CREW_TRY(crew_nccl_id_new(&mine.id));
@@ -304,6 +306,12 @@ static crew_status meet_processes(const crew_process_group *g, const crew_fit_pl
     if (!all) return CREW_OOM();
     crew_status s = crew_group_allgather_bytes(g, &mine, all, sizeof mine, timeout_s, "the start of the ranks");
     for (int q = 0; q < me && !s; q++) *node_index += strcmp(all[q].host, mine.host) == 0;
+    for (int q = 0; q < processes && !s; q++) /* each plans alone, from the GPUs it sees */
+        if (all[q].nccl != mine.nccl)
+            s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "MPI rank %d (host %.64s) planned %s, this one (MPI rank %d) %s: "
+                            "the processes see different GPUs; give --comm host or --comm nccl", q, all[q].host,
+                            all[q].nccl ? "NCCL" : "the host's communicator", me,
+                            mine.nccl ? "NCCL" : "the host's communicator");
     if (!s && plan->nccl && !all[0].has_id) s = crew_errorf(CREW_CODE_INTERNAL, "MPI rank 0 sent no NCCL id");
     if (!s) *id = all[0].id;
     free(all);
@@ -350,6 +358,12 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
     int node_index = 0;
     crew_status s = l->ranks ? meet_processes(g, &run->plan, run->timeout_s, &node_index, &id) : CREW_OOM();
     l->device_base = node_index * n;
+    /* NCCL refuses two ranks on one GPU: the processes of a machine must find enough of them */
+    const int gpus = crew_device_kind_find(run->plan.device_kind)->available();
+    if (!s && run->plan.nccl && l->device_base + n > gpus)
+        s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "NCCL needs a GPU of its own for every rank: this process is the "
+                        "number %d on its machine, with %d ranks from GPU %d on, and the machine shows %d GPUs; give "
+                        "fewer ranks per machine, or --comm host", node_index + 1, n, l->device_base, gpus);
     if (!s) s = crew_local_comm_create(n, &l->lc);
     if (!s && processes > 1 && !run->plan.nccl) s = crew_mpi_comm_create(g, l->lc, n, &l->mc);
     if (!s && l->mc) crew_mpi_comm_set_unordered(l->mc, run->plan.unordered_allreduce);

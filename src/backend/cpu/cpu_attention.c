@@ -9,7 +9,7 @@
  * depend on the batch's split across replicas (each sample is its own set of products). */
 #include <math.h>
 
-#include "backend/cpu/cpu_math.h"
+#include "backend/exp_poly.h"
 #include "backend/cpu/cpu_ops.h"
 
 /* c = alpha · op(a) · op(b), in the device's precision (cpu_gemm.c) */
@@ -42,7 +42,7 @@ static void causal_softmax(float *a, int64_t T)
         float max = row[0];
         for (int64_t s = 1; s <= t; s++)
             if (row[s] > max) max = row[s];
-        for (int64_t s = 0; s <= t; s++) row[s] = cpu_expf(row[s] - max); /* vectorised */
+        for (int64_t s = 0; s <= t; s++) row[s] = crew_exp_poly(row[s] - max); /* vectorised */
         float sum = 0.0f;
         for (int64_t s = 0; s <= t; s++) sum += row[s];
         float inv = 1.0f / sum;

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include <cuda_bf16.h>
+
 #include "backend/cuda/cuda_internal.h"
 #ifdef CREW_HAVE_CUDNN
 #include <cudnn.h>
@@ -69,6 +71,8 @@ static void cuda_destroy(void *ctx)
     cuda_enter(c);
     cudaStreamSynchronize(c->stream);
     cuda_conv_close(c);
+    for (int i = 0; i < 2; i++) cuda_free(c, c->bf16_ops[i]);
+    cuda_free(c, c->sort_buf);
     cudaFree(c->d_partial);
     cudaFree(c->d_count);
     cudaFree(c->d_move);
@@ -479,6 +483,37 @@ static void cuda_copy(void *ctx, float *dst, const float *src, int64_t n)
 
 /* Row-major C = α op(A)·op(B) + β C is column-major Cᵀ = α op(B)ᵀ·op(A)ᵀ + β Cᵀ: cuBLAS gets the
  * operands swapped, each with its own transpose flag, and the same leading dimensions. */
+__global__ void k_to_bf16(const float *x, __nv_bfloat16 *y, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]); /* to nearest, ties to even: core/bf16.h's rounding */
+}
+
+/* Operand `which` (0: a, 1: b) of a GEMM in bf16: every value its `count` matrices of rows × cols
+ * (leading dimension ld, stride apart) span, rounded into the context's buffer, where the same
+ * offsets address them; NULL when there is no room (noted as the pending error). */
+static const __nv_bfloat16 *rounded_operand(cuda_ctx *c, int which, const float *x, int64_t rows, int64_t cols,
+                                            int64_t ld, int64_t stride, int64_t count)
+{
+    const int64_t span = (count - 1) * stride + (rows - 1) * ld + cols;
+    if (span > c->bf16_cap[which]) {
+        cuda_free(c, c->bf16_ops[which]);
+        c->bf16_ops[which] = NULL;
+        c->bf16_cap[which] = 0;
+        crew_status s = cuda_alloc(c, CREW_DT_F32, (span + 1) / 2, &c->bf16_ops[which]);
+        if (s) {
+            crew_status_free(s);
+            cuda_note(c, cudaErrorMemoryAllocation, "a bfloat16 GEMM's operands");
+            return NULL;
+        }
+        c->bf16_cap[which] = span;
+    }
+    __nv_bfloat16 *y = (__nv_bfloat16 *)c->bf16_ops[which];
+    k_to_bf16<<<cuda_blocks(span), CUDA_THREADS, 0, c->stream>>>(x, y, span);
+    cuda_launched(c, "rounding a GEMM's operands to bfloat16");
+    return y;
+}
+
 void cuda_gemm_strided(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                        int64_t lda, int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float beta,
                        float *out, int64_t ldc, int64_t stride_c, int64_t count)
@@ -486,11 +521,14 @@ void cuda_gemm_strided(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_
     if (m <= 0 || n <= 0 || count <= 0) return;
     cublasStatus_t st;
     const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (c->bf16) /* float32 operands rounded to bfloat16 by cuBLAS, products summed in float32 */
-        st = cublasGemmStridedBatchedEx(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)ldb,
-                                        stride_b, a, CUDA_R_32F, (int)lda, stride_a, &beta, out, CUDA_R_32F, (int)ldc,
-                                        stride_c, (int)count, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT);
-    else if (count == 1)
+    if (c->bf16) { /* the CPU's bf16: operands rounded to nearest even, bfloat16 GEMM, float32 sums */
+        const __nv_bfloat16 *ra = rounded_operand(c, 0, a, ta ? k : m, ta ? m : k, lda, stride_a, count);
+        const __nv_bfloat16 *rb = rounded_operand(c, 1, b, tb ? n : k, tb ? k : n, ldb, stride_b, count);
+        if (!ra || !rb) return;
+        st = cublasGemmStridedBatchedEx(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, rb, CUDA_R_16BF, (int)ldb,
+                                        stride_b, ra, CUDA_R_16BF, (int)lda, stride_a, &beta, out, CUDA_R_32F, (int)ldc,
+                                        stride_c, (int)count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    } else if (count == 1)
         st = cublasSgemm(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, out,
                          (int)ldc);
     else

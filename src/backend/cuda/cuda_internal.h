@@ -30,6 +30,10 @@ typedef struct cuda_ctx {
     cublasHandle_t blas;
     int bf16;                   /* GEMMs on bfloat16 tensor cores, float32 accumulation (configure) */
     struct cuda_conv *conv;     /* cuDNN's convolutions (cuda_conv.cu), when asked for; NULL: none */
+    void *bf16_ops[2];          /* bf16: a GEMM's two operands rounded to bfloat16, grown as needed */
+    int64_t bf16_cap[2];        /* their sizes, in bfloat16 values */
+    void *sort_buf;             /* embedding backward's sort of the rows by id (cuda_kernels.cu) */
+    size_t sort_bytes;
     pthread_mutex_t mu;         /* the pending error and the block table */
     cudaError_t pending;        /* the first failure of an enqueued op (cudaSuccess: none) */
     const char *pending_what;

@@ -14,7 +14,10 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <cub/cub.cuh>
+
 #include "backend/cuda/cuda_internal.h"
+#include "backend/exp_poly.h"
 
 extern "C" {
 #include "core/rng.h"
@@ -119,7 +122,7 @@ __global__ void k_act_forward(crew_activation act, const float *x, float *y, int
         case CREW_ACT_GELU: y[i] = 0.5f * v * (1.0f + erff(v * CREW_SQRT1_2)); break;
         case CREW_ACT_GELU_TANH: {
             float u = CREW_SQRT_2_OVER_PI * (v + CREW_GELU_CUBIC * v * v * v);
-            y[i] = v / (1.0f + expf(-2.0f * u));
+            y[i] = v / (1.0f + crew_exp_poly(-2.0f * u));
             break;
         }
         case CREW_ACT_TANH: y[i] = tanhf(v); break;
@@ -144,7 +147,7 @@ __global__ void k_act_backward(crew_activation act, const float *x, const float 
         }
         case CREW_ACT_GELU_TANH: {
             float xi = x[i], u = CREW_SQRT_2_OVER_PI * (xi + CREW_GELU_CUBIC * xi * xi * xi);
-            float sg = 1.0f / (1.0f + expf(-2.0f * u));
+            float sg = 1.0f / (1.0f + crew_exp_poly(-2.0f * u));
             float du = CREW_SQRT_2_OVER_PI * (1.0f + 3.0f * CREW_GELU_CUBIC * xi * xi);
             dx[i] = g * (sg + 2.0f * xi * sg * (1.0f - sg) * du);
             break;
@@ -622,7 +625,7 @@ __global__ void k_causal_softmax(float *att, int64_t rows, int64_t T)
         float *row = att + i * T;
         float mx = row[0];
         for (int64_t s = 1; s <= t; s++) mx = row[s] > mx ? row[s] : mx;
-        for (int64_t s = 0; s <= t; s++) row[s] = expf(row[s] - mx);
+        for (int64_t s = 0; s <= t; s++) row[s] = crew_exp_poly(row[s] - mx);
         float sum = 0.0f;
         for (int64_t s = 0; s <= t; s++) sum += row[s];
         float inv = 1.0f / sum;
@@ -711,16 +714,57 @@ __global__ void k_embedding_bad(const float *ids, int64_t vocab, int64_t rows, l
 }
 
 /* dtable (v, j) += dy (r, j) for every row r of id v, r ascending: the CPU's order of the adds. */
-__global__ void k_embedding_backward(const float *ids, const float *dy, float *dtable, int64_t vocab, int64_t rows,
-                                     int64_t dim)
+/* The gradient of the table, as the CPU adds it (every row r in order: dtable[ids[r]] += dy[r]),
+ * without walking every row for every entry of a 50K-token table: the rows are sorted by id with
+ * a stable radix sort (CUB), so each id's rows stay in ascending order, and the thread of (the
+ * first row of an id's run, column j) adds the run's rows into that id's entry one by one: the
+ * CPU's additions in the CPU's order. Invalid ids sort last, under the key `vocab`, and are
+ * skipped, as forward rejected them. */
+__global__ void k_embedding_keys(const float *ids, int64_t vocab, int64_t rows, int *keys, int *order)
 {
-    FOR_EACH(i, vocab * dim) {
-        int64_t v = i / dim, j = i % dim;
-        float s = dtable[i];
-        for (int64_t r = 0; r < rows; r++)
-            if (valid_id(ids[r], vocab) && (int64_t)ids[r] == v) s += dy[r * dim + j];
-        dtable[i] = s;
+    FOR_EACH(r, rows) {
+        keys[r] = valid_id(ids[r], vocab) ? (int)ids[r] : (int)vocab;
+        order[r] = (int)r;
     }
+}
+
+__global__ void k_embedding_runs(const int *keys, const int *order, const float *dy, float *dtable, int64_t vocab,
+                                 int64_t rows, int64_t dim)
+{
+    FOR_EACH(i, rows * dim) {
+        const int64_t p = i / dim, j = i % dim;
+        const int key = keys[p];
+        if (key >= vocab || (p > 0 && keys[p - 1] == key)) continue; /* an invalid id, or inside a run */
+        float s = dtable[(int64_t)key * dim + j];
+        for (int64_t q = p; q < rows && keys[q] == key; q++) s += dy[(int64_t)order[q] * dim + j];
+        dtable[(int64_t)key * dim + j] = s;
+    }
+}
+
+/* The sort's buffers in one allocation, grown as needed: keys and rows, in and out, and CUB's own. */
+static int embedding_scratch(cuda_ctx *c, int64_t rows, int end_bit, int **keys, int **order, int **keys_out,
+                             int **order_out, void **temp, size_t *temp_bytes)
+{
+    *temp_bytes = 0;
+    cub::DeviceRadixSort::SortPairs(NULL, *temp_bytes, (const int *)NULL, (int *)NULL, (const int *)NULL, (int *)NULL,
+                                    (int)rows, 0, end_bit, c->stream);
+    const size_t ints = 4 * (size_t)rows, bytes = ints * sizeof(int) + *temp_bytes + 256;
+    if (bytes > c->sort_bytes) {
+        cuda_free(c, c->sort_buf);
+        c->sort_buf = NULL;
+        c->sort_bytes = 0;
+        crew_status s = cuda_alloc(c, CREW_DT_F32, (int64_t)((bytes + 3) / 4), &c->sort_buf);
+        if (s) {
+            crew_status_free(s);
+            cuda_note(c, cudaErrorMemoryAllocation, "embedding backward's sort");
+            return 0;
+        }
+        c->sort_bytes = bytes;
+    }
+    int *base = (int *)c->sort_buf;
+    *keys = base, *order = base + rows, *keys_out = base + 2 * rows, *order_out = base + 3 * rows;
+    *temp = (void *)(((uintptr_t)(base + ints) + 255) & ~(uintptr_t)255);
+    return 1;
 }
 
 crew_status cuda_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
@@ -740,8 +784,22 @@ void cuda_embedding_backward(void *ctx, const float *ids, const float *dy, float
                              int64_t dim)
 {
     cuda_ctx *c = enter(ctx);
-    if (vocab * dim <= 0) return;
-    k_embedding_backward LAUNCH(c, vocab * dim)(ids, dy, dtable, vocab, rows, dim);
+    if (vocab * dim <= 0 || rows <= 0) return;
+    if (rows >= INT32_MAX || vocab >= INT32_MAX) {
+        cuda_note(c, cudaErrorInvalidValue, "embedding backward of 2^31 rows or ids");
+        return;
+    }
+    int end_bit = 1;
+    while (end_bit < 32 && ((int64_t)1 << end_bit) <= vocab) end_bit++; /* keys 0 .. vocab */
+    int *keys, *order, *keys_out, *order_out;
+    void *temp;
+    size_t temp_bytes;
+    if (!embedding_scratch(c, rows, end_bit, &keys, &order, &keys_out, &order_out, &temp, &temp_bytes)) return;
+    k_embedding_keys LAUNCH(c, rows)(ids, vocab, rows, keys, order);
+    cudaError_t e = cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys_out, order, order_out, (int)rows, 0,
+                                                    end_bit, c->stream);
+    cuda_note(c, e, "embedding backward's sort");
+    k_embedding_runs LAUNCH(c, rows * dim)(keys_out, order_out, dy, dtable, vocab, rows, dim);
     cuda_launched(c, "embedding backward");
 }
 

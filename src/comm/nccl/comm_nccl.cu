@@ -269,7 +269,7 @@ static crew_status reduce_pieces(nccl_rank *r, const pieces *pc, crew_comm_type 
     const int64_t len = pc->hi[me] - pc->lo[me];
     CREW_TRY(reserve(r, (size_t)P * (size_t)pc->k * (size_t)(len > 0 ? len : 1) * sz));
     ncclResult_t res = ncclGroupStart();
-    for (int p = 0; p < P && res == ncclSuccess; p++) {
+    for (int p = 0; p < P && (res == ncclSuccess || res == ncclInProgress); p++) {
         const int64_t m = pc->hi[p] - pc->lo[p];
         for (int j = 0; j < pc->k && m > 0 && (res == ncclSuccess || res == ncclInProgress); j++)
             res = ncclSend((const char *)pc->in[j] + (size_t)pc->lo[p] * sz, (size_t)m, nccl_type(t), p, r->comm,
@@ -382,10 +382,19 @@ static crew_status nccl_allreduce_ordered(void *ctx, int rank, float *const *in,
     uint64_t call;
     CREW_TRY(begin(r, &call));
     CREW_TRY(reserve(r, (size_t)k * (size_t)n * sizeof(float)));
-    for (int j = 0; j < k; j++)
-        cudaMemcpyAsync((float *)r->scratch + (size_t)j * (size_t)n, in[j], (size_t)n * sizeof(float),
-                        cudaMemcpyDeviceToDevice, r->stream);
-    launch_sum(r, r->scratch, k, n, out, CREW_COMM_F32, CREW_REDUCE_SUM);
+    cudaError_t e = cudaSuccess;
+    for (int j = 0; j < k && e == cudaSuccess; j++)
+        e = cudaMemcpyAsync((float *)r->scratch + (size_t)j * (size_t)n, in[j], (size_t)n * sizeof(float),
+                            cudaMemcpyDeviceToDevice, r->stream);
+    if (e == cudaSuccess) {
+        launch_sum(r, r->scratch, k, n, out, CREW_COMM_F32, CREW_REDUCE_SUM);
+        e = cudaGetLastError();
+    }
+    if (e != cudaSuccess) {
+        char why[160];
+        snprintf(why, sizeof why, "cuda:%d: summing a replica's micro-batches: %s", r->gpu, cudaGetErrorString(e));
+        return fail(r, CREW_CODE_IO, why);
+    }
     ncclResult_t res = ncclAllReduce(out, out, (size_t)n, ncclFloat32, ncclSum, r->comm, r->stream);
     CREW_TRY(taken(r, res, until, timeout_s, call, "all-reduce"));
     return finish(r, until, timeout_s, call, "all-reduce");
@@ -541,19 +550,23 @@ extern "C" void crew_nccl_clique_free(crew_nccl_clique *q)
         ncclResult_t res = ncclCommFinalize(r->comm);
         if (res != ncclSuccess && res != ncclInProgress) clean = 0;
     }
-    const double until = crew_now() + 10.0;
+    const double until = crew_now() + 30.0;
+    int finalizing = 0; /* a finalize still running: NCCL's own thread works on the communicator */
     for (int i = 0; i < q->n && clean; i++) {
         ncclResult_t st = ncclInProgress;
         for (int spins = 0; st == ncclInProgress && crew_now() < until; spins++) {
             if (ncclCommGetAsyncError(q->ranks[i].comm, &st) != ncclSuccess) break;
             if (st == ncclInProgress) relax(spins);
         }
+        finalizing |= st == ncclInProgress;
         if (st != ncclSuccess) clean = 0;
     }
     for (int i = 0; i < q->n; i++) {
         nccl_rank *r = &q->ranks[i];
         cudaSetDevice(r->gpu);
-        if (r->comm && !r->aborted) {
+        /* after a finalize that never ended the communicators are left as they are (leaked): aborting
+         * one under NCCL's finalize would race it */
+        if (r->comm && !r->aborted && !finalizing) {
             if (clean)
                 ncclCommDestroy(r->comm);
             else
