@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_train_gpt.sh — a GPT end to end through the CLI: crew prep text, crew train on the tokens
-# (data-parallel), bits per byte in the output and metrics, crew sample (repeatable per seed),
+# (data-parallel, and on cpu-remote, a GPU's path), bits per byte in the output and metrics, crew sample (repeatable per seed),
 # crew verify at N = 2 and 4, and the bad inputs of a language model's run, each one line and exit 2.
 . "$(dirname "$0")/lib_cli.sh"
 
@@ -29,6 +29,16 @@ grep -q '"type":"epoch".*"test_bits":' "$TMP/run/metrics.jsonl" && ok || fail "m
 grep -q '"type":"summary".*"test_bits":' "$TMP/run/metrics.jsonl" && ok || fail "metrics.jsonl summary lacks test_bits"
 "$CREW" eval "$TMP/g.json" --weights "$TMP/run/weights.safetensors" --data "$TMP/text" > "$TMP/eval" 2>&1 \
   && grep -q "^test: " "$TMP/eval" && ok || fail "eval on the val split: $(cat "$TMP/eval")"
+
+# --- a device the host cannot reach (cpu-remote: a GPU's path, its inputs double-buffered so that a
+# copy overlaps the previous micro-batch's passes): the same bits as one CPU replica accumulating;
+# the ids an embedding's backward pass reads must be its own micro-batch's
+"$CREW" train "$TMP/g.json" --data "$TMP/text" --devices cpu-remote:2 --global-batch 32 --max-steps 4 --run-dir "$TMP/rr" \
+  > /dev/null 2> "$TMP/err" || fail "gpt on cpu-remote:2: $(cat "$TMP/err")"
+"$CREW" train "$TMP/g.json" --data "$TMP/text" --devices cpu:1 --global-batch 32 --max-steps 4 --run-dir "$TMP/r1" \
+  > /dev/null 2> "$TMP/err" || fail "gpt on cpu:1: $(cat "$TMP/err")"
+cmp -s "$TMP/rr/weights.safetensors" "$TMP/r1/weights.safetensors" && ok \
+  || fail "gpt: cpu-remote:2 (2 micro-batches each, double-buffered inputs) and cpu:1 accumulating 4 differ"
 
 # --- sampling: the prompt comes back first, then exactly N bytes; a seed repeats, another differs
 W="$TMP/run/weights.safetensors"

@@ -470,6 +470,12 @@ static crew_status realloc_dev(const crew_backend *be, crew_dtype t, int64_t n, 
     return be->ops->alloc(be->ctx, t, n, out);
 }
 
+void crew_model_set_input(crew_model *m, float *input)
+{
+    m->act[0] = input;
+    for (int i = 1; i <= m->n_layers && act_is_alias(m, i); i++) m->act[i] = input;
+}
+
 crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
 {
     CREW_TRY(crew_model_layout(m));

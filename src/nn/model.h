@@ -82,6 +82,11 @@ typedef struct crew_model_buffer_sizes {
     int64_t row_loss;           /* [rows, positions] */
 } crew_model_buffer_sizes;
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out);
+/* Points the model's input (act[0], and the activations that alias it: in-place layers at the
+ * front) at `input`, device memory of act_input floats: a rank double-buffers its inputs so that
+ * one micro-batch's copy overlaps the previous one's passes (train/loop.c). The caller restores
+ * the model's own buffer before anything reallocates or frees the model's buffers. */
+void crew_model_set_input(crew_model *m, float *input);
 /* 1: layer i writes its output over its input (act[i + 1] is act[i]): an activation whose
  * derivative its output gives (relu, tanh, sigmoid), behind a layer that is not an activation.
  * No layer's backward but an activation's reads its own output (only its input), so the values

@@ -53,15 +53,23 @@ static crew_status next_batch(void *user, int index, double *wait_s)
         for (int64_t k = 0; k < rows && k < r->plant_rows_n; k++) r->plant_rows[k] = k;
         ids = r->plant_rows;
     }
-    /* The copies overwrite the buffers the previous micro-batch's backward pass may still be
-     * reading on a GPU (its first layer's weight gradient reads the input): after it. */
-    crew_status s = o->queue_wait(ctx, r->copy_q, NULL);
+    /* The input is what a backward pass still reads after its loss (the first layer's weight
+     * gradient, an embedding's ids); labels and sample ids are done with once the loss, which
+     * waits for the device, is in. With two input buffers the copy goes to the one the micro-batch
+     * before last read, after its passes (ordered at the end of the previous call), so that it
+     * overlaps the last micro-batch's; with one, after everything enqueued so far. */
+    crew_status s = CREW_OK;
+    if (r->input_alt)
+        crew_model_set_input(m, r->uploads++ % 2 ? r->input_alt : r->input_own);
+    else
+        s = o->queue_wait(ctx, r->copy_q, NULL);
     if (!s) s = o->upload(ctx, r->copy_q, m->act[0], lb.x, values, CREW_DT_F32);
     if (!s) s = o->upload(ctx, r->copy_q, m->labels, lb.y, rows * crew_model_positions(m), CREW_DT_I32);
     if (!s) s = o->upload(ctx, r->copy_q, m->sample_ids, ids, rows, CREW_DT_I64);
     int skip = r->run->hooks.faults.skip_copy_wait; /* test fault: the bug the guard must expose */
     if (!s && !skip) s = o->queue_wait(ctx, NULL, r->copy_q);
     if (!s && !skip) s = o->sync(ctx, r->copy_q); /* the loader may refill the slot from here on */
+    if (!s && r->input_alt) s = o->queue_wait(ctx, r->copy_q, NULL); /* the next copy: after these passes */
     crew_loader_release(r->loader, b->epoch, step, index);
     return s;
 }
@@ -315,6 +323,7 @@ static crew_status train_step(crew_rank *r, int epoch, int64_t epoch_step, int64
     float *grad;
     batch_source src = {r, epoch, epoch_step};
     crew_status s = crew_stepper_gradients(&r->stepper, p->seed, step - 1, next_batch, &src, &grad, &tot, &times);
+    if (r->input_alt) crew_model_set_input(m, r->input_own); /* the model's own buffer between steps */
     CREW_TRY(phase_error(r, s, step, "forward/backward and gradient all-reduce"));
     double t1 = crew_now();
     CREW_TRY(plant_gradient(r, &grad));

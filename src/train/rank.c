@@ -68,6 +68,12 @@ static crew_status set_up(crew_rank *r)
     r->scratch_n = crew_rank_scratch_size(r->size, crew_model_named_params(r->m, NULL, 0));
     CREW_TRY(r->be->ops->alloc(r->be->ctx, CREW_DT_F64, r->scratch_n, (void **)&r->dev_scratch));
     CREW_TRY(r->be->ops->queue_create(r->be->ctx, &r->copy_q));
+    if (crew_comm_needs_staging(r->be)) { /* copies that can overlap compute: a second input buffer */
+        crew_model_buffer_sizes n;
+        crew_model_buffers(r->m, p->batch_per_device, &n);
+        CREW_TRY(crew_dev_alloc_f32(r->be, n.act_input, &r->input_alt));
+        r->input_own = r->m->act[0];
+    }
     r->metrics = calloc((size_t)r->size * CREW_METRIC_FIELDS, sizeof *r->metrics);
     r->times = calloc((size_t)r->size, sizeof *r->times);
     if (!r->metrics || !r->times) return CREW_OOM();
@@ -107,6 +113,7 @@ static void tear_down(crew_rank *r)
     crew_comm_worker_stop(&r->worker);
     crew_stepper_release(&r->stepper);
     if (r->copy_q) r->be->ops->queue_destroy(r->be->ctx, r->copy_q);
+    crew_dev_free(r->be, r->input_alt);
     crew_dev_free(r->be, r->dev_scratch);
     for (int i = 0; i < 2; i++) crew_dev_free(r->be, r->plant_prev[i]);
     free(r->plant_rows);
