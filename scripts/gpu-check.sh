@@ -17,6 +17,7 @@
 #              full-batch run held to the CPU's within verify's rounding bound
 #   bf16       --precision bf16 on cuda:1: the training loss within 2% of bf16 on the CPU
 #   cudnn      --conv cudnn on cuda:1: two runs bitwise equal, the training loss within 2% of im2col's
+#   conv       bench_conv: each of the CNN's convolutions timed both ways, which was faster per shape
 #   vs cpu     the same 200 steps on cuda:1 and cpu:1: the final training loss within 2%
 #   accuracy   the demo's CNN, 4 epochs on cuda:1: test accuracy >= 0.91
 #   plan       crew plan --devices cuda:1 plans against the GPU's own memory
@@ -37,7 +38,7 @@ row() { ROWS+=("| $1 | $2 | $3 |"); [ "$2" = FAIL ] && FAILED=1; echo "== $1: $2
 { nvidia-smi || true; } > "$OUT/nvidia-smi.txt" 2>&1
 echo "== building into $B"
 if ! { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=native \
-       && cmake --build "$B" -j "$(nproc)" --target crew_cli test_backend_ops; } > "$OUT/build.log" 2>&1; then
+       && cmake --build "$B" -j "$(nproc)" --target crew_cli test_backend_ops bench_conv; } > "$OUT/build.log" 2>&1; then
   tail -n 30 "$OUT/build.log"
   echo "the build failed: $OUT/build.log"
   exit 1
@@ -130,6 +131,12 @@ if cmp -s "$OUT/gpu-dnn-a/weights.safetensors" "$OUT/gpu-dnn-b/weights.safetenso
   row cudnn pass "two runs bitwise equal; training loss after 200 steps: cudnn $ld, im2col $lg"
 else
   row cudnn FAIL "cudnn '$ld' vs im2col '$lg', or two cudnn runs differ ($(tail -n 1 "$OUT/gpu-dnn-a.err"))"
+fi
+
+if "$B/bench/bench_conv" examples/fashion_cnn.json --kind cuda --batch 64 > "$OUT/conv.txt" 2>&1; then
+  row conv measured "$(grep -c ' library$' "$OUT/conv.txt") of $(grep -c '^conv' "$OUT/conv.txt") shapes faster by cuDNN: $OUT/conv.txt"
+else
+  row conv FAIL "$(tail -n 1 "$OUT/conv.txt")"
 fi
 
 # ---- the planner plans against the GPU's own memory
