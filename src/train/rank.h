@@ -27,7 +27,7 @@ typedef struct crew_rank {
     crew_stepper stepper;
     crew_loader *loader;            /* this rank's micro-batches only (the launcher's) */
     crew_queue *copy_q;             /* the micro-batches' uploads */
-    /* On a device whose copies run beside its compute (no host_alias: a GPU), every other
+    /* On a device whose copies run beside its compute (one the host cannot reach: a GPU), every other
      * micro-batch's input goes to input_alt, so that its copy overlaps the previous micro-batch's
      * passes instead of waiting for them (loop.c's next_batch); NULL on the CPU kinds, whose
      * copies are done when upload returns. input_own: the model's own input buffer, put back after
