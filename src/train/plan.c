@@ -228,7 +228,6 @@ static crew_status plan_communicator(const crew_fit_options *o, crew_fit_plan *p
         why = "no GPU is visible to this process";
     else if (per_process > k->available())
         why = "NCCL needs a GPU of its own for every replica, and this process has more replicas than GPUs";
-    p->nccl = 0;
     if (want == CREW_COMMUNICATOR_NCCL && why)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "--comm nccl on %s:%d: %s", p->device_kind, per_process, why);
     p->nccl = !why && (want == CREW_COMMUNICATOR_NCCL || (want == CREW_COMMUNICATOR_AUTO && p->devices > 1));

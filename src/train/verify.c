@@ -141,7 +141,8 @@ static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values 
     }
     if (r->kind) {
         o.device_kind = r->kind;
-        o.conv_library &= crew_device_kind_find(r->kind)->conv_library; /* the other kind's own way, else */
+        /* the other kind's convolutions: its library where it has one too, else im2col */
+        o.conv_library &= crew_device_kind_find(r->kind)->conv_library;
         if (v->plant == CREW_PLANT_AGAINST_LOW_PRECISION) o.precision = CREW_PRECISION_BF16; /* planted bug */
     }
     o.drift_check_every = 1; /* every replica's values, after every step */
