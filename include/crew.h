@@ -424,11 +424,30 @@ typedef struct crew_fit_options {
     /* The precision of the GEMMs (a crew_precision) [CREW_PRECISION_FP32]; the device kind must
      * have it. Part of what shapes the numbers: a checkpoint keeps it and a resumed run takes it. */
     int precision;
-    /* 1: convolutions by the device kind's library where it runs the layer's geometry (cuDNN on
-     * a GPU, its deterministic algorithms: the same bits run after run, not the im2col path's);
-     * the kind must have one. Shapes the numbers: kept by checkpoints [0: im2col + GEMM]. */
-    int conv_library;
+    /* How the convolution layers compute (a crew_conv_way) [CREW_CONV_AUTO]. Shapes the numbers:
+     * the plan resolves it to one way per layer (crew_fit_plan.conv_choice), which checkpoints
+     * keep and a resumed run takes. */
+    int conv;
+    /* The ways themselves, one character per convolution layer in the model's order: 'l' by the
+     * device's library, 'i' by im2col + GEMM (crew_conv_choice.ways, from crew_conv_choose's
+     * measurements and their cache). Given, it is taken as it is, whatever conv says; NULL: conv
+     * decides, and CREW_CONV_AUTO on a kind with a library measures here (crew_fit_prepare, on
+     * process 0 of a group), which two fits may settle differently where the ways are close. */
+    const char *conv_choice;
 } crew_fit_options;
+
+/* How convolution layers compute (docs/GPU.md, "Convolutions"). Each way has its own order of
+ * sums, so the choice shapes the numbers; every replica of a run takes the same one per layer. */
+typedef enum crew_conv_way {
+    /* By the device's library where it is measured faster than im2col + GEMM for the layer's
+     * shape (cuDNN on a GPU, crew_conv_choose); im2col + GEMM on a kind without one (the CPU). */
+    CREW_CONV_AUTO = 0,
+    CREW_CONV_IM2COL = 1,       /* im2col + GEMM everywhere */
+    /* By the device's library wherever it runs the layer's geometry deterministically (the same
+     * bits run after run), im2col + GEMM elsewhere; the kind must have one. */
+    CREW_CONV_LIBRARY = 2,
+} crew_conv_way;
+#define CREW_MAX_CONV_LAYERS 128 /* a model with more convolutions computes them all one way */
 
 /* What precision the devices compute their GEMMs in (docs/GPU.md, "Precision"). */
 typedef enum crew_precision {
@@ -526,7 +545,10 @@ typedef struct crew_fit_plan {
                                    unless the collectives are NCCL's) */
     int nccl;                   /* 1: the replicas' collectives are NCCL's (crew_fit_options.communicator) */
     int precision;              /* crew_fit_options.precision (a crew_precision) */
-    int conv_library;           /* crew_fit_options.conv_library */
+    int conv;                   /* crew_fit_options.conv (a crew_conv_way), as asked */
+    /* One way per convolution layer, in model order ('l': the device's library, 'i': im2col +
+     * GEMM; "" for a model without one): what the replicas run. */
+    char conv_choice[CREW_MAX_CONV_LAYERS + 1];
     int shard_optimizer;        /* crew_fit_options.shard_optimizer, as resolved (0 with one replica) */
     double flops_per_sample;    /* a training step's FLOPs per sample (crew_model_flops: total) */
     double peak_gflops;         /* crew_fit_options.peak_gflops: the devices' GEMM rate; 0: unknown */
@@ -689,7 +711,8 @@ typedef struct crew_verify_options {
     int pipeline_schedule;
     const char *pipeline_split;
     int precision;              /* every run's (crew_fit_options.precision) [fp32] */
-    int conv_library;           /* every run's (crew_fit_options.conv_library) [0] */
+    int conv;                   /* every run's (crew_fit_options.conv) [auto] */
+    const char *conv_choice;    /* every run's (crew_fit_options.conv_choice) [NULL] */
     /* Another device kind to hold this one to (a GPU against the CPU): (f), the full-batch run (c)
      * again on one device of that kind, against (c) as (a) is: its first step within float32
      * summation's bound, its trajectory within every tensor's rounding bound. NULL: none. */
@@ -893,7 +916,8 @@ typedef struct crew_scale_options {
     const struct crew_process_group *group;
     const char *device_kind;     /* the replicas' devices (crew_device_kinds) [cpu] */
     int precision;               /* their GEMMs' (crew_fit_options.precision) [fp32] */
-    int conv_library;            /* crew_fit_options.conv_library [0] */
+    int conv;                    /* crew_fit_options.conv [auto] */
+    const char *conv_choice;     /* crew_fit_options.conv_choice [NULL] */
 } crew_scale_options;
 
 void crew_scale_options_init(crew_scale_options *o); /* every field at its default */
@@ -942,6 +966,32 @@ crew_status crew_layout_measure(crew_model *m, const crew_dataset *train, const 
 crew_status crew_layout_cached(const char *cache_path, uint64_t model_key, crew_model *m, const crew_dataset *train,
                                const crew_scale_options *o, int cores, int measure, crew_layout_choice *out,
                                int *found);
+
+/* Each convolution layer of a model timed both ways on one device of a kind (a forward and a
+ * backward pass of a micro-batch of `rows` samples at `precision`, the layer's own code): im2col +
+ * GEMM, and the kind's convolution library (cuDNN) where it runs the layer's geometry; the faster
+ * wins (ties: im2col). cache_path (NULL: none) keeps the times, one pair per layer shape, device
+ * kind and host, micro-batch and precision (the peaks' cache, crew_peak_cached), so that runs on
+ * one machine choose alike: measure 0 reads the cache alone, and a shape it lacks keeps im2col
+ * unmeasured; 1 measures what the cache lacks and adds it; 2 measures every layer anew. */
+typedef struct crew_conv_layer_choice {
+    int layer;                  /* index in the model */
+    char name[64];
+    char shape[96];             /* "28x28x1 -> 28x28x32, 3x3 stride 1" */
+    int supported;              /* the library runs the geometry */
+    int measured;               /* 1: the times below are known (measured, or from the cache) */
+    int cached;                 /* 1: they came from the cache */
+    double im2col_s, library_s; /* seconds of a forward + backward pass; library_s 0 where unsupported */
+    int by_library;             /* the choice */
+} crew_conv_layer_choice;
+typedef struct crew_conv_choice {
+    char library[64];           /* the kind's library ("cuDNN"), "" for a kind without one */
+    int n;                      /* convolution layers */
+    crew_conv_layer_choice layers[CREW_MAX_CONV_LAYERS];
+    char ways[CREW_MAX_CONV_LAYERS + 1]; /* crew_fit_options.conv_choice */
+} crew_conv_choice;
+crew_status crew_conv_choose(crew_model *m, const char *device_kind, int64_t rows, int precision,
+                             const char *cache_path, int measure, crew_conv_choice *out);
 
 /* An interconnect: an all-reduce of S bytes over N devices takes alpha_s + 2(N−1)/N · S / bytes_per_s. */
 typedef struct crew_link {
@@ -1074,6 +1124,10 @@ crew_status crew_devices_parse(const char *text, char *kind, size_t kind_len, in
 /* How many devices of `kind` this process sees, and whether they have memory of their own (a GPU:
  * 1) or share the host's (the CPU kinds: 0). An unknown kind is an error listing the kinds. */
 crew_status crew_device_kind_about(const char *kind, int *available, int *own_memory);
+/* The name of the convolution library of kind's devices ("cuDNN"), NULL for an unknown kind or one
+ * without; *measured (may be NULL): 1 when --conv auto measures it against im2col + GEMM, 0 for a
+ * library used only when asked (cpu-remote's test stand-in). */
+const char *crew_device_kind_conv_library(const char *kind, int *measured);
 
 /* The BLAS library in use, for version lines and bug reports ("OpenBLAS 0.3.21 DYNAMIC_ARCH ...,
  * kernels for Haswell"). */

@@ -8,6 +8,8 @@
 # its log in OUT_DIR and one line in the table at the end:
 #   ops        test_backend_ops cuda: every backend op against the references the CPU passes
 #   cpu ops    the same on the CPU, as the baseline of this machine
+#   conv auto  --conv auto (the default) on cuda:1: each convolution timed both ways once, the
+#              choice per layer shape printed and cached (the training runs below take it)
 #   repeat     two 200-step runs of the CNN on cuda:1 end with bitwise-equal weights
 #   replicas   2 replicas on the GPU (cuda:2: round-robin on one GPU) = cuda:1 accumulating 2
 #              micro-batches, bitwise (the ordered all-reduce through host copies)
@@ -16,7 +18,8 @@
 #   verify     crew verify on cuda:2 (fp32, and --precision bf16): PASS; and --against cpu, the GPU's
 #              full-batch run held to the CPU's within verify's rounding bound
 #   bf16       --precision bf16 on cuda:1: the training loss within 2% of bf16 on the CPU
-#   cudnn      --conv cudnn on cuda:1: two runs bitwise equal, the training loss within 2% of im2col's
+#   cudnn      --conv library on cuda:1: two runs bitwise equal, the training loss within 2% of
+#              --conv im2col's
 #   conv       bench_conv: each of the CNN's convolutions timed both ways, which was faster per shape
 #   vs cpu     the same 200 steps on cuda:1 and cpu:1: the final training loss within 2%
 #   accuracy   the demo's CNN, 4 epochs on cuda:1: test accuracy >= 0.91
@@ -60,10 +63,20 @@ fi
 "$B/tests/test_backend_ops" cpu > "$OUT/ops-cpu.log" 2>&1 && row "ops (cpu)" pass "$(tail -n 1 "$OUT/ops-cpu.log")" \
   || row "ops (cpu)" FAIL "$(tail -n 1 "$OUT/ops-cpu.log")"
 
-# ---- training checks
+# ---- training checks. The figures' cache of this check alone, so that --conv auto measures here.
+export XDG_CACHE_HOME="$OUT/cache"
+rm -rf "$XDG_CACHE_HOME"
 SHORT=(--data "$DATA" --max-steps 200 --batch-per-device 64 --seed 3 --quiet --json --checkpoint-every 100000)
 train() { local dir=$1; shift; rm -rf "$OUT/$dir"; "$CREW" train examples/fashion_cnn.json "$@" --run-dir "$OUT/$dir" \
   > "$OUT/$dir.out" 2> "$OUT/$dir.err"; }
+rm -rf "$OUT/conv-auto"
+"$CREW" train examples/fashion_cnn.json --data "$DATA" --devices cuda:1 --max-steps 2 --run-dir "$OUT/conv-auto" \
+  > "$OUT/conv-auto.out" 2>&1
+if grep -q 'convolutions (--conv auto): cuDNN against im2col' "$OUT/conv-auto.out"; then
+  row "conv auto" measured "$(grep -c ': cuDNN\( (cached)\)\?$' "$OUT/conv-auto.out") of $(grep -c ' im2col [0-9.]* ms, cuDNN' "$OUT/conv-auto.out") layers by cuDNN: $OUT/conv-auto.out"
+else
+  row "conv auto" FAIL "no per-layer choice printed: $(tail -n 1 "$OUT/conv-auto.out")"
+fi
 train gpu-a "${SHORT[@]}" --devices cuda:1 --global-batch 128 && train gpu-b "${SHORT[@]}" --devices cuda:1 --global-batch 128
 if cmp -s "$OUT/gpu-a/weights.safetensors" "$OUT/gpu-b/weights.safetensors"; then
   row repeat pass "two runs on cuda:1, bitwise-equal weights"
@@ -122,10 +135,11 @@ else
   row accuracy FAIL "the demo's CNN on cuda:1: test accuracy '$acc' ($(tail -n 1 "$OUT/demo.err"))"
 fi
 
-# ---- cuDNN's convolutions (--conv cudnn): repeatable, and near the im2col path
-train gpu-dnn-a "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv cudnn
-train gpu-dnn-b "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv cudnn
-ld=$(loss "$OUT/gpu-dnn-a.out"); lg=$(loss "$OUT/gpu-a.out")
+# ---- cuDNN's convolutions everywhere (--conv library): repeatable, and near the im2col path
+train gpu-dnn-a "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv library
+train gpu-dnn-b "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv library
+train gpu-i2c "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv im2col
+ld=$(loss "$OUT/gpu-dnn-a.out"); lg=$(loss "$OUT/gpu-i2c.out")
 if cmp -s "$OUT/gpu-dnn-a/weights.safetensors" "$OUT/gpu-dnn-b/weights.safetensors" && [ -n "$ld" ] && [ -n "$lg" ] &&
    awk -v a="$ld" -v b="$lg" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * b) }'; then
   row cudnn pass "two runs bitwise equal; training loss after 200 steps: cudnn $ld, im2col $lg"

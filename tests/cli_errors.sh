@@ -53,7 +53,7 @@ expect_exit 2 "--lr" -- "$CREW" train examples/fashion_mlp.json --data "$D" --lr
 expect_exit 2 "unknown device kind 'gpu': this build of crew has cpu" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices gpu:1
 expect_exit 2 "--devices cpu:N" -- "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:0
 expect_exit 2 "unknown option" -- "$CREW" train examples/fashion_mlp.json --data "$D" --frobnicate
-expect_exit 2 "--conv cudnn on cpu: its devices have no convolution library" -- \
+expect_exit 2 "--conv library on cpu: its devices have no convolution library" -- \
   "$CREW" train examples/fashion_cnn.json --data "$D" --conv cudnn --batch-per-device 2
 expect_exit 2 "--comm nccl on cpu:2: its device kind has no NCCL" -- \
   "$CREW" train examples/fashion_mlp.json --data "$D" --devices cpu:2 --comm nccl --batch-per-device 2

@@ -827,7 +827,8 @@ static void check_col2im_adjoint(const device *d, const conv_case *cc, int index
  * the direct convolution; the backward passes against their own direct sums in double:
  *   dx[b, ih, iw, c] = Σ dy[b, oh, ow, f] · w[kh, kw, c, f] over the windows that read (ih, iw),
  *   dw[kh, kw, c, f] = Σ x[b, ih, iw, c] · dy[b, oh, ow, f] over every window position.
- * Kinds without a library (every CPU kind) have nothing to run. */
+ * Kinds without a library (cpu, cpu-guarded) have nothing to run; cpu-remote runs its stand-in
+ * (direct sums, cpu_conv_direct.c). */
 static const tolerance conv_library_tol[] = {{"cpu", RTOL, ATOL}, {NULL, 0, 0}};
 
 static void conv_backward_reference(const conv_case *cc, const float *x, const float *w, const float *dy, double *dx,

@@ -1,7 +1,8 @@
 /* test_checkpoint.c — checkpoints as a resumed run meets them (docs/CHECKPOINTS.md):
  * - state.json carries, besides the batch and learning-rate plan, everything else that changes
  *   the numbers (augmentation, the last partial batch, synchronised batch norm, the NaN policy,
- *   BLAS threads per replica, the precision) and reads it back the same;
+ *   BLAS threads per replica, the precision, the convolutions' ways) and reads it back the same;
+ *   a bad way in state.json, and a checkpoint from before the ways, are read as documented;
  * - a write that fails (a file size limit stands for a full disk) leaves the out-parameter naming
  *   the last checkpoint that was committed, and no partial checkpoint behind;
  * - a damaged checkpoint (no COMPLETE marker) is set aside and the previous one used;
@@ -20,6 +21,7 @@
 #include "optim/optimizer.h"
 #include "synthetic.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_json.h"
 #include "train/train.h"
 
 typedef struct model_variant {
@@ -74,6 +76,8 @@ static crew_checkpoint_state make_state(int64_t step)
     p->sync_batch_norm = 1;
     p->on_nan = CREW_ON_NAN_SKIP;
     p->precision = CREW_PRECISION_BF16;
+    p->conv = CREW_CONV_LIBRARY;
+    snprintf(p->conv_choice, sizeof p->conv_choice, "lil");
     st.lr = (crew_lr_plan){.schedule = CREW_SCHED_COSINE, .peak_lr = 1e-3f, .total_steps = 110};
     return st;
 }
@@ -123,9 +127,55 @@ static void test_state_round_trip(fixture *fx)
     CHECK(got.plan.augment.crop_padding == 2 && got.plan.augment.flip == 1);
     CHECK(got.plan.pad_last_batch == 1 && got.plan.sync_batch_norm == 1 && got.plan.on_nan == CREW_ON_NAN_SKIP);
     CHECK(got.plan.precision == CREW_PRECISION_BF16);
+    CHECK(got.plan.conv == CREW_CONV_LIBRARY && strcmp(got.plan.conv_choice, "lil") == 0);
     crew_fit_options o = {.devices = 1};
     CHECK_OK(crew_resume_options(&o, &got));
     CHECK_MSG(o.precision == CREW_PRECISION_BF16, "a resumed run does not take its checkpoint's precision");
+    CHECK_MSG(o.conv == CREW_CONV_LIBRARY, "a resumed run does not take its checkpoint's way of convolving");
+}
+
+/* text with its first `from` replaced by `to`, into out; 0 when it has no `from`. */
+static int replaced(const char *text, const char *from, const char *to, char *out, size_t len)
+{
+    const char *at = strstr(text, from);
+    return at && (size_t)snprintf(out, len, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from)) < len;
+}
+
+/* The ways of convolving in state.json: a way crew does not know, or ways that are not 'l' and
+ * 'i', are refused with the key named; a checkpoint from before them (the flag conv_library, or
+ * nothing) reads as every layer one way. */
+static void test_conv_keys(fixture *fx)
+{
+    char path[700], text[16384], edited[16384], again[16384];
+    snprintf(path, sizeof path, "%s/step-00000011/state.json", fx->root);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    const struct {
+        const char *from, *to, *needle;
+    } bad[] = { /* cJSON writes a tab after the colon */
+        {"\"conv\":\t\"library\"", "\"conv\":\t\"winograd\"", "key 'conv' must be"},
+        {"\"conv_choice\":\t\"lil\"", "\"conv_choice\":\t\"lxl\"", "key 'conv_choice' must be"},
+        {"\"conv_choice\":\t\"lil\"", "\"conv_choice\":\t7", "key 'conv_choice' must be a string"},
+    };
+    crew_checkpoint_state got;
+    crew_checkpoint_file_sum sums[CREW_CHECKPOINT_FILES];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_MSG(replaced(text, bad[i].from, bad[i].to, edited, sizeof edited), "state.json has no %s", bad[i].from);
+        crew_status s = crew_checkpoint_state_parse(edited, "state.json", &got, sums);
+        CHECK_MSG(s && crew_status_code(s) == CREW_CODE_BAD_INPUT && strstr(crew_status_message(s), bad[i].needle),
+                  "%s: %s", bad[i].to, crew_status_message(s));
+        crew_status_free(s);
+    }
+    /* older checkpoints: the flag, or nothing */
+    CHECK(replaced(text, "\"conv\":\t\"library\",", "\"conv_library\":\ttrue,", edited, sizeof edited));
+    CHECK(replaced(edited, "\"conv_choice\":\t\"lil\"", "\"unrelated\":\t7", again, sizeof again));
+    CHECK_OK(crew_checkpoint_state_parse(again, "state.json", &got, sums));
+    CHECK(got.plan.conv == CREW_CONV_LIBRARY && got.plan.conv_choice[0] == '\0');
+    CHECK(replaced(again, "\"conv_library\":\ttrue,", "", edited, sizeof edited));
+    CHECK_OK(crew_checkpoint_state_parse(edited, "state.json", &got, sums));
+    CHECK(got.plan.conv == CREW_CONV_IM2COL && got.plan.conv_choice[0] == '\0');
 }
 
 /* A file size limit makes the next checkpoint's first file fail, as a full disk would. */
@@ -221,6 +271,7 @@ int main(void)
     test_state_round_trip(&fx);
     test_failed_write_names_the_last_committed(&fx);
     test_other_model_refused_untouched(&fx);
+    test_conv_keys(&fx);
     test_damaged_set_aside(&fx);
     fixture_close(&fx);
     return check_report();

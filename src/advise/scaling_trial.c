@@ -101,7 +101,8 @@ static crew_status run_repeat(crew_model *m, const crew_dataset *train, const cr
     f.shard_optimizer = o->shard_optimizer;
     f.device_kind = o->device_kind;
     f.precision = o->precision;
-    f.conv_library = o->conv_library;
+    f.conv = o->conv;
+    f.conv_choice = o->conv_choice;
     f.epochs = 1000; /* max_steps ends the run; a small dataset simply wraps into the next epoch */
     f.max_steps = log->warmup + (o->steps > 0 ? o->steps : DEFAULT_STEPS);
     f.drift_check_every = -1;

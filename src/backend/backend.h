@@ -314,8 +314,13 @@ typedef struct crew_device_kind {
     int64_t (*memory_bytes)(int index);
     /* 1 when ranks on devices of this kind can talk through NCCL (cuda, in a build with NCCL). */
     int nccl;
-    /* 1 when its devices have a convolution library (cuda, in a build with cuDNN). */
-    int conv_library;
+    /* The name of its devices' convolution library ("cuDNN": cuda, in a build with cuDNN); NULL
+     * for a kind without one. */
+    const char *conv_library;
+    /* 1: the library may be faster than im2col + GEMM, so --conv auto measures the two per layer
+     * shape (cuDNN); 0: only a run that asks for it uses it (cpu-remote's stand-in, slow by design,
+     * there for tests: cpu_conv_direct.c). */
+    int conv_auto;
 } crew_device_kind;
 
 /* The kinds built in, in order; *n receives their count. */

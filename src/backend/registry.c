@@ -50,9 +50,11 @@ static crew_status open_cpu_remote(int index, const crew_device_options *o, crew
 #define CUDA_COMM ", replicas talk through the host (no NCCL in this build)"
 #endif
 #ifdef CREW_HAVE_CUDNN
-#define CUDA_CUDNN 1
+#define CUDA_CUDNN "cuDNN"
+#define CUDA_CONV_AUTO 1
 #else
-#define CUDA_CUDNN 0
+#define CUDA_CUDNN NULL
+#define CUDA_CONV_AUTO 0
 #endif
 
 static crew_status open_cuda(int index, const crew_device_options *o, crew_backend *out)
@@ -63,15 +65,15 @@ static crew_status open_cuda(int index, const crew_device_options *o, crew_backe
 #endif
 
 static const crew_device_kind kinds[] = {
-    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL, 0, 0},
+    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL, 0, NULL, 0},
     {"cpu-guarded", "the CPU backend with device memory that traps any access from host code (a test "
-                    "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL, 0, 0},
+                    "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL, 0, NULL, 0},
     {"cpu-remote", "the guarded CPU backend as a device the host cannot reach, as a GPU: its replicas talk "
-                   "through host copies (a test of the GPU's communication path)", cpu_available, open_cpu_remote,
-     NULL, 0, 0},
+                   "through host copies, and direct sums stand in for a convolution library (a test of the GPU's "
+                   "paths)", cpu_available, open_cpu_remote, NULL, 0, "direct sums (a test stand-in)", 0},
 #ifdef CREW_HAVE_CUDA
     {"cuda", "NVIDIA GPUs: one replica per GPU, GEMMs by cuBLAS (fp32, or bf16 tensor cores)" CUDA_COMM,
-     crew_cuda_device_count, open_cuda, crew_cuda_device_memory, CUDA_NCCL, CUDA_CUDNN},
+     crew_cuda_device_count, open_cuda, crew_cuda_device_memory, CUDA_NCCL, CUDA_CUDNN, CUDA_CONV_AUTO},
 #endif
 };
 
@@ -171,6 +173,13 @@ crew_status crew_device_kind_about(const char *kind, int *available, int *own_me
     if (available) *available = k->available();
     if (own_memory) *own_memory = k->memory_bytes != NULL;
     return CREW_OK;
+}
+
+const char *crew_device_kind_conv_library(const char *kind, int *measured)
+{
+    const crew_device_kind *k = crew_device_kind_find(kind);
+    if (measured) *measured = k && k->conv_library && k->conv_auto;
+    return k ? k->conv_library : NULL;
 }
 
 crew_status crew_devices_parse(const char *text, char *kind, size_t kind_len, int *count)

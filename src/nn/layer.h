@@ -108,6 +108,10 @@ struct crew_layer {
     crew_shape tie_shape;
     crew_param params[CREW_LAYER_MAX_PARAMS];
     int n_params;
+    /* conv2d: 1 when it runs by the device's convolution library where that runs its geometry
+     * (crew_fit_plan.conv_choice, set on a run's replicas by crew_model_set_conv_ways; copies
+     * of the model keep it), 0: im2col + GEMM */
+    int conv_by_library;
     float *work[CREW_LAYER_MAX_WORK]; /* backend workspace, owned by the layer, sized by the
                                           workspace op for reserved_rows (crew_layer_reserve) */
     int64_t reserved_rows;

@@ -1,5 +1,5 @@
 /* layer_conv2d.c — 2-D convolution as im2col + GEMM, a chunk of samples at a time, or by the
- * device's convolution library where it has one and was asked to use it (cuDNN: --conv cudnn).
+ * device's convolution library (cuDNN) where the run chose it for the layer (--conv, per layer).
  * x [H, W, C] → y [OH, OW, F]; kernel [KH, KW, C, F] (Keras layout), so with im2col rows ordered
  * (kh, kw, c) the kernel is already the [KH·KW·C, F] matrix of the GEMM. work[0]: the columns of
  * one chunk.
@@ -60,11 +60,12 @@ static void conv_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAY
     n[0] = conv_chunk(l, rows) * conv_sample_cols(l);
 }
 
-/* The device's convolution library (cuDNN, --conv cudnn) runs the whole batch where it can. */
+/* The device's convolution library (cuDNN) runs the whole batch, for a layer the run chose it for
+ * (crew_fit_plan.conv_choice), where it runs the geometry. */
 static int by_library(const crew_layer *l, const crew_pass *p, const crew_window *g)
 {
     const crew_backend_ops *o = p->be->ops;
-    return o->conv_supported && o->conv_supported(p->be->ctx, g, l->spec.filters);
+    return l->conv_by_library && o->conv_supported && o->conv_supported(p->be->ctx, g, l->spec.filters);
 }
 
 static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)

@@ -355,6 +355,7 @@ static crew_status copy_layers(const crew_model *m, const crew_backend *be, crew
         crew_model_free(c);
         return s;
     }
+    for (int i = 0; i < m->n_layers; i++) c->layers[i]->conv_by_library = m->layers[i]->conv_by_library;
     memcpy(c->name, m->name, sizeof c->name);
     c->defaults = m->defaults;
     c->compile = m->compile;
@@ -610,4 +611,22 @@ int crew_model_named_params(const crew_model *m, crew_named_param *out, int cap)
             n++;
         }
     return n;
+}
+
+int crew_model_conv_count(const crew_model *m, int before)
+{
+    int n = 0;
+    for (int i = 0; i < m->n_layers && m->layers[i]->index < before; i++) n += m->layers[i]->spec.type == CREW_LAYER_CONV2D;
+    return n;
+}
+
+void crew_model_set_conv_ways(crew_model *m, const crew_model *whole, const char *ways)
+{
+    const size_t n = ways ? strlen(ways) : 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        crew_layer *l = m->layers[i];
+        if (l->spec.type != CREW_LAYER_CONV2D) continue;
+        const size_t k = (size_t)crew_model_conv_count(whole, l->index);
+        l->conv_by_library = k < n && ways[k] == 'l';
+    }
 }

@@ -125,6 +125,12 @@ crew_shape crew_model_output_shape(const crew_model *m);
 /* A replica: the same layers on backend `be` (NULL: a CPU device of its own), with its own buffers
  * and a copy of m's parameters and state, carried across devices through host memory. */
 crew_status crew_model_clone(const crew_model *m, const crew_backend *be, crew_model **out);
+/* The convolution layers of m whose whole-model index is below `before` (INT_MAX: all of them). */
+int crew_model_conv_count(const crew_model *m, int before);
+/* Sets each convolution layer's way (crew_layer.conv_by_library) from ways, one character per
+ * convolution layer of the whole model m belongs to ('l': the library; anything else or past the
+ * end: im2col). m may be a pipeline stage of whole, or whole itself. */
+void crew_model_set_conv_ways(crew_model *m, const crew_model *whole, const char *ways);
 /* dst's parameters and state := src's (same layers, any two devices). */
 crew_status crew_model_copy_values(crew_model *dst, const crew_model *src);
 

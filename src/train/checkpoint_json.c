@@ -228,6 +228,7 @@ crew_status crew_checkpoint_check_model(const char *text, const char *what, cons
 
 static const char *const nan_policies[] = {"stop", "skip"}; /* crew_nan_policy's order */
 static const char *const precisions[] = {"fp32", "bf16"};   /* crew_precision's order */
+static const char *const conv_ways[] = {"auto", "im2col", "library"}; /* crew_conv_way's order */
 
 /* What else shapes the numbers, besides the batch and learning-rate plan. */
 static void add_options(cJSON *plan, const crew_fit_plan *p)
@@ -240,7 +241,8 @@ static void add_options(cJSON *plan, const crew_fit_plan *p)
     cJSON_AddBoolToObject(plan, "sync_batch_norm", p->sync_batch_norm != 0);
     cJSON_AddStringToObject(plan, "on_nan", (unsigned)p->on_nan < 2 ? nan_policies[p->on_nan] : "stop");
     cJSON_AddStringToObject(plan, "precision", (unsigned)p->precision < 2 ? precisions[p->precision] : "fp32");
-    cJSON_AddBoolToObject(plan, "conv_library", p->conv_library != 0);
+    cJSON_AddStringToObject(plan, "conv", (unsigned)p->conv < 3 ? conv_ways[p->conv] : "auto");
+    cJSON_AddStringToObject(plan, "conv_choice", p->conv_choice);
 }
 
 char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_model *m,
@@ -362,6 +364,31 @@ static int get_bool(reader *r, const cJSON *o, const char *key)
 }
 
 /* The options of add_options; a plan without them is an older crew's (st->has_options stays 0). */
+/* The ways of convolving: "conv" and "conv_choice"; a checkpoint from before them has the flag
+ * "conv_library" (every layer by the library, or none), or nothing (im2col). */
+static void parse_conv(reader *r, const cJSON *p, crew_fit_plan *plan)
+{
+    plan->conv = CREW_CONV_IM2COL;
+    memset(plan->conv_choice, 0, sizeof plan->conv_choice);
+    if (!cJSON_GetObjectItemCaseSensitive(p, "conv")) {
+        if (cJSON_GetObjectItemCaseSensitive(p, "conv_library") && get_bool(r, p, "conv_library"))
+            plan->conv = CREW_CONV_LIBRARY;
+        return;
+    }
+    const char *way = get_string(r, p, "conv"), *ways = get_string(r, p, "conv_choice");
+    int found = 0;
+    for (int i = 0; i < 3 && !found; i++)
+        if (!strcmp(way, conv_ways[i])) plan->conv = i, found = 1;
+    if (r->err) return;
+    if (!found)
+        r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: key 'conv' must be \"auto\", \"im2col\" or \"library\"", r->what);
+    else if (strlen(ways) > CREW_MAX_CONV_LAYERS || strspn(ways, "li") != strlen(ways))
+        r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: key 'conv_choice' must be at most %d of 'l' and 'i'", r->what,
+                             CREW_MAX_CONV_LAYERS);
+    else
+        memcpy(plan->conv_choice, ways, strlen(ways));
+}
+
 static void parse_options(reader *r, const cJSON *p, crew_checkpoint_state *st)
 {
     crew_fit_plan *plan = &st->plan;
@@ -386,7 +413,7 @@ static void parse_options(reader *r, const cJSON *p, crew_checkpoint_state *st)
         else if (strcmp(pr, "fp32") != 0 && !r->err)
             r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: key 'precision' must be \"fp32\" or \"bf16\"", r->what);
     }
-    if (cJSON_GetObjectItemCaseSensitive(p, "conv_library")) plan->conv_library = get_bool(r, p, "conv_library");
+    parse_conv(r, p, plan);
     if (!r->err && (plan->threads_per_device < 1 || plan->augment.crop_padding > 1024))
         r->err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: threads_per_device or augment out of range", r->what);
 }

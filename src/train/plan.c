@@ -1,6 +1,7 @@
 /* plan.c — resolving a fit: the batch plan (devices × per-device batch × accumulation = global
  * batch) and the learning-rate plan (base rate scaled to the global batch by the rule, gradual
  * warmup, then the schedule). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -150,7 +151,8 @@ crew_status crew_resume_options(crew_fit_options *o, const crew_checkpoint_state
         o->sync_batch_norm = st->plan.sync_batch_norm;
         o->on_nan = st->plan.on_nan;
         o->precision = st->plan.precision;
-        o->conv_library = st->plan.conv_library;
+        o->conv = st->plan.conv;
+        o->conv_choice = NULL; /* the plan takes the run's ways (crew_plan_resumed) */
     }
     return CREW_OK;
 }
@@ -160,6 +162,27 @@ static int has_batch_norm(const crew_model *m)
     for (int i = 0; i < m->n_layers; i++)
         if (m->layers[i]->spec.type == CREW_LAYER_BATCH_NORM) return 1;
     return 0;
+}
+
+/* The checkpoint's ways of convolving (an older checkpoint's "conv_library" flag: every layer one
+ * way), checked against the model and this run's device kind. */
+static crew_status resumed_convolutions(const crew_model *m, const crew_checkpoint_state *st, crew_fit_plan *p)
+{
+    if (!st->has_options) return CREW_OK;
+    const int n = crew_model_conv_count(m, INT_MAX);
+    char ways[CREW_MAX_CONV_LAYERS + 1] = "";
+    memcpy(ways, st->plan.conv_choice, sizeof ways - 1);
+    if (!ways[0] && n <= CREW_MAX_CONV_LAYERS) memset(ways, st->plan.conv == CREW_CONV_LIBRARY ? 'l' : 'i', (size_t)n);
+    if (strlen(ways) != (size_t)(n <= CREW_MAX_CONV_LAYERS ? n : 0) || strspn(ways, "li") != strlen(ways))
+        return crew_errorf(CREW_CODE_BAD_INPUT, "cannot resume: the checkpoint's run chose the ways of %zu convolution "
+                           "layers ('%s'), this model has %d", strlen(ways), ways, n);
+    if (strchr(ways, 'l') && !crew_device_kind_find(p->device_kind)->conv_library)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cannot resume on %s: the run computed convolutions by its "
+                           "devices' library ('%s'), which %s has not; resume it on the run's device kind",
+                           p->device_kind, ways, p->device_kind);
+    p->conv = st->plan.conv;
+    memcpy(p->conv_choice, ways, sizeof p->conv_choice);
+    return CREW_OK;
 }
 
 /* The plan of a checkpoint's run on this run's devices: o takes the checkpoint's settings, the
@@ -177,6 +200,7 @@ crew_status crew_plan_resumed(crew_model *m, const crew_dataset *train, crew_fit
                            o->devices, o->devices == 1 ? "" : "s", st->plan.devices, st->plan.devices);
     CREW_TRY(crew_resume_options(o, st));
     CREW_TRY(crew_plan_fit_resolved(m, train, o, p));
+    CREW_TRY(resumed_convolutions(m, st, p));
     if (p->train_samples != st->plan.train_samples || p->steps_per_epoch != st->plan.steps_per_epoch)
         return crew_errorf(CREW_CODE_BAD_INPUT, "cannot resume: the checkpoint's run trained on %lld samples (%lld steps "
                            "per epoch), this dataset has %lld (%lld steps per epoch): a different dataset?",
@@ -207,6 +231,45 @@ crew_status crew_model_plan_fit(crew_model *m, const crew_dataset *train, const 
     crew_checkpoint_state st;
     CREW_TRY(crew_checkpoint_newest_state(o.checkpoint_dir, &st));
     return crew_plan_resumed(m, train, &o, &st, p);
+}
+
+static crew_status no_library(const crew_fit_plan *p, const char *asked)
+{
+    return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "--conv %s on %s: its devices have no convolution library (cuda, "
+                       "in a build that found cuDNN, has)", asked, p->device_kind);
+}
+
+/* One way per convolution layer (crew_fit_plan.conv_choice): as given, or from the way asked. */
+static crew_status plan_convolutions(const crew_model *m, const crew_fit_options *o, crew_fit_plan *p)
+{
+    const crew_device_kind *k = crew_device_kind_find(p->device_kind);
+    const int n = crew_model_conv_count(m, INT_MAX);
+    if (o->conv != CREW_CONV_AUTO && o->conv != CREW_CONV_IM2COL && o->conv != CREW_CONV_LIBRARY)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "conv %d: expected auto, im2col or library", o->conv);
+    p->conv = o->conv;
+    memset(p->conv_choice, 0, sizeof p->conv_choice);
+    if (o->conv_choice) {
+        const size_t given = strlen(o->conv_choice);
+        if (given != (size_t)n || strspn(o->conv_choice, "li") != given)
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "conv choice '%.40s%s': expected one way per convolution layer "
+                               "of the model ('l': the device's library, 'i': im2col + GEMM), %d of them", o->conv_choice,
+                               given > 40 ? "..." : "", n);
+        if (strchr(o->conv_choice, 'l') && !k->conv_library) return no_library(p, "library");
+        memcpy(p->conv_choice, o->conv_choice, given);
+        return CREW_OK;
+    }
+    if (o->conv == CREW_CONV_LIBRARY && !k->conv_library) return no_library(p, "library");
+    if (n > CREW_MAX_CONV_LAYERS) {
+        if (o->conv == CREW_CONV_LIBRARY)
+            return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "--conv library: the model has %d convolution layers, more "
+                               "than the %d a run can choose for; give --conv im2col", n, CREW_MAX_CONV_LAYERS);
+        return CREW_OK; /* "": im2col throughout */
+    }
+    /* auto without measurements (a caller that did not run crew_conv_choose): the library where the
+     * kind offers it for speed, which is every layer it runs on a GPU; im2col elsewhere */
+    const int library = o->conv == CREW_CONV_LIBRARY || (o->conv == CREW_CONV_AUTO && k->conv_library && k->conv_auto);
+    memset(p->conv_choice, library ? 'l' : 'i', (size_t)n);
+    return CREW_OK;
 }
 
 /* NCCL (crew_communicator) where the kind has it, every rank of a process has a GPU of its own
@@ -308,10 +371,7 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     if (o->precision != CREW_PRECISION_FP32 && o->precision != CREW_PRECISION_BF16)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "precision %d: expected fp32 or bf16", o->precision);
     p->precision = o->precision;
-    p->conv_library = o->conv_library != 0;
-    if (p->conv_library && !crew_device_kind_find(p->device_kind)->conv_library)
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "--conv cudnn on %s: its devices have no convolution library "
-                           "(cuda, in a build that found cuDNN, has)", p->device_kind);
+    CREW_TRY(plan_convolutions(m, o, p));
     crew_flops f;
     CREW_TRY(crew_model_flops(m, &f));
     p->flops_per_sample = f.total;

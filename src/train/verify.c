@@ -141,8 +141,11 @@ static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values 
     }
     if (r->kind) {
         o.device_kind = r->kind;
-        /* the other kind's convolutions: its library where it has one too, else im2col */
-        o.conv_library &= crew_device_kind_find(r->kind)->conv_library;
+        /* the other kind's convolutions: as this kind's where it has a library too, else im2col */
+        if (!crew_device_kind_find(r->kind)->conv_library) {
+            o.conv = CREW_CONV_IM2COL;
+            o.conv_choice = NULL;
+        }
         if (v->plant == CREW_PLANT_AGAINST_LOW_PRECISION) o.precision = CREW_PRECISION_BF16; /* planted bug */
     }
     o.drift_check_every = 1; /* every replica's values, after every step */
@@ -376,7 +379,8 @@ crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const 
     crew_model_default_fit(m, base);
     if (given.device_kind) base->device_kind = given.device_kind;
     base->precision = given.precision;
-    base->conv_library = given.conv_library;
+    base->conv = given.conv;
+    base->conv_choice = given.conv_choice;
     int n = given.devices > 0 ? given.devices : 2;
     if (given.batch_per_device > 0) base->batch_per_device = given.batch_per_device;
     if (given.seed) base->seed = given.seed;

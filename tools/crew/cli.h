@@ -41,7 +41,23 @@ typedef struct cli_pipeline {
 } cli_pipeline;
 extern const char *const cli_schedules[]; /* "1f1b", "gpipe": crew_pipeline_schedule's order */
 extern const char *const cli_precisions[]; /* "fp32", "bf16": crew_precision's order */
-extern const char *const cli_convs[];      /* "im2col", "cudnn": crew_fit_options.conv_library 0, 1 */
+/* --conv of train, verify and scale: auto, im2col, library (or cudnn, the same), or one of
+ * im2col|library per convolution layer, comma-separated (crew_fit_options.conv_choice). */
+typedef struct cli_conv {
+    int way;                    /* a crew_conv_way; -1: not given */
+    char ways[CREW_MAX_CONV_LAYERS + 1]; /* a list given: 'l' or 'i' per layer; else "" */
+} cli_conv;
+extern const char *const cli_conv_ways[]; /* "auto", "im2col", "library": crew_conv_way's order */
+/* Reads --conv's value into *out: 1, or 0 after the usage error. */
+int cli_parse_conv(const char *verb, const char *text, cli_conv *out);
+/* Applies --conv to o (o->device_kind, batch_per_device and precision set): a list as it is; auto
+ * (given, or the default) on a kind whose library may be faster measures each layer both ways
+ * once per machine (crew_conv_choose with the figures' cache) and gives o the ways, keeping the
+ * measurements in *table (the caller frees it, after the fit: o->conv_choice points into it;
+ * NULL when nothing was measured). 0, or the exit status after printing the error. */
+int cli_conv_apply(const char *verb, const cli_conv *c, crew_model *m, crew_fit_options *o, crew_conv_choice **table);
+/* The measurements of cli_conv_apply, one line per layer: which way won. */
+void cli_print_conv_choice(const crew_conv_choice *t, int64_t rows);
 /* K stages out of `devices` devices (each process's, of `processes`): *replicas = devices / K
  * per process; under mpirun, devices a divisor of K instead makes each replica span K / devices
  * processes (p->span, *replicas = 1). Returns 1, or 0 after a usage error (neither, a flag given

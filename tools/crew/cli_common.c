@@ -157,7 +157,7 @@ int cli_parse_size(const char *verb, const char *flag, const char *text, int64_t
 
 const char *const cli_schedules[] = {"1f1b", "gpipe", NULL};
 const char *const cli_precisions[] = {"fp32", "bf16", NULL};
-const char *const cli_convs[] = {"im2col", "cudnn", NULL};
+
 
 /* The stages that the flags name: --pipeline K, else one more than --stages has commas. */
 static int64_t pipeline_stages_of(const cli_pipeline *p)

@@ -18,6 +18,19 @@ static const char *scaling_name(crew_lr_scaling s)
     return s == CREW_SCALE_LINEAR ? "linear" : s == CREW_SCALE_SQRT ? "sqrt" : "none";
 }
 
+/* The ways of the convolution layers, where any runs by the device's library. */
+static void print_convolutions(const crew_fit_plan *p)
+{
+    int n = 0, by_library = 0;
+    for (const char *c = p->conv_choice; *c; c++) n++, by_library += *c == 'l';
+    if (!by_library) return;
+    const char *library = crew_device_kind_conv_library(p->device_kind, NULL);
+    char how[32] = ", chosen per layer"; /* --conv auto's measurements, or a list */
+    if (p->conv != CREW_CONV_AUTO) snprintf(how, sizeof how, " (--conv %s)", (unsigned)p->conv < 3 ? cli_conv_ways[p->conv] : "?");
+    printf("      convolutions%s: %d of %d layers by %s where it runs their shape, the rest im2col + GEMM ('%s')\n", how,
+           by_library, n, library ? library : "the device's library", p->conv_choice);
+}
+
 void cli_print_plan(const crew_fit_plan *p, const char *devices)
 {
     printf("plan: %s (%d replica%s x %d BLAS thread%s), batch %lld per device x %d accumulation = global batch %lld\n",
@@ -55,8 +68,7 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
     if (p->precision == CREW_PRECISION_BF16)
         printf("      precision bf16: GEMM operands rounded to bfloat16, float32 sums; weights, gradients and\n"
                "      optimizer state float32\n");
-    if (p->conv_library)
-        printf("      convolutions by cuDNN where it runs the layer's shape (--conv cudnn), im2col + GEMM elsewhere\n");
+    print_convolutions(p);
     if (p->nccl)
         printf("      collectives by NCCL, each replica on a GPU of its own%s\n",
                p->unordered_allreduce ? "" : ": crew's ordered sums from NCCL's sends, the same bits as one GPU accumulating");

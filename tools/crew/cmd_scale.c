@@ -22,7 +22,7 @@ static const char *usage_text =
     "                           GPU kind the link between two devices is measured as a run would\n"
     "                           cross it (NCCL, or host copies) and so are the host<->device copies\n"
     "  --precision fp32|bf16    the trials' GEMMs (crew train --precision) [fp32]\n"
-    "  --conv im2col|cudnn      the trials' convolutions (crew train --conv) [im2col]\n"
+    "  --conv auto|im2col|library|WAY,...  the trials' convolutions (crew train --conv) [auto]\n"
     "  --batch-per-device B     samples per replica per step [model file's, else 32]\n"
     "  --steps K                measured steps per repeat [20]\n"
     "  --warmup K               steps run before measuring [3]\n"
@@ -57,7 +57,8 @@ typedef struct scale_args {
     double worth_it_s;
     double price_per_hour;      /* per device-hour, --price; 0: none given */
     char kind[32];              /* the devices' kind, --devices KIND:... */
-    int precision, conv;
+    int precision;
+    cli_conv conv;              /* as given; cli_scale puts the ways --conv auto measured in conv.ways */
 } scale_args;
 
 /* "1,2,4" into out (ascending, distinct, each in [1, 1024]). */
@@ -202,12 +203,17 @@ static int parse_price(const char *verb, const char *v, void *args)
     return 1;
 }
 
+static int parse_conv(const char *verb, const char *v, void *args)
+{
+    return cli_parse_conv(verb, v, &((scale_args *)args)->conv);
+}
+
 static const cli_flag_spec scale_flags[] = {
     CLI_SWITCH_FLAG(scale_args, "--json", json),
     CLI_STRING_FLAG(scale_args, "--data", data),
     CLI_CUSTOM_FLAG("--devices", parse_devices),
     CLI_CHOICE_FLAG(scale_args, "--precision", precision, cli_precisions),
-    CLI_CHOICE_FLAG(scale_args, "--conv", conv, cli_convs),
+    CLI_CUSTOM_FLAG("--conv", parse_conv),
     CLI_CUSTOM_FLAG("--project", parse_project),
     CLI_INT_FLAG(scale_args, "--batch-per-device", batch, 1, 1 << 20),
     CLI_INT_FLAG(scale_args, "--steps", steps, 1, 100000),
@@ -530,7 +536,8 @@ static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *tra
     o.on_repeat = crew_group_rank(g) == 0 ? on_repeat : NULL;
     o.device_kind = a->kind;
     o.precision = a->precision;
-    o.conv_library = a->conv;
+    o.conv = a->conv.way >= 0 ? a->conv.way : CREW_CONV_AUTO;
+    o.conv_choice = a->conv.ways[0] ? a->conv.ways : NULL;
     int own_memory = 0, cores = shared_devices(a->kind, &own_memory);
     if (g) {
         TRY(measure_processes(&o, g, m, train, t));
@@ -592,6 +599,25 @@ int cli_scale(int argc, char **argv)
         crew_model_default_fit(m, &d);
         a.epochs = d.epochs;
     }
+    if (!s && lead) { /* --conv auto: measured once, then every trial's ways */
+        crew_fit_options f;
+        crew_conv_choice *conv = NULL;
+        crew_model_default_fit(m, &f);
+        f.device_kind = a.kind;
+        f.precision = a.precision;
+        if (a.batch) f.batch_per_device = a.batch;
+        if ((rc = cli_conv_apply("scale", &a.conv, m, &f, &conv))) {
+            crew_dataset_free(train);
+            crew_model_free(m);
+            return rc;
+        }
+        if (f.conv_choice && f.conv_choice != a.conv.ways) snprintf(a.conv.ways, sizeof a.conv.ways, "%s", f.conv_choice);
+        if (conv && !a.json) {
+            printf("scale %s on %s:\n", a.model, a.kind);
+            cli_print_conv_choice(conv, f.batch_per_device);
+        }
+        free(conv);
+    }
     for (int i = 0; i < a.n_counts && !s; i++) { /* every count's plan holds before any trial runs */
         crew_fit_options f;
         crew_fit_plan plan;
@@ -599,7 +625,8 @@ int cli_scale(int argc, char **argv)
         f.devices = a.counts[i];
         f.device_kind = a.kind;
         f.precision = a.precision;
-        f.conv_library = a.conv;
+        f.conv = a.conv.way >= 0 ? a.conv.way : CREW_CONV_AUTO;
+        f.conv_choice = a.conv.ways[0] ? a.conv.ways : NULL;
         if (a.batch) f.batch_per_device = a.batch;
         s = crew_model_plan_fit(m, train, &f, &plan);
     }

@@ -62,10 +62,14 @@ static const char *usage_text =
     "                             sums (tensor cores on a GPU; emulated, slower, on the CPU); weights,\n"
     "                             gradients and optimizer state stay float32 [fp32; a resumed run:\n"
     "                             its checkpoint's]\n"
-    "  --conv im2col|cudnn        convolutions as im2col + GEMM, or by cuDNN where it runs the layer's\n"
-    "                             shape (GPUs; its deterministic algorithms: the same bits run after\n"
-    "                             run, other bits than im2col's) [im2col; a resumed run: its\n"
-    "                             checkpoint's]\n"
+    "  --conv auto|im2col|library|WAY,WAY,...\n"
+    "                             how convolutions compute: im2col + GEMM, or the device's library\n"
+    "                             (cuDNN; also 'cudnn') wherever it runs the layer's shape, or per\n"
+    "                             layer: auto times both ways on each layer's shape once per machine\n"
+    "                             (the figures' cache) and takes the faster, im2col on the CPU; a\n"
+    "                             list gives one way per convolution layer. Each way sums in its own\n"
+    "                             order (cuDNN's algorithms are deterministic: the same bits run after\n"
+    "                             run) [auto; a resumed run: its checkpoint's]\n"
     "  --comm auto|host|nccl      how the replicas talk: NCCL (GPUs, each replica on a GPU of its own,\n"
     "                             no pipeline), the host's (threads, MPI, GPU buffers through host\n"
     "                             copies), or NCCL where it can (auto); the same bits either way\n"
@@ -123,7 +127,8 @@ typedef struct train_args {
     int64_t log_every;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int64_t replicas;           /* devices / pipeline stages */
-    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, comm, precision, conv;
+    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, comm, precision;
+    cli_conv conv;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
     int pad_last, have_augment;
     crew_augment_options augment;
@@ -157,6 +162,11 @@ static int parse_augment(const char *verb, const char *v, void *args)
     train_args *a = args;
     a->have_augment = 1;
     return cli_parse_augment(verb, v, &a->augment);
+}
+
+static int parse_conv(const char *verb, const char *v, void *args)
+{
+    return cli_parse_conv(verb, v, &((train_args *)args)->conv);
 }
 
 static int parse_device_memory(const char *verb, const char *v, void *args)
@@ -202,7 +212,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_SWITCH_FLAG(train_args, "--shard-optimizer", shard_optimizer),
     CLI_CHOICE_FLAG(train_args, "--comm", comm, comms),
     CLI_CHOICE_FLAG(train_args, "--precision", precision, cli_precisions),
-    CLI_CHOICE_FLAG(train_args, "--conv", conv, cli_convs),
+    CLI_CUSTOM_FLAG("--conv", parse_conv),
     CLI_INT_FLAG(train_args, "--drift-check-every", drift_every, 0, INT64_MAX / 2),
     CLI_FLOAT_FLAG(train_args, "--straggler-threshold", straggler_threshold, 0.001, 100.0),
     CLI_INT_FLAG(train_args, "--straggler-window", straggler_window, 1, 1 << 30),
@@ -254,7 +264,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     a->sync_bn = -1;
     a->on_nan = -1;
     a->precision = -1; /* a resumed run takes its checkpoint's */
-    a->conv = -1;
+    a->conv.way = -1;
     a->warmup_steps = -1;
     a->drift_every = -2; /* not given */
     a->pipe.schedule = -1;
@@ -465,7 +475,6 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->shard_optimizer = a->shard_optimizer;
     o->communicator = a->comm;
     if (a->precision >= 0) o->precision = a->precision;
-    if (a->conv >= 0) o->conv_library = a->conv;
     o->collective_timeout_s = a->timeout;
     if (a->on_nan >= 0) o->on_nan = (crew_nan_policy)a->on_nan;
     o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;
@@ -754,7 +763,7 @@ static int check_lr_flags(const train_args *a, const crew_fit_plan *p, const cha
 static int check_data_flags(const train_args *a, const crew_fit_plan *p, const char *dir)
 {
     static const char *const off_on_text[] = {"off", "on"}, *const nan_text[] = {"stop", "skip"};
-    char g[64], r[64];
+    char g[128], r[128];
     if (a->have_augment && (a->augment.crop_padding != p->augment.crop_padding || !a->augment.flip != !p->augment.flip)) {
         augment_text(&a->augment, g, sizeof g);
         augment_text(&p->augment, r, sizeof r);
@@ -767,8 +776,13 @@ static int check_data_flags(const train_args *a, const crew_fit_plan *p, const c
         return conflict(dir, "--on-nan", nan_text[a->on_nan], nan_text[p->on_nan == CREW_ON_NAN_SKIP]);
     if (a->precision >= 0 && a->precision != p->precision)
         return conflict(dir, "--precision", cli_precisions[a->precision], cli_precisions[p->precision == CREW_PRECISION_BF16]);
-    if (a->conv >= 0 && a->conv != p->conv_library)
-        return conflict(dir, "--conv", cli_convs[a->conv], cli_convs[p->conv_library != 0]);
+    if ((a->conv.ways[0] && strcmp(a->conv.ways, p->conv_choice) != 0) ||
+        (a->conv.way >= 0 && !a->conv.ways[0] && a->conv.way != p->conv)) {
+        snprintf(g, sizeof g, "%.60s", a->conv.ways[0] ? a->conv.ways : cli_conv_ways[a->conv.way]);
+        snprintf(r, sizeof r, "--conv %s (ways '%.40s')", (unsigned)p->conv < 3 ? cli_conv_ways[p->conv] : "?",
+                 p->conv_choice);
+        return conflict(dir, "--conv", g, r);
+    }
     return 0;
 }
 
@@ -960,6 +974,7 @@ int cli_train(int argc, char **argv)
     o.user = &view;
     o.cancel = &cancel_requested;
     char chosen[700] = "", hint[300] = "";
+    crew_conv_choice *conv = NULL; /* --conv auto's measurements (o.conv_choice points into it) */
     if (!s && (rc = choose_layout(&a, &st, &o, chosen, sizeof chosen, hint, sizeof hint))) goto done;
     double per_device = 0.0; /* the peak: measured once per machine (0.3 s), then from the cache */
     if (!s && lead)
@@ -967,6 +982,7 @@ int cli_train(int argc, char **argv)
                                      crew_group_size(g), &per_device);
     char layout[1400] = "";
     if (!s && lead && (rc = plan_layout(&a, &st, &o, layout, sizeof layout))) goto done;
+    if (!s && lead && !a.resume && (rc = cli_conv_apply("train", &a.conv, st.m, &o, &conv))) goto done;
     if (!s) s = crew_fit_prepare(st.m, st.train, &o, &st.fit);
     if (s) {
         rc = cli_fail("train", s);
@@ -993,6 +1009,7 @@ int cli_train(int argc, char **argv)
         cli_print_plan(plan, devices);
         if (layout[0]) printf("      layout (--device-memory): %s\n", layout);
         if (chosen[0]) printf("      layout (%s): %s\n", a.layout == 1 ? "--layout auto" : "measured", chosen);
+        if (conv) cli_print_conv_choice(conv, plan->batch_per_device);
         if (plan->peak_gflops > 0)
             printf("      %.3g GFLOP per sample (forward and backward); peak %.1f GFLOP/s (%.0f x one device's measured GEMM rate, %.1f)\n",
                    plan->flops_per_sample / 1e9, plan->peak_gflops, plan->peak_gflops / per_device, per_device);
@@ -1002,6 +1019,7 @@ int cli_train(int argc, char **argv)
     rc = run_and_save(&a, &st, &view);
 done:
     crew_fit_free(st.fit);
+    free(conv);
     crew_dataset_free(st.test);
     crew_dataset_free(st.train);
     crew_model_free(st.m);

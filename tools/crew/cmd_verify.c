@@ -9,7 +9,7 @@ static const char *usage_text =
     "usage: crew verify MODEL.json --data DIR --devices KIND:N [--steps K] [--batch-per-device B]\n"
     "                   [--global-batch G] [--seed S] [--tolerance T] [--deadline S] [--json]\n"
     "                   [--pipeline K [--schedule 1f1b|gpipe] [--stages RANGES] [--micro-batches M]]\n"
-    "                   [--precision fp32|bf16] [--conv im2col|cudnn] [--against KIND]\n"
+    "                   [--precision fp32|bf16] [--conv auto|im2col|library|WAY,...] [--against KIND]\n"
     "\n"
     "Proves that N replicas compute what one computes, from the same weights and data, K steps\n"
     "(default 20):\n"
@@ -49,9 +49,15 @@ typedef struct verify_args {
     int64_t steps, batch, global, seed;
     double tol, deadline;
     cli_pipeline pipe;
-    int precision, conv;
+    int precision;
+    cli_conv conv;
     const char *against;
 } verify_args;
+
+static int parse_conv(const char *verb, const char *v, void *args)
+{
+    return cli_parse_conv(verb, v, &((verify_args *)args)->conv);
+}
 
 static const cli_flag_spec verify_flags[] = {
     CLI_SWITCH_FLAG(verify_args, "--json", json),
@@ -68,7 +74,7 @@ static const cli_flag_spec verify_flags[] = {
     CLI_STRING_FLAG(verify_args, "--stages", pipe.split),
     CLI_INT_FLAG(verify_args, "--micro-batches", pipe.micro_batches, 1, 1 << 20),
     CLI_CHOICE_FLAG(verify_args, "--precision", precision, cli_precisions),
-    CLI_CHOICE_FLAG(verify_args, "--conv", conv, cli_convs),
+    CLI_CUSTOM_FLAG("--conv", parse_conv),
     CLI_STRING_FLAG(verify_args, "--against", against),
 };
 
@@ -187,7 +193,7 @@ static void print_against(const crew_verify_result *r)
 
 int cli_verify(int argc, char **argv)
 {
-    verify_args a = {.steps = 20, .pipe = {.schedule = -1}};
+    verify_args a = {.steps = 20, .pipe = {.schedule = -1}, .conv = {.way = -1}};
     int64_t n = 2;
     int parsed = cli_parse_args("verify", usage_text, verify_flags, CLI_COUNT(verify_flags), argc, argv, &a, &a.model);
     if (parsed) return parsed < 0 ? 0 : parsed;
@@ -217,7 +223,6 @@ int cli_verify(int argc, char **argv)
     o.deadline_s = a.deadline;
     o.group = g;
     o.precision = a.precision;
-    o.conv_library = a.conv;
     o.against_kind = a.against;
     crew_verify_result r = {0};
     r.losses = calloc((size_t)a.steps * 3, sizeof(float));
@@ -240,8 +245,22 @@ int cli_verify(int argc, char **argv)
         o.pipeline_split = fo.pipeline_split;
         o.global_batch = fo.global_batch;
     }
-    if (!s) s = crew_model_verify(m, train, &o, &r);
-    if (s) {
+    crew_conv_choice *conv = NULL; /* --conv auto's measurements: every run takes their ways */
+    if (!s) {
+        crew_fit_options fo;
+        crew_model_default_fit(m, &fo);
+        fo.device_kind = kind;
+        fo.precision = a.precision;
+        if (a.batch) fo.batch_per_device = a.batch;
+        rc = lead ? cli_conv_apply("verify", &a.conv, m, &fo, &conv) : 0;
+        o.conv = fo.conv;
+        o.conv_choice = fo.conv_choice;
+        if (conv) cli_print_conv_choice(conv, fo.batch_per_device);
+    }
+    if (!s && !rc) s = crew_model_verify(m, train, &o, &r);
+    if (rc) {
+        /* cli_conv_apply said why */
+    } else if (s) {
         rc = cli_fail("verify", s);
     } else if (!lead) {
         rc = r.pass ? 0 : 1; /* the verdict is rank 0's; a run that stopped stopped here too */
@@ -273,6 +292,7 @@ int cli_verify(int argc, char **argv)
         if (a.json) print_json(&r);
         rc = r.pass ? 0 : 1;
     }
+    free(conv);
     free(r.losses);
     crew_dataset_free(train);
     crew_model_free(m);

@@ -60,6 +60,8 @@ typedef struct guard_ctx {
     crew_status pending;     /* the first failure since the last call that returned one */
     crew_queue *queues;
     int64_t in_use, peak;    /* memory_used: bytes rounded up to 64, as the plain CPU backend counts (under lock) */
+    int remote;              /* the "cpu-remote" table: no host_alias, a stand-in convolution library */
+    int conv_library;        /* configured to run its convolutions by that stand-in (cpu_conv_direct.c) */
 } guard_ctx;
 
 static const char *dtype_name(crew_dtype t)
@@ -850,15 +852,70 @@ static void guard_adamw_update(void *ctx, float *param, const float *grad, float
 static crew_status guard_configure(void *ctx, const crew_device_options *o)
 {
     guard_ctx *g = ctx;
-    return crew_cpu_ops.configure(g->cpu.ctx, o);
+    if (o->conv_library && !g->remote)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cpu-guarded has no convolution library (cpu-remote has a "
+                           "stand-in for a GPU's)");
+    g->conv_library = o->conv_library != 0;
+    crew_device_options plain = *o;
+    plain.conv_library = 0; /* the plain CPU backend has none: the stand-in is this file's */
+    return crew_cpu_ops.configure(g->cpu.ctx, &plain);
+}
+
+/* ---- cpu-remote's stand-in convolution library (cpu_conv_direct.c) */
+
+static int64_t conv_out_extent(const crew_window *w, int64_t out_c)
+{
+    return times(times3(w->batch, w->out_h, w->out_w), out_c);
+}
+
+static int64_t kernel_extent(const crew_window *w, int64_t out_c)
+{
+    return times(times3(w->k_h, w->k_w, w->in_c), out_c);
+}
+
+static int guard_conv_supported(void *ctx, const crew_window *w, int64_t out_c)
+{
+    guard_ctx *g = ctx;
+    return g->conv_library && out_c > 0 && cpu_conv_direct_supported(w);
+}
+
+static void guard_conv_forward(void *ctx, const float *x, const float *kernel, float *y, const crew_window *w,
+                               int64_t out_c)
+{
+    op_call c = begin(ctx, "conv_forward");
+    const float *sx = f32(&c, "x", x, image_extent(w));
+    const float *sk = f32(&c, "kernel", kernel, kernel_extent(w, out_c));
+    float *sy = f32(&c, "y", y, conv_out_extent(w, out_c));
+    if (c.ok) cpu_conv_direct_forward(sx, sk, sy, w, out_c);
+}
+
+static void guard_conv_backward_data(void *ctx, const float *dy, const float *kernel, float *dx, const crew_window *w,
+                                     int64_t out_c)
+{
+    op_call c = begin(ctx, "conv_backward_data");
+    const float *sdy = f32(&c, "dy", dy, conv_out_extent(w, out_c));
+    const float *sk = f32(&c, "kernel", kernel, kernel_extent(w, out_c));
+    float *sdx = f32(&c, "dx", dx, image_extent(w));
+    if (c.ok) cpu_conv_direct_backward_data(sdy, sk, sdx, w, out_c);
+}
+
+static void guard_conv_backward_filter(void *ctx, const float *x, const float *dy, float *dkernel,
+                                       const crew_window *w, int64_t out_c)
+{
+    op_call c = begin(ctx, "conv_backward_filter");
+    const float *sx = f32(&c, "x", x, image_extent(w));
+    const float *sdy = f32(&c, "dy", dy, conv_out_extent(w, out_c));
+    float *sdk = f32(&c, "dkernel", dkernel, kernel_extent(w, out_c));
+    if (c.ok) cpu_conv_direct_backward_filter(sx, sdy, sdk, w, out_c);
 }
 
 /* Both tables: the guarded one, and "cpu-remote", the same device without host_alias (a GPU's
  * case: its replicas take part through host copies, comm_staged.c). */
-#define GUARDED_OPS(kind, alias) \
+#define GUARDED_OPS(kind, alias, ...) \
     { \
         .name = kind, \
         .host_alias = alias, \
+        __VA_ARGS__ \
     .destroy = guard_destroy, \
     .alloc = guard_alloc, \
     .free = guard_free, \
@@ -911,8 +968,10 @@ static crew_status guard_configure(void *ctx, const crew_device_options *o)
     .configure = guard_configure, \
     }
 
-static const crew_backend_ops guarded_ops = GUARDED_OPS("cpu-guarded", guard_host_alias);
-static const crew_backend_ops remote_ops = GUARDED_OPS("cpu-remote", NULL);
+static const crew_backend_ops guarded_ops = GUARDED_OPS("cpu-guarded", guard_host_alias, );
+static const crew_backend_ops remote_ops =
+    GUARDED_OPS("cpu-remote", NULL, .conv_supported = guard_conv_supported, .conv_forward = guard_conv_forward,
+                .conv_backward_data = guard_conv_backward_data, .conv_backward_filter = guard_conv_backward_filter, );
 
 static crew_status create(int blas_threads, const crew_backend_ops *ops, crew_backend *out)
 {
@@ -929,6 +988,7 @@ static crew_status create(int blas_threads, const crew_backend_ops *ops, crew_ba
         free(g);
         return crew_error_prefix(s, "cpu-guarded: ");
     }
+    g->remote = ops == &remote_ops;
     out->ops = ops;
     out->ctx = g;
     return CREW_OK;

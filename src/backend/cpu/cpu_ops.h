@@ -40,6 +40,15 @@ void cpu_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, flo
 void cpu_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g);
 void cpu_avgpool_backward(void *ctx, const float *dy, float *dx, const crew_window *g);
 
+/* cpu_conv_direct.c: cpu-remote's stand-in for a GPU's convolution library (backend.h, conv_*),
+ * over host memory; supported: the geometries a library that pads both sides alike runs */
+int cpu_conv_direct_supported(const crew_window *g);
+void cpu_conv_direct_forward(const float *x, const float *kernel, float *y, const crew_window *g, int64_t out_c);
+void cpu_conv_direct_backward_data(const float *dy, const float *kernel, float *dx, const crew_window *g,
+                                   int64_t out_c);
+void cpu_conv_direct_backward_filter(const float *x, const float *dy, float *dkernel, const crew_window *g,
+                                     int64_t out_c);
+
 /* cpu_activation.c */
 void cpu_act_forward(void *ctx, crew_activation act, const float *x, float *y, int64_t n);
 void cpu_act_backward(void *ctx, crew_activation act, const float *x, const float *y, const float *dy,
