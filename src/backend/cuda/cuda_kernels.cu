@@ -8,7 +8,10 @@
  * gradient gather from the elements that point at them), so a result never depends on which
  * thread ran first, and a GPU repeats itself bit for bit. The reductions over rows (batch-norm
  * statistics, column sums, layer-norm parameter gradients) give one thread a column and let it
- * walk the rows in order, as the CPU does: slower than a tree, the same sums. Built with
+ * walk the rows in order, as the CPU does: slower than a tree, the same sums. The kernels along a
+ * row (the loss's softmax over a GPT's 50,257 logits, attention's softmax, layer norm) give each
+ * row a warp, so that every load is coalesced (row_kernels below): their sums run in a fixed order
+ * of their own, not the CPU's serial one. Built with
  * --fmad=false (CMakeLists.txt) so that a·b + c is never contracted where the CPU rounds twice;
  * where the CPU fuses on purpose (AdamW's fmaf), so does this. */
 #include <math.h>
@@ -34,6 +37,48 @@ extern "C" {
                             i += (int64_t)blockDim.x * gridDim.x)
 
 #define LAUNCH(c, n) <<<cuda_blocks(n), CUDA_THREADS, 0, (c)->stream>>>
+
+/* ---- row kernels: a warp per row. Lane l takes elements l, l + 32, l + 64, ... of the row in
+ * order, so the warp reads 32 neighbours at a time; the lanes' partial results then meet in a
+ * butterfly of shuffles, which leaves the same total, bit for bit, in every lane (each level adds
+ * the same two numbers in each lane of a pair, and a + b == b + a). The order of a row's sum is
+ * fixed by the warp's width alone: the same on every run, every GPU count and every row length's
+ * grid, though not the CPU's serial order (the values differ from the CPU's in the last bits). */
+#define ROW_LANES 32
+#define LANE ((int64_t)(threadIdx.x % ROW_LANES))
+#define FOR_EACH_ROW(r, rows) \
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / ROW_LANES; r < (rows); \
+         r += (int64_t)gridDim.x * blockDim.x / ROW_LANES)
+/* whole warps: CUDA_THREADS is a multiple of ROW_LANES, and every lane of a warp has the same r */
+#define LAUNCH_ROWS(c, rows) <<<cuda_blocks((rows) * ROW_LANES), CUDA_THREADS, 0, (c)->stream>>>
+
+__device__ static float warp_sum(float v)
+{
+    for (int k = ROW_LANES / 2; k > 0; k /= 2) v += __shfl_xor_sync(0xffffffffu, v, k);
+    return v;
+}
+
+__device__ static float warp_max(float v)
+{
+    for (int k = ROW_LANES / 2; k > 0; k /= 2) {
+        float o = __shfl_xor_sync(0xffffffffu, v, k);
+        v = o > v ? o : v;
+    }
+    return v;
+}
+
+/* The largest value and its first index (the CPU's first maximum): ties go to the smaller index. */
+__device__ static void warp_argmax(float *v, long long *at)
+{
+    for (int k = ROW_LANES / 2; k > 0; k /= 2) {
+        float o = __shfl_xor_sync(0xffffffffu, *v, k);
+        long long oi = __shfl_xor_sync(0xffffffffu, *at, k);
+        if (o > *v || (o == *v && oi < *at)) {
+            *v = o;
+            *at = oi;
+        }
+    }
+}
 
 static cuda_ctx *enter(void *ctx)
 {
@@ -538,41 +583,44 @@ void cuda_bn_param_grads(void *ctx, const float *var, float eps, const double *s
     cuda_launched(cc, "batch-norm parameter gradients");
 }
 
-/* ------------------------------------------------------------------ layer norm (a thread per row) */
+/* ------------------------------------------------------------------ layer norm (a warp per row) */
 
 __global__ void k_layernorm_forward(const float *x, const float *gamma, const float *beta, float eps, float *y,
                                     float *mean, float *rstd, int64_t rows, int64_t c)
 {
-    FOR_EACH(r, rows) {
+    FOR_EACH_ROW(r, rows) {
         const float *xr = x + r * c;
         float *yr = y + r * c;
         float m = 0.0f, v = 0.0f;
-        for (int64_t j = 0; j < c; j++) m += xr[j];
-        m /= (float)c;
-        for (int64_t j = 0; j < c; j++) v += (xr[j] - m) * (xr[j] - m);
-        v /= (float)c;
+        for (int64_t j = LANE; j < c; j += ROW_LANES) m += xr[j];
+        m = warp_sum(m) / (float)c;
+        for (int64_t j = LANE; j < c; j += ROW_LANES) v += (xr[j] - m) * (xr[j] - m);
+        v = warp_sum(v) / (float)c;
         float s = 1.0f / sqrtf(v + eps);
-        for (int64_t j = 0; j < c; j++) yr[j] = (xr[j] - m) * s * gamma[j] + beta[j];
-        mean[r] = m;
-        rstd[r] = s;
+        for (int64_t j = LANE; j < c; j += ROW_LANES) yr[j] = (xr[j] - m) * s * gamma[j] + beta[j];
+        if (LANE == 0) {
+            mean[r] = m;
+            rstd[r] = s;
+        }
     }
 }
 
+/* Each lane reads and writes only its own elements of the row, so dx may be dy (backend.h). */
 __global__ void k_layernorm_dx(const float *dy, const float *x, const float *gamma, const float *mean,
                                const float *rstd, float *dx, int64_t rows, int64_t c)
 {
-    FOR_EACH(r, rows) {
+    FOR_EACH_ROW(r, rows) {
         const float *dyr = dy + r * c, *xr = x + r * c;
         float *dxr = dx + r * c;
         float m = mean[r], s = rstd[r], mean_g = 0.0f, mean_gx = 0.0f;
-        for (int64_t j = 0; j < c; j++) {
+        for (int64_t j = LANE; j < c; j += ROW_LANES) {
             float xhat = (xr[j] - m) * s, g = dyr[j] * gamma[j];
             mean_g += g;
             mean_gx += g * xhat;
         }
-        mean_g /= (float)c;
-        mean_gx /= (float)c;
-        for (int64_t j = 0; j < c; j++) {
+        mean_g = warp_sum(mean_g) / (float)c;
+        mean_gx = warp_sum(mean_gx) / (float)c;
+        for (int64_t j = LANE; j < c; j += ROW_LANES) {
             float xhat = (xr[j] - m) * s;
             dxr[j] = s * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
         }
@@ -600,7 +648,7 @@ void cuda_layernorm_forward(void *ctx, const float *x, const float *gamma, const
 {
     cuda_ctx *cc = enter(ctx);
     if (rows <= 0) return;
-    k_layernorm_forward LAUNCH(cc, rows)(x, gamma, beta, eps, y, mean, rstd, rows, c);
+    k_layernorm_forward LAUNCH_ROWS(cc, rows)(x, gamma, beta, eps, y, mean, rstd, rows, c);
     cuda_launched(cc, "layer norm");
 }
 
@@ -611,7 +659,7 @@ void cuda_layernorm_backward(void *ctx, const float *dy, const float *x, const f
     if (rows <= 0) return;
     /* the parameters' gradients first: dx may be written over dy (backend.h) */
     k_layernorm_params LAUNCH(cc, c)(dy, x, mean, rstd, dgamma, dbeta, rows, c);
-    k_layernorm_dx LAUNCH(cc, rows)(dy, x, gamma, mean, rstd, dx, rows, c);
+    k_layernorm_dx LAUNCH_ROWS(cc, rows)(dy, x, gamma, mean, rstd, dx, rows, c);
     cuda_launched(cc, "layer norm backward");
 }
 
@@ -620,31 +668,36 @@ void cuda_layernorm_backward(void *ctx, const float *dy, const float *x, const f
 /* Row (b, h, t) of att becomes softmax over s ≤ t of its scores, zeros above the diagonal. */
 __global__ void k_causal_softmax(float *att, int64_t rows, int64_t T)
 {
-    FOR_EACH(i, rows) {
+    FOR_EACH_ROW(i, rows) {
         int64_t t = i % T;
         float *row = att + i * T;
-        float mx = row[0];
-        for (int64_t s = 1; s <= t; s++) mx = row[s] > mx ? row[s] : mx;
-        for (int64_t s = 0; s <= t; s++) row[s] = crew_exp_poly(row[s] - mx);
+        float mx = row[0]; /* a maximum is exact in any order */
+        for (int64_t s = LANE; s <= t; s += ROW_LANES) mx = row[s] > mx ? row[s] : mx;
+        mx = warp_max(mx);
         float sum = 0.0f;
-        for (int64_t s = 0; s <= t; s++) sum += row[s];
-        float inv = 1.0f / sum;
-        for (int64_t s = 0; s <= t; s++) row[s] *= inv;
-        for (int64_t s = t + 1; s < T; s++) row[s] = 0.0f;
+        for (int64_t s = LANE; s <= t; s += ROW_LANES) {
+            float e = crew_exp_poly(row[s] - mx);
+            row[s] = e;
+            sum += e;
+        }
+        float inv = 1.0f / warp_sum(sum);
+        for (int64_t s = LANE; s <= t; s += ROW_LANES) row[s] *= inv;
+        for (int64_t s = t + 1 + LANE; s < T; s += ROW_LANES) row[s] = 0.0f;
     }
 }
 
 /* Through the softmax, row by row: ds = att ⊙ (datt − Σ_s att·datt), 0 above the diagonal. */
 __global__ void k_softmax_backward_rows(const float *att, float *datt, int64_t rows, int64_t T)
 {
-    FOR_EACH(i, rows) {
+    FOR_EACH_ROW(i, rows) {
         int64_t t = i % T;
         const float *ar = att + i * T;
         float *dr = datt + i * T;
         float dot = 0.0f;
-        for (int64_t s = 0; s <= t; s++) dot += ar[s] * dr[s];
-        for (int64_t s = 0; s <= t; s++) dr[s] = ar[s] * (dr[s] - dot);
-        for (int64_t s = t + 1; s < T; s++) dr[s] = 0.0f;
+        for (int64_t s = LANE; s <= t; s += ROW_LANES) dot += ar[s] * dr[s];
+        dot = warp_sum(dot);
+        for (int64_t s = LANE; s <= t; s += ROW_LANES) dr[s] = ar[s] * (dr[s] - dot);
+        for (int64_t s = t + 1 + LANE; s < T; s += ROW_LANES) dr[s] = 0.0f;
     }
 }
 
@@ -661,7 +714,7 @@ void cuda_attention_forward(void *ctx, const float *qkv, float *att, float *y, i
         float *a = att + b * heads * T * T;
         cuda_gemm_strided(c, 0, 1, T, T, d, scale, q, ld, d, k, ld, d, 0.0f, a, T, T * T, heads);
     }
-    k_causal_softmax LAUNCH(c, batch * heads * T)(att, batch * heads * T, T);
+    k_causal_softmax LAUNCH_ROWS(c, batch * heads * T)(att, batch * heads * T, T);
     cuda_launched(c, "attention softmax");
     for (int64_t b = 0; b < batch; b++) {
         const float *v = qkv + b * T * ld + 2 * C;
@@ -682,7 +735,7 @@ void cuda_attention_backward(void *ctx, const float *dy, const float *qkv, const
         cuda_gemm_strided(c, 0, 1, T, T, d, 1.0f, dyb, C, d, v, ld, d, 0.0f, da, T, T * T, heads); /* dy·vᵀ */
         cuda_gemm_strided(c, 1, 0, T, d, T, 1.0f, a, T, T * T, dyb, C, d, 0.0f, dv, ld, d, heads); /* attᵀ·dy */
     }
-    k_softmax_backward_rows LAUNCH(c, batch * heads * T)(att, datt, batch * heads * T, T);
+    k_softmax_backward_rows LAUNCH_ROWS(c, batch * heads * T)(att, datt, batch * heads * T, T);
     cuda_launched(c, "attention softmax backward");
     for (int64_t b = 0; b < batch; b++) {
         const float *q = qkv + b * T * ld, *k = q + C, *da = datt + b * heads * T * T;
@@ -803,45 +856,64 @@ void cuda_embedding_backward(void *ctx, const float *ids, const float *dy, float
     cuda_launched(c, "embedding backward");
 }
 
-/* ------------------------------------------------------------------ loss (a thread per row) */
+/* ------------------------------------------------------------------ loss (a warp per row) */
+
+/* The row's largest logit and its first index, lane by lane and then across the warp. */
+__device__ static float row_argmax(const float *z, int64_t classes, long long *best)
+{
+    float zmax = z[0];
+    long long at = 0; /* the CPU starts from z[0] too */
+    for (int64_t j = LANE; j < classes; j += ROW_LANES)
+        if (z[j] > zmax) {
+            zmax = z[j];
+            at = j;
+        }
+    warp_argmax(&zmax, &at);
+    *best = at;
+    return zmax;
+}
 
 __global__ void k_softmax_xent(const float *logits, const int32_t *labels, int64_t rows, int64_t classes, float scale,
                                float *row_loss, float *dlogits, long long *right)
 {
-    FOR_EACH(r, rows) {
+    FOR_EACH_ROW(r, rows) {
         const float *z = logits + r * classes;
         float *dz = dlogits + r * classes;
-        int64_t best = 0;
-        float zmax = z[0];
-        for (int64_t j = 1; j < classes; j++)
-            if (z[j] > zmax) {
-                zmax = z[j];
-                best = j;
-            }
+        long long best;
+        const float zmax = row_argmax(z, classes, &best);
         float sum = 0.0f;
-        for (int64_t j = 0; j < classes; j++) {
-            dz[j] = expf(z[j] - zmax);
-            sum += dz[j];
+        for (int64_t j = LANE; j < classes; j += ROW_LANES) {
+            float e = expf(z[j] - zmax);
+            dz[j] = e;
+            sum += e;
         }
-        int32_t y = labels[r];
-        row_loss[r] = logf(sum) - (z[y] - zmax);
-        float inv = scale / sum;
-        for (int64_t j = 0; j < classes; j++) dz[j] *= inv;
-        dz[y] -= scale;
-        right[r] = best == y;
+        sum = warp_sum(sum);
+        const int32_t y = labels[r];
+        const float inv = scale / sum;
+        for (int64_t j = LANE; j < classes; j += ROW_LANES) { /* each lane its own elements */
+            float d = dz[j] * inv;
+            if (j == y) d -= scale;
+            dz[j] = d;
+        }
+        if (LANE == 0) {
+            row_loss[r] = logf(sum) - (z[y] - zmax);
+            right[r] = best == y;
+        }
     }
 }
 
 __global__ void k_softmax(const float *logits, float *probs, int64_t rows, int64_t classes)
 {
-    FOR_EACH(r, rows) {
+    FOR_EACH_ROW(r, rows) {
         const float *z = logits + r * classes;
         float *p = probs + r * classes;
         float zmax = z[0];
-        for (int64_t j = 1; j < classes; j++) zmax = z[j] > zmax ? z[j] : zmax;
+        for (int64_t j = LANE; j < classes; j += ROW_LANES) zmax = z[j] > zmax ? z[j] : zmax;
+        zmax = warp_max(zmax);
         float sum = 0.0f;
-        for (int64_t j = 0; j < classes; j++) sum += (p[j] = expf(z[j] - zmax));
-        for (int64_t j = 0; j < classes; j++) p[j] /= sum;
+        for (int64_t j = LANE; j < classes; j += ROW_LANES) sum += (p[j] = expf(z[j] - zmax));
+        sum = warp_sum(sum);
+        for (int64_t j = LANE; j < classes; j += ROW_LANES) p[j] /= sum;
     }
 }
 
@@ -852,7 +924,7 @@ crew_status cuda_softmax_xent(void *ctx, const float *logits, const int32_t *lab
     *correct = 0;
     if (rows <= 0) return cuda_take_pending(c);
     CREW_TRY(cuda_count_reserve(c, rows));
-    k_softmax_xent LAUNCH(c, rows)(logits, labels, rows, classes, scale, row_loss, dlogits, c->d_count);
+    k_softmax_xent LAUNCH_ROWS(c, rows)(logits, labels, rows, classes, scale, row_loss, dlogits, c->d_count);
     cuda_launched(c, "softmax cross-entropy");
     return cuda_count_flags(c, rows, correct, "softmax cross-entropy");
 }
@@ -861,7 +933,7 @@ void cuda_softmax(void *ctx, const float *logits, float *probs, int64_t rows, in
 {
     cuda_ctx *c = enter(ctx);
     if (rows <= 0) return;
-    k_softmax LAUNCH(c, rows)(logits, probs, rows, classes);
+    k_softmax LAUNCH_ROWS(c, rows)(logits, probs, rows, classes);
     cuda_launched(c, "softmax");
 }
 
