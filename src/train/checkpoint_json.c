@@ -363,7 +363,6 @@ static int get_bool(reader *r, const cJSON *o, const char *key)
     return cJSON_IsTrue(v);
 }
 
-/* The options of add_options; a plan without them is an older crew's (st->has_options stays 0). */
 /* The ways of convolving: "conv" and "conv_choice"; a checkpoint from before them has the flag
  * "conv_library" (every layer by the library, or none), or nothing (im2col). */
 static void parse_conv(reader *r, const cJSON *p, crew_fit_plan *plan)
@@ -389,6 +388,7 @@ static void parse_conv(reader *r, const cJSON *p, crew_fit_plan *plan)
         memcpy(plan->conv_choice, ways, strlen(ways));
 }
 
+/* The options of add_options; a plan without them is an older crew's (st->has_options stays 0). */
 static void parse_options(reader *r, const cJSON *p, crew_checkpoint_state *st)
 {
     crew_fit_plan *plan = &st->plan;

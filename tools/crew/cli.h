@@ -50,12 +50,14 @@ typedef struct cli_conv {
 extern const char *const cli_conv_ways[]; /* "auto", "im2col", "library": crew_conv_way's order */
 /* Reads --conv's value into *out: 1, or 0 after the usage error. */
 int cli_parse_conv(const char *verb, const char *text, cli_conv *out);
-/* Applies --conv to o (o->device_kind, batch_per_device and precision set): a list as it is; auto
- * (given, or the default) on a kind whose library may be faster measures each layer both ways
+/* Applies --conv to o (o->device_kind, batch_per_device and precision set): a list as it is; with
+ * measure (process 0 of a group: the others take its plan), auto (given, or the default) on a
+ * kind whose library may be faster measures each layer both ways
  * once per machine (crew_conv_choose with the figures' cache) and gives o the ways, keeping the
  * measurements in *table (the caller frees it, after the fit: o->conv_choice points into it;
  * NULL when nothing was measured). 0, or the exit status after printing the error. */
-int cli_conv_apply(const char *verb, const cli_conv *c, crew_model *m, crew_fit_options *o, crew_conv_choice **table);
+int cli_conv_apply(const char *verb, const cli_conv *c, crew_model *m, int measure, crew_fit_options *o,
+                   crew_conv_choice **table);
 /* The measurements of cli_conv_apply, one line per layer: which way won. */
 void cli_print_conv_choice(const crew_conv_choice *t, int64_t rows);
 /* K stages out of `devices` devices (each process's, of `processes`): *replicas = devices / K

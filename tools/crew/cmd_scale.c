@@ -606,7 +606,7 @@ int cli_scale(int argc, char **argv)
         f.device_kind = a.kind;
         f.precision = a.precision;
         if (a.batch) f.batch_per_device = a.batch;
-        if ((rc = cli_conv_apply("scale", &a.conv, m, &f, &conv))) {
+        if ((rc = cli_conv_apply("scale", &a.conv, m, 1, &f, &conv))) {
             crew_dataset_free(train);
             crew_model_free(m);
             return rc;

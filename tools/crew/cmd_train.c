@@ -982,7 +982,7 @@ int cli_train(int argc, char **argv)
                                      crew_group_size(g), &per_device);
     char layout[1400] = "";
     if (!s && lead && (rc = plan_layout(&a, &st, &o, layout, sizeof layout))) goto done;
-    if (!s && lead && !a.resume && (rc = cli_conv_apply("train", &a.conv, st.m, &o, &conv))) goto done;
+    if (!s && !a.resume && (rc = cli_conv_apply("train", &a.conv, st.m, lead, &o, &conv))) goto done;
     if (!s) s = crew_fit_prepare(st.m, st.train, &o, &st.fit);
     if (s) {
         rc = cli_fail("train", s);

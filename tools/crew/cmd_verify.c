@@ -252,7 +252,7 @@ int cli_verify(int argc, char **argv)
         fo.device_kind = kind;
         fo.precision = a.precision;
         if (a.batch) fo.batch_per_device = a.batch;
-        rc = lead ? cli_conv_apply("verify", &a.conv, m, &fo, &conv) : 0;
+        rc = cli_conv_apply("verify", &a.conv, m, lead, &fo, &conv);
         o.conv = fo.conv;
         o.conv_choice = fo.conv_choice;
         if (conv) cli_print_conv_choice(conv, fo.batch_per_device);

@@ -52,7 +52,8 @@ int cli_parse_conv(const char *verb, const char *text, cli_conv *out)
     return 0;
 }
 
-int cli_conv_apply(const char *verb, const cli_conv *c, crew_model *m, crew_fit_options *o, crew_conv_choice **table)
+int cli_conv_apply(const char *verb, const cli_conv *c, crew_model *m, int measure, crew_fit_options *o,
+                   crew_conv_choice **table)
 {
     *table = NULL;
     if (c->way >= 0) o->conv = c->way;
@@ -61,7 +62,7 @@ int cli_conv_apply(const char *verb, const cli_conv *c, crew_model *m, crew_fit_
         return 0;
     }
     int measured = 0;
-    if (o->conv != CREW_CONV_AUTO || !crew_device_kind_conv_library(o->device_kind, &measured) || !measured)
+    if (!measure || o->conv != CREW_CONV_AUTO || !crew_device_kind_conv_library(o->device_kind, &measured) || !measured)
         return 0; /* the plan resolves it: the way asked, or im2col */
     crew_conv_choice *t = calloc(1, sizeof *t);
     if (!t) {
