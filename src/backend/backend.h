@@ -309,8 +309,8 @@ typedef struct crew_device_kind {
     int (*available)(void);
     /* Opens device `index` (0-based) of this kind as a new backend instance. */
     crew_status (*open)(int index, const crew_device_options *o, crew_backend *out);
-    /* The bytes of device `index`'s own memory (a GPU's), for the memory planner; NULL for a kind
-     * whose devices share the host's memory (the CPU kinds). */
+    /* The bytes of device `index`'s own memory (a GPU's: free now, cudaMemGetInfo), for the memory
+     * planner; NULL for a kind whose devices share the host's memory (the CPU kinds). */
     int64_t (*memory_bytes)(int index);
     /* 1 when ranks on devices of this kind can talk through NCCL (cuda, in a build with NCCL). */
     int nccl;
@@ -350,7 +350,7 @@ crew_status crew_cpu_remote_backend_create(int blas_threads, crew_backend *out);
  * process sees, its own stream and cuBLAS handle; and how many it sees (0 without a driver). */
 crew_status crew_cuda_backend_create(int index, crew_backend *out);
 int crew_cuda_device_count(void);
-int64_t crew_cuda_device_memory(int index); /* its total memory in bytes, 0 when it cannot tell */
+int64_t crew_cuda_device_memory(int index); /* its memory free now in bytes (else its total), 0 when it cannot tell */
 /* For a communicator that enqueues on the rank's GPU itself (NCCL, src/comm/nccl/): the backend's
  * compute stream (a cudaStream_t) and its GPU in *gpu; NULL when `be` is not a CUDA backend. */
 void *crew_cuda_backend_stream(const crew_backend *be, int *gpu);

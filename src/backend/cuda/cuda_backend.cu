@@ -629,15 +629,23 @@ extern "C" int crew_cuda_device_count(void)
     return n;
 }
 
+/* What the planner may count on: the GPU's memory free now (cudaMemGetInfo, after this process's
+ * context and whatever other processes hold), else its total. The calling thread's current GPU is
+ * put back as it was. */
 extern "C" int64_t crew_cuda_device_memory(int index)
 {
-    int n = crew_cuda_device_count();
+    int n = crew_cuda_device_count(), before = 0;
     cudaDeviceProp p;
     if (n < 1 || cudaGetDeviceProperties(&p, index % n) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    return (int64_t)p.totalGlobalMem;
+    size_t free_b = 0, total_b = 0;
+    const int had = cudaGetDevice(&before) == cudaSuccess;
+    if (cudaSetDevice(index % n) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = 0;
+    if (had) cudaSetDevice(before);
+    cudaGetLastError();
+    return free_b > 0 ? (int64_t)free_b : (int64_t)p.totalGlobalMem;
 }
 
 extern "C" crew_status crew_cuda_backend_create(int index, crew_backend *out)
