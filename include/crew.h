@@ -989,6 +989,9 @@ typedef struct crew_conv_choice {
     int n;                      /* convolution layers */
     crew_conv_layer_choice layers[CREW_MAX_CONV_LAYERS];
     char ways[CREW_MAX_CONV_LAYERS + 1]; /* crew_fit_options.conv_choice */
+    /* Why the library could not be opened on the device ("" when it could): nothing was measured
+     * or cached, and every layer takes im2col. A device that does not open at all is an error. */
+    char unavailable[256];
 } crew_conv_choice;
 crew_status crew_conv_choose(crew_model *m, const char *device_kind, int64_t rows, int precision,
                              const char *cache_path, int measure, crew_conv_choice *out);

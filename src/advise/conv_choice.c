@@ -168,9 +168,23 @@ static crew_status measure(crew_model *m, const char *kind, int64_t rows, int pr
 {
     crew_device_options o = {.blas_threads = 1, .precision = (crew_precision)precision, .conv_library = 1};
     crew_backend be;
-    CREW_TRY(crew_device_open(kind, 0, &o, &be));
+    crew_status s = crew_device_open(kind, 0, &o, &be);
+    if (s) { /* the device, or only its library (cuDNN missing, or refusing)? */
+        crew_device_options plain = o;
+        plain.conv_library = 0;
+        crew_status ps = crew_device_open(kind, 0, &plain, &be);
+        if (ps) {
+            crew_status_free(s);
+            return ps;
+        }
+        crew_device_close(&be);
+        /* im2col everywhere (nothing measured, nothing cached: a later run tries again), and why */
+        snprintf(out->unavailable, sizeof out->unavailable, "%s", crew_status_message(s));
+        crew_status_free(s);
+        return CREW_OK;
+    }
     crew_model *r = NULL;
-    crew_status s = crew_model_clone(m, &be, &r);
+    s = crew_model_clone(m, &be, &r);
     if (!s) s = crew_model_reserve(r, rows);
     for (int j = 0; j < out->n && !s; j++) {
         if (!todo[j]) continue;

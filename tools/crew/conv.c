@@ -83,6 +83,10 @@ int cli_conv_apply(const char *verb, const cli_conv *c, crew_model *m, int measu
 
 void cli_print_conv_choice(const crew_conv_choice *t, int64_t rows)
 {
+    if (t->unavailable[0]) {
+        printf("      convolutions (--conv auto): im2col + GEMM, %s would not open: %s\n", t->library, t->unavailable);
+        return;
+    }
     printf("      convolutions (--conv auto): %s against im2col + GEMM, a forward and backward pass of %lld samples\n",
            t->library, (long long)rows);
     for (int i = 0; i < t->n; i++) {
