@@ -121,7 +121,10 @@ if ! { cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=
 fi
 CREW=$B/crew
 "$CREW" --version > "$OUT/version.txt" 2>&1
-grep -q '^CUDA: .*cuda:0' "$OUT/version.txt" || { cat "$OUT/version.txt"; row gpu FAIL "crew sees no GPU"; finish 1; }
+# GPU_CHECK_KIND=cpu-remote runs the same script on the CPU's stand-in for a GPU (how the script
+# itself is tried where there is no GPU); the rows then say what they say of that kind.
+K=${GPU_CHECK_KIND:-cuda}
+[ "$K" != cuda ] || grep -q '^CUDA: .*cuda:0' "$OUT/version.txt" || { cat "$OUT/version.txt"; row gpu FAIL "crew sees no GPU"; finish 1; }
 row build pass "$(($(date +%s) - T0)) s; $(grep -m1 '^CUDA:' "$OUT/version.txt" | cut -c1-120)"
 
 DATA=data/fashion-mnist
@@ -131,10 +134,10 @@ SRC=()
   || { row data FAIL "no Fashion-MNIST: $(tail -n 1 "$OUT/prep.log") (scripts/gpu-bundle.sh carries it)"; finish 1; }
 
 # ---- the ops
-if "$B/tests/test_backend_ops" cuda > "$OUT/ops-cuda.log" 2>&1; then
-  row "ops (cuda)" pass "$(tail -n 1 "$OUT/ops-cuda.log")"
+if "$B/tests/test_backend_ops" "$K" > "$OUT/ops-$K.log" 2>&1; then
+  row "ops ($K)" pass "$(tail -n 1 "$OUT/ops-$K.log")"
 else
-  row "ops (cuda)" FAIL "$(grep -c ': ' "$OUT/ops-cuda.log") lines of failures; first: $(grep -m1 -v passed "$OUT/ops-cuda.log" | cut -c1-120)"
+  row "ops ($K)" FAIL "$(grep -c ': ' "$OUT/ops-$K.log") lines of failures; first: $(grep -m1 -v passed "$OUT/ops-$K.log" | cut -c1-120)"
 fi
 
 # ---- training checks, the issue's first. The figures' cache of this check alone, so that
@@ -149,7 +152,7 @@ loss() { sed -n 's/.*"train_loss":\([0-9.e+-]*\).*/\1/p' "$1" | tail -n 1; }
 near() { [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * b) }'; }
 if fits "conv auto" 30; then
   rm -rf "$OUT/conv-auto"
-  "$CREW" train examples/fashion_cnn.json --data "$DATA" --devices cuda:1 --max-steps 2 --run-dir "$OUT/conv-auto" \
+  "$CREW" train examples/fashion_cnn.json --data "$DATA" --devices $K:1 --max-steps 2 --run-dir "$OUT/conv-auto" \
     > "$OUT/conv-auto.out" 2>&1
   if grep -q 'convolutions (--conv auto): cuDNN against im2col' "$OUT/conv-auto.out"; then
     row "conv auto" measured "$(grep -c ': cuDNN\( (cached)\)\?$' "$OUT/conv-auto.out") of $(grep -c ' im2col [0-9.]* ms, cuDNN' "$OUT/conv-auto.out") layers by cuDNN: conv-auto.out"
@@ -159,45 +162,47 @@ if fits "conv auto" 30; then
   fi
 fi
 if fits repeat 60; then
-  train gpu-a "${SHORT[@]}" --devices cuda:1 --global-batch 128 && train gpu-b "${SHORT[@]}" --devices cuda:1 --global-batch 128
+  train gpu-a "${SHORT[@]}" --devices $K:1 --global-batch 128 && train gpu-b "${SHORT[@]}" --devices $K:1 --global-batch 128
   if cmp -s "$OUT/gpu-a/weights.safetensors" "$OUT/gpu-b/weights.safetensors"; then
-    row repeat pass "two runs on cuda:1, bitwise-equal weights"
+    row repeat pass "two runs on $K:1, bitwise-equal weights"
   else
     row repeat FAIL "weights differ between two runs ($(tail -n 1 "$OUT/gpu-a.err"))"
   fi
 fi
 if fits replicas 40; then
-  train gpu-two "${SHORT[@]}" --devices cuda:2 --global-batch 128
+  train gpu-two "${SHORT[@]}" --devices $K:2 --global-batch 128
   if cmp -s "$OUT/gpu-a/weights.safetensors" "$OUT/gpu-two/weights.safetensors"; then
-    row replicas pass "cuda:2 = cuda:1 accumulating 2 micro-batches, bitwise"
+    row replicas pass "$K:2 = $K:1 accumulating 2 micro-batches, bitwise"
   else
-    row replicas FAIL "cuda:2 and cuda:1 x 2 micro-batches differ ($(tail -n 1 "$OUT/gpu-two.err"))"
+    row replicas FAIL "$K:2 and $K:1 x 2 micro-batches differ ($(tail -n 1 "$OUT/gpu-two.err"))"
   fi
 fi
 verify() {
-  timeout "$(left)" "$CREW" verify examples/fashion_cnn.json "${CONV[@]}" --data "$DATA" --devices cuda:2 --steps 6 \
+  timeout "$(left)" "$CREW" verify examples/fashion_cnn.json "${CONV[@]}" --data "$DATA" --devices $K:2 --steps 6 \
     --precision "$1" --against cpu > "$OUT/verify-$1.out" 2>&1
   if tail -n 1 "$OUT/verify-$1.out" | grep -q PASS; then
-    row "verify $1" pass "crew verify on cuda:2 --against cpu: $(grep -A2 '^1 replica full batch on cpu' "$OUT/verify-$1.out" | tail -n 1 | cut -c3-120)"
+    row "verify $1" pass "crew verify on $K:2 --against cpu: $(grep -A2 '^1 replica full batch on cpu' "$OUT/verify-$1.out" | tail -n 1 | cut -c3-120)"
   else
     row "verify $1" FAIL "$(tail -n 2 "$OUT/verify-$1.out" | tr '\n' ' ' | cut -c1-150)"
   fi
 }
 fits "verify fp32" 90 && verify fp32
 if fits accuracy 120; then
-  train demo --data "$DATA" --devices cuda:1 --quiet --json --checkpoint-every 100000
+  train demo --data "$DATA" --devices $K:1 --quiet --json --checkpoint-every 100000
   acc=$(sed -n 's/.*"test_accuracy":\([0-9.]*\).*/\1/p' "$OUT/demo.out" | tail -n 1)
   if [ -n "$acc" ] && awk -v a="$acc" 'BEGIN { exit !(a >= 0.91) }'; then
-    row accuracy pass "the demo's CNN on cuda:1: test accuracy $acc ($(sed -n 's/.*"wall_s":\([0-9.]*\).*/\1/p' "$OUT/demo.out" | tail -n 1) s)"
+    row accuracy pass "the demo's CNN on $K:1: test accuracy $acc ($(sed -n 's/.*"wall_s":\([0-9.]*\).*/\1/p' "$OUT/demo.out" | tail -n 1) s)"
   else
-    row accuracy FAIL "the demo's CNN on cuda:1: test accuracy '$acc' ($(tail -n 1 "$OUT/demo.err"))"
+    row accuracy FAIL "the demo's CNN on $K:1: test accuracy '$acc' ($(tail -n 1 "$OUT/demo.err"))"
   fi
 fi
 
 # ---- against PyTorch on the same GPU (recorded, not judged). With GPT=1, or the King James
 # Bible's bytes at hand (data/kjv.txt from make demo-gpt, or .gpu-bundle/kjv.txt.gz), GPT-2 124M in
 # bf16 too, after the rest, time allowing.
-if ! python3 -c 'import torch, numpy' 2> /dev/null; then
+if [ "$K" != cuda ]; then
+  row bench skipped "PyTorch on the GPU: only with GPU_CHECK_KIND=cuda"
+elif ! python3 -c 'import torch, numpy' 2> /dev/null; then
   row bench skipped "no python3 with torch and numpy here (pip install torch numpy)"
 elif fits bench 240; then
   if timeout "$(left)" python3 tools/bench_gpu.py --crew "$CREW" --data "$DATA" --markdown > "$OUT/bench.md" 2> "$OUT/bench.err"; then
@@ -209,12 +214,12 @@ fi
 
 # ---- the rest of the GPU path
 if fits nccl 40; then
-  GPUS=$(grep -o 'cuda:[0-9]* ' "$OUT/version.txt" | wc -l)
+  GPUS=$([ "$K" = cuda ] && grep -o 'cuda:[0-9]* ' "$OUT/version.txt" | wc -l || echo 1)
   if [ "$GPUS" -ge 2 ]; then
-    train gpu-nccl "${SHORT[@]}" --devices cuda:2 --global-batch 128 --comm nccl
-    what="cuda:2 over NCCL = cuda:1 accumulating 2 micro-batches, bitwise"
+    train gpu-nccl "${SHORT[@]}" --devices $K:2 --global-batch 128 --comm nccl
+    what="$K:2 over NCCL = $K:1 accumulating 2 micro-batches, bitwise"
   else
-    train gpu-nccl "${SHORT[@]}" --devices cuda:1 --global-batch 128 --comm nccl
+    train gpu-nccl "${SHORT[@]}" --devices $K:1 --global-batch 128 --comm nccl
     what="one GPU: NCCL opened and closed, the weights of the run without it (two GPUs test its sums)"
   fi
   if cmp -s "$OUT/gpu-a/weights.safetensors" "$OUT/gpu-nccl/weights.safetensors"; then
@@ -235,7 +240,7 @@ if fits "vs cpu" 60; then
   fi
 fi
 if fits bf16 90; then
-  train gpu-bf16 "${SHORT[@]}" --devices cuda:1 --global-batch 128 --precision bf16
+  train gpu-bf16 "${SHORT[@]}" --devices $K:1 --global-batch 128 --precision bf16
   train cpu-bf16 "${SHORT[@]}" --devices cpu:1 --threads-per-device "$THREADS" --global-batch 128 --precision bf16
   lg=$(loss "$OUT/gpu-bf16.out"); lc=$(loss "$OUT/cpu-bf16.out")
   if near "$lg" "$lc"; then
@@ -246,9 +251,9 @@ if fits bf16 90; then
 fi
 # cuDNN's convolutions everywhere (--conv library): repeatable, and near the im2col path
 if fits cudnn 60; then
-  train gpu-dnn-a "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv library
-  train gpu-dnn-b "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv library
-  train gpu-i2c "${SHORT[@]}" --devices cuda:1 --global-batch 128 --conv im2col
+  train gpu-dnn-a "${SHORT[@]}" --devices $K:1 --global-batch 128 --conv library
+  train gpu-dnn-b "${SHORT[@]}" --devices $K:1 --global-batch 128 --conv library
+  train gpu-i2c "${SHORT[@]}" --devices $K:1 --global-batch 128 --conv im2col
   ld=$(loss "$OUT/gpu-dnn-a.out"); lg=$(loss "$OUT/gpu-i2c.out")
   if cmp -s "$OUT/gpu-dnn-a/weights.safetensors" "$OUT/gpu-dnn-b/weights.safetensors" && near "$ld" "$lg"; then
     row cudnn pass "two runs bitwise equal; training loss after 200 steps: cudnn $ld, im2col $lg"
@@ -257,7 +262,7 @@ if fits cudnn 60; then
   fi
 fi
 if fits conv 20; then
-  if "$B/bench/bench_conv" examples/fashion_cnn.json --kind cuda --batch 64 > "$OUT/conv.txt" 2>&1; then
+  if "$B/bench/bench_conv" examples/fashion_cnn.json --kind "$K" --batch 64 > "$OUT/conv.txt" 2>&1; then
     row conv measured "$(grep -c ' library$' "$OUT/conv.txt") of $(grep -c '^conv' "$OUT/conv.txt") shapes faster by cuDNN: conv.txt"
   else
     row conv FAIL "$(tail -n 1 "$OUT/conv.txt")"
@@ -265,7 +270,7 @@ if fits conv 20; then
 fi
 # the planner plans against the GPU's own memory
 if fits plan 10; then
-  "$CREW" plan examples/fashion_cnn.json --devices cuda:1 > "$OUT/plan.out" 2>&1
+  "$CREW" plan examples/fashion_cnn.json --devices $K:1 > "$OUT/plan.out" 2>&1
   if grep -q '^device memory: .* per device' "$OUT/plan.out"; then
     row plan pass "$(grep -m1 '^device memory' "$OUT/plan.out")"
   else
@@ -276,16 +281,16 @@ fi
 for m in fashion_cnn fashion_mlp; do
   fits "speed $m" 30 || continue
   rm -rf "$OUT/speed-$m"
-  "$CREW" train examples/$m.json --data "$DATA" --devices cuda:1 --max-steps 300 --quiet --json \
+  "$CREW" train examples/$m.json --data "$DATA" --devices $K:1 --max-steps 300 --quiet --json \
     --checkpoint-every 100000 --run-dir "$OUT/speed-$m" > "$OUT/speed-$m.out" 2> "$OUT/speed-$m.err"
   sps=$(sed -n 's/.*"samples_per_s":\([0-9.]*\).*/\1/p' "$OUT/speed-$m.out" | tail -n 1)
   gf=$(sed -n 's/.*"gflops":\([0-9.]*\).*/\1/p' "$OUT/speed-$m.out" | tail -n 1)
-  row "speed $m" "$([ -n "$sps" ] && echo measured || echo FAIL)" "${sps:-?} samples/s, ${gf:-?} GFLOP/s on cuda:1 (300 steps)"
+  row "speed $m" "$([ -n "$sps" ] && echo measured || echo FAIL)" "${sps:-?} samples/s, ${gf:-?} GFLOP/s on $K:1 (300 steps)"
 done
 # GPT-2 124M in bf16 against PyTorch (issue 15's GPU figure)
 KJV=data/kjv.txt
 [ -f "$KJV" ] || { [ -f .gpu-bundle/kjv.txt.gz ] && gunzip -c .gpu-bundle/kjv.txt.gz > /tmp/kjv.txt && KJV=/tmp/kjv.txt; }
-if [ "${GPT:-1}" = 1 ] && [ -f "$KJV" ] && python3 -c 'import torch' 2> /dev/null && fits "bench gpt" 150; then
+if [ "$K" = cuda ] && [ "${GPT:-1}" = 1 ] && [ -f "$KJV" ] && python3 -c 'import torch' 2> /dev/null && fits "bench gpt" 150; then
   [ -f data/kjv-1024/manifest.json ] || "$CREW" prep text "$KJV" --seq-len 1024 --out data/kjv-1024 > /dev/null 2>&1
   if timeout "$(left)" python3 tools/bench_gpu.py --crew "$CREW" --models none --gpt --gpt-data data/kjv-1024 --gpt-steps 10 \
        --gpt-warmup 3 --markdown > "$OUT/bench-gpt.md" 2> "$OUT/bench-gpt.err"; then
