@@ -13,8 +13,9 @@
 # It builds crew for this GPU (build-gpu/, CMAKE_CUDA_ARCHITECTURES=native), then runs, the
 # issue's checks first, each with its log in OUT_DIR and one line in the table at the end; a check
 # whose estimate no longer fits GPU_CHECK_BUDGET_S [540] is reported skipped. GPU_CHECK_BUNDLE=1
-# builds against .gpu-bundle even where the machine has the packages (how it is tried here), and
-# GPU_CHECK_CUDA_ARCH [native] names the architecture where there is no GPU to ask:
+# builds against .gpu-bundle even where the machine has the packages, GPU_CHECK_CUDA_ARCH [native]
+# names the architecture where there is no GPU to ask, and GPU_CHECK_KIND=cpu-remote runs every
+# check on the CPU's stand-in for a GPU: how the script itself is tried where there is no GPU:
 #   ops        test_backend_ops cuda: every backend op against the references the CPU passes
 #   conv auto  --conv auto (the default) on cuda:1: each convolution timed both ways once, the
 #              choice per layer shape printed and cached (the training runs below take it)
@@ -234,9 +235,9 @@ if fits "vs cpu" 60; then
   train cpu-a "${SHORT[@]}" --devices cpu:1 --threads-per-device "$THREADS" --global-batch 128
   lg=$(loss "$OUT/gpu-a.out"); lc=$(loss "$OUT/cpu-a.out")
   if near "$lg" "$lc"; then
-    row "vs cpu" pass "training loss after 200 steps: cuda $lg, cpu $lc"
+    row "vs cpu" pass "training loss after 200 steps: $K $lg, cpu $lc"
   else
-    row "vs cpu" FAIL "training loss after 200 steps: cuda '$lg', cpu '$lc'"
+    row "vs cpu" FAIL "training loss after 200 steps: $K '$lg', cpu '$lc'"
   fi
 fi
 if fits bf16 90; then
@@ -244,9 +245,9 @@ if fits bf16 90; then
   train cpu-bf16 "${SHORT[@]}" --devices cpu:1 --threads-per-device "$THREADS" --global-batch 128 --precision bf16
   lg=$(loss "$OUT/gpu-bf16.out"); lc=$(loss "$OUT/cpu-bf16.out")
   if near "$lg" "$lc"; then
-    row bf16 pass "training loss after 200 steps in bf16: cuda $lg, cpu $lc"
+    row bf16 pass "training loss after 200 steps in bf16: $K $lg, cpu $lc"
   else
-    row bf16 FAIL "training loss after 200 steps in bf16: cuda '$lg', cpu '$lc' ($(tail -n 1 "$OUT/gpu-bf16.err"))"
+    row bf16 FAIL "training loss after 200 steps in bf16: $K '$lg', cpu '$lc' ($(tail -n 1 "$OUT/gpu-bf16.err"))"
   fi
 fi
 # cuDNN's convolutions everywhere (--conv library): repeatable, and near the im2col path
