@@ -93,7 +93,7 @@ if [ -d .gpu-bundle/debs ] && { [ "${GPU_CHECK_BUNDLE:-}" = 1 ] || ! pkg-config 
   export LIBRARY_PATH="$L:$L/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}"
   export PKG_CONFIG_LIBDIR="$L/pkgconfig:$L/openblas-pthread/pkgconfig:$DEPS/usr/share/pkgconfig"
   export PKG_CONFIG_SYSROOT_DIR="$DEPS" # the .pc files say /usr: prefixed with the unpacked root
-  CMAKE_DEPS=(-DCMAKE_PREFIX_PATH="$DEPS/usr")
+  CMAKE_DEPS+=(-DCMAKE_PREFIX_PATH="$DEPS/usr")
   command -v pkg-config > /dev/null || CMAKE_DEPS+=(-DPKG_CONFIG_EXECUTABLE="$DEPS/usr/bin/pkgconf")
   echo "== build dependencies from .gpu-bundle, unpacked into $DEPS"
 fi
