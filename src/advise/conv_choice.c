@@ -28,15 +28,6 @@
 #define ROUND_MIN_S 0.01    /* a round repeats the passes for at least this long */
 #define ROUND_MIN_REPS 3
 
-/* The layer's geometry at `rows` samples (as layer_conv2d.c plans it). */
-static crew_status geometry_of(const crew_layer *l, int64_t rows, crew_window *g)
-{
-    const int s_h = l->spec.strides[0] ? l->spec.strides[0] : 1, s_w = l->spec.strides[1] ? l->spec.strides[1] : 1;
-    CREW_TRY(crew_window_plan(&l->in, l->spec.kernel[0], l->spec.kernel[1], s_h, s_w, l->spec.padding, g));
-    g->batch = rows;
-    return CREW_OK;
-}
-
 static void describe(const crew_layer *l, const crew_window *g, crew_conv_layer_choice *c)
 {
     c->layer = l->index;
@@ -143,8 +134,8 @@ static crew_status measure_layer(crew_model *r, int i, int64_t rows, crew_conv_l
 {
     const crew_backend *be = &r->be;
     crew_layer *l = r->layers[i];
-    crew_window g;
-    CREW_TRY(geometry_of(l, rows, &g));
+    crew_window g = {0};
+    CREW_TRY(crew_conv2d_window(l, rows, &g));
     c->supported = be->ops->conv_supported && be->ops->conv_supported(be->ctx, &g, l->spec.filters);
     pass_buffers b;
     CREW_TRY(make_buffers(be, l, rows, &b));
@@ -239,8 +230,8 @@ crew_status crew_conv_choose(crew_model *m, const char *device_kind, int64_t row
         const crew_layer *l = m->layers[i];
         if (l->spec.type != CREW_LAYER_CONV2D) continue;
         crew_conv_layer_choice *c = &out->layers[out->n];
-        crew_window g;
-        crew_status gs = geometry_of(l, rows, &g); /* a built layer's geometry plans (layer_conv2d.c) */
+        crew_window g = {0};
+        crew_status gs = crew_conv2d_window(l, rows, &g); /* a built layer's geometry plans (layer_conv2d.c) */
         if (gs) {
             free(text);
             free(keys), free(todo), free(new_keys), free(new_values);

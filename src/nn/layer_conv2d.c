@@ -15,21 +15,13 @@
 
 #define CONV_CHUNK_FLOATS (256 * 1024) /* 1 MB of columns */
 
-static crew_status conv_geometry(const crew_layer *l, int64_t rows, crew_window *g)
-{
-    int s_h = l->spec.strides[0] ? l->spec.strides[0] : 1, s_w = l->spec.strides[1] ? l->spec.strides[1] : 1;
-    CREW_TRY(crew_window_plan(&l->in, l->spec.kernel[0], l->spec.kernel[1], s_h, s_w, l->spec.padding, g));
-    g->batch = rows;
-    return CREW_OK;
-}
-
 static crew_status conv_build(crew_layer *l)
 {
     if (l->spec.filters <= 0)
         return crew_errorf(CREW_CODE_BAD_INPUT, "key 'filters' must be a positive integer, got %lld",
                            (long long)l->spec.filters);
     crew_window g = {0};
-    CREW_TRY(conv_geometry(l, 1, &g));
+    CREW_TRY(crew_conv2d_window(l, 1, &g));
     l->out = crew_shape3(g.out_h, g.out_w, l->spec.filters);
     int64_t fan_in = g.k_h * g.k_w * g.in_c, fan_out = g.k_h * g.k_w * l->spec.filters;
     crew_shape k = {4, {g.k_h, g.k_w, g.in_c, l->spec.filters}};
@@ -40,7 +32,7 @@ static crew_status conv_build(crew_layer *l)
 
 /* Columns of one sample [OH·OW, KH·KW·C]: one row per output position, as long as a column of
  * the kernel. Read from the shapes build set (out [OH, OW, F], kernel [KH, KW, C, F]) rather than
- * from conv_geometry, which returns a status: for a built layer the numbers are the same. */
+ * from crew_conv2d_window, which returns a status: for a built layer the numbers are the same. */
 static int64_t conv_sample_cols(const crew_layer *l)
 {
     const crew_shape *k = &l->params[0].shape;
@@ -72,7 +64,7 @@ static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *
 {
     const crew_backend_ops *o = p->be->ops;
     crew_window g = {0};
-    CREW_TRY(conv_geometry(l, p->rows, &g));
+    CREW_TRY(crew_conv2d_window(l, p->rows, &g));
     if (by_library(l, p, &g)) {
         if (!l->spec.no_bias)
             o->broadcast_rows(p->be->ctx, y, l->params[1].value, p->rows * g.out_h * g.out_w, l->spec.filters);
@@ -104,7 +96,7 @@ static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float 
     (void)y;
     const crew_backend_ops *o = p->be->ops;
     crew_window g = {0};
-    CREW_TRY(conv_geometry(l, p->rows, &g));
+    CREW_TRY(crew_conv2d_window(l, p->rows, &g));
     if (by_library(l, p, &g)) {
         if (!l->spec.no_bias)
             o->col_sum(p->be->ctx, dy, p->rows * g.out_h * g.out_w, l->spec.filters, l->params[1].grad, 0);

@@ -43,4 +43,15 @@ static inline crew_status crew_window_plan(const crew_shape *in, int k_h, int k_
     return CREW_OK;
 }
 
+/* A conv2d layer's window over micro-batches of `rows` samples (its kernel, strides and
+ * padding): the one statement of it, for the layer and for whoever times the layer's two ways
+ * (src/advise/conv_choice.c). */
+static inline crew_status crew_conv2d_window(const crew_layer *l, int64_t rows, crew_window *g)
+{
+    int s_h = l->spec.strides[0] ? l->spec.strides[0] : 1, s_w = l->spec.strides[1] ? l->spec.strides[1] : 1;
+    CREW_TRY(crew_window_plan(&l->in, l->spec.kernel[0], l->spec.kernel[1], s_h, s_w, l->spec.padding, g));
+    g->batch = rows;
+    return CREW_OK;
+}
+
 #endif
