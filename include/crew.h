@@ -822,6 +822,9 @@ typedef struct crew_memory_options {
     int prefetch;                /* loader steps prepared ahead [model file's, else 2] */
     int optimizer_sharding;      /* 1: plan for optimizer state sharded across the replicas */
     const char *device_kind;     /* the replicas' device kind (crew_device_kinds) [cpu] */
+    /* the run's (a crew_precision) [fp32]: bf16 keeps a GPT block's attention probabilities in
+     * bfloat16, half their bytes */
+    int precision;
 } crew_memory_options;
 
 typedef struct crew_memory_layer {
@@ -869,6 +872,7 @@ typedef struct crew_memory_plan {
     char verdict_text[1024];      /* in words, with the figures and the flags to use */
     int n_layers;
     crew_memory_layer *layers;    /* [n_layers]; freed by crew_memory_plan_release */
+    int precision;                /* the run's (crew_memory_options.precision) */
 } crew_memory_plan;
 
 void crew_memory_options_init(crew_memory_options *o); /* every field at its default */

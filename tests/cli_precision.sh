@@ -4,7 +4,11 @@
 # - the plan says so; 2 replicas equal 1 replica accumulating 2 micro-batches, bit for bit, as in
 #   fp32; the weights differ from fp32's, the test loss stays near fp32's;
 # - its checkpoints keep the precision, and resuming with another --precision is refused;
-# - crew verify --precision bf16 passes for the MLP and for a small GPT (attention's products too);
+# - crew verify --precision bf16 passes for the MLP and for a small GPT (attention's products too,
+#   its probabilities kept in bfloat16);
+# - a GPT block's GEMM-only activations and attention probabilities in bfloat16: crew plan
+#   --precision bf16 counts half their bytes, a training run's measured device memory is the
+#   plan's (within 1%), and its test loss is near fp32's;
 # - an unknown precision is one line and exit 2.
 . "$(dirname "$0")/lib_cli.sh"
 need_fashion
@@ -42,4 +46,25 @@ cat > "$TMP/g.json" <<JSON
 JSON
 "$CREW" verify "$TMP/g.json" --data "$TMP/text" --devices cpu:2 --steps 4 --precision bf16 > "$TMP/vg" 2>&1
 tail -n 1 "$TMP/vg" | grep -q PASS && ok || fail "verify --precision bf16 (GPT): $(tail -n 5 "$TMP/vg")"
+
+# bf16 keeps the block's GEMM-only activations in bfloat16, 2 bytes a value instead of 4: ln_1, the
+# attention output and ln_2 [4 x 16, 16] each, the GELU's output [4 x 16, 64] and the
+# probabilities [batch 4, heads 2, T 16, T 16]: 2 x (3 x 1024 + 4096 + 2048) bytes fewer.
+"$CREW" plan "$TMP/g.json" --json > "$TMP/p32" 2>&1 || fail "plan (fp32): $(tail -n 3 "$TMP/p32")"
+"$CREW" plan "$TMP/g.json" --precision bf16 --json > "$TMP/p16" 2>&1 || fail "plan --precision bf16: $(tail -n 3 "$TMP/p16")"
+w32=$(json_field "$TMP/p32" workspace); w16=$(json_field "$TMP/p16" workspace)
+[ -n "$w32" ] && [ -n "$w16" ] && [ $((w32 - w16)) -eq $((2 * (3 * 1024 + 4096 + 2048))) ] && ok \
+  || fail "bf16 should keep 18432 bytes less workspace: fp32 $w32, bf16 $w16"
+[ "$(json_field "$TMP/p16" precision)" = bf16 ] && ok || fail "the plan's JSON does not say bf16"
+gpt() { "$CREW" train "$TMP/g.json" --data "$TMP/text" --max-steps 30 --json "$@"; }
+gpt --devices cpu:2 --shard-optimizer --precision bf16 --run-dir "$TMP/gt" > "$TMP/gt.out" 2>&1 \
+  || fail "train a GPT --precision bf16: $(tail -n 3 "$TMP/gt.out")"
+sed -n 's/^device memory: .* planned .* (\([-+][0-9.]*\)%); optimizer state .*$/\1/p' "$TMP/gt.out" \
+  | awk '{ n++; if ($1 < -1 || $1 > 1) bad = 1 } END { exit !(n == 1 && !bad) }' && ok \
+  || fail "a bf16 GPT's device memory against the plan: $(grep '^device memory' "$TMP/gt.out")"
+gpt --devices cpu:2 --shard-optimizer --run-dir "$TMP/gt32" > "$TMP/gt32.out" 2>&1 || fail "train a GPT in fp32"
+lb=$(json_field "$TMP/gt.out" test_loss); lf=$(json_field "$TMP/gt32.out" test_loss)
+awk -v b="$lb" -v f="$lf" 'BEGIN { d = b - f; if (d < 0) d = -d; exit !(b > 0 && d <= 0.05 * f) }' && ok \
+  || fail "a GPT's bf16 test loss $lb is not within 5% of fp32's $lf"
+grep -q "attention probabilities" "$TMP/gt.out" && ok || fail "the plan does not say the probabilities are bfloat16"
 report

@@ -698,10 +698,98 @@ static void check_gemm_bf16(const device *fp32, int ta, int tb, int64_t m, int64
     crew_device_close(&d->be);
 }
 
+/* gemm_typed (backend.h): an operand held in bfloat16 gives the bits gemm gives on a device opened
+ * in bf16 for its values widened to float, on a device opened in fp32 (d) and on one opened in bf16
+ * alike; float32 operands on d give gemm's bits on d. Leading dimensions wider than the matrices. */
+static void check_gemm_typed(const device *d, int ta, int tb, int a16, int b16, int64_t m, int64_t n, int64_t k)
+{
+    device bv = {d->kind, {0}}, *bf = &bv;
+    const crew_device_options o = {.blas_threads = 1, .precision = CREW_PRECISION_BF16};
+    EXPECT_OK(bf, crew_device_open(bf->kind->name, 0, &o, &bf->be));
+    if (!bf->be.ops) return;
+    const int64_t lda = (ta ? m : k) + 2, ldb = (tb ? k : n) + 3, ldc = n + 1;
+    const int64_t a_n = (ta ? k : m) * lda, b_n = (tb ? n : k) * ldb;
+    float *a = fbuf(a_n), *b = fbuf(b_n), *c = fbuf(m * ldc);
+    crew_bf16 *a_bits = hbuf(CREW_DT_BF16, a_n), *b_bits = hbuf(CREW_DT_BF16, b_n);
+    fill_uniform(a, a_n, -1.0f, 1.0f, 31 + (uint64_t)ta);
+    fill_uniform(b, b_n, -1.0f, 1.0f, 37 + (uint64_t)tb);
+    fill_uniform(c, m * ldc, -1.0f, 1.0f, 41);
+    for (int64_t i = 0; i < a_n; i++) a_bits[i] = crew_bf16_bits(a[i]);
+    for (int64_t i = 0; i < b_n; i++) b_bits[i] = crew_bf16_bits(b[i]);
+    if (a16)
+        for (int64_t i = 0; i < a_n; i++) a[i] = crew_bf16_widen(a_bits[i]);
+    if (b16)
+        for (int64_t i = 0; i < b_n; i++) b[i] = crew_bf16_widen(b_bits[i]);
+    const crew_dtype at = a16 ? CREW_DT_BF16 : CREW_DT_F32, bt = b16 ? CREW_DT_BF16 : CREW_DT_F32;
+    /* the wanted bits: plain gemm on the bf16 device when an operand is bfloat16, else on d */
+    const int any16 = a16 || b16;
+    const device *ref = any16 ? bf : d;
+    float *want;
+    {
+        float *a_d = dev_f32(ref, a, a_n), *b_d = dev_f32(ref, b, b_n), *c_d = dev_f32(ref, c, m * ldc);
+        ref->be.ops->gemm(ref->be.ctx, ta, tb, m, n, k, 0.75f, a_d, lda, b_d, ldb, 1.5f, c_d, ldc);
+        EXPECT_SYNCED(ref);
+        want = host_f32(ref, c_d, m * ldc);
+        DEV_FREE(ref, a_d, b_d, c_d);
+    }
+    for (int on_bf = 0; on_bf <= any16; on_bf++) {
+        const device *t = on_bf ? bf : d;
+        void *a_d = a16 ? dev_copy_of(t, CREW_DT_BF16, a_bits, a_n) : dev_f32(t, a, a_n);
+        void *b_d = b16 ? dev_copy_of(t, CREW_DT_BF16, b_bits, b_n) : dev_f32(t, b, b_n);
+        float *c_d = dev_f32(t, c, m * ldc);
+        t->be.ops->gemm_typed(t->be.ctx, ta, tb, m, n, k, 0.75f, a_d, at, lda, b_d, bt, ldb, 1.5f, c_d, ldc);
+        EXPECT_SYNCED(t);
+        float *got = host_f32(t, c_d, m * ldc);
+        EXPECT(t, memcmp(got, want, sizeof(float) * (size_t)(m * ldc)) == 0,
+               "gemm_typed a %s, b %s, ta=%d tb=%d m=%lld n=%lld k=%lld on a device opened in %s: not gemm's bits",
+               a16 ? "bf16" : "f32", b16 ? "bf16" : "f32", ta, tb, (long long)m, (long long)n, (long long)k,
+               on_bf ? "bf16" : "fp32");
+        HOST_FREE(got);
+        DEV_FREE(t, a_d, b_d, c_d);
+    }
+    HOST_FREE(a, b, c, a_bits, b_bits, want);
+    crew_device_close(&bf->be);
+}
+
+/* to_bf16: core/bf16.h's bits, for ties both ways, the largest values (which round to infinity),
+ * infinities, NaN, zeros of both signs and subnormals. */
+static void test_to_bf16(const device *d)
+{
+    enum { N = 4099 };
+    float *x = fbuf(N);
+    fill_uniform(x, N, -3.0f, 3.0f, 51);
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0xff7f8000u, 0x7f800000u, 0xff800000u,
+                                0x7fc00001u, 0x80000000u, 0x00000001u, 0x00418000u};
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++) memcpy(&x[i], &special[i], sizeof x[i]);
+    float *x_d = dev_f32(d, x, N);
+    crew_bf16 *y_d = dev_alloc(d, CREW_DT_BF16, N);
+    d->be.ops->to_bf16(d->be.ctx, x_d, y_d, N);
+    EXPECT_SYNCED(d);
+    crew_bf16 *y = host_copy_of(d, CREW_DT_BF16, y_d, N);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < N && bad < 0; i++) {
+        crew_bf16 want = crew_bf16_bits(x[i]);
+        int nan = (want & 0x7f80u) == 0x7f80u && (want & 0x7fu); /* any NaN is a NaN */
+        if (nan ? !((y[i] & 0x7f80u) == 0x7f80u && (y[i] & 0x7fu)) : y[i] != want) bad = i;
+    }
+    EXPECT(d, bad < 0, "to_bf16: x[%lld] = %.9g gave 0x%04x, want 0x%04x", (long long)bad, bad < 0 ? 0.0 : x[bad],
+           bad < 0 ? 0u : y[bad], bad < 0 ? 0u : crew_bf16_bits(x[bad]));
+    HOST_FREE(x, y);
+    DEV_FREE(d, x_d, y_d);
+}
+
 static void test_gemm(const device *d)
 {
     check_gemm_bf16(d, 0, 0, 6, 5, 33);
     check_gemm_bf16(d, 1, 1, 4, 7, 19);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            check_gemm_typed(d, ta, tb, 1, 0, 7, 5, 19);
+            check_gemm_typed(d, ta, tb, 0, 1, 3, 9, 17);
+        }
+    check_gemm_typed(d, 0, 1, 1, 1, 6, 6, 11);
+    check_gemm_typed(d, 1, 0, 0, 0, 5, 4, 9);
+    test_to_bf16(d);
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             check_gemm(d, ta, tb, 5, 7, 3, 1.0f, 0.0f);
@@ -1955,9 +2043,9 @@ static void check_attention_per_sample(const device *d, const attn_case *ac, con
     float *att1 = fbuf(sq), *y1 = fbuf(T * C), *dqkv1 = fbuf(T * 3 * C);
     int same = 1;
     for (int64_t b = 0; b < ac->batch; b++) {
-        be->ops->attention_forward(be->ctx, qkv_d + b * T * 3 * C, att1_d, y1_d, 1, T, H, ac->d);
-        be->ops->attention_backward(be->ctx, dy_d + b * T * C, qkv_d + b * T * 3 * C, att_d + b * sq, datt1_d,
-                                    dqkv1_d, 1, T, H, ac->d);
+        be->ops->attention_forward(be->ctx, qkv_d + b * T * 3 * C, att1_d, CREW_DT_F32, NULL, y1_d, 1, T, H, ac->d);
+        be->ops->attention_backward(be->ctx, dy_d + b * T * C, qkv_d + b * T * 3 * C, att_d + b * sq, CREW_DT_F32,
+                                    datt1_d, dqkv1_d, 1, T, H, ac->d);
         EXPECT_SYNCED(d);
         fetch(d, att1, att1_d, sq, CREW_DT_F32);
         fetch(d, y1, y1_d, T * C, CREW_DT_F32);
@@ -1969,6 +2057,18 @@ static void check_attention_per_sample(const device *d, const attn_case *ac, con
     EXPECT(d, same, "attention (%s): a sample run alone differs from the same sample in the batch", shape);
     HOST_FREE(att1, y1, dqkv1);
     DEV_FREE(d, att1_d, y1_d, datt1_d, dqkv1_d);
+}
+
+/* The case's inputs: qkv (q scaled by q_scale) and dy, as check_attention draws them. */
+static void attention_inputs(const attn_case *ac, float *qkv, float *dy)
+{
+    attn_sizes z = attn_sizes_of(ac);
+    uint64_t key = 3001 + 16 * (uint64_t)(ac - attn_cases);
+    fill_uniform(qkv, z.n_qkv, -1.0f, 1.0f, key);
+    for (int64_t b = 0; b < ac->batch; b++)
+        for (int64_t t = 0; t < ac->T; t++)
+            for (int64_t j = 0; j < z.C; j++) qkv[(b * ac->T + t) * 3 * z.C + j] *= ac->q_scale;
+    fill_uniform(dy, z.n_y, -1.0f, 1.0f, key + 1);
 }
 
 /* One case: forward into att and y prefilled with garbage (the op overwrites them, the masked
@@ -1985,13 +2085,8 @@ static void check_attention(const device *d, const attn_case *ac)
     float *qkv = fbuf(z.n_qkv), *dy = fbuf(z.n_y), *att_f = fbuf(z.n_att), *garbage = fbuf(z.n_qkv);
     double *qkv_r = dbuf(z.n_qkv), *dy_r = dbuf(z.n_y), *want_att = dbuf(z.n_att), *mag_att = dbuf(z.n_att);
     double *want_y = dbuf(z.n_y), *mag_y = dbuf(z.n_y), *want_dqkv = dbuf(z.n_qkv), *mag_dqkv = dbuf(z.n_qkv);
-    uint64_t key = 3001 + 16 * (uint64_t)(ac - attn_cases);
-    fill_uniform(qkv, z.n_qkv, -1.0f, 1.0f, key);
-    for (int64_t b = 0; b < ac->batch; b++)
-        for (int64_t t = 0; t < ac->T; t++)
-            for (int64_t j = 0; j < z.C; j++) qkv[(b * ac->T + t) * 3 * z.C + j] *= ac->q_scale;
-    fill_uniform(dy, z.n_y, -1.0f, 1.0f, key + 1);
-    fill_uniform(garbage, z.n_qkv, 5.0f, 6.0f, key + 2);
+    attention_inputs(ac, qkv, dy);
+    fill_uniform(garbage, z.n_qkv, 5.0f, 6.0f, 3001 + 16 * (uint64_t)(ac - attn_cases) + 2);
     for (int64_t j = 0; j < z.n_qkv; j++) qkv_r[j] = qkv[j];
     for (int64_t j = 0; j < z.n_y; j++) dy_r[j] = dy[j];
     double max_score = attention_ref_forward(ac, qkv_r, want_att, want_y, mag_att, mag_y);
@@ -2006,8 +2101,9 @@ static void check_attention(const device *d, const attn_case *ac)
     float *qkv_d = dev_f32(d, qkv, z.n_qkv), *dy_d = dev_f32(d, dy, z.n_y), *att_in_d = dev_f32(d, att_f, z.n_att);
     float *att_d = dev_f32(d, garbage, z.n_att), *y_d = dev_f32(d, garbage, z.n_y);
     float *datt_d = dev_f32(d, garbage, z.n_att), *dqkv_d = dev_f32(d, garbage, z.n_qkv);
-    be->ops->attention_forward(be->ctx, qkv_d, att_d, y_d, ac->batch, ac->T, ac->heads, ac->d);
-    be->ops->attention_backward(be->ctx, dy_d, qkv_d, att_in_d, datt_d, dqkv_d, ac->batch, ac->T, ac->heads, ac->d);
+    be->ops->attention_forward(be->ctx, qkv_d, att_d, CREW_DT_F32, NULL, y_d, ac->batch, ac->T, ac->heads, ac->d);
+    be->ops->attention_backward(be->ctx, dy_d, qkv_d, att_in_d, CREW_DT_F32, datt_d, dqkv_d, ac->batch, ac->T,
+                                ac->heads, ac->d);
     EXPECT_SYNCED(d);
     float *att = host_f32(d, att_d, z.n_att), *y = host_f32(d, y_d, z.n_y), *dqkv = host_f32(d, dqkv_d, z.n_qkv);
     expect_match(d, att, want_att, mag_att, z.n_att, attn_forward_tol, "attention_forward", shape, "att");
@@ -2025,9 +2121,82 @@ static void check_attention(const device *d, const attn_case *ac)
     DEV_FREE(d, qkv_d, dy_d, att_in_d, att_d, y_d, datt_d, dqkv_d);
 }
 
+/* bfloat16's rounding of q, k, v, dy and the softmax's output, ≤ 2^-8 each, a few of them on
+ * every term: 1/64 of the terms' size. A wrong index, scale or mask errs by O(1). */
+static const tolerance attn_bf16_tol[] = {{"cpu", 1.0 / 64.0, 1e-6}, {NULL, 0, 0}};
+
+/* att kept in bfloat16 (backend.h) on a second device of the kind opened in bf16, against the
+ * float32 att path on that device: att must be its values rounded to bfloat16, y its bits, and
+ * dqkv, from the same att values (the float32 path's att given the bfloat16 ones, widened), its
+ * bits; then y and dqkv near the reference in double (bfloat16's tolerance; the reference's
+ * backward from the same att values). Garbage in every output first: each is overwritten. */
+static void check_attention_bf16(const device *fp32, const attn_case *ac)
+{
+    device dv = {fp32->kind, {0}}, *d = &dv;
+    const crew_device_options o = {.blas_threads = 1, .precision = CREW_PRECISION_BF16};
+    EXPECT_OK(d, crew_device_open(d->kind->name, 0, &o, &d->be));
+    if (!d->be.ops) return;
+    const crew_backend *be = &d->be;
+    attn_sizes z = attn_sizes_of(ac);
+    const int64_t B = ac->batch, T = ac->T, H = ac->heads, hd = ac->d;
+    char shape[96];
+    snprintf(shape, sizeof shape, "bf16 att, batch %lld, T %lld, heads %lld, head_dim %lld, q in +-%g", (long long)B,
+             (long long)T, (long long)H, (long long)hd, (double)ac->q_scale);
+    float *qkv = fbuf(z.n_qkv), *dy = fbuf(z.n_y), *garbage = fbuf(z.n_qkv), *widened = fbuf(z.n_att);
+    uint16_t *garbage16 = hbuf(CREW_DT_BF16, z.n_att);
+    attention_inputs(ac, qkv, dy);
+    fill_uniform(garbage, z.n_qkv, 5.0f, 6.0f, 3999);
+    for (int64_t j = 0; j < z.n_att; j++) garbage16[j] = crew_bf16_bits(garbage[j]);
+
+    float *qkv_d = dev_f32(d, qkv, z.n_qkv), *dy_d = dev_f32(d, dy, z.n_y);
+    float *att32_d = dev_f32(d, garbage, z.n_att), *y32_d = dev_f32(d, garbage, z.n_y);
+    float *scores_d = dev_f32(d, garbage, z.n_att), *y16_d = dev_f32(d, garbage, z.n_y);
+    float *datt_d = dev_f32(d, garbage, z.n_att), *dqkv32_d = dev_f32(d, garbage, z.n_qkv);
+    float *dqkv16_d = dev_f32(d, garbage, z.n_qkv);
+    void *att16_d = dev_copy_of(d, CREW_DT_BF16, garbage16, z.n_att);
+    be->ops->attention_forward(be->ctx, qkv_d, att32_d, CREW_DT_F32, NULL, y32_d, B, T, H, hd);
+    be->ops->attention_forward(be->ctx, qkv_d, att16_d, CREW_DT_BF16, scores_d, y16_d, B, T, H, hd);
+    EXPECT_SYNCED(d);
+    float *att32 = host_f32(d, att32_d, z.n_att), *y32 = host_f32(d, y32_d, z.n_y), *y16 = host_f32(d, y16_d, z.n_y);
+    uint16_t *att16 = host_copy_of(d, CREW_DT_BF16, att16_d, z.n_att);
+    int64_t off = -1;
+    for (int64_t j = 0; j < z.n_att && off < 0; j++)
+        if (att16[j] != crew_bf16_bits(att32[j])) off = j;
+    EXPECT(d, off < 0, "attention_forward (%s): att[%lld] = %.9g is not the float32 path's %.9g rounded", shape,
+           (long long)off, off < 0 ? 0.0 : (double)crew_bf16_widen(att16[off]), off < 0 ? 0.0 : (double)att32[off]);
+    EXPECT(d, memcmp(y16, y32, sizeof(float) * (size_t)z.n_y) == 0,
+           "attention_forward (%s): y differs from the float32 path's on the same device", shape);
+
+    for (int64_t j = 0; j < z.n_att; j++) widened[j] = crew_bf16_widen(att16[j]);
+    float *widened_d = dev_f32(d, widened, z.n_att);
+    be->ops->attention_backward(be->ctx, dy_d, qkv_d, widened_d, CREW_DT_F32, datt_d, dqkv32_d, B, T, H, hd);
+    be->ops->attention_backward(be->ctx, dy_d, qkv_d, att16_d, CREW_DT_BF16, datt_d, dqkv16_d, B, T, H, hd);
+    EXPECT_SYNCED(d);
+    float *dqkv32 = host_f32(d, dqkv32_d, z.n_qkv), *dqkv16 = host_f32(d, dqkv16_d, z.n_qkv);
+    EXPECT(d, memcmp(dqkv16, dqkv32, sizeof(float) * (size_t)z.n_qkv) == 0,
+           "attention_backward (%s): dqkv differs from the float32 path's from the same att values", shape);
+
+    double *qkv_r = dbuf(z.n_qkv), *dy_r = dbuf(z.n_y), *att_r = dbuf(z.n_att), *mag_att = dbuf(z.n_att);
+    double *want_y = dbuf(z.n_y), *mag_y = dbuf(z.n_y), *want_dqkv = dbuf(z.n_qkv), *mag_dqkv = dbuf(z.n_qkv);
+    for (int64_t j = 0; j < z.n_qkv; j++) qkv_r[j] = qkv[j];
+    for (int64_t j = 0; j < z.n_y; j++) dy_r[j] = dy[j];
+    attention_ref_forward(ac, qkv_r, att_r, want_y, mag_att, mag_y);
+    expect_match(d, y16, want_y, mag_y, z.n_y, attn_bf16_tol, "attention_forward", shape, "y");
+    for (int64_t j = 0; j < z.n_att; j++) att_r[j] = widened[j];
+    attention_ref_backward(ac, qkv_r, att_r, dy_r, want_dqkv, mag_dqkv);
+    expect_match(d, dqkv16, want_dqkv, mag_dqkv, z.n_qkv, attn_bf16_tol, "attention_backward", shape, "dqkv");
+    HOST_FREE(qkv, dy, garbage, widened, garbage16, att32, y32, y16, att16, dqkv32, dqkv16);
+    HOST_FREE(qkv_r, dy_r, att_r, mag_att, want_y, mag_y, want_dqkv, mag_dqkv);
+    DEV_FREE(d, qkv_d, dy_d, att32_d, y32_d, scores_d, y16_d, datt_d, dqkv32_d, dqkv16_d, att16_d, widened_d);
+    crew_device_close(&d->be);
+}
+
 static void test_attention(const device *d)
 {
-    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) check_attention(d, &attn_cases[i]);
+    for (size_t i = 0; i < sizeof attn_cases / sizeof attn_cases[0]; i++) {
+        check_attention(d, &attn_cases[i]);
+        check_attention_bf16(d, &attn_cases[i]);
+    }
 }
 
 /* ------------------------------------------------------------------ optimisers */

@@ -12,6 +12,7 @@
  *   labels, row losses, workspace) against the planner's figure, to the byte (crew_model_buffers
  *   is the one statement of the model's own buffers);
  * - a training pass over every layer type with workspace reserved this way (the sizes suffice);
+ * - a GPT's transformer block, its attention probabilities float32 and (--precision bf16) bfloat16;
  * - layer norm behind parameter-free layers (dropout, flatten): the model's backward passes it no
  *   dx there just as at layer 0, so it needs its spare input-gradient buffer there too; the
  *   sizes, a training pass and a few steps of crew_model_fit (two replicas: clones) show it has. */
@@ -127,6 +128,31 @@ static crew_model *token_model(void)
     return m;
 }
 
+/* A GPT: token embedding [9 positions, 8] → transformer block (2 heads) → layer norm → LM head
+ * over 50 tokens; gpt_model_bf16 is the same set for --precision bf16 (crew_model_set_precision),
+ * whose block keeps its attention probabilities in bfloat16. */
+static crew_model *gpt_model(void)
+{
+    crew_model *m = NULL;
+    crew_layer_spec layers[] = {
+        {.type = CREW_LAYER_GPT_EMBEDDING, .vocab = 50, .dim = 8},
+        {.type = CREW_LAYER_TRANSFORMER_BLOCK, .heads = 2, .blocks = 1},
+        {.type = CREW_LAYER_LAYER_NORM, .epsilon = 1e-5f},
+        {.type = CREW_LAYER_LM_HEAD},
+    };
+    crew_status s = crew_model_create((int64_t[]){9}, 1, &m);
+    for (size_t i = 0; !s && i < sizeof layers / sizeof *layers; i++) s = crew_model_add(m, &layers[i]);
+    CHECK_OK(s);
+    return m;
+}
+
+static crew_model *gpt_model_bf16(void)
+{
+    crew_model *m = gpt_model();
+    if (m) crew_model_set_precision(m, CREW_PRECISION_BF16);
+    return m;
+}
+
 /* Parameter-free layers first: dropout → layer norm → flatten → dense → layer norm → dense, input
  * [SYN_SIDE, SYN_SIDE, 1] (the synthetic dataset's images). Nothing before the first layer norm
  * has parameters, so backward calls it without dx; the second sits behind a dense layer. */
@@ -193,6 +219,36 @@ static void check_token_sizes(const crew_model *m)
     }
 }
 
+/* The block's sixteen buffers (layer_transformer.c's W_*), n = 9·rows positions of width 8, the
+ * probabilities and their gradient rows·2·9·9 values, no dropout masks. In bfloat16 (bf16), ln_1,
+ * the attention output, ln_2, the GELU's output and the probabilities two to a 4-byte element. */
+static void gpt_block_want(int64_t rows, int bf16, int64_t want[CREW_LAYER_MAX_WORK])
+{
+    int64_t n = 9 * rows, att = rows * 2 * 9 * 9, c = bf16 ? 4 * n : 8 * n;
+    int64_t w[CREW_LAYER_MAX_WORK] = {c, 2 * n, 24 * n, bf16 ? (att + 1) / 2 : att, c, 8 * n, c, 2 * n, 32 * n,
+                                      bf16 ? 16 * n : 32 * n, 32 * n, 8 * n, 8 * n, att, 0, 0};
+    memcpy(want, w, sizeof w);
+}
+
+static void check_gpt_sizes(const crew_model *m)
+{
+    const crew_layer *block = m->layers[1];
+    for (int64_t rows = 1; rows <= 64; rows *= 4)
+        for (int as = 0; as < 2; as++) { /* as the layer is set, then the planner's view of the other precision */
+            int bf16 = as ? !block->act_bf16 : block->act_bf16;
+            int64_t want[CREW_LAYER_MAX_WORK], got[CREW_LAYER_MAX_WORK];
+            gpt_block_want(rows, bf16, want);
+            if (as)
+                crew_layer_workspace_as(block, rows, bf16, got);
+            else
+                crew_layer_workspace(block, rows, got);
+            for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
+                CHECK_MSG(got[k] == want[k], "transformer block (%s%s), %lld rows: work[%d] %lld, expected %lld",
+                          bf16 ? "bf16" : "fp32", as ? ", crew_layer_workspace_as" : "", (long long)rows, k,
+                          (long long)got[k], (long long)want[k]);
+        }
+}
+
 /* The spare dx buffer follows needs_input_grad, which is 0 up to the first layer with trainable
  * parameters, wherever that layer is (here index 1, not 0). */
 static void check_free_first_sizes(const crew_model *m)
@@ -212,12 +268,18 @@ static void check_free_first_sizes(const crew_model *m)
     }
 }
 
+/* The precision m's layers are set for (crew_model_set_precision sets every layer alike). */
+static int precision_of(const crew_model *m)
+{
+    return m->n_layers > 0 && m->layers[0]->act_bf16 ? CREW_PRECISION_BF16 : CREW_PRECISION_FP32;
+}
+
 /* What crew_layer_reserve allocates is, to the byte, what the planner counts. */
 static void check_reserve_matches_plan(crew_model *m, const char *what)
 {
     crew_backend be = counting_backend();
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m);
+    crew_mem_model_init(&mm, m, precision_of(m));
     const int64_t rows[] = {1, 3, 37, 128, 5}; /* up and down: each reserve replaces the last */
     for (int i = 0; i < m->n_layers; i++) {
         crew_layer *l = m->layers[i];
@@ -252,7 +314,7 @@ static void check_model_reserve_matches_plan(crew_model *m, const char *what)
     crew_status s = crew_model_layout(m);
     CHECK_OK(s);
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m);
+    crew_mem_model_init(&mm, m, precision_of(m));
     int64_t base = counter.live;
     const int64_t rows[] = {1, 3, 37, 128}; /* reserve only grows; each replaces the last */
     for (size_t r = 0; !s && r < sizeof rows / sizeof *rows; r++) {
@@ -394,6 +456,8 @@ static const struct {
     {"image model", image_model, check_image_sizes, 0},
     {"token model", token_model, check_token_sizes, 1},
     {"parameter-free layers first", free_first_model, check_free_first_sizes, 0},
+    {"GPT", gpt_model, check_gpt_sizes, 1},
+    {"GPT, bf16 probabilities", gpt_model_bf16, check_gpt_sizes, 1},
 };
 
 int main(void)

@@ -21,10 +21,11 @@ int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem)
     return (n * elem + 63) / 64 * 64;
 }
 
-void crew_mem_model_init(crew_mem_model *mm, const crew_model *m)
+void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, int precision)
 {
     memset(mm, 0, sizeof *mm);
     mm->m = m;
+    mm->act_bf16 = precision == CREW_PRECISION_BF16;
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             const crew_param *p = &m->layers[i]->params[j];
@@ -70,7 +71,7 @@ int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows)
 int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows)
 {
     int64_t n[CREW_LAYER_MAX_WORK], bytes = 0;
-    crew_layer_workspace(mm->m->layers[i], rows, n);
+    crew_layer_workspace_as(mm->m->layers[i], rows, mm->act_bf16, n);
     for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
         if (n[k] > 0) bytes += crew_mem_alloc_bytes(n[k], F32);
     return bytes;
@@ -141,7 +142,10 @@ static crew_status resolve(const crew_model *m, const crew_memory_options *o, cr
     if (o->device_memory_bytes < 0 || o->train_samples < 0 || o->prefetch < 0 || o->prefetch > 1024)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "device memory, training samples and prefetch must not be "
                            "negative (prefetch at most 1024)");
+    if (o->precision != CREW_PRECISION_FP32 && o->precision != CREW_PRECISION_BF16)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "precision %d: expected fp32 or bf16", o->precision);
     p->accumulation = (int)(p->global_batch / round);
+    p->precision = o->precision;
     /* Not given: a GPU's own memory as its kind reports it, else the host's, which CPU replicas share. */
     const crew_device_kind *kind = crew_device_kind_find(o->device_kind ? o->device_kind : "cpu");
     int64_t own = !o->device_memory_bytes && kind && kind->memory_bytes ? kind->memory_bytes(0) : 0;
@@ -192,7 +196,7 @@ crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_option
     if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the model has no layers");
     CREW_TRY(resolve(m, o, p));
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m);
+    crew_mem_model_init(&mm, m, o->precision);
     int shards = o->optimizer_sharding ? p->devices : 1;
     crew_mem_costs c;
     crew_mem_replica(&mm, p->batch_per_device, p->devices, p->accumulation, shards, &c);

@@ -31,7 +31,7 @@ crew_status crew_model_plan_stages(const crew_model *full, const crew_fit_plan *
         crew_model *m;
         CREW_TRY(crew_model_stage_layers(full, p->stage_first[s], p->stage_first[s + 1], &m));
         crew_mem_model mm;
-        crew_mem_model_init(&mm, m);
+        crew_mem_model_init(&mm, m, p->precision);
         crew_mem_costs c; /* slot 0: the stage as a replica of its own */
         crew_mem_replica(&mm, p->batch_per_device, p->devices, k, 1, &c);
         /* the pipeline's metrics scratch instead of a data-parallel rank's */

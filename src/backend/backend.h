@@ -33,10 +33,17 @@
 
 #include "crew.h"
 
-/* The element types of device and staging buffers. */
-typedef enum crew_dtype { CREW_DT_F32 = 1, CREW_DT_F64, CREW_DT_I32, CREW_DT_I64 } crew_dtype;
+/* The element types of device and staging buffers. BF16: bfloat16 (float32's top 16 bits, as
+ * uint16_t; core/bf16.h), the storage of activations kept in --precision bf16. */
+typedef enum crew_dtype { CREW_DT_F32 = 1, CREW_DT_F64, CREW_DT_I32, CREW_DT_I64, CREW_DT_BF16 } crew_dtype;
 
-static inline size_t crew_dtype_size(crew_dtype t) { return t == CREW_DT_F64 || t == CREW_DT_I64 ? 8 : 4; }
+static inline size_t crew_dtype_size(crew_dtype t)
+{
+    return t == CREW_DT_F64 || t == CREW_DT_I64 ? 8 : t == CREW_DT_BF16 ? 2 : 4;
+}
+
+/* The bits of one bfloat16 value (float32's top 16: core/bf16.h), in CREW_DT_BF16 buffers. */
+typedef uint16_t crew_bf16;
 
 /* An ordered stream of work on one device; NULL is the device's compute queue. */
 typedef struct crew_queue crew_queue;
@@ -131,6 +138,17 @@ typedef struct crew_backend_ops {
     void (*gemm)(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
                  int64_t ldc);
+    /* The same with each operand float32 or bfloat16, as a_type and b_type say (CREW_DT_F32,
+     * CREW_DT_BF16): a bfloat16 GEMM (float operands rounded, float32 sums) when either is bfloat16
+     * or the device runs in bf16, else float32. A bfloat16 operand gives the bits gemm gives on a
+     * device opened in bf16 for its values widened to float (test_backend_ops holds every backend
+     * to it): --precision bf16 keeps the activations that only GEMMs read in bfloat16, at half
+     * their bytes, without changing a bit of the run. */
+    void (*gemm_typed)(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const void *a, crew_dtype a_type, int64_t lda, const void *b, crew_dtype b_type, int64_t ldb,
+                       float beta, float *c, int64_t ldc);
+    /* y[i] = x[i] rounded to bfloat16 (to nearest, ties to even; core/bf16.h), i < n */
+    void (*to_bf16)(void *ctx, const float *x, crew_bf16 *y, int64_t n);
     /* y = alpha x + beta y, computed as written for every beta (0 · NaN is NaN, unlike BLAS's
      * beta = 0); every caller runs it with y == x or a finite y */
     void (*axpby)(void *ctx, int64_t n, float alpha, const float *x, float beta, float *y);
@@ -210,11 +228,20 @@ typedef struct crew_backend_ops {
      * forward: att [batch, heads, T, T] = softmax over s ≤ t of q_t·k_s / √d, 0 for s > t (kept
      *   for backward); y [batch, T, C] = att · v, the heads side by side.
      * backward: dqkv [batch, T, 3C] (overwritten) from dy [batch, T, C]; datt [batch, heads, T, T]
-     *   is scratch. Each sample is computed on its own, in a fixed order. */
-    void (*attention_forward)(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
-                              int64_t heads, int64_t head_dim);
-    void (*attention_backward)(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
-                               float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+     *   is scratch. Each sample is computed on its own, in a fixed order.
+     * att_type is att's element type. F32: the scores are computed in att itself (scores may be
+     *   NULL). BF16 (--precision bf16 stores them so, at half the memory: they are a GPT block's
+     *   largest activation): the scores and their softmax are computed in float32 in scores
+     *   [batch, heads, T, T] (forward's scratch: the block passes its datt), then att keeps them
+     *   rounded to bfloat16, and the two products that read att (y = att·v, dv = attᵀ·dy) are
+     *   bfloat16 GEMMs whatever the device's precision; backward's softmax reads the rounded
+     *   values. On a device opened in bf16 that is the F32 path's arithmetic exactly: its GEMMs
+     *   round att to the same values, so y, and dqkv from the same att values, are the same bits
+     *   (test_backend_ops holds every backend to it). */
+    void (*attention_forward)(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
+                              int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+    void (*attention_backward)(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,
+                               float *datt, float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
 
     /* ---- embedding: ids [rows] hold integer token ids as float (-0 is 0); table [vocab, dim];
      * y [rows, dim]. Synchronous: *bad receives the number of ids outside [0, vocab) or not

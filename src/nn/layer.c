@@ -79,6 +79,17 @@ void crew_layer_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYE
     if (l->ops->workspace) l->ops->workspace(l, rows, n);
 }
 
+void crew_layer_workspace_as(const crew_layer *l, int64_t rows, int act_bf16, int64_t n[CREW_LAYER_MAX_WORK])
+{
+    if (l->act_bf16 == act_bf16) {
+        crew_layer_workspace(l, rows, n);
+        return;
+    }
+    crew_layer as = *l; /* the workspace op reads only what build set, and act_bf16 */
+    as.act_bf16 = act_bf16;
+    crew_layer_workspace(&as, rows, n);
+}
+
 void crew_layer_free_work(crew_layer *l, const crew_backend *be)
 {
     for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) {

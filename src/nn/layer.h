@@ -76,7 +76,7 @@ typedef struct crew_layer_ops {
     crew_status (*build)(crew_layer *l);
     /* The scratch memory forward and backward need for micro-batches of `rows` samples: n[i] is
      * the element count of work[i] (4-byte elements: floats, or max pooling's int32 arg-maxes, or
-     * two for each of batch norm's doubles),
+     * two for each of batch norm's doubles, or one for two bfloat16 values),
      * 0 where the layer uses no buffer i; n arrives zeroed. NULL: the layer needs none.
      * This is the one statement of a layer's workspace: crew_layer_reserve allocates exactly
      * these buffers and the memory planner (src/advise/memory_plan.c) counts exactly these, so
@@ -112,6 +112,10 @@ struct crew_layer {
      * (crew_fit_plan.conv_choice, set on a run's replicas by crew_model_set_conv_ways; copies
      * of the model keep it), 0: im2col + GEMM */
     int conv_by_library;
+    /* 1: it keeps in bfloat16 the activations it may (a transformer block's attention
+     * probabilities; --precision bf16, set on a run's replicas by crew_model_set_precision, which
+     * copies of the model keep). Its workspace op reads it, so it is set before the workspace is. */
+    int act_bf16;
     float *work[CREW_LAYER_MAX_WORK]; /* backend workspace, owned by the layer, sized by the
                                           workspace op for reserved_rows (crew_layer_reserve) */
     int64_t reserved_rows;
@@ -130,6 +134,9 @@ crew_param *crew_layer_declare_normal(crew_layer *l, const char *name, crew_shap
 /* The layer's workspace for micro-batches of `rows` samples: n[i] elements for work[i], 0 for a
  * buffer it does not use (the workspace op, or all zeros when the type has none). */
 void crew_layer_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK]);
+/* The same for the layer as a run with act_bf16 (crew_layer.act_bf16) would reserve it: the memory
+ * planner's view of a model whose layers are not set for the run. */
+void crew_layer_workspace_as(const crew_layer *l, int64_t rows, int act_bf16, int64_t n[CREW_LAYER_MAX_WORK]);
 /* Allocates the workspace for micro-batches of up to max_rows samples on the backend, replacing
  * what an earlier call allocated. */
 crew_status crew_layer_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows);

@@ -11,7 +11,14 @@
  *
  * One layer rather than a dozen: the block's two residual branches need the block's input
  * twice, which a sequential model of single-input layers cannot say. Its work buffers (below)
- * keep what backward needs; n = rows · T positions, H heads. */
+ * keep what backward needs; n = rows · T positions, H heads.
+ *
+ * --precision bf16 (act_bf16): the buffers marked "bf16" below hold bfloat16. Only GEMMs read
+ * them, and a bf16 run's GEMMs round their operands to bfloat16 anyway, so storing them rounded
+ * changes no bit of the run and halves their bytes (gemm_typed reads them as they are). Each is
+ * computed in float32 into backward's scratch (W_DC, W_D4C: idle in forward) and then rounded
+ * into its buffer. The attention probabilities are stored so too; their softmax's backward then
+ * reads the rounded values (backend.h, attention_forward). */
 #include <math.h>
 
 #include "core/rng.h"
@@ -24,20 +31,22 @@ enum {
 };
 
 enum {
-    W_LN1,      /* [n, C]   ln_1(x) */
+    W_LN1,      /* [n, C]   ln_1(x); bf16 */
     W_LN1_STAT, /* [2n]     its mean | rstd */
     W_QKV,      /* [n, 3C] */
-    W_ATT,      /* [rows, H, T, T] attention probabilities */
-    W_ATTY,     /* [n, C]   attention output, heads side by side */
+    W_ATT,      /* [rows, H, T, T] attention probabilities; bf16 */
+    W_ATTY,     /* [n, C]   attention output, heads side by side; bf16 */
     W_RES,      /* [n, C]   r, the residual stream after attention */
-    W_LN2,      /* [n, C]   ln_2(r) */
+    W_LN2,      /* [n, C]   ln_2(r); bf16 */
     W_LN2_STAT, /* [2n] */
     W_FC,       /* [n, 4C]  before GELU */
-    W_GELU,     /* [n, 4C]  after GELU */
-    W_D4C,      /* [n, 4C]  backward: d before GELU, then d qkv */
-    W_DC,       /* [n, C]   backward: d ln_2, d attention output, d ln_1 */
+    W_GELU,     /* [n, 4C]  after GELU; bf16 */
+    W_D4C,      /* [n, 4C]  backward: d before GELU, the masked d of the attention branch, d qkv,
+                   then d x when no dx comes; forward (bf16): GELU's output in float32 */
+    W_DC,       /* [n, C]   backward: d ln_2, d attention output, d ln_1; forward (bf16): ln_1,
+                   the attention output and ln_2 in float32 */
     W_DRES,     /* [n, C]   backward: d r */
-    W_DATT,     /* [rows, H, T, T] backward scratch */
+    W_DATT,     /* [rows, H, T, T] backward scratch; forward's, for bfloat16 probabilities' scores */
     W_DROP1,    /* [n, C]   dropout masks of the attention and MLP branches (rate > 0 only) */
     W_DROP2,
     N_WORK
@@ -86,6 +95,11 @@ static void block_workspace(const crew_layer *l, int64_t rows, int64_t w[CREW_LA
     w[W_QKV] = 3 * n * C;
     w[W_FC] = w[W_GELU] = w[W_D4C] = 4 * n * C;
     w[W_ATT] = w[W_DATT] = att;
+    if (l->act_bf16) { /* two bfloat16 values to a 4-byte element */
+        w[W_LN1] = w[W_ATTY] = w[W_LN2] = (n * C + 1) / 2;
+        w[W_GELU] = (4 * n * C + 1) / 2;
+        w[W_ATT] = (att + 1) / 2;
+    }
     if (l->spec.rate > 0.0f) w[W_DROP1] = w[W_DROP2] = n * C;
 }
 
@@ -99,26 +113,38 @@ static void drop(crew_layer *l, const crew_pass *p, float *branch, float *mask, 
                                 p->sample_ids);
 }
 
+/* The element type of the buffers marked bf16 above. */
+static crew_dtype kept_type(const crew_layer *l) { return l->act_bf16 ? CREW_DT_BF16 : CREW_DT_F32; }
+
 static float *val(crew_layer *l, int i) { return l->params[i].value; }
 static float *grad(crew_layer *l, int i) { return l->params[i].grad; }
 
-/* y [n, out] = bias + x [n, in] · kernel [in, out] */
-static void dense(const crew_pass *p, const float *x, const float *kernel, const float *bias, float *y, int64_t n,
-                  int64_t in, int64_t out)
+/* y [n, out] = bias + x [n, in] · kernel [in, out]; x of type xt */
+static void dense(const crew_pass *p, const void *x, crew_dtype xt, const float *kernel, const float *bias, float *y,
+                  int64_t n, int64_t in, int64_t out)
 {
     const crew_backend_ops *o = p->be->ops;
     o->broadcast_rows(p->be->ctx, y, bias, n, out);
-    o->gemm(p->be->ctx, 0, 0, n, out, in, 1.0f, x, in, kernel, out, 1.0f, y, out);
+    o->gemm_typed(p->be->ctx, 0, 0, n, out, in, 1.0f, x, xt, in, kernel, CREW_DT_F32, out, 1.0f, y, out);
 }
 
 /* d kernel = xᵀ · dy, d bias = Σ_rows dy (both overwritten), and dx = dy · kernelᵀ when dx is given */
-static void dense_back(const crew_pass *p, const float *x, const float *dy, const float *kernel, float *dkernel,
-                       float *dbias, float *dx, int64_t n, int64_t in, int64_t out)
+static void dense_back(const crew_pass *p, const void *x, crew_dtype xt, const float *dy, const float *kernel,
+                       float *dkernel, float *dbias, float *dx, int64_t n, int64_t in, int64_t out)
 {
     const crew_backend_ops *o = p->be->ops;
-    o->gemm(p->be->ctx, 1, 0, in, out, n, 1.0f, x, in, dy, out, 0.0f, dkernel, out);
+    o->gemm_typed(p->be->ctx, 1, 0, in, out, n, 1.0f, x, xt, in, dy, CREW_DT_F32, out, 0.0f, dkernel, out);
     o->col_sum(p->be->ctx, dy, n, out, dbias, 0);
     if (dx) o->gemm(p->be->ctx, 0, 1, n, in, out, 1.0f, dy, out, kernel, out, 0.0f, dx, in);
+}
+
+/* Where an op writes a buffer marked bf16: the buffer itself in float32, else float scratch. */
+static float *staged(crew_layer *l, int buf, int scratch) { return l->act_bf16 ? l->work[scratch] : l->work[buf]; }
+
+/* The buffer's values, written at staged(l, buf, scratch), into the buffer as bfloat16 (bf16 only). */
+static void keep(crew_layer *l, const crew_pass *p, int buf, int scratch, int64_t count)
+{
+    if (l->act_bf16) p->be->ops->to_bf16(p->be->ctx, l->work[scratch], (crew_bf16 *)l->work[buf], count);
 }
 
 static crew_status block_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
@@ -127,18 +153,23 @@ static crew_status block_forward(crew_layer *l, const crew_pass *p, const float 
     void *ctx = p->be->ctx;
     int64_t T = T_of(l), C = C_of(l), H = l->spec.heads, n = p->rows * T;
     float **w = l->work;
-    o->layernorm_forward(ctx, x, val(l, P_LN1_G), val(l, P_LN1_B), LN_EPS, w[W_LN1], w[W_LN1_STAT],
+    const crew_dtype kt = kept_type(l);
+    o->layernorm_forward(ctx, x, val(l, P_LN1_G), val(l, P_LN1_B), LN_EPS, staged(l, W_LN1, W_DC), w[W_LN1_STAT],
                          w[W_LN1_STAT] + n, n, C);
-    dense(p, w[W_LN1], val(l, P_ATTN_K), val(l, P_ATTN_B), w[W_QKV], n, C, 3 * C);
-    o->attention_forward(ctx, w[W_QKV], w[W_ATT], w[W_ATTY], p->rows, T, H, C / H);
-    dense(p, w[W_ATTY], val(l, P_PROJ_K), val(l, P_PROJ_B), w[W_RES], n, C, C);
+    keep(l, p, W_LN1, W_DC, n * C);
+    dense(p, w[W_LN1], kt, val(l, P_ATTN_K), val(l, P_ATTN_B), w[W_QKV], n, C, 3 * C);
+    o->attention_forward(ctx, w[W_QKV], w[W_ATT], kt, w[W_DATT], staged(l, W_ATTY, W_DC), p->rows, T, H, C / H);
+    keep(l, p, W_ATTY, W_DC, n * C);
+    dense(p, w[W_ATTY], kt, val(l, P_PROJ_K), val(l, P_PROJ_B), w[W_RES], n, C, C);
     if (dropping(l, p)) drop(l, p, w[W_RES], w[W_DROP1], 1);
     o->axpby(ctx, n * C, 1.0f, x, 1.0f, w[W_RES]); /* r = x + attention branch */
-    o->layernorm_forward(ctx, w[W_RES], val(l, P_LN2_G), val(l, P_LN2_B), LN_EPS, w[W_LN2], w[W_LN2_STAT],
-                         w[W_LN2_STAT] + n, n, C);
-    dense(p, w[W_LN2], val(l, P_FC_K), val(l, P_FC_B), w[W_FC], n, C, 4 * C);
-    o->act_forward(ctx, CREW_ACT_GELU_TANH, w[W_FC], w[W_GELU], 4 * n * C);
-    dense(p, w[W_GELU], val(l, P_MLP_PROJ_K), val(l, P_MLP_PROJ_B), y, n, 4 * C, C);
+    o->layernorm_forward(ctx, w[W_RES], val(l, P_LN2_G), val(l, P_LN2_B), LN_EPS, staged(l, W_LN2, W_DC),
+                         w[W_LN2_STAT], w[W_LN2_STAT] + n, n, C);
+    keep(l, p, W_LN2, W_DC, n * C);
+    dense(p, w[W_LN2], kt, val(l, P_FC_K), val(l, P_FC_B), w[W_FC], n, C, 4 * C);
+    o->act_forward(ctx, CREW_ACT_GELU_TANH, w[W_FC], staged(l, W_GELU, W_D4C), 4 * n * C);
+    keep(l, p, W_GELU, W_D4C, 4 * n * C);
+    dense(p, w[W_GELU], kt, val(l, P_MLP_PROJ_K), val(l, P_MLP_PROJ_B), y, n, 4 * C, C);
     if (dropping(l, p)) drop(l, p, y, w[W_DROP2], 2);
     o->axpby(ctx, n * C, 1.0f, w[W_RES], 1.0f, y); /* y = r + MLP branch */
     return CREW_OK;
@@ -152,34 +183,37 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
     void *ctx = p->be->ctx;
     int64_t T = T_of(l), C = C_of(l), H = l->spec.heads, n = p->rows * T;
     float **w = l->work;
+    const crew_dtype kt = kept_type(l);
     /* MLP branch: dy reaches it (through its dropout mask) and, unchanged, the residual stream r */
     const float *dmlp = dy;
     if (dropping(l, p)) {
         o->mul(ctx, n * C, dy, w[W_DROP2], w[W_DC]);
         dmlp = w[W_DC];
     }
-    dense_back(p, w[W_GELU], dmlp, val(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_B), w[W_D4C], n,
-               4 * C, C);
-    o->act_backward(ctx, CREW_ACT_GELU_TANH, w[W_FC], w[W_GELU], w[W_D4C], w[W_D4C], 4 * n * C);
-    dense_back(p, w[W_LN2], w[W_D4C], val(l, P_FC_K), grad(l, P_FC_K), grad(l, P_FC_B), w[W_DC], n, C, 4 * C);
+    dense_back(p, w[W_GELU], kt, dmlp, val(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_B), w[W_D4C],
+               n, 4 * C, C);
+    /* GELU's derivative reads its input alone (backend.h lets y be x) */
+    o->act_backward(ctx, CREW_ACT_GELU_TANH, w[W_FC], w[W_FC], w[W_D4C], w[W_D4C], 4 * n * C);
+    dense_back(p, w[W_LN2], kt, w[W_D4C], val(l, P_FC_K), grad(l, P_FC_K), grad(l, P_FC_B), w[W_DC], n, C, 4 * C);
     o->fill(ctx, grad(l, P_LN2_G), 0.0f, C);
     o->fill(ctx, grad(l, P_LN2_B), 0.0f, C);
     o->layernorm_backward(ctx, w[W_DC], w[W_RES], val(l, P_LN2_G), w[W_LN2_STAT], w[W_LN2_STAT] + n, w[W_DRES],
                           grad(l, P_LN2_G), grad(l, P_LN2_B), n, C);
     o->axpby(ctx, n * C, 1.0f, dy, 1.0f, w[W_DRES]); /* d r = through ln_2 + the residual's dy */
-    /* attention branch; ln_2's output buffer, spent by now, takes the masked gradient */
+    /* attention branch; W_D4C, spent by now, takes the masked gradient */
     const float *dattn = w[W_DRES];
     if (dropping(l, p)) {
-        o->mul(ctx, n * C, w[W_DRES], w[W_DROP1], w[W_LN2]);
-        dattn = w[W_LN2];
+        o->mul(ctx, n * C, w[W_DRES], w[W_DROP1], w[W_D4C]);
+        dattn = w[W_D4C];
     }
-    dense_back(p, w[W_ATTY], dattn, val(l, P_PROJ_K), grad(l, P_PROJ_K), grad(l, P_PROJ_B), w[W_DC], n, C, C);
-    o->attention_backward(ctx, w[W_DC], w[W_QKV], w[W_ATT], w[W_DATT], w[W_D4C], p->rows, T, H, C / H);
-    dense_back(p, w[W_LN1], w[W_D4C], val(l, P_ATTN_K), grad(l, P_ATTN_K), grad(l, P_ATTN_B), w[W_DC], n, C, 3 * C);
+    dense_back(p, w[W_ATTY], kt, dattn, val(l, P_PROJ_K), grad(l, P_PROJ_K), grad(l, P_PROJ_B), w[W_DC], n, C, C);
+    o->attention_backward(ctx, w[W_DC], w[W_QKV], w[W_ATT], kt, w[W_DATT], w[W_D4C], p->rows, T, H, C / H);
+    dense_back(p, w[W_LN1], kt, w[W_D4C], val(l, P_ATTN_K), grad(l, P_ATTN_K), grad(l, P_ATTN_B), w[W_DC], n, C,
+               3 * C);
     o->fill(ctx, grad(l, P_LN1_G), 0.0f, C);
     o->fill(ctx, grad(l, P_LN1_B), 0.0f, C);
-    /* without a dx to write (nothing upstream trains), ln_2's output buffer, spent by now, takes it */
-    float *dxo = dx ? dx : w[W_LN2];
+    /* without a dx to write (nothing upstream trains), W_D4C, spent by now, takes it */
+    float *dxo = dx ? dx : w[W_D4C];
     o->layernorm_backward(ctx, w[W_DC], x, val(l, P_LN1_G), w[W_LN1_STAT], w[W_LN1_STAT] + n, dxo, grad(l, P_LN1_G),
                           grad(l, P_LN1_B), n, C);
     if (dx) o->axpby(ctx, n * C, 1.0f, w[W_DRES], 1.0f, dx); /* dx = through ln_1 + the residual's d r */

@@ -355,7 +355,10 @@ static crew_status copy_layers(const crew_model *m, const crew_backend *be, crew
         crew_model_free(c);
         return s;
     }
-    for (int i = 0; i < m->n_layers; i++) c->layers[i]->conv_by_library = m->layers[i]->conv_by_library;
+    for (int i = 0; i < m->n_layers; i++) {
+        c->layers[i]->conv_by_library = m->layers[i]->conv_by_library;
+        c->layers[i]->act_bf16 = m->layers[i]->act_bf16;
+    }
     memcpy(c->name, m->name, sizeof c->name);
     c->defaults = m->defaults;
     c->compile = m->compile;
@@ -618,6 +621,11 @@ int crew_model_conv_count(const crew_model *m, int before)
     int n = 0;
     for (int i = 0; i < m->n_layers && m->layers[i]->index < before; i++) n += m->layers[i]->spec.type == CREW_LAYER_CONV2D;
     return n;
+}
+
+void crew_model_set_precision(crew_model *m, int precision)
+{
+    for (int i = 0; i < m->n_layers; i++) m->layers[i]->act_bf16 = precision == CREW_PRECISION_BF16;
 }
 
 void crew_model_set_conv_ways(crew_model *m, const crew_model *whole, const char *ways)

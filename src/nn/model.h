@@ -131,6 +131,9 @@ int crew_model_conv_count(const crew_model *m, int before);
  * convolution layer of the whole model m belongs to ('l': the library; anything else or past the
  * end: im2col). m may be a pipeline stage of whole, or whole itself. */
 void crew_model_set_conv_ways(crew_model *m, const crew_model *whole, const char *ways);
+/* Sets every layer's activation storage (crew_layer.act_bf16) for a run at `precision` (a
+ * crew_precision): bfloat16 where a layer may keep one, in bf16. Before crew_model_reserve. */
+void crew_model_set_precision(crew_model *m, int precision);
 /* dst's parameters and state := src's (same layers, any two devices). */
 crew_status crew_model_copy_values(crew_model *dst, const crew_model *src);
 

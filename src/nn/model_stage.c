@@ -67,7 +67,10 @@ crew_status crew_model_stage_layers(const crew_model *full, int first, int end, 
         crew_model_free(m);
         return s;
     }
-    for (int i = first; i < end; i++) m->layers[i - first]->conv_by_library = full->layers[i]->conv_by_library;
+    for (int i = first; i < end; i++) {
+        m->layers[i - first]->conv_by_library = full->layers[i]->conv_by_library;
+        m->layers[i - first]->act_bf16 = full->layers[i]->act_bf16;
+    }
     snprintf(m->name, sizeof m->name, "%s", full->name);
     m->defaults = full->defaults;
     m->compile = full->compile;

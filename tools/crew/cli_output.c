@@ -66,8 +66,8 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
                "      of it; gradients reduce-scattered, parameters all-gathered, the same weights bit for bit\n",
                p->devices, p->devices);
     if (p->precision == CREW_PRECISION_BF16)
-        printf("      precision bf16: GEMM operands rounded to bfloat16, float32 sums; weights, gradients and\n"
-               "      optimizer state float32\n");
+        printf("      precision bf16: GEMM operands rounded to bfloat16, float32 sums; attention probabilities\n"
+               "      kept in bfloat16; weights, gradients, optimizer state and other activations float32\n");
     print_convolutions(p);
     if (p->nccl)
         printf("      collectives by NCCL, each replica on a GPU of its own%s\n",

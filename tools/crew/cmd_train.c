@@ -426,6 +426,7 @@ static void print_replica_memory(const crew_model *m, const crew_fit_result *r, 
     mo.global_batch = plan->global_batch;
     mo.optimizer_sharding = plan->shard_optimizer;
     mo.device_kind = plan->device_kind;
+    mo.precision = plan->precision;
     crew_memory_plan mp;
     crew_status s = crew_model_plan_memory(m, &mo, &mp);
     if (s) {
@@ -637,6 +638,7 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     mo.train_samples = crew_dataset_size(st->train);
     mo.optimizer_sharding = a->shard_optimizer;
     mo.device_kind = a->device_kind;
+    mo.precision = o->precision;
     crew_memory_plan p;
     crew_status s = crew_model_plan_memory(st->m, &mo, &p);
     if (s) return cli_fail("train", s);

@@ -11,12 +11,13 @@
 
 #include "backend/exp_poly.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/bf16.h"
 
-/* c = alpha · op(a) · op(b), in the device's precision (cpu_gemm.c) */
-static void gemm(void *ctx, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+/* c = alpha · op(a) · op(b), its operands rounded to bfloat16 when bf16 is 1 (cpu_gemm.c) */
+static void gemm(void *ctx, int bf16, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc)
 {
-    cpu_gemm(ctx, ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+    cpu_gemm_in(ctx, bf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
 /* One (sample, head)'s views: its q, k, v columns of qkv (leading dimension 3C), its [T, T]
@@ -51,36 +52,53 @@ static void causal_softmax(float *a, int64_t T)
     }
 }
 
-void cpu_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
-                           int64_t heads, int64_t d)
+/* With att in bfloat16 (backend.h), its products are bfloat16 GEMMs whatever the device's precision;
+ * else the device's precision. */
+static int products_in_bf16(void *ctx, crew_dtype att_type)
+{
+    return att_type == CREW_DT_BF16 || ((cpu_ctx *)ctx)->bf16;
+}
+
+void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
+                           int64_t batch, int64_t T, int64_t heads, int64_t d)
 {
     const float scale = 1.0f / sqrtf((float)d);
+    const int bf16 = ((cpu_ctx *)ctx)->bf16, bf16_att = products_in_bf16(ctx, att_type);
+    const int keep16 = att_type == CREW_DT_BF16;
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
             head_view hv = head_at(b, h, T, heads, d);
             const int64_t C = hv.C, ld = hv.ld;
             const float *q = qkv + hv.qkv, *k = q + C, *v = q + 2 * C;
-            float *a = att + hv.att;
-            gemm(ctx, 0, 1, T, T, d, scale, q, ld, k, ld, a, T); /* a = q·kᵀ/√d  [T, T] */
+            float *a = (keep16 ? scores : (float *)att) + hv.att;
+            gemm(ctx, bf16, 0, 1, T, T, d, scale, q, ld, k, ld, a, T); /* a = q·kᵀ/√d  [T, T] */
             causal_softmax(a, T);
-            gemm(ctx, 0, 0, T, d, T, 1.0f, a, T, v, ld, y + hv.out, C); /* y_h = a·v  [T, d] */
+            if (keep16) { /* att keeps them in bfloat16; the product below rounds a to the same values */
+                crew_bf16 *a16 = (crew_bf16 *)att + hv.att;
+                for (int64_t i = 0; i < T * T; i++) a16[i] = crew_bf16_bits(a[i]);
+            }
+            gemm(ctx, bf16_att, 0, 0, T, d, T, 1.0f, a, T, v, ld, y + hv.out, C); /* y_h = a·v  [T, d] */
         }
 }
 
-void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
-                            float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
+void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,
+                            float *datt, float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
 {
     const float scale = 1.0f / sqrtf((float)d);
+    const int bf16 = ((cpu_ctx *)ctx)->bf16, bf16_att = products_in_bf16(ctx, att_type);
     for (int64_t b = 0; b < batch; b++)
         for (int64_t h = 0; h < heads; h++) {
             head_view hv = head_at(b, h, T, heads, d);
             const int64_t C = hv.C, ld = hv.ld;
             const float *q = qkv + hv.qkv, *k = q + C, *v = q + 2 * C;
-            const float *a = att + hv.att, *dyh = dy + hv.out;
+            const float *a = att_type == CREW_DT_BF16 ? cpu_widened(ctx, 0, (const crew_bf16 *)att + hv.att, T * T)
+                                                      : (const float *)att + hv.att;
+            if (!a) return; /* no room to widen: out_of_memory is the device's pending error */
+            const float *dyh = dy + hv.out;
             float *da = datt + hv.att;
             float *dq = dqkv + hv.qkv, *dk = dq + C, *dv = dq + 2 * C;
-            gemm(ctx, 0, 1, T, T, d, 1.0f, dyh, C, v, ld, da, T); /* d att = dy_h · vᵀ  [T, T] */
-            gemm(ctx, 1, 0, T, d, T, 1.0f, a, T, dyh, C, dv, ld); /* dv = attᵀ · dy_h  [T, d] */
+            gemm(ctx, bf16, 0, 1, T, T, d, 1.0f, dyh, C, v, ld, da, T);     /* d att = dy_h · vᵀ  [T, T] */
+            gemm(ctx, bf16_att, 1, 0, T, d, T, 1.0f, a, T, dyh, C, dv, ld); /* dv = attᵀ · dy_h  [T, d] */
             /* through the softmax: ds = att ⊙ (d att − Σ_s att·d att), row by row; 0 above the diagonal */
             for (int64_t t = 0; t < T; t++) {
                 const float *ar = a + t * T;
@@ -90,7 +108,7 @@ void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const 
                 for (int64_t s = 0; s <= t; s++) dr[s] = ar[s] * (dr[s] - dot);
                 for (int64_t s = t + 1; s < T; s++) dr[s] = 0.0f;
             }
-            gemm(ctx, 0, 0, T, d, T, scale, da, T, k, ld, dq, ld); /* dq = ds · k / √d */
-            gemm(ctx, 1, 0, T, d, T, scale, da, T, q, ld, dk, ld); /* dk = dsᵀ · q / √d */
+            gemm(ctx, bf16, 0, 0, T, d, T, scale, da, T, k, ld, dq, ld); /* dq = ds · k / √d */
+            gemm(ctx, bf16, 1, 0, T, d, T, scale, da, T, q, ld, dk, ld); /* dk = dsᵀ · q / √d */
         }
 }

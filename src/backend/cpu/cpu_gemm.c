@@ -1,5 +1,5 @@
 /* cpu_gemm.c — the CPU backend's GEMM: OpenBLAS's sgemm, in float32 or with its operands rounded
- * to bfloat16 first (--precision bf16).
+ * to bfloat16 first (--precision bf16); and the bfloat16 activations a bf16 run keeps.
  *
  * bfloat16 products are exact in float32 (8-bit significands), so rounding the operands and
  * running sgemm gives what a GPU's bfloat16 tensor cores compute up to the order of the float32
@@ -36,7 +36,14 @@ void cpu_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t
               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     cpu_ctx *x = ctx;
-    if (x && x->bf16 && m > 0 && n > 0 && k > 0) {
+    cpu_gemm_in(ctx, x && x->bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void cpu_gemm_in(void *ctx, int bf16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    cpu_ctx *x = ctx;
+    if (x && bf16 && m > 0 && n > 0 && k > 0) {
         /* op(a) is [m, k]: a holds m × k, or k × m when transposed; likewise b */
         const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
         const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
@@ -71,11 +78,52 @@ crew_status cpu_take_failure(void *ctx)
     cpu_ctx *x = ctx;
     if (!x || !x->out_of_memory) return CREW_OK;
     x->out_of_memory = 0;
-    return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "cpu backend: no memory for the bfloat16 copies of a GEMM's operands");
+    return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "cpu backend: no memory for bfloat16 copies (a GEMM's operands "
+                       "rounded, or bfloat16 activations widened)");
+}
+
+float *cpu_widened(cpu_ctx *c, int slot, const crew_bf16 *x, int64_t n)
+{
+    if ((size_t)n > c->cap_widen[slot]) {
+        float *grown = realloc(c->widen[slot], (size_t)(n ? n : 1) * sizeof *grown);
+        if (!grown) {
+            c->out_of_memory = 1;
+            return NULL;
+        }
+        c->widen[slot] = grown;
+        c->cap_widen[slot] = (size_t)n;
+    }
+    for (int64_t i = 0; i < n; i++) c->widen[slot][i] = crew_bf16_widen(x[i]);
+    return c->widen[slot];
+}
+
+/* A bfloat16 operand widened to float is exact, and rounding it again changes nothing: sgemm on
+ * the widened values with the other operand rounded is the bfloat16 GEMM (backend.h). */
+void cpu_gemm_typed(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                    crew_dtype a_type, int64_t lda, const void *b, crew_dtype b_type, int64_t ldb, float beta, float *c,
+                    int64_t ldc)
+{
+    cpu_ctx *x = ctx;
+    const int a16 = a_type == CREW_DT_BF16, b16 = b_type == CREW_DT_BF16;
+    const float *fa = a, *fb = b;
+    if (a16 && m > 0 && k > 0) /* the span of its rows: (rows − 1)·ld + cols values */
+        fa = cpu_widened(x, 0, a, ((trans_a ? k : m) - 1) * lda + (trans_a ? m : k));
+    if (b16 && k > 0 && n > 0)
+        fb = cpu_widened(x, 1, b, ((trans_b ? n : k) - 1) * ldb + (trans_b ? k : n));
+    if (!fa || !fb) return; /* out_of_memory is the device's pending error */
+    cpu_gemm_in(ctx, x->bf16 || a16 || b16, trans_a, trans_b, m, n, k, alpha, fa, lda, fb, ldb, beta, c, ldc);
+}
+
+void cpu_to_bf16(void *ctx, const float *x, crew_bf16 *y, int64_t n)
+{
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) y[i] = crew_bf16_bits(x[i]);
 }
 
 void cpu_gemm_free(cpu_ctx *c)
 {
     free(c->round_a);
     free(c->round_b);
+    free(c->widen[0]);
+    free(c->widen[1]);
 }

@@ -71,6 +71,7 @@ static const char *dtype_name(crew_dtype t)
     case CREW_DT_F64: return "float64";
     case CREW_DT_I32: return "int32";
     case CREW_DT_I64: return "int64";
+    case CREW_DT_BF16: return "bfloat16";
     }
     return "?";
 }
@@ -534,6 +535,40 @@ static void guard_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n
     if (c.ok) crew_cpu_ops.gemm(c.cpu, trans_a, trans_b, m, n, k, alpha, sa, lda, sb, ldb, beta, sc, ldc);
 }
 
+/* an operand of either type (gemm_typed) */
+static int float_type_ok(op_call *c, const char *name, crew_dtype t)
+{
+    if (t == CREW_DT_F32 || t == CREW_DT_BF16 || !c->ok) return c->ok;
+    c->ok = 0;
+    keep_error(c->g, crew_errorf(CREW_CODE_INTERNAL, "cpu-guarded: %s: operand '%s' must be float32 or bfloat16, "
+                                 "got %s", c->op, name, dtype_name(t)));
+    return 0;
+}
+
+static void guard_gemm_typed(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                             const void *a, crew_dtype a_type, int64_t lda, const void *b, crew_dtype b_type,
+                             int64_t ldb, float beta, float *cm, int64_t ldc)
+{
+    op_call c = begin(ctx, "gemm_typed");
+    const void *sa = float_type_ok(&c, "a", a_type)
+                         ? operand(&c, "a", a, trans_a ? matrix_extent(k, m, lda) : matrix_extent(m, k, lda), a_type)
+                         : a;
+    const void *sb = float_type_ok(&c, "b", b_type)
+                         ? operand(&c, "b", b, trans_b ? matrix_extent(n, k, ldb) : matrix_extent(k, n, ldb), b_type)
+                         : b;
+    float *sc = f32(&c, "c", cm, matrix_extent(m, n, ldc));
+    if (c.ok)
+        crew_cpu_ops.gemm_typed(c.cpu, trans_a, trans_b, m, n, k, alpha, sa, a_type, lda, sb, b_type, ldb, beta, sc, ldc);
+}
+
+static void guard_to_bf16(void *ctx, const float *x, crew_bf16 *y, int64_t n)
+{
+    op_call c = begin(ctx, "to_bf16");
+    const float *sx = f32(&c, "x", x, n);
+    crew_bf16 *sy = operand(&c, "y", y, n, CREW_DT_BF16);
+    if (c.ok) crew_cpu_ops.to_bf16(c.cpu, sx, sy, n);
+}
+
 static void guard_axpby(void *ctx, int64_t n, float alpha, const float *x, float beta, float *y)
 {
     op_call c = begin(ctx, "axpby");
@@ -758,28 +793,40 @@ static void guard_layernorm_backward(void *ctx, const float *dy, const float *x,
 
 /* ---- attention */
 
-static void guard_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
-                                    int64_t heads, int64_t d)
+/* att of either element type, and the scores its bfloat16 form needs (backend.h) */
+static int att_type_ok(op_call *c, crew_dtype t)
 {
-    op_call c = begin(ctx, "attention_forward");
-    int64_t bt = times(batch, T), ch = times(heads, d);
-    const float *sqkv = f32(&c, "qkv", qkv, times(bt, times(3, ch)));
-    float *satt = f32(&c, "att", att, times(times(batch, heads), times(T, T)));
-    float *sy = f32(&c, "y", y, times(bt, ch));
-    if (c.ok) crew_cpu_ops.attention_forward(c.cpu, sqkv, satt, sy, batch, T, heads, d);
+    if (t == CREW_DT_F32 || t == CREW_DT_BF16 || !c->ok) return c->ok;
+    c->ok = 0;
+    keep_error(c->g, crew_errorf(CREW_CODE_INTERNAL, "cpu-guarded: %s: att's element type must be float32 or "
+                                 "bfloat16, got %s", c->op, dtype_name(t)));
+    return 0;
 }
 
-static void guard_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
-                                     float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
+static void guard_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores,
+                                    float *y, int64_t batch, int64_t T, int64_t heads, int64_t d)
+{
+    op_call c = begin(ctx, "attention_forward");
+    int64_t bt = times(batch, T), ch = times(heads, d), sq = times(times(batch, heads), times(T, T));
+    const float *sqkv = f32(&c, "qkv", qkv, times(bt, times(3, ch)));
+    void *satt = att_type_ok(&c, att_type) ? operand(&c, "att", att, sq, att_type) : att;
+    float *sscores = att_type == CREW_DT_BF16 ? f32(&c, "scores", scores, sq) : scores;
+    float *sy = f32(&c, "y", y, times(bt, ch));
+    if (c.ok) crew_cpu_ops.attention_forward(c.cpu, sqkv, satt, att_type, sscores, sy, batch, T, heads, d);
+}
+
+static void guard_attention_backward(void *ctx, const float *dy, const float *qkv, const void *att,
+                                     crew_dtype att_type, float *datt, float *dqkv, int64_t batch, int64_t T,
+                                     int64_t heads, int64_t d)
 {
     op_call c = begin(ctx, "attention_backward");
     int64_t bt = times(batch, T), ch = times(heads, d), sq = times(times(batch, heads), times(T, T));
     const float *sdy = f32(&c, "dy", dy, times(bt, ch));
     const float *sqkv = f32(&c, "qkv", qkv, times(bt, times(3, ch)));
-    const float *satt = f32(&c, "att", att, sq);
+    const void *satt = att_type_ok(&c, att_type) ? operand(&c, "att", att, sq, att_type) : att;
     float *sdatt = f32(&c, "datt", datt, sq);
     float *sdqkv = f32(&c, "dqkv", dqkv, times(bt, times(3, ch)));
-    if (c.ok) crew_cpu_ops.attention_backward(c.cpu, sdy, sqkv, satt, sdatt, sdqkv, batch, T, heads, d);
+    if (c.ok) crew_cpu_ops.attention_backward(c.cpu, sdy, sqkv, satt, att_type, sdatt, sdqkv, batch, T, heads, d);
 }
 
 /* ---- embedding and loss */
@@ -935,6 +982,8 @@ static void guard_conv_backward_filter(void *ctx, const float *x, const float *d
     .copy = guard_copy, \
     .fill = guard_fill, \
     .gemm = guard_gemm, \
+    .gemm_typed = guard_gemm_typed, \
+    .to_bf16 = guard_to_bf16, \
     .axpby = guard_axpby, \
     .mul = guard_mul, \
     .broadcast_rows = guard_broadcast_rows, \

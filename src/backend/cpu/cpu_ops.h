@@ -15,6 +15,8 @@ typedef struct cpu_ctx {
     int bf16;                   /* GEMM operands rounded to bfloat16 (configure) */
     float *round_a, *round_b;   /* their copies, grown as needed; the rank's thread alone computes */
     size_t cap_a, cap_b;
+    float *widen[2];            /* bfloat16 activations widened to float for an op (cpu_widened) */
+    size_t cap_widen[2];
     int out_of_memory;          /* a GEMM found no room for its copies: the next sync, download or
                                    softmax_xent fails (the CPU runs every op at once and has no other
                                    way to fail one) */
@@ -23,6 +25,16 @@ typedef struct cpu_ctx {
 /* cpu_gemm.c: c[m, n] = alpha · op(a) · op(b) + beta · c (backend.h), in the device's precision */
 void cpu_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* the same with its operands rounded to bfloat16 when bf16 is 1, whatever the device's precision */
+void cpu_gemm_in(void *ctx, int bf16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* n bfloat16 values as floats, in the context's buffer `slot` (0 or 1; valid until its next use);
+ * NULL when there is no room (out_of_memory is set) */
+float *cpu_widened(cpu_ctx *c, int slot, const crew_bf16 *x, int64_t n);
+void cpu_gemm_typed(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                    crew_dtype a_type, int64_t lda, const void *b, crew_dtype b_type, int64_t ldb, float beta, float *c,
+                    int64_t ldc);
+void cpu_to_bf16(void *ctx, const float *x, crew_bf16 *y, int64_t n);
 crew_status cpu_configure(void *ctx, const crew_device_options *o);
 /* The failure a GEMM left (out_of_memory), then cleared; CREW_OK without one. */
 crew_status cpu_take_failure(void *ctx);
@@ -76,10 +88,10 @@ void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const fl
                             int64_t rows, int64_t c);
 
 /* cpu_attention.c */
-void cpu_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
-                           int64_t heads, int64_t head_dim);
-void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
-                            float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
+                           int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,
+                            float *datt, float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
 
 /* cpu_loss.c */
 crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,

@@ -514,27 +514,41 @@ static const __nv_bfloat16 *rounded_operand(cuda_ctx *c, int which, const float 
     return y;
 }
 
-void cuda_gemm_strided(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                       int64_t lda, int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float beta,
-                       float *out, int64_t ldc, int64_t stride_c, int64_t count)
+void cuda_gemm_typed(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                     crew_dtype a_type, int64_t lda, int64_t stride_a, const void *b, crew_dtype b_type, int64_t ldb,
+                     int64_t stride_b, float beta, float *out, int64_t ldc, int64_t stride_c, int64_t count)
 {
     if (m <= 0 || n <= 0 || count <= 0) return;
     cublasStatus_t st;
     const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    if (c->bf16) { /* the CPU's bf16: operands rounded to nearest even, bfloat16 GEMM, float32 sums */
-        const __nv_bfloat16 *ra = rounded_operand(c, 0, a, ta ? k : m, ta ? m : k, lda, stride_a, count);
-        const __nv_bfloat16 *rb = rounded_operand(c, 1, b, tb ? n : k, tb ? k : n, ldb, stride_b, count);
+    const int a16 = a_type == CREW_DT_BF16, b16 = b_type == CREW_DT_BF16;
+    if (c->bf16 || a16 || b16) { /* the CPU's bf16: operands rounded to nearest even, bfloat16 GEMM, float32 sums */
+        const __nv_bfloat16 *ra = a16 ? (const __nv_bfloat16 *)a
+                                      : rounded_operand(c, 0, (const float *)a, ta ? k : m, ta ? m : k, lda, stride_a,
+                                                        count);
+        const __nv_bfloat16 *rb = b16 ? (const __nv_bfloat16 *)b
+                                      : rounded_operand(c, 1, (const float *)b, tb ? n : k, tb ? k : n, ldb, stride_b,
+                                                        count);
         if (!ra || !rb) return;
         st = cublasGemmStridedBatchedEx(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, rb, CUDA_R_16BF, (int)ldb,
                                         stride_b, ra, CUDA_R_16BF, (int)lda, stride_a, &beta, out, CUDA_R_32F, (int)ldc,
                                         stride_c, (int)count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     } else if (count == 1)
-        st = cublasSgemm(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, b, (int)ldb, a, (int)lda, &beta, out,
-                         (int)ldc);
+        st = cublasSgemm(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, (const float *)b, (int)ldb,
+                         (const float *)a, (int)lda, &beta, out, (int)ldc);
     else
-        st = cublasSgemmStridedBatched(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, b, (int)ldb, stride_b, a,
-                                       (int)lda, stride_a, &beta, out, (int)ldc, stride_c, (int)count);
+        st = cublasSgemmStridedBatched(c->blas, opb, opa, (int)n, (int)m, (int)k, &alpha, (const float *)b, (int)ldb,
+                                       stride_b, (const float *)a, (int)lda, stride_a, &beta, out, (int)ldc, stride_c,
+                                       (int)count);
     if (st != CUBLAS_STATUS_SUCCESS) cuda_note(c, cudaErrorUnknown, "cuBLAS sgemm");
+}
+
+void cuda_gemm_strided(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                       int64_t lda, int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float beta,
+                       float *out, int64_t ldc, int64_t stride_c, int64_t count)
+{
+    cuda_gemm_typed(c, ta, tb, m, n, k, alpha, a, CREW_DT_F32, lda, stride_a, b, CREW_DT_F32, ldb, stride_b, beta, out,
+                    ldc, stride_c, count);
 }
 
 static void cuda_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -544,6 +558,24 @@ static void cuda_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n,
     cuda_ctx *c = (cuda_ctx *)ctx;
     cuda_enter(c);
     cuda_gemm_strided(c, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c_out, ldc, 0, 1);
+}
+
+static void cuda_gemm_typed_op(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                               const void *a, crew_dtype a_type, int64_t lda, const void *b, crew_dtype b_type,
+                               int64_t ldb, float beta, float *c_out, int64_t ldc)
+{
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    cuda_enter(c);
+    cuda_gemm_typed(c, trans_a, trans_b, m, n, k, alpha, a, a_type, lda, 0, b, b_type, ldb, 0, beta, c_out, ldc, 0, 1);
+}
+
+static void cuda_to_bf16(void *ctx, const float *x, crew_bf16 *y, int64_t n)
+{
+    cuda_ctx *c = (cuda_ctx *)ctx;
+    cuda_enter(c);
+    if (n <= 0) return;
+    k_to_bf16<<<cuda_blocks(n), CUDA_THREADS, 0, c->stream>>>(x, (__nv_bfloat16 *)y, n);
+    cuda_launched(c, "to_bf16");
 }
 
 static crew_status cuda_configure(void *ctx, const crew_device_options *o)
@@ -580,6 +612,8 @@ static const crew_backend_ops cuda_ops = {
     /* .copy */ cuda_copy,
     /* .fill */ cuda_fill,
     /* .gemm */ cuda_gemm,
+    /* .gemm_typed */ cuda_gemm_typed_op,
+    /* .to_bf16 */ cuda_to_bf16,
     /* .axpby */ cuda_axpby,
     /* .mul */ cuda_mul,
     /* .broadcast_rows */ cuda_broadcast_rows,

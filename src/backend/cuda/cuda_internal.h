@@ -109,10 +109,10 @@ void cuda_layernorm_forward(void *ctx, const float *x, const float *gamma, const
                             float *mean, float *rstd, int64_t rows, int64_t c);
 void cuda_layernorm_backward(void *ctx, const float *dy, const float *x, const float *gamma, const float *mean,
                              const float *rstd, float *dx, float *dgamma, float *dbeta, int64_t rows, int64_t c);
-void cuda_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
-                            int64_t heads, int64_t head_dim);
-void cuda_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
-                             float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+void cuda_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
+                            int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+void cuda_attention_backward(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,
+                             float *datt, float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
 crew_status cuda_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
                                    int64_t rows, int64_t dim, int64_t *bad);
 void cuda_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t vocab, int64_t rows,
@@ -130,6 +130,12 @@ void cuda_adamw_update(void *ctx, float *param, const float *grad, float *m, flo
 void cuda_gemm_strided(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                        int64_t lda, int64_t stride_a, const float *b, int64_t ldb, int64_t stride_b, float beta,
                        float *out, int64_t ldc, int64_t stride_c, int64_t count);
+/* The same with each operand's element type (CREW_DT_F32 or CREW_DT_BF16, a bfloat16 activation
+ * taken as it is): a bfloat16 GEMM, float operands rounded, when either is bfloat16 or the device
+ * runs in bf16; else float32. */
+void cuda_gemm_typed(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
+                     crew_dtype a_type, int64_t lda, int64_t stride_a, const void *b, crew_dtype b_type, int64_t ldb,
+                     int64_t stride_b, float beta, float *out, int64_t ldc, int64_t stride_c, int64_t count);
 /* The per-row flags of a counting op summed in order into *out (synchronous): rows flags at c->d_count. */
 crew_status cuda_count_flags(cuda_ctx *c, int64_t rows, int64_t *out, const char *what);
 /* c->d_count holds at least rows flags afterwards. */

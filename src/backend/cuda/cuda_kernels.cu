@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include <cub/cub.cuh>
+#include <cuda_bf16.h>
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/exp_poly.h"
@@ -665,12 +666,22 @@ void cuda_layernorm_backward(void *ctx, const float *dy, const float *x, const f
 
 /* ------------------------------------------------------------------ causal self-attention */
 
-/* Row (b, h, t) of att becomes softmax over s ≤ t of its scores, zeros above the diagonal. */
-__global__ void k_causal_softmax(float *att, int64_t rows, int64_t T)
+/* att's two element types (backend.h): float32, or bfloat16 rounded to nearest even */
+__device__ static inline void store_att(float *p, float v) { *p = v; }
+__device__ static inline void store_att(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ static inline float load_att(const float *p) { return *p; }
+__device__ static inline float load_att(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+
+/* Row (b, h, t) of the scores becomes softmax over s ≤ t in att, zeros above the diagonal. The
+ * exponentials go back into the scores first (scores == att for float32 att, in place), so that a
+ * bfloat16 att rounds the float32 quotient, as the CPU does. */
+template <typename A>
+__global__ void k_causal_softmax(float *scores, A *att, int64_t rows, int64_t T)
 {
     FOR_EACH_ROW(i, rows) {
         int64_t t = i % T;
-        float *row = att + i * T;
+        float *row = scores + i * T;
+        A *out = att + i * T;
         float mx = row[0]; /* a maximum is exact in any order */
         for (int64_t s = LANE; s <= t; s += ROW_LANES) mx = row[s] > mx ? row[s] : mx;
         mx = warp_max(mx);
@@ -681,64 +692,78 @@ __global__ void k_causal_softmax(float *att, int64_t rows, int64_t T)
             sum += e;
         }
         float inv = 1.0f / warp_sum(sum);
-        for (int64_t s = LANE; s <= t; s += ROW_LANES) row[s] *= inv;
-        for (int64_t s = t + 1 + LANE; s < T; s += ROW_LANES) row[s] = 0.0f;
+        for (int64_t s = LANE; s <= t; s += ROW_LANES) store_att(&out[s], row[s] * inv);
+        for (int64_t s = t + 1 + LANE; s < T; s += ROW_LANES) store_att(&out[s], 0.0f);
     }
 }
 
 /* Through the softmax, row by row: ds = att ⊙ (datt − Σ_s att·datt), 0 above the diagonal. */
-__global__ void k_softmax_backward_rows(const float *att, float *datt, int64_t rows, int64_t T)
+template <typename A>
+__global__ void k_softmax_backward_rows(const A *att, float *datt, int64_t rows, int64_t T)
 {
     FOR_EACH_ROW(i, rows) {
         int64_t t = i % T;
-        const float *ar = att + i * T;
+        const A *ar = att + i * T;
         float *dr = datt + i * T;
         float dot = 0.0f;
-        for (int64_t s = LANE; s <= t; s += ROW_LANES) dot += ar[s] * dr[s];
+        for (int64_t s = LANE; s <= t; s += ROW_LANES) dot += load_att(&ar[s]) * dr[s];
         dot = warp_sum(dot);
-        for (int64_t s = LANE; s <= t; s += ROW_LANES) dr[s] = ar[s] * (dr[s] - dot);
+        for (int64_t s = LANE; s <= t; s += ROW_LANES) dr[s] = load_att(&ar[s]) * (dr[s] - dot);
         for (int64_t s = t + 1 + LANE; s < T; s += ROW_LANES) dr[s] = 0.0f;
     }
 }
 
 /* Per sample, the heads as one strided batch of GEMMs: head h of qkv starts h·d columns in (the
- * matrices of a batch are d apart), of att T·T apart, of y d apart. */
-void cuda_attention_forward(void *ctx, const float *qkv, float *att, float *y, int64_t batch, int64_t T,
-                            int64_t heads, int64_t d)
+ * matrices of a batch are d apart), of att T·T apart, of y d apart. A bfloat16 att is read by its
+ * two products as it is (cuda_gemm_typed: bfloat16 GEMMs). */
+void cuda_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
+                            int64_t batch, int64_t T, int64_t heads, int64_t d)
 {
     cuda_ctx *c = enter(ctx);
-    const int64_t C = heads * d, ld = 3 * C;
+    const int64_t C = heads * d, ld = 3 * C, sq = heads * T * T, rows = batch * heads * T;
     const float scale = 1.0f / sqrtf((float)d);
+    const int a16 = att_type == CREW_DT_BF16;
+    float *s = a16 ? scores : (float *)att;
     for (int64_t b = 0; b < batch; b++) {
         const float *q = qkv + b * T * ld, *k = q + C;
-        float *a = att + b * heads * T * T;
-        cuda_gemm_strided(c, 0, 1, T, T, d, scale, q, ld, d, k, ld, d, 0.0f, a, T, T * T, heads);
+        cuda_gemm_strided(c, 0, 1, T, T, d, scale, q, ld, d, k, ld, d, 0.0f, s + b * sq, T, T * T, heads);
     }
-    k_causal_softmax LAUNCH_ROWS(c, batch * heads * T)(att, batch * heads * T, T);
+    if (a16)
+        k_causal_softmax<__nv_bfloat16> LAUNCH_ROWS(c, rows)(s, (__nv_bfloat16 *)att, rows, T);
+    else
+        k_causal_softmax<float> LAUNCH_ROWS(c, rows)(s, s, rows, T);
     cuda_launched(c, "attention softmax");
+    const size_t esize = crew_dtype_size(att_type);
     for (int64_t b = 0; b < batch; b++) {
         const float *v = qkv + b * T * ld + 2 * C;
-        cuda_gemm_strided(c, 0, 0, T, d, T, 1.0f, att + b * heads * T * T, T, T * T, v, ld, d, 0.0f, y + b * T * C, C,
-                          d, heads);
+        const void *ab = (const char *)att + (size_t)(b * sq) * esize;
+        cuda_gemm_typed(c, 0, 0, T, d, T, 1.0f, ab, att_type, T, T * T, v, CREW_DT_F32, ld, d, 0.0f, y + b * T * C, C,
+                        d, heads);
     }
 }
 
-void cuda_attention_backward(void *ctx, const float *dy, const float *qkv, const float *att, float *datt,
-                             float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
+void cuda_attention_backward(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,
+                             float *datt, float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
 {
     cuda_ctx *c = enter(ctx);
-    const int64_t C = heads * d, ld = 3 * C;
+    const int64_t C = heads * d, ld = 3 * C, sq = heads * T * T, rows = batch * heads * T;
     const float scale = 1.0f / sqrtf((float)d);
+    const size_t esize = crew_dtype_size(att_type);
     for (int64_t b = 0; b < batch; b++) {
-        const float *v = qkv + b * T * ld + 2 * C, *a = att + b * heads * T * T, *dyb = dy + b * T * C;
-        float *da = datt + b * heads * T * T, *dv = dqkv + b * T * ld + 2 * C;
+        const float *v = qkv + b * T * ld + 2 * C, *dyb = dy + b * T * C;
+        const void *a = (const char *)att + (size_t)(b * sq) * esize;
+        float *da = datt + b * sq, *dv = dqkv + b * T * ld + 2 * C;
         cuda_gemm_strided(c, 0, 1, T, T, d, 1.0f, dyb, C, d, v, ld, d, 0.0f, da, T, T * T, heads); /* dy·vᵀ */
-        cuda_gemm_strided(c, 1, 0, T, d, T, 1.0f, a, T, T * T, dyb, C, d, 0.0f, dv, ld, d, heads); /* attᵀ·dy */
+        cuda_gemm_typed(c, 1, 0, T, d, T, 1.0f, a, att_type, T, T * T, dyb, CREW_DT_F32, C, d, 0.0f, dv, ld, d,
+                        heads); /* attᵀ·dy */
     }
-    k_softmax_backward_rows LAUNCH_ROWS(c, batch * heads * T)(att, datt, batch * heads * T, T);
+    if (att_type == CREW_DT_BF16)
+        k_softmax_backward_rows<__nv_bfloat16> LAUNCH_ROWS(c, rows)((const __nv_bfloat16 *)att, datt, rows, T);
+    else
+        k_softmax_backward_rows<float> LAUNCH_ROWS(c, rows)((const float *)att, datt, rows, T);
     cuda_launched(c, "attention softmax backward");
     for (int64_t b = 0; b < batch; b++) {
-        const float *q = qkv + b * T * ld, *k = q + C, *da = datt + b * heads * T * T;
+        const float *q = qkv + b * T * ld, *k = q + C, *da = datt + b * sq;
         float *dq = dqkv + b * T * ld, *dk = dq + C;
         cuda_gemm_strided(c, 0, 0, T, d, T, scale, da, T, T * T, k, ld, d, 0.0f, dq, ld, d, heads); /* ds·k/√d */
         cuda_gemm_strided(c, 1, 0, T, d, T, scale, da, T, T * T, q, ld, d, 0.0f, dk, ld, d, heads); /* dsᵀ·q/√d */
