@@ -13,6 +13,7 @@
  *   is the one statement of the model's own buffers);
  * - a training pass over every layer type with workspace reserved this way (the sizes suffice);
  * - a GPT's transformer block, its attention probabilities float32 and (--precision bf16) bfloat16;
+ * - the layers' scratch shared in a model: one buffer per slot, the largest any layer asks for;
  * - layer norm behind parameter-free layers (dropout, flatten): the model's backward passes it no
  *   dx there just as at layer 0, so it needs its spare input-gradient buffer there too; the
  *   sizes, a training pass and a few steps of crew_model_fit (two replicas: clones) show it has. */
@@ -128,15 +129,16 @@ static crew_model *token_model(void)
     return m;
 }
 
-/* A GPT: token embedding [9 positions, 8] → transformer block (2 heads) → layer norm → LM head
- * over 50 tokens; gpt_model_bf16 is the same set for --precision bf16 (crew_model_set_precision),
+/* A GPT: token embedding [9 positions, 8] → two transformer blocks (2 heads) → layer norm → LM
+ * head over 50 tokens; gpt_model_bf16 is the same set for --precision bf16 (crew_model_set_precision),
  * whose block keeps its attention probabilities in bfloat16. */
 static crew_model *gpt_model(void)
 {
     crew_model *m = NULL;
     crew_layer_spec layers[] = {
         {.type = CREW_LAYER_GPT_EMBEDDING, .vocab = 50, .dim = 8},
-        {.type = CREW_LAYER_TRANSFORMER_BLOCK, .heads = 2, .blocks = 1},
+        {.type = CREW_LAYER_TRANSFORMER_BLOCK, .heads = 2, .blocks = 2},
+        {.type = CREW_LAYER_TRANSFORMER_BLOCK, .heads = 2, .blocks = 2},
         {.type = CREW_LAYER_LAYER_NORM, .epsilon = 1e-5f},
         {.type = CREW_LAYER_LM_HEAD},
     };
@@ -232,21 +234,23 @@ static void gpt_block_want(int64_t rows, int bf16, int64_t want[CREW_LAYER_MAX_W
 
 static void check_gpt_sizes(const crew_model *m)
 {
-    const crew_layer *block = m->layers[1];
-    for (int64_t rows = 1; rows <= 64; rows *= 4)
-        for (int as = 0; as < 2; as++) { /* as the layer is set, then the planner's view of the other precision */
-            int bf16 = as ? !block->act_bf16 : block->act_bf16;
-            int64_t want[CREW_LAYER_MAX_WORK], got[CREW_LAYER_MAX_WORK];
-            gpt_block_want(rows, bf16, want);
-            if (as)
-                crew_layer_workspace_as(block, rows, bf16, got);
-            else
-                crew_layer_workspace(block, rows, got);
-            for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
-                CHECK_MSG(got[k] == want[k], "transformer block (%s%s), %lld rows: work[%d] %lld, expected %lld",
-                          bf16 ? "bf16" : "fp32", as ? ", crew_layer_workspace_as" : "", (long long)rows, k,
-                          (long long)got[k], (long long)want[k]);
-        }
+    for (int b = 1; b <= 2; b++) { /* the two blocks */
+        const crew_layer *block = m->layers[b];
+        for (int64_t rows = 1; rows <= 64; rows *= 4)
+            for (int as = 0; as < 2; as++) { /* as the layer is set, then the planner's view of the other */
+                int bf16 = as ? !block->act_bf16 : block->act_bf16;
+                int64_t want[CREW_LAYER_MAX_WORK], got[CREW_LAYER_MAX_WORK];
+                gpt_block_want(rows, bf16, want);
+                if (as)
+                    crew_layer_workspace_as(block, rows, bf16, got);
+                else
+                    crew_layer_workspace(block, rows, got);
+                for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
+                    CHECK_MSG(got[k] == want[k], "block %d (%s%s), %lld rows: work[%d] %lld, expected %lld", b,
+                              bf16 ? "bf16" : "fp32", as ? ", crew_layer_workspace_as" : "", (long long)rows, k,
+                              (long long)got[k], (long long)want[k]);
+            }
+    }
 }
 
 /* The spare dx buffer follows needs_input_grad, which is 0 up to the first layer with trainable
@@ -274,6 +278,34 @@ static int precision_of(const crew_model *m)
     return m->n_layers > 0 && m->layers[0]->act_bf16 ? CREW_PRECISION_BF16 : CREW_PRECISION_FP32;
 }
 
+/* A model's layers share their scratch (crew_layer_ops.scratch): after crew_model_reserve, every
+ * layer with slot k's scratch points at the model's one buffer for it, which is as large as the
+ * largest asks, and no other slot is shared. m is a fresh model, freed here. */
+static void check_scratch_shared(crew_model *m, const char *what)
+{
+    CHECK_OK(crew_model_reserve(m, 5));
+    int64_t sizes[CREW_LAYER_MAX_WORK];
+    crew_model_scratch_sizes(m, 5, -1, sizes);
+    int shared = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const crew_layer *l = m->layers[i];
+        int64_t n[CREW_LAYER_MAX_WORK];
+        crew_layer_workspace(l, 5, n);
+        for (int k = 0; k < CREW_LAYER_MAX_WORK; k++) {
+            int scratch = (l->ops->scratch >> k) & 1;
+            if (n[k] <= 0) continue;
+            CHECK_MSG((l->work[k] == m->scratch[k]) == scratch && (int)((l->work_shared >> k) & 1u) == scratch,
+                      "%s: layer %d (%s), work[%d]: shared %d, scratch %d", what, i, l->name, k,
+                      l->work[k] == m->scratch[k], scratch);
+            CHECK_MSG(!scratch || n[k] <= sizes[k], "%s: layer %d, work[%d]: %lld values, the shared buffer %lld",
+                      what, i, k, (long long)n[k], (long long)sizes[k]);
+            shared += scratch;
+        }
+    }
+    CHECK_MSG(shared > 0, "%s: no layer shares scratch", what);
+    crew_model_free(m);
+}
+
 /* What crew_layer_reserve allocates is, to the byte, what the planner counts. */
 static void check_reserve_matches_plan(crew_model *m, const char *what)
 {
@@ -286,7 +318,10 @@ static void check_reserve_matches_plan(crew_model *m, const char *what)
         int64_t base = counter.live;
         for (size_t r = 0; r < sizeof rows / sizeof *rows; r++) {
             CHECK_OK(crew_layer_reserve(l, &be, rows[r]));
-            int64_t planned = crew_mem_layer_workspace(&mm, i, rows[r]);
+            /* alone, outside a model, the layer allocates its scratch too */
+            int64_t scratch[CREW_LAYER_MAX_WORK];
+            crew_mem_layer_scratch(&mm, i, rows[r], scratch);
+            int64_t planned = crew_mem_layer_workspace(&mm, i, rows[r]) + crew_mem_scratch_bytes(scratch);
             CHECK_MSG(counter.live - base == planned, "%s: layer %d (%s), %lld rows: reserve allocated %lld bytes, "
                       "the plan counts %lld", what, i, l->name, (long long)rows[r], (long long)(counter.live - base),
                       (long long)planned);
@@ -471,6 +506,8 @@ int main(void)
         if (fresh) check_model_reserve_matches_plan(fresh, MODELS[i].what);
         check_training_pass(m, 37, MODELS[i].token_ids);
     }
+    check_scratch_shared(image_model(), "image model (two convolutions)");
+    check_scratch_shared(gpt_model(), "GPT (two blocks)");
     check_in_place_models();
     check_fit_steps();
     crew_device_close(&counter.cpu);

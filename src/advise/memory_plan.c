@@ -66,12 +66,29 @@ int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows)
     return n ? crew_mem_alloc_bytes(n, F32) : 0; /* 0: written over its input, nothing allocated */
 }
 
-/* Each buffer the layer's workspace op asks for, as crew_layer_reserve allocates it: one backend
- * allocation per buffer, each rounded up on its own. */
+/* Each buffer the layer's workspace op asks for, its scratch aside, as crew_layer_reserve_shared
+ * allocates it: one backend allocation per buffer, each rounded up on its own. */
 int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows)
 {
     int64_t n[CREW_LAYER_MAX_WORK], bytes = 0;
-    crew_layer_workspace_as(mm->m->layers[i], rows, mm->act_bf16, n);
+    const crew_layer *l = mm->m->layers[i];
+    crew_layer_workspace_as(l, rows, mm->act_bf16, n);
+    for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
+        if (n[k] > 0 && !(l->ops->scratch & (1u << k))) bytes += crew_mem_alloc_bytes(n[k], F32);
+    return bytes;
+}
+
+void crew_mem_layer_scratch(const crew_mem_model *mm, int i, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
+{
+    const crew_layer *l = mm->m->layers[i];
+    crew_layer_workspace_as(l, rows, mm->act_bf16, n);
+    for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
+        if (!(l->ops->scratch & (1u << k))) n[k] = 0;
+}
+
+int64_t crew_mem_scratch_bytes(const int64_t n[CREW_LAYER_MAX_WORK])
+{
+    int64_t bytes = 0;
     for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
         if (n[k] > 0) bytes += crew_mem_alloc_bytes(n[k], F32);
     return bytes;
@@ -95,6 +112,9 @@ void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int 
         out->activation += crew_mem_layer_activation(mm, i, batch);
         out->workspace += crew_mem_layer_workspace(mm, i, batch);
     }
+    int64_t scratch[CREW_LAYER_MAX_WORK];
+    crew_model_scratch_sizes(m, batch, mm->act_bf16, scratch);
+    out->workspace += crew_mem_scratch_bytes(scratch); /* the layers' shared scratch */
     out->workspace += crew_mem_alloc_bytes(n.dbuf[0], F32) + crew_mem_alloc_bytes(n.dbuf[1], F32) +
                       crew_mem_alloc_bytes(n.labels, (int64_t)sizeof(int32_t)) +
                       crew_mem_alloc_bytes(n.sample_ids, (int64_t)sizeof(int64_t)) + crew_mem_alloc_bytes(n.row_loss, F32);

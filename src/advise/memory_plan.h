@@ -42,10 +42,15 @@ int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem);
 
 /* Layer i's own bytes for micro-batches of `rows`; shards divides its optimizer state. The
  * activation is its act[] buffer (crew_model_layer_act_size), the workspace its workspace op's
- * buffers (nn/layer.h), each rounded as allocated. */
+ * buffers (nn/layer.h) but its scratch, which the model shares among its layers, each rounded as
+ * allocated. */
 int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards);
 int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows);
 int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows);
+/* Layer i's scratch (crew_layer_ops.scratch), slot by slot in 4-byte elements (0: none). */
+void crew_mem_layer_scratch(const crew_mem_model *mm, int i, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK]);
+/* The bytes of the model's shared scratch buffers (crew_model_scratch_sizes), n[k] elements each. */
+int64_t crew_mem_scratch_bytes(const int64_t n[CREW_LAYER_MAX_WORK]);
 
 /* One replica with micro-batches of `batch`, accumulating `accumulation` of them per step, one of
  * `devices` replicas; its optimizer state split `shards` ways. */

@@ -90,25 +90,40 @@ void crew_layer_workspace_as(const crew_layer *l, int64_t rows, int act_bf16, in
     crew_layer_workspace(&as, rows, n);
 }
 
+/* Drops work[i]: frees it unless it is the model's shared scratch. */
+static void drop_work(crew_layer *l, const crew_backend *be, int i)
+{
+    if (l->work[i] && !(l->work_shared & (1u << i))) be->ops->free(be->ctx, l->work[i]);
+    l->work[i] = NULL;
+    l->work_shared &= ~(1u << i);
+}
+
 void crew_layer_free_work(crew_layer *l, const crew_backend *be)
 {
-    for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) {
-        if (l->work[i]) be->ops->free(be->ctx, l->work[i]);
-        l->work[i] = NULL;
-    }
+    for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) drop_work(l, be, i);
     l->reserved_rows = 0;
+}
+
+crew_status crew_layer_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
+{
+    return crew_layer_reserve_shared(l, be, max_rows, NULL);
 }
 
 /* One buffer per slot, each its own allocation: the memory planner counts them the same way
  * (the backend rounds every allocation up, so one buffer of the sum would be a different size). */
-crew_status crew_layer_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows)
+crew_status crew_layer_reserve_shared(crew_layer *l, const crew_backend *be, int64_t max_rows,
+                                      float *const shared[CREW_LAYER_MAX_WORK])
 {
     int64_t n[CREW_LAYER_MAX_WORK];
     crew_layer_workspace(l, max_rows, n);
     for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) {
-        if (l->work[i]) be->ops->free(be->ctx, l->work[i]);
-        l->work[i] = NULL;
+        drop_work(l, be, i);
         if (n[i] <= 0) continue;
+        if (shared && shared[i] && (l->ops->scratch & (1u << i))) {
+            l->work[i] = shared[i];
+            l->work_shared |= 1u << i;
+            continue;
+        }
         /* 4-byte elements: floats, or max pooling's int32 arg-maxes in the same room */
         crew_status s = crew_dev_alloc_f32(be, n[i], &l->work[i]);
         if (s) return crew_error_prefix(s, "workspace %d (%lld values): ", i, (long long)n[i]);

@@ -87,6 +87,11 @@ typedef struct crew_layer_ops {
                             const float *dy, float *dx);
     /* Frees what crew_layer_reserve allocated (it may be called again after). */
     void (*release)(crew_layer *l, const crew_backend *be);
+    /* Bit i set: work[i] carries nothing from one call to the next (forward and backward each
+     * write it before they read it: im2col columns, backward's gradients), so a model gives all
+     * its layers one buffer for slot i, the largest any of them asks for, instead of one each
+     * (crew_model_reserve): a device runs one layer at a time. */
+    unsigned scratch;
 } crew_layer_ops;
 
 struct crew_layer {
@@ -116,8 +121,9 @@ struct crew_layer {
      * probabilities; --precision bf16, set on a run's replicas by crew_model_set_precision, which
      * copies of the model keep). Its workspace op reads it, so it is set before the workspace is. */
     int act_bf16;
-    float *work[CREW_LAYER_MAX_WORK]; /* backend workspace, owned by the layer, sized by the
-                                          workspace op for reserved_rows (crew_layer_reserve) */
+    float *work[CREW_LAYER_MAX_WORK]; /* backend workspace, sized by the workspace op for
+                                          reserved_rows (crew_layer_reserve) */
+    unsigned work_shared;        /* bit i: work[i] is its model's shared scratch, not the layer's to free */
     int64_t reserved_rows;
 };
 
@@ -140,6 +146,10 @@ void crew_layer_workspace_as(const crew_layer *l, int64_t rows, int act_bf16, in
 /* Allocates the workspace for micro-batches of up to max_rows samples on the backend, replacing
  * what an earlier call allocated. */
 crew_status crew_layer_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows);
+/* The same with its scratch buffers (crew_layer_ops.scratch) at shared[i], buffers the caller owns
+ * and has sized for every layer it gives them to; NULL entries, or shared NULL: its own. */
+crew_status crew_layer_reserve_shared(crew_layer *l, const crew_backend *be, int64_t max_rows,
+                                      float *const shared[CREW_LAYER_MAX_WORK]);
 /* Frees all of a layer's work buffers (a release that needs nothing else). */
 void crew_layer_free_work(crew_layer *l, const crew_backend *be);
 

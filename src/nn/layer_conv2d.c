@@ -122,5 +122,6 @@ static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float 
     return CREW_OK;
 }
 
+/* the columns: backward rebuilds them from x, chunk by chunk */
 const crew_layer_ops crew_conv2d_ops = {conv_build, conv_workspace, conv_forward, conv_backward,
-                                        crew_layer_free_work};
+                                        crew_layer_free_work, 1u << 0};

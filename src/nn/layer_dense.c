@@ -44,4 +44,4 @@ static crew_status dense_backward(crew_layer *l, const crew_pass *p, const float
 }
 
 /* No workspace: the GEMMs read x and dy in place. */
-const crew_layer_ops crew_dense_ops = {dense_build, NULL, dense_forward, dense_backward, crew_layer_free_work};
+const crew_layer_ops crew_dense_ops = {dense_build, NULL, dense_forward, dense_backward, crew_layer_free_work, 0};

@@ -95,8 +95,8 @@ static crew_status dropout_backward(crew_layer *l, const crew_pass *p, const flo
     return CREW_OK;
 }
 
-const crew_layer_ops crew_flatten_ops = {flatten_build, NULL, copy_forward, copy_backward, crew_layer_free_work};
+const crew_layer_ops crew_flatten_ops = {flatten_build, NULL, copy_forward, copy_backward, crew_layer_free_work, 0};
 const crew_layer_ops crew_activation_ops = {activation_build, NULL, activation_forward, activation_backward,
-                                            crew_layer_free_work};
+                                            crew_layer_free_work, 0};
 const crew_layer_ops crew_dropout_ops = {dropout_build, dropout_workspace, dropout_forward, dropout_backward,
-                                         crew_layer_free_work};
+                                         crew_layer_free_work, 0};

@@ -46,4 +46,4 @@ static crew_status embedding_backward(crew_layer *l, const crew_pass *p, const f
 }
 
 const crew_layer_ops crew_embedding_ops = {embedding_build, NULL, embedding_forward, embedding_backward,
-                                           crew_layer_free_work};
+                                           crew_layer_free_work, 0};

@@ -56,4 +56,4 @@ static crew_status gpt_embedding_backward(crew_layer *l, const crew_pass *p, con
 }
 
 const crew_layer_ops crew_gpt_embedding_ops = {gpt_embedding_build, NULL, gpt_embedding_forward,
-                                               gpt_embedding_backward, crew_layer_free_work};
+                                               gpt_embedding_backward, crew_layer_free_work, 0};

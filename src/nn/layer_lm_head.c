@@ -46,4 +46,4 @@ static crew_status lm_head_backward(crew_layer *l, const crew_pass *p, const flo
     return CREW_OK;
 }
 
-const crew_layer_ops crew_lm_head_ops = {lm_head_build, NULL, lm_head_forward, lm_head_backward, crew_layer_free_work};
+const crew_layer_ops crew_lm_head_ops = {lm_head_build, NULL, lm_head_forward, lm_head_backward, crew_layer_free_work, 0};

@@ -146,5 +146,7 @@ static crew_status ln_backward(crew_layer *l, const crew_pass *p, const float *x
     return CREW_OK;
 }
 
-const crew_layer_ops crew_batch_norm_ops = {bn_build, bn_workspace, bn_forward, bn_backward, crew_layer_free_work};
-const crew_layer_ops crew_layer_norm_ops = {ln_build, ln_workspace, ln_forward, ln_backward, crew_layer_free_work};
+const crew_layer_ops crew_batch_norm_ops = {bn_build, bn_workspace, bn_forward, bn_backward, crew_layer_free_work, 0};
+/* the spare input gradient is backward's alone */
+const crew_layer_ops crew_layer_norm_ops = {ln_build, ln_workspace, ln_forward, ln_backward, crew_layer_free_work,
+                                            1u << 2};

@@ -220,5 +220,7 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
     return CREW_OK;
 }
 
+/* backward's four buffers, which forward also uses for its float32 staging and scores */
 const crew_layer_ops crew_transformer_block_ops = {block_build, block_workspace, block_forward, block_backward,
-                                                   crew_layer_free_work};
+                                                   crew_layer_free_work,
+                                                   1u << W_D4C | 1u << W_DC | 1u << W_DRES | 1u << W_DATT};

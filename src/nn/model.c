@@ -196,6 +196,7 @@ void crew_model_free(crew_model *m)
         crew_dev_free(be, m->labels);
         crew_dev_free(be, m->sample_ids);
         crew_dev_free(be, m->row_loss);
+        for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) crew_dev_free(be, m->scratch[i]);
         if (m->owns_backend) crew_device_close(&m->be);
     }
     for (int i = 0; i < m->n_layers; i++) free(m->layers[i]);
@@ -514,13 +515,35 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
     CREW_TRY(realloc_dev(be, CREW_DT_I32, n.labels, m->labels, (void **)&m->labels));
     CREW_TRY(realloc_dev(be, CREW_DT_I64, n.sample_ids, m->sample_ids, (void **)&m->sample_ids));
     CREW_TRY(realloc_dev(be, CREW_DT_F32, n.row_loss, m->row_loss, (void **)&m->row_loss));
+    int64_t scratch[CREW_LAYER_MAX_WORK];
+    crew_model_scratch_sizes(m, max_rows, -1, scratch);
+    for (int k = 0; k < CREW_LAYER_MAX_WORK; k++) { /* the layers pointing at the old ones reserve anew below */
+        crew_dev_free(be, m->scratch[k]);
+        m->scratch[k] = NULL;
+        if (scratch[k] > 0) {
+            crew_status s = crew_dev_alloc_f32(be, scratch[k], &m->scratch[k]);
+            if (s) return crew_error_prefix(s, "the layers' shared scratch %d (%lld values): ", k, (long long)scratch[k]);
+        }
+    }
     for (int i = 0; i < m->n_layers; i++) {
         crew_layer *l = m->layers[i];
-        crew_status s = crew_layer_reserve(l, be, max_rows);
+        crew_status s = crew_layer_reserve_shared(l, be, max_rows, m->scratch);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
     }
     m->max_rows = max_rows;
     return CREW_OK;
+}
+
+void crew_model_scratch_sizes(const crew_model *m, int64_t rows, int act_bf16, int64_t n[CREW_LAYER_MAX_WORK])
+{
+    for (int k = 0; k < CREW_LAYER_MAX_WORK; k++) n[k] = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const crew_layer *l = m->layers[i];
+        int64_t w[CREW_LAYER_MAX_WORK];
+        crew_layer_workspace_as(l, rows, act_bf16 < 0 ? l->act_bf16 : act_bf16, w);
+        for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
+            if ((l->ops->scratch & (1u << k)) && w[k] > n[k]) n[k] = w[k];
+    }
 }
 
 /* ------------------------------------------------------------------ passes */

@@ -51,6 +51,10 @@ struct crew_model {
     int32_t *labels;                /* [max_rows, positions]: a label at every position of the output */
     int64_t *sample_ids;            /* [max_rows] dataset index of each row, for dropout masks */
     float *row_loss;                /* [max_rows] */
+    /* The layers' scratch (crew_layer_ops.scratch), one buffer per slot that every layer with that
+     * slot's scratch shares, sized by crew_model_scratch_sizes: a GPT's blocks keep one set of
+     * backward buffers instead of one each. */
+    float *scratch[CREW_LAYER_MAX_WORK];
 
     int compiled;
     crew_compile_options compile;   /* the loss and optimizer a fit uses (checked by crew_model_compile) */
@@ -82,6 +86,11 @@ typedef struct crew_model_buffer_sizes {
     int64_t row_loss;           /* [rows, positions] */
 } crew_model_buffer_sizes;
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out);
+/* n[i]: the shared scratch buffer of slot i for micro-batches of `rows` samples, in 4-byte
+ * elements: the largest work[i] any layer whose slot i is scratch asks for (0: none does), with
+ * the layers as a run with act_bf16 would reserve them (crew_layer.act_bf16; -1: as they are set).
+ * crew_model_reserve allocates exactly these, and the memory planner counts them. */
+void crew_model_scratch_sizes(const crew_model *m, int64_t rows, int act_bf16, int64_t n[CREW_LAYER_MAX_WORK]);
 /* Points the model's input (act[0], and the activations that alias it: in-place layers at the
  * front) at `input`, device memory of act_input floats: a rank double-buffers its inputs so that
  * one micro-batch's copy overlaps the previous one's passes (train/loop.c). The caller restores

@@ -63,6 +63,7 @@ static void print_layers(const crew_memory_plan *p)
         printf("\n");
     }
     printf("(weights: parameters, gradients and optimizer state; activations: the layer's output for the batch, 0 B where it writes over its input)\n");
+    printf("(workspace: the layer's own; the layers' scratch, one buffer a slot shared by all of them, counts once in the total)\n");
 }
 
 static void print_line(const char *what, int64_t bytes, const char *note)
