@@ -1177,7 +1177,11 @@ static void test_softmax(const device *d)
         EXPECT(d, bad < 0, "softmax row %d: p[%lld] = %.9g, want %.9g", r, (long long)bad,
                bad < 0 ? 0.0 : p[r * CLASSES + bad], bad < 0 ? 0.0 : want[bad]);
     }
-    HOST_FREE(p);
+    be->ops->softmax(be->ctx, z_d, z_d, ROWS, CLASSES); /* probs over the logits: the same bits */
+    EXPECT_SYNCED(d);
+    float *in_place = host_f32(d, z_d, ROWS * CLASSES);
+    EXPECT(d, !memcmp(in_place, p, sizeof(float) * ROWS * CLASSES), "softmax over its logits differs");
+    HOST_FREE(p, in_place);
     DEV_FREE(d, z_d, p_d);
 }
 
@@ -1236,8 +1240,16 @@ static void test_softmax_xent(const device *d)
     EXPECT(d, correct == 3, "xent: %lld rows correct, want 3 (the tie goes to the first maximum)", (long long)correct);
     correct = run_xent(d, z_d, labels, 0, scale, loss_d, dz_d);
     EXPECT(d, correct == 0, "xent over no rows: %lld correct", (long long)correct);
-    HOST_FREE(loss, dz);
-    DEV_FREE(d, z_d, loss_d, dz_d);
+    /* dlogits over the logits (backend.h; a model's loss does it): the same bits */
+    float *zin_d = dev_f32(d, xent_logits, XENT_ROWS * XENT_CLASSES), *loss2_d = dev_zeros_f32(d, XENT_ROWS);
+    correct = run_xent(d, zin_d, labels, XENT_ROWS, scale, loss2_d, zin_d);
+    EXPECT(d, correct == 1, "xent in place: %lld rows correct, want 1", (long long)correct);
+    float *loss2 = host_f32(d, loss2_d, XENT_ROWS), *dz2 = host_f32(d, zin_d, XENT_ROWS * XENT_CLASSES);
+    int same = !memcmp(loss2, loss, sizeof(float) * XENT_ROWS);
+    same &= !memcmp(dz2, dz, sizeof(float) * XENT_ROWS * XENT_CLASSES);
+    EXPECT(d, same, "xent with dlogits over the logits differs from xent into another buffer");
+    HOST_FREE(loss, dz, loss2, dz2);
+    DEV_FREE(d, z_d, loss_d, dz_d, zin_d, loss2_d);
 }
 
 /* ------------------------------------------------------------------ col_sum */

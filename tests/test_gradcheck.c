@@ -746,8 +746,9 @@ static void test_softmax_fused(void)
         if (!m) continue;
         CHECK(m->n_layers == 4 && m->n_compute == 3 && crew_model_classes(m) == 3);
         crew_pass p = make_pass(m, c.rows, 0);
-        double mean = eval_loss(m, &p), want = 0.0;
+        CHECK_OK(crew_model_forward(m, &p)); /* the logits before the loss, which may write over them */
         float *logits = mv_download(m, m->act[m->n_compute], c.rows * 3);
+        double mean = eval_loss(m, &p), want = 0.0;
         int32_t *labels = mv_labels(m, c.rows);
         for (int64_t r = 0; r < c.rows; r++) { /* cross-entropy of the raw logits, in double */
             const float *zr = logits + r * 3;

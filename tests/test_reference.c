@@ -190,12 +190,14 @@ static int load_batch(ref_run *r)
     return ok;
 }
 
-/* Forward, mean loss and backward over the batch, as crew_model_fit does for one step. */
-static crew_status gradient_pass(crew_model *m, int64_t step, double *loss)
+/* Forward, mean loss and backward over the batch, as crew_model_fit does for one step; the logits
+ * into `logits` (when not NULL) before the loss, which may write its gradient over them. */
+static crew_status gradient_pass(crew_model *m, int64_t step, double *loss, float *logits)
 {
     crew_pass p = {.be = &m->be, .rows = REF_BATCH, .training = 1, .seed = REF_SEED, .step = step,
                    .sample_ids = m->sample_ids, .total_rows = REF_BATCH};
     CREW_TRY(crew_model_forward(m, &p));
+    if (logits) CREW_TRY(crew_dev_download_f32(&m->be, logits, m->act[m->n_compute], REF_BATCH * crew_model_classes(m)));
     double correct = 0.0;
     CREW_TRY(crew_model_loss(m, &p, 1.0f / REF_BATCH, loss, &correct));
     *loss /= REF_BATCH;
@@ -207,17 +209,18 @@ static void check_gradients(ref_run *r)
 {
     crew_model *m = r->m;
     double loss = 0.0;
-    crew_status s = gradient_pass(m, 0, &loss);
+    int64_t classes = crew_model_classes(m);
+    float *got = malloc((size_t)(REF_BATCH * classes) * sizeof *got);
+    if (!got) abort();
+    crew_status s = gradient_pass(m, 0, &loss, got);
     CHECK_MSG(s == CREW_OK, "%s: %s", r->name, crew_status_message(s));
     crew_status_free(s);
-    if (s) return;
-    int64_t classes = crew_model_classes(m);
-    float *want = fixture_tensor(r, "logits", CREW_ST_F32, REF_BATCH * classes);
-    float *got = malloc((size_t)(REF_BATCH * classes) * sizeof *got);
-    if (want && got) {
-        CHECK_OK(crew_dev_download_f32(&m->be, got, m->act[m->n_compute], REF_BATCH * classes));
-        compare(r, "logits", got, want, REF_BATCH * classes, REF_TOL);
+    if (s) {
+        free(got);
+        return;
     }
+    float *want = fixture_tensor(r, "logits", CREW_ST_F32, REF_BATCH * classes);
+    if (want) compare(r, "logits", got, want, REF_BATCH * classes, REF_TOL);
     free(want);
     free(got);
     float *want_loss = fixture_tensor(r, "loss", CREW_ST_F32, 1);
@@ -253,7 +256,7 @@ static void check_sgd(ref_run *r)
     double worst = 0.0;
     for (int t = 0; t < REF_STEPS; t++) {
         double loss = 0.0;
-        crew_status s = gradient_pass(m, t, &loss);
+        crew_status s = gradient_pass(m, t, &loss, NULL);
         CHECK_MSG(s == CREW_OK, "%s: SGD step %d: %s", r->name, t, crew_status_message(s));
         crew_status_free(s);
         if (s) break;
@@ -386,11 +389,13 @@ static int gpt_load_batch(ref_run *r)
     return ok;
 }
 
-static crew_status gpt_pass(crew_model *m, double *loss)
+/* as gradient_pass, the logits [n values] into `logits` when not NULL */
+static crew_status gpt_pass(crew_model *m, double *loss, float *logits, int64_t n)
 {
     crew_pass p = {.be = &m->be, .rows = GPT_BATCH, .training = 1, .seed = 1, .sample_ids = m->sample_ids,
                    .total_rows = GPT_BATCH};
     CREW_TRY(crew_model_forward(m, &p));
+    if (logits) CREW_TRY(crew_dev_download_f32(&m->be, logits, m->act[m->n_compute], n));
     double correct = 0.0;
     CREW_TRY(crew_model_loss(m, &p, 1.0f / GPT_BATCH, loss, &correct));
     *loss /= GPT_BATCH;
@@ -419,21 +424,19 @@ static void run_gpt_case(void)
     float *losses = s ? NULL : fixture_tensor(&r, "losses", CREW_ST_F32, GPT_STEPS);
     if (losses && gpt_load_batch(&r)) {
         double worst_loss = 0.0;
+        const int64_t n = GPT_BATCH * crew_shape_size(&r.m->layers[r.m->n_compute - 1]->out);
+        float *got = malloc((size_t)n * sizeof *got);
+        if (!got) abort();
         for (int t = 0; t < GPT_STEPS; t++) {
             double loss = 0.0;
-            s = gpt_pass(r.m, &loss);
+            s = gpt_pass(r.m, &loss, t == 0 ? got : NULL, n);
             CHECK_MSG(s == CREW_OK, "gpt_ref: step %d: %s", t, crew_status_message(s));
             crew_status_free(s);
             if (s) break;
             if (t == 0) { /* logits, loss and gradients at the starting weights */
-                int64_t n = GPT_BATCH * crew_shape_size(&r.m->layers[r.m->n_compute - 1]->out);
-                float *want = fixture_tensor(&r, "logits", CREW_ST_F32, n), *got = malloc((size_t)n * sizeof *got);
-                if (want && got) {
-                    CHECK_OK(crew_dev_download_f32(&r.m->be, got, r.m->act[r.m->n_compute], n));
-                    compare(&r, "logits", got, want, n, GPT_TOL);
-                }
+                float *want = fixture_tensor(&r, "logits", CREW_ST_F32, n);
+                if (want) compare(&r, "logits", got, want, n, GPT_TOL);
                 free(want);
-                free(got);
                 check_gpt_params(&r, "grad", 1, GPT_TOL);
             }
             double e = fabs(loss - (double)losses[t]) / fabs((double)losses[t]);
@@ -447,6 +450,7 @@ static void run_gpt_case(void)
         r.worst = 0.0;
         check_gpt_params(&r, "final", 0, GPT_FINAL_TOL);
         printf("%-18s worst parameter error after 10 AdamW steps: %.3g (%s)\n", r.name, r.worst, r.worst_tensor);
+        free(got);
     }
     free(losses);
     if (r.has_opt) crew_optimizer_release(&r.opt, &r.m->be);

@@ -175,29 +175,44 @@ static int64_t layer_cost(const ladder *l, int i)
            (micro > 1 ? l->p->layers[i].params * 4 : 0);
 }
 
+/* The gradient ping-pong buffers of a stage of layers a..b, as crew_model_buffers sizes them: with
+ * its activations j = a..e (e = b + 1, or b behind a trailing softmax, which the loss takes in),
+ * buffer k holds those with e − j ≡ k (mod 2), as wide as the widest of them; the last stage's loss
+ * writes the gradient of act[e] over it, unless its last layer is an activation
+ * (crew_model_loss_in_place). */
+static int64_t pingpong_bytes(const ladder *l, int a, int b)
+{
+    const crew_model *m = l->mm->m;
+    int e = b == m->n_layers - 1 ? crew_model_computed_layers(m) : b + 1;
+    int top = e;
+    if (b == m->n_layers - 1 && e > a && m->layers[e - 1]->spec.type != CREW_LAYER_ACTIVATION) top = e - 1;
+    int64_t wide[2] = {0, 0};
+    for (int j = a; j <= top; j++)
+        if (l->width[j] > wide[(e - j) % 2]) wide[(e - j) % 2] = l->width[j];
+    return crew_mem_alloc_bytes(l->rows * wide[0], 4) + crew_mem_alloc_bytes(l->rows * wide[1], 4);
+}
+
 /* Packs layers greedily from the front into stages of at most `limit` bytes: a stage holds its
  * layers' weights, outputs and workspace for a micro-batch of l->rows, their shared scratch (the
- * largest of each slot), the input it receives and the gradient ping-pong buffers of its widest
- * activation. Returns the stage count (0 when one layer alone exceeds the limit); first[s] (when
+ * largest of each slot), the input it receives and the gradient ping-pong buffers (pingpong_bytes).
+ * Returns the stage count (0 when one layer alone exceeds the limit); first[s] (when
  * not NULL) is stage s's first layer, bytes[s] its size. */
 static int pack(const ladder *l, int64_t limit, int *first, int64_t *bytes)
 {
     const int n = l->mm->m->n_layers;
     int stages = 0;
     for (int a = 0; a < n;) {
-        int64_t sum = 0, widest = l->width[a], size = 0, in = crew_mem_alloc_bytes(l->rows * l->width[a], 4);
+        int64_t sum = 0, size = 0, in = crew_mem_alloc_bytes(l->rows * l->width[a], 4);
         int64_t scratch[CREW_LAYER_MAX_WORK] = {0};
         int b = a;
         for (; b < n; b++) {
-            int64_t w = l->width[b + 1] > widest ? l->width[b + 1] : widest, cost = layer_cost(l, b);
-            int64_t with[CREW_LAYER_MAX_WORK];
+            int64_t cost = layer_cost(l, b), with[CREW_LAYER_MAX_WORK];
             crew_mem_layer_scratch(l->mm, b, l->rows, with);
             for (int k = 0; k < CREW_LAYER_MAX_WORK; k++) with[k] = with[k] > scratch[k] ? with[k] : scratch[k];
-            int64_t next = sum + cost + crew_mem_scratch_bytes(with) + in + 2 * crew_mem_alloc_bytes(l->rows * w, 4);
+            int64_t next = sum + cost + crew_mem_scratch_bytes(with) + in + pingpong_bytes(l, a, b);
             if (next > limit) break;
             sum += cost;
             memcpy(scratch, with, sizeof scratch);
-            widest = w;
             size = next;
         }
         if (b == a) return 0;
@@ -277,11 +292,10 @@ static void too_large(ladder *l)
     int worst = 0;
     int64_t worst_bytes = 0;
     for (int i = 0; i < m->n_layers; i++) {
-        int64_t w = l->width[i + 1] > l->width[i] ? l->width[i + 1] : l->width[i];
         int64_t scratch[CREW_LAYER_MAX_WORK];
         crew_mem_layer_scratch(l->mm, i, l->rows, scratch);
         int64_t bytes = layer_cost(l, i) + crew_mem_scratch_bytes(scratch) + crew_mem_alloc_bytes(l->width[i], 4) +
-                        2 * crew_mem_alloc_bytes(w, 4);
+                        pingpong_bytes(l, i, i);
         if (bytes > worst_bytes) worst = i, worst_bytes = bytes;
     }
     char need[32], mem[32];

@@ -253,7 +253,9 @@ typedef struct crew_backend_ops {
 
     /* ---- loss: softmax cross-entropy on logits [rows, classes], labels [rows] (device int32).
      * Writes the per-row loss [rows] and d(mean loss · scale)/d logits [rows, classes].
-     * Synchronous: *correct receives the number of rows whose arg-max equals the label. */
+     * Synchronous: *correct receives the number of rows whose arg-max equals the label.
+     * dlogits may be logits (written over them: a model keeps no second buffer as wide as a GPT's
+     * logits), and softmax's probs may be logits; either way, the same bits. */
     crew_status (*softmax_xent)(void *ctx, const float *logits, const int32_t *labels, int64_t rows,
                                 int64_t classes, float scale, float *row_loss, float *dlogits, int64_t *correct);
     void (*softmax)(void *ctx, const float *logits, float *probs, int64_t rows, int64_t classes);

@@ -312,11 +312,16 @@ static void point_params(crew_model *m)
         }
 }
 
+int crew_model_computed_layers(const crew_model *m)
+{
+    const crew_layer *last = m->n_layers ? m->layers[m->n_layers - 1] : NULL;
+    int fused = last && last->spec.type == CREW_LAYER_ACTIVATION && last->spec.activation == CREW_ACT_SOFTMAX;
+    return m->n_layers - fused;
+}
+
 void crew_model_count(crew_model *m)
 {
-    crew_layer *last = m->n_layers ? m->layers[m->n_layers - 1] : NULL;
-    m->n_compute = m->n_layers;
-    if (last && last->spec.type == CREW_LAYER_ACTIVATION && last->spec.activation == CREW_ACT_SOFTMAX) m->n_compute--;
+    m->n_compute = crew_model_computed_layers(m);
     assign_offsets(m);
 }
 
@@ -326,9 +331,7 @@ crew_status crew_model_layout(crew_model *m)
     if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "model has no layers");
     CREW_TRY(ensure_backend(m));
     /* A trailing softmax activation is fused into the loss; predict applies it. */
-    crew_layer *last = m->layers[m->n_layers - 1];
-    m->n_compute = m->n_layers;
-    if (last->spec.type == CREW_LAYER_ACTIVATION && last->spec.activation == CREW_ACT_SOFTMAX) m->n_compute--;
+    m->n_compute = crew_model_computed_layers(m);
     if (m->n_compute == 0) return crew_errorf(CREW_CODE_BAD_INPUT, "model has no layer besides softmax");
     assign_offsets(m);
     /* The gradients come with the activations (crew_model_reserve): the caller's model, which only
@@ -350,6 +353,7 @@ static crew_status copy_layers(const crew_model *m, const crew_backend *be, crew
     CREW_TRY(crew_model_create(m->input.dim, m->input.ndim, &c));
     c->layer_base = m->layer_base;
     c->input_grad = m->input_grad;
+    c->output_grad = m->output_grad;
     crew_status s = CREW_OK;
     for (int i = 0; i < m->n_layers && !s; i++) s = crew_model_append_layer(c, &m->layers[i]->spec, m->layers[i]->name);
     if (s) {
@@ -451,17 +455,29 @@ int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows)
     return crew_model_layer_in_place(m, i) ? 0 : rows * crew_shape_size(&m->layers[i]->out);
 }
 
+int crew_model_loss_in_place(const crew_model *m)
+{
+    int n = crew_model_computed_layers(m);
+    return !m->output_grad && n > 0 && m->layers[n - 1]->spec.type != CREW_LAYER_ACTIVATION;
+}
+
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out)
 {
-    /* Backward's ping-pong buffers hold d loss / d act[i] for any i, so both are as wide as the
-     * widest activation, the trailing softmax's and the input's included. */
-    int64_t widest = crew_shape_size(&m->input);
-    for (int i = 0; i < m->n_layers; i++) {
-        int64_t size = crew_shape_size(&m->layers[i]->out);
-        if (size > widest) widest = size;
+    /* Backward's ping-pong buffers: with n computed layers, the gradient of act[n] is in dbuf[0]
+     * (the next stage's, or the loss's unless it is written over the logits: a GPT's logits, wider
+     * than everything else together, then take no room here), layer n − 1 writes d act[n − 1] into
+     * dbuf[1], layer n − 2 d act[n − 2] into dbuf[0], ...: dbuf[k] holds the d act[j] with
+     * j ≡ n − k (mod 2), and is as wide as the widest of those. */
+    const int n = crew_model_computed_layers(m), top = crew_model_loss_in_place(m) ? n - 1 : n;
+    int64_t wide[2] = {0, 0};
+    for (int j = 0; j <= top; j++) {
+        int64_t size = crew_shape_size(j == 0 ? &m->input : &m->layers[j - 1]->out);
+        int k = (n - j) % 2;
+        if (size > wide[k]) wide[k] = size;
     }
     out->act_input = rows * crew_shape_size(&m->input);
-    out->dbuf[0] = out->dbuf[1] = rows * widest;
+    out->dbuf[0] = rows * wide[0];
+    out->dbuf[1] = rows * wide[1];
     out->labels = rows * crew_model_positions(m);
     out->sample_ids = rows;
     out->row_loss = rows * crew_model_positions(m);
@@ -566,8 +582,9 @@ crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, doub
     int64_t classes = crew_model_classes(m), pos = crew_model_positions(m), right = 0;
     const crew_backend_ops *o = m->be.ops;
     /* every position is a row of the softmax; the 1/pos makes a sample's loss their mean */
+    float *dlogits = crew_model_loss_in_place(m) ? m->act[m->n_compute] : m->dbuf[0];
     CREW_TRY(o->softmax_xent(m->be.ctx, m->act[m->n_compute], m->labels, p->rows * pos, classes,
-                             pos > 1 ? scale / (float)pos : scale, m->row_loss, m->dbuf[0], &right));
+                             pos > 1 ? scale / (float)pos : scale, m->row_loss, dlogits, &right));
     /* in row order, in double: the same sum whichever device ran the loss */
     CREW_TRY(o->sum(m->be.ctx, m->row_loss, p->rows * pos, loss_sum));
     *loss_sum /= (double)pos;
@@ -586,7 +603,9 @@ crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_re
     for (int i = m->n_compute - 1; i >= 0; i--) {
         crew_layer *l = m->layers[i];
         float *dx = l->needs_input_grad ? m->dbuf[1 - cur] : NULL;
-        crew_status s = l->ops->backward(l, p, m->act[i], m->act[i + 1], m->dbuf[cur], dx);
+        /* the top layer's: over the logits, where the loss wrote it (crew_model_loss_in_place) */
+        const float *dy = i == m->n_compute - 1 && crew_model_loss_in_place(m) ? m->act[i + 1] : m->dbuf[cur];
+        crew_status s = l->ops->backward(l, p, m->act[i], m->act[i + 1], dy, dx);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
         cur = 1 - cur;
         if (ready && has_trainable(l)) ready(user, l->params[0].offset);

@@ -67,6 +67,9 @@ struct crew_model {
     int layer_base;
     int input_grad;
     int borrowed;
+    /* 1: a pipeline stage before the last, whose output's gradient the next stage sends into
+     * dbuf[0]; 0: the model computes its loss itself (crew_model_loss_in_place). */
+    int output_grad;
 };
 
 /* Lays out the parameter buffers on the model's backend; a model without one opens a device of
@@ -80,7 +83,7 @@ crew_status crew_model_init_params(crew_model *m, uint64_t seed);
  * (crew_layer_workspace). */
 typedef struct crew_model_buffer_sizes {
     int64_t act_input;          /* act[0]: [rows, input size] */
-    int64_t dbuf[2];            /* dbuf[k]: [rows, widest of the input and every layer's output] */
+    int64_t dbuf[2];            /* dbuf[k]: [rows, widest of the activations whose gradient it holds] */
     int64_t labels;             /* [rows, positions] int32 */
     int64_t sample_ids;         /* [rows] int64 */
     int64_t row_loss;           /* [rows, positions] */
@@ -114,9 +117,18 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows);
 crew_status crew_model_forward(crew_model *m, const crew_pass *p);
 /* Softmax cross-entropy of the logits against m->labels at every position; a sample's loss is the
  * mean over its positions (GPT: the mean over the context). Leaves d(scale · Σ sample loss)/d logits
+ * where backward takes it: over the logits themselves where crew_model_loss_in_place says so, else
  * in dbuf[0]. Returns the summed sample loss and the right arg-maxes, each position counting
  * 1/positions (so a classifier's count, and a language model's in samples' worth). */
 crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, double *loss_sum, double *correct);
+/* 1 when the loss's gradient is written over the logits (act[n_compute]): the model computes its
+ * loss (no output_grad) and its last computed layer is not an activation, the one kind of layer
+ * whose backward reads its own output (crew_model_layer_in_place). A GPT's logits then need no
+ * second buffer of their width. */
+int crew_model_loss_in_place(const crew_model *m);
+/* The layers forward and backward run: all but a trailing softmax, which the loss takes in and
+ * predict applies (n_compute once the model is laid out or counted). */
+int crew_model_computed_layers(const crew_model *m);
 
 /* Called during backward each time the gradients from `offset` to the end of the buffer are
  * final, so the caller can start reducing them while earlier layers still compute. */

@@ -61,6 +61,7 @@ crew_status crew_model_stage_layers(const crew_model *full, int first, int end, 
     CREW_TRY(crew_model_create(in.dim, in.ndim, &m));
     m->layer_base = first;
     m->input_grad = first > 0;
+    m->output_grad = end < full->n_layers; /* a stage before the last: the next one sends it */
     crew_status s = CREW_OK;
     for (int i = first; i < end && !s; i++) s = crew_model_append_layer(m, &full->layers[i]->spec, full->layers[i]->name);
     if (s) {

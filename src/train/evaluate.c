@@ -92,8 +92,8 @@ crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *
         CREW_TRY(crew_dev_upload_f32(&m->be, m->act[0], x + start * in, rows * in));
         crew_pass p = {.be = &m->be, .rows = rows, .training = 0};
         CREW_TRY(crew_model_forward(m, &p));
-        o->softmax(m->be.ctx, m->act[m->n_compute], m->dbuf[0], rows * pos, classes);
-        CREW_TRY(crew_dev_download_f32(&m->be, probs + start * out, m->dbuf[0], rows * out));
+        o->softmax(m->be.ctx, m->act[m->n_compute], m->act[m->n_compute], rows * pos, classes); /* in place */
+        CREW_TRY(crew_dev_download_f32(&m->be, probs + start * out, m->act[m->n_compute], rows * out));
     }
     return CREW_OK;
 }

@@ -15,6 +15,8 @@ crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labe
     for (int64_t r = 0; r < rows; r++) {
         const float *z = logits + r * classes;
         float *dz = dlogits + r * classes;
+        const int32_t y = labels[r];
+        const float zy = z[y]; /* before dz, which may be z, is written */
         int64_t best = 0;
         float zmax = z[0];
         for (int64_t j = 1; j < classes; j++)
@@ -27,8 +29,7 @@ crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labe
             dz[j] = expf(z[j] - zmax);
             sum += dz[j];
         }
-        int32_t y = labels[r];
-        row_loss[r] = logf(sum) - (z[y] - zmax);
+        row_loss[r] = logf(sum) - (zy - zmax);
         float inv = scale / sum;
         for (int64_t j = 0; j < classes; j++) dz[j] *= inv;
         dz[y] -= scale;

@@ -904,6 +904,8 @@ __global__ void k_softmax_xent(const float *logits, const int32_t *labels, int64
     FOR_EACH_ROW(r, rows) {
         const float *z = logits + r * classes;
         float *dz = dlogits + r * classes;
+        const int32_t y = labels[r];
+        const float zy = z[y]; /* every lane, before any writes dz, which may be z */
         long long best;
         const float zmax = row_argmax(z, classes, &best);
         float sum = 0.0f;
@@ -913,7 +915,6 @@ __global__ void k_softmax_xent(const float *logits, const int32_t *labels, int64
             sum += e;
         }
         sum = warp_sum(sum);
-        const int32_t y = labels[r];
         const float inv = scale / sum;
         for (int64_t j = LANE; j < classes; j += ROW_LANES) { /* each lane its own elements */
             float d = dz[j] * inv;
@@ -921,7 +922,7 @@ __global__ void k_softmax_xent(const float *logits, const int32_t *labels, int64
             dz[j] = d;
         }
         if (LANE == 0) {
-            row_loss[r] = logf(sum) - (z[y] - zmax);
+            row_loss[r] = logf(sum) - (zy - zmax);
             right[r] = best == y;
         }
     }
