@@ -434,6 +434,11 @@ typedef struct crew_fit_options {
      * decides, and CREW_CONV_AUTO on a kind with a library measures here (crew_fit_prepare, on
      * process 0 of a group), which two fits may settle differently where the ways are close. */
     const char *conv_choice;
+    /* 1: transformer blocks keep no attention probabilities for the backward pass but compute them
+     * again there (the same GEMM and softmax on the q and k they keep: the same bits), in one
+     * buffer the model's blocks share instead of one each: a GPT's largest activation, for one
+     * more q·kᵀ GEMM and softmax per block in backward [0]. */
+    int attention_recompute;
 } crew_fit_options;
 
 /* How convolution layers compute (docs/GPU.md, "Convolutions"). Each way has its own order of
@@ -560,6 +565,7 @@ typedef struct crew_fit_plan {
     int stage_first[CREW_MAX_PIPELINE_STAGES + 1];
     int pipeline_processes;     /* the processes each replica's stages span: 1 in one process or
                                    with whole replicas in each, R (crew_fit_options.pipeline_processes) */
+    int attention_recompute;    /* crew_fit_options.attention_recompute */
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With
@@ -822,9 +828,10 @@ typedef struct crew_memory_options {
     int prefetch;                /* loader steps prepared ahead [model file's, else 2] */
     int optimizer_sharding;      /* 1: plan for optimizer state sharded across the replicas */
     const char *device_kind;     /* the replicas' device kind (crew_device_kinds) [cpu] */
-    /* the run's (a crew_precision) [fp32]: bf16 keeps a GPT block's attention probabilities in
-     * bfloat16, half their bytes */
+    /* the run's (a crew_precision) [fp32]: bf16 keeps a GPT block's GEMM-only activations and
+     * attention probabilities in bfloat16, half their bytes */
     int precision;
+    int attention_recompute;     /* the run's (crew_fit_options.attention_recompute) [0] */
 } crew_memory_options;
 
 typedef struct crew_memory_layer {
@@ -873,6 +880,7 @@ typedef struct crew_memory_plan {
     int n_layers;
     crew_memory_layer *layers;    /* [n_layers]; freed by crew_memory_plan_release */
     int precision;                /* the run's (crew_memory_options.precision) */
+    int attention_recompute;      /* crew_memory_options.attention_recompute */
 } crew_memory_plan;
 
 void crew_memory_options_init(crew_memory_options *o); /* every field at its default */

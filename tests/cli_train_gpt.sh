@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cli_train_gpt.sh — a GPT end to end through the CLI: crew prep text, crew train on the tokens
 # (data-parallel, and on cpu-remote, a GPU's path), bits per byte in the output and metrics, crew sample (repeatable per seed),
-# crew verify at N = 2 and 4, and the bad inputs of a language model's run, each one line and exit 2.
+# crew verify at N = 2 and 4, --attention recompute equal to store, and the bad inputs of a language
+# model's run, each one line and exit 2.
 . "$(dirname "$0")/lib_cli.sh"
 
 # A corpus with structure to learn: numbered lines of a few repeated phrases (40 KB).
@@ -39,6 +40,29 @@ grep -q '"type":"summary".*"test_bits":' "$TMP/run/metrics.jsonl" && ok || fail 
   > /dev/null 2> "$TMP/err" || fail "gpt on cpu:1: $(cat "$TMP/err")"
 cmp -s "$TMP/rr/weights.safetensors" "$TMP/r1/weights.safetensors" && ok \
   || fail "gpt: cpu-remote:2 (2 micro-batches each, double-buffered inputs) and cpu:1 accumulating 4 differ"
+
+# --- --attention recompute: the blocks compute their probabilities again in backward, the same bits
+# as keeping them, in fp32 and bf16, on cpu-remote's path too; the plan counts one buffer of them for
+# the two blocks instead of two ([8, 2, 32, 32] floats: 65536 bytes less, 32768 in bf16)
+for prec in fp32 bf16; do
+  for att in store recompute; do
+    "$CREW" train "$TMP/g.json" --data "$TMP/text" --devices cpu-remote:2 --max-steps 4 --precision $prec \
+      --attention $att --run-dir "$TMP/att-$prec-$att" > "$TMP/att-$prec-$att.out" 2> "$TMP/err" \
+      || fail "gpt --precision $prec --attention $att: $(cat "$TMP/err")"
+  done
+  cmp -s "$TMP/att-$prec-store/weights.safetensors" "$TMP/att-$prec-recompute/weights.safetensors" && ok \
+    || fail "gpt --precision $prec: --attention recompute and store end with different weights"
+  "$CREW" plan "$TMP/g.json" --precision $prec --json > "$TMP/ps" 2>&1 || fail "plan --precision $prec"
+  "$CREW" plan "$TMP/g.json" --precision $prec --attention recompute --json > "$TMP/pr" 2>&1 || fail "plan --attention recompute"
+  want=65536; [ $prec = bf16 ] && want=32768
+  [ $(( $(json_field "$TMP/ps" workspace) - $(json_field "$TMP/pr" workspace) )) -eq $want ] && ok \
+    || fail "--attention recompute (--precision $prec) should save $want bytes: $(json_field "$TMP/ps" workspace) vs $(json_field "$TMP/pr" workspace)"
+done
+grep -q "attention probabilities recomputed in backward" "$TMP/att-fp32-recompute.out" && ok \
+  || fail "the plan does not say the attention is recomputed"
+[ "$(json_field "$TMP/pr" attention)" = recompute ] && ok || fail "crew plan's JSON does not say recompute"
+expect_exit 2 "--attention takes one of store, recompute, got 'flash'" -- \
+  "$CREW" train "$TMP/g.json" --data "$TMP/text" --attention flash
 
 # --- sampling: the prompt comes back first, then exactly N bytes; a seed repeats, another differs
 W="$TMP/run/weights.safetensors"

@@ -2127,6 +2127,15 @@ static void check_attention(const device *d, const attn_case *ac)
             for (int64_t s = t + 1; s < ac->T; s++) unmasked += att[(bh * ac->T + t) * ac->T + s] != 0.0f;
     EXPECT(d, unmasked == 0, "attention_forward (%s): %lld values above the diagonal are not 0", shape,
            (long long)unmasked);
+    /* y NULL: the probabilities alone (backward's recompute), the same bits */
+    float *att_only_d = dev_f32(d, garbage, z.n_att);
+    be->ops->attention_forward(be->ctx, qkv_d, att_only_d, CREW_DT_F32, NULL, NULL, ac->batch, ac->T, ac->heads, ac->d);
+    EXPECT_SYNCED(d);
+    float *att_only = host_f32(d, att_only_d, z.n_att);
+    EXPECT(d, !memcmp(att_only, att, sizeof(float) * (size_t)z.n_att),
+           "attention_forward (%s) without y: the probabilities differ from the full forward's", shape);
+    HOST_FREE(att_only);
+    DEV_FREE(d, att_only_d);
     if (ac->batch > 1) check_attention_per_sample(d, ac, qkv_d, att_in_d, dy_d, att, y, dqkv, shape);
     HOST_FREE(qkv, dy, att_f, garbage, qkv_r, dy_r, want_att, mag_att, want_y, mag_y, want_dqkv, mag_dqkv);
     HOST_FREE(att, y, dqkv);
@@ -2178,6 +2187,14 @@ static void check_attention_bf16(const device *fp32, const attn_case *ac)
            (long long)off, off < 0 ? 0.0 : (double)crew_bf16_widen(att16[off]), off < 0 ? 0.0 : (double)att32[off]);
     EXPECT(d, memcmp(y16, y32, sizeof(float) * (size_t)z.n_y) == 0,
            "attention_forward (%s): y differs from the float32 path's on the same device", shape);
+    void *only16_d = dev_copy_of(d, CREW_DT_BF16, garbage16, z.n_att); /* y NULL: the probabilities alone */
+    be->ops->attention_forward(be->ctx, qkv_d, only16_d, CREW_DT_BF16, scores_d, NULL, B, T, H, hd);
+    EXPECT_SYNCED(d);
+    crew_bf16 *only16 = host_copy_of(d, CREW_DT_BF16, only16_d, z.n_att);
+    EXPECT(d, !memcmp(only16, att16, sizeof(crew_bf16) * (size_t)z.n_att),
+           "attention_forward (%s) without y: the probabilities differ from the full forward's", shape);
+    HOST_FREE(only16);
+    DEV_FREE(d, only16_d);
 
     for (int64_t j = 0; j < z.n_att; j++) widened[j] = crew_bf16_widen(att16[j]);
     float *widened_d = dev_f32(d, widened, z.n_att);

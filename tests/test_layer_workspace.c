@@ -130,8 +130,8 @@ static crew_model *token_model(void)
 }
 
 /* A GPT: token embedding [9 positions, 8] → two transformer blocks (2 heads) → layer norm → LM
- * head over 50 tokens; gpt_model_bf16 is the same set for --precision bf16 (crew_model_set_precision),
- * whose block keeps its attention probabilities in bfloat16. */
+ * head over 50 tokens; the others are the same set for --precision bf16, --attention recompute and
+ * both (crew_model_set_storage). */
 static crew_model *gpt_model(void)
 {
     crew_model *m = NULL;
@@ -148,12 +148,16 @@ static crew_model *gpt_model(void)
     return m;
 }
 
-static crew_model *gpt_model_bf16(void)
+static crew_model *gpt_model_as(int bf16, int att_recompute)
 {
     crew_model *m = gpt_model();
-    if (m) crew_model_set_precision(m, CREW_PRECISION_BF16);
+    if (m) crew_model_set_storage(m, &(crew_act_storage){.bf16 = bf16, .att_recompute = att_recompute});
     return m;
 }
+
+static crew_model *gpt_model_bf16(void) { return gpt_model_as(1, 0); }
+static crew_model *gpt_model_recompute(void) { return gpt_model_as(0, 1); }
+static crew_model *gpt_model_bf16_recompute(void) { return gpt_model_as(1, 1); }
 
 /* Parameter-free layers first: dropout → layer norm → flatten → dense → layer norm → dense, input
  * [SYN_SIDE, SYN_SIDE, 1] (the synthetic dataset's images). Nothing before the first layer norm
@@ -221,14 +225,16 @@ static void check_token_sizes(const crew_model *m)
     }
 }
 
-/* The block's sixteen buffers (layer_transformer.c's W_*), n = 9·rows positions of width 8, the
- * probabilities and their gradient rows·2·9·9 values, no dropout masks. In bfloat16 (bf16), ln_1,
- * the attention output, ln_2, the GELU's output and the probabilities two to a 4-byte element. */
-static void gpt_block_want(int64_t rows, int bf16, int64_t want[CREW_LAYER_MAX_WORK])
+/* The block's buffers (layer_transformer.c's W_*), n = 9·rows positions of width 8, the
+ * probabilities and their gradient rows·2·9·9 values, no dropout masks. In bfloat16 (s.bf16), ln_1,
+ * the attention output, ln_2, the GELU's output and the probabilities two to a 4-byte element;
+ * recomputed (s.att_recompute), the probabilities in W_ATT_RE (16) instead of W_ATT (3). */
+static void gpt_block_want(int64_t rows, crew_act_storage s, int64_t want[CREW_LAYER_MAX_WORK])
 {
-    int64_t n = 9 * rows, att = rows * 2 * 9 * 9, c = bf16 ? 4 * n : 8 * n;
-    int64_t w[CREW_LAYER_MAX_WORK] = {c, 2 * n, 24 * n, bf16 ? (att + 1) / 2 : att, c, 8 * n, c, 2 * n, 32 * n,
-                                      bf16 ? 16 * n : 32 * n, 32 * n, 8 * n, 8 * n, att, 0, 0};
+    int64_t n = 9 * rows, att = rows * 2 * 9 * 9, c = s.bf16 ? 4 * n : 8 * n, p = s.bf16 ? (att + 1) / 2 : att;
+    int64_t w[CREW_LAYER_MAX_WORK] = {c, 2 * n, 24 * n, s.att_recompute ? 0 : p, c, 8 * n, c, 2 * n, 32 * n,
+                                      s.bf16 ? 16 * n : 32 * n, 32 * n, 8 * n, 8 * n, att, 0, 0,
+                                      s.att_recompute ? p : 0};
     memcpy(want, w, sizeof w);
 }
 
@@ -237,18 +243,19 @@ static void check_gpt_sizes(const crew_model *m)
     for (int b = 1; b <= 2; b++) { /* the two blocks */
         const crew_layer *block = m->layers[b];
         for (int64_t rows = 1; rows <= 64; rows *= 4)
-            for (int as = 0; as < 2; as++) { /* as the layer is set, then the planner's view of the other */
-                int bf16 = as ? !block->act_bf16 : block->act_bf16;
+            for (int as = -1; as < 4; as++) { /* as the layer is set, then the planner's view of each storage */
+                crew_act_storage s = as < 0 ? block->store : (crew_act_storage){as & 1, as >> 1};
                 int64_t want[CREW_LAYER_MAX_WORK], got[CREW_LAYER_MAX_WORK];
-                gpt_block_want(rows, bf16, want);
-                if (as)
-                    crew_layer_workspace_as(block, rows, bf16, got);
+                gpt_block_want(rows, s, want);
+                if (as >= 0)
+                    crew_layer_workspace_as(block, rows, &s, got);
                 else
                     crew_layer_workspace(block, rows, got);
                 for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
-                    CHECK_MSG(got[k] == want[k], "block %d (%s%s), %lld rows: work[%d] %lld, expected %lld", b,
-                              bf16 ? "bf16" : "fp32", as ? ", crew_layer_workspace_as" : "", (long long)rows, k,
-                              (long long)got[k], (long long)want[k]);
+                    CHECK_MSG(got[k] == want[k], "block %d (%s%s%s), %lld rows: work[%d] %lld, expected %lld", b,
+                              s.bf16 ? "bf16" : "fp32", s.att_recompute ? ", recomputed" : "",
+                              as >= 0 ? ", crew_layer_workspace_as" : "", (long long)rows, k, (long long)got[k],
+                              (long long)want[k]);
             }
     }
 }
@@ -272,10 +279,10 @@ static void check_free_first_sizes(const crew_model *m)
     }
 }
 
-/* The precision m's layers are set for (crew_model_set_precision sets every layer alike). */
-static int precision_of(const crew_model *m)
+/* The storage m's layers are set for (crew_model_set_storage sets every layer alike). */
+static crew_act_storage storage_of(const crew_model *m)
 {
-    return m->n_layers > 0 && m->layers[0]->act_bf16 ? CREW_PRECISION_BF16 : CREW_PRECISION_FP32;
+    return m->n_layers > 0 ? m->layers[0]->store : (crew_act_storage){0, 0};
 }
 
 /* A model's layers share their scratch (crew_layer_ops.scratch): after crew_model_reserve, every
@@ -285,7 +292,7 @@ static void check_scratch_shared(crew_model *m, const char *what)
 {
     CHECK_OK(crew_model_reserve(m, 5));
     int64_t sizes[CREW_LAYER_MAX_WORK];
-    crew_model_scratch_sizes(m, 5, -1, sizes);
+    crew_model_scratch_sizes(m, 5, NULL, sizes);
     int shared = 0;
     for (int i = 0; i < m->n_layers; i++) {
         const crew_layer *l = m->layers[i];
@@ -311,7 +318,7 @@ static void check_reserve_matches_plan(crew_model *m, const char *what)
 {
     crew_backend be = counting_backend();
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m, precision_of(m));
+    crew_mem_model_init(&mm, m, storage_of(m));
     const int64_t rows[] = {1, 3, 37, 128, 5}; /* up and down: each reserve replaces the last */
     for (int i = 0; i < m->n_layers; i++) {
         crew_layer *l = m->layers[i];
@@ -349,7 +356,7 @@ static void check_model_reserve_matches_plan(crew_model *m, const char *what)
     crew_status s = crew_model_layout(m);
     CHECK_OK(s);
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m, precision_of(m));
+    crew_mem_model_init(&mm, m, storage_of(m));
     int64_t base = counter.live;
     const int64_t rows[] = {1, 3, 37, 128}; /* reserve only grows; each replaces the last */
     for (size_t r = 0; !s && r < sizeof rows / sizeof *rows; r++) {
@@ -492,7 +499,9 @@ static const struct {
     {"token model", token_model, check_token_sizes, 1},
     {"parameter-free layers first", free_first_model, check_free_first_sizes, 0},
     {"GPT", gpt_model, check_gpt_sizes, 1},
-    {"GPT, bf16 probabilities", gpt_model_bf16, check_gpt_sizes, 1},
+    {"GPT, bf16 activations", gpt_model_bf16, check_gpt_sizes, 1},
+    {"GPT, attention recomputed", gpt_model_recompute, check_gpt_sizes, 1},
+    {"GPT, bf16 and attention recomputed", gpt_model_bf16_recompute, check_gpt_sizes, 1},
 };
 
 int main(void)
@@ -508,6 +517,7 @@ int main(void)
     }
     check_scratch_shared(image_model(), "image model (two convolutions)");
     check_scratch_shared(gpt_model(), "GPT (two blocks)");
+    check_scratch_shared(gpt_model_bf16_recompute(), "GPT (two blocks, bf16, attention recomputed)");
     check_in_place_models();
     check_fit_steps();
     crew_device_close(&counter.cpu);

@@ -21,11 +21,11 @@ int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem)
     return (n * elem + 63) / 64 * 64;
 }
 
-void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, int precision)
+void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, crew_act_storage store)
 {
     memset(mm, 0, sizeof *mm);
     mm->m = m;
-    mm->act_bf16 = precision == CREW_PRECISION_BF16;
+    mm->store = store;
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             const crew_param *p = &m->layers[i]->params[j];
@@ -72,7 +72,7 @@ int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows)
 {
     int64_t n[CREW_LAYER_MAX_WORK], bytes = 0;
     const crew_layer *l = mm->m->layers[i];
-    crew_layer_workspace_as(l, rows, mm->act_bf16, n);
+    crew_layer_workspace_as(l, rows, &mm->store, n);
     for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
         if (n[k] > 0 && !(l->ops->scratch & (1u << k))) bytes += crew_mem_alloc_bytes(n[k], F32);
     return bytes;
@@ -81,7 +81,7 @@ int64_t crew_mem_layer_workspace(const crew_mem_model *mm, int i, int64_t rows)
 void crew_mem_layer_scratch(const crew_mem_model *mm, int i, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
 {
     const crew_layer *l = mm->m->layers[i];
-    crew_layer_workspace_as(l, rows, mm->act_bf16, n);
+    crew_layer_workspace_as(l, rows, &mm->store, n);
     for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
         if (!(l->ops->scratch & (1u << k))) n[k] = 0;
 }
@@ -113,7 +113,7 @@ void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int 
         out->workspace += crew_mem_layer_workspace(mm, i, batch);
     }
     int64_t scratch[CREW_LAYER_MAX_WORK];
-    crew_model_scratch_sizes(m, batch, mm->act_bf16, scratch);
+    crew_model_scratch_sizes(m, batch, &mm->store, scratch);
     out->workspace += crew_mem_scratch_bytes(scratch); /* the layers' shared scratch */
     out->workspace += crew_mem_alloc_bytes(n.dbuf[0], F32) + crew_mem_alloc_bytes(n.dbuf[1], F32) +
                       crew_mem_alloc_bytes(n.labels, (int64_t)sizeof(int32_t)) +
@@ -166,6 +166,9 @@ static crew_status resolve(const crew_model *m, const crew_memory_options *o, cr
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "precision %d: expected fp32 or bf16", o->precision);
     p->accumulation = (int)(p->global_batch / round);
     p->precision = o->precision;
+    if (o->attention_recompute != 0 && o->attention_recompute != 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "attention_recompute %d: expected 0 or 1", o->attention_recompute);
+    p->attention_recompute = o->attention_recompute;
     /* Not given: a GPU's own memory as its kind reports it, else the host's, which CPU replicas share. */
     const crew_device_kind *kind = crew_device_kind_find(o->device_kind ? o->device_kind : "cpu");
     int64_t own = !o->device_memory_bytes && kind && kind->memory_bytes ? kind->memory_bytes(0) : 0;
@@ -216,7 +219,7 @@ crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_option
     if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the model has no layers");
     CREW_TRY(resolve(m, o, p));
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m, o->precision);
+    crew_mem_model_init(&mm, m, crew_act_storage_for(o->precision, o->attention_recompute));
     int shards = o->optimizer_sharding ? p->devices : 1;
     crew_mem_costs c;
     crew_mem_replica(&mm, p->batch_per_device, p->devices, p->accumulation, shards, &c);

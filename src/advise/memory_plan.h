@@ -31,11 +31,11 @@ typedef struct crew_mem_model {
     int slots;                   /* optimizer values per parameter: AdamW 2, SGD with momentum 1 */
     const char *optimizer;       /* "AdamW", "SGD with momentum", "SGD" */
     int64_t in_size;             /* values per input sample */
-    int act_bf16;                /* the run's layers keep what they may in bfloat16 (crew_layer.act_bf16) */
+    crew_act_storage store;      /* how the run's layers keep their activations (crew_layer.store) */
 } crew_mem_model;
 
-/* precision: the run's (a crew_precision), which decides the layers' activation storage */
-void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, int precision);
+/* store: the run's activation storage (crew_act_storage_for) */
+void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, crew_act_storage store);
 
 /* Bytes of a backend buffer of n elements of `elem` bytes: the CPU backend rounds to 64. */
 int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem);

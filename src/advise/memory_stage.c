@@ -18,7 +18,7 @@ static int64_t view_bytes(const crew_mem_model *mm, int64_t rows)
     int64_t b = crew_mem_alloc_bytes(n.act_input, 4);
     for (int i = 0; i < m->n_layers; i++) b += crew_mem_layer_activation(mm, i, rows) + crew_mem_layer_workspace(mm, i, rows);
     int64_t scratch[CREW_LAYER_MAX_WORK];
-    crew_model_scratch_sizes(m, rows, mm->act_bf16, scratch);
+    crew_model_scratch_sizes(m, rows, &mm->store, scratch);
     b += crew_mem_scratch_bytes(scratch);
     return b + crew_mem_alloc_bytes(n.dbuf[0], 4) + crew_mem_alloc_bytes(n.dbuf[1], 4) +
            crew_mem_alloc_bytes(n.labels, (int64_t)sizeof(int32_t)) + crew_mem_alloc_bytes(n.sample_ids, (int64_t)sizeof(int64_t)) +
@@ -35,7 +35,7 @@ crew_status crew_model_plan_stages(const crew_model *full, const crew_fit_plan *
         crew_model *m;
         CREW_TRY(crew_model_stage_layers(full, p->stage_first[s], p->stage_first[s + 1], &m));
         crew_mem_model mm;
-        crew_mem_model_init(&mm, m, p->precision);
+        crew_mem_model_init(&mm, m, crew_act_storage_for(p->precision, p->attention_recompute));
         crew_mem_costs c; /* slot 0: the stage as a replica of its own */
         crew_mem_replica(&mm, p->batch_per_device, p->devices, k, 1, &c);
         /* the pipeline's metrics scratch instead of a data-parallel rank's */

@@ -237,7 +237,9 @@ typedef struct crew_backend_ops {
      *   bfloat16 GEMMs whatever the device's precision; backward's softmax reads the rounded
      *   values. On a device opened in bf16 that is the F32 path's arithmetic exactly: its GEMMs
      *   round att to the same values, so y, and dqkv from the same att values, are the same bits
-     *   (test_backend_ops holds every backend to it). */
+     *   (test_backend_ops holds every backend to it).
+     * forward with y NULL computes att alone (a block that recomputes its probabilities in
+     * backward rather than keep them: the same bits as the full forward's att). */
     void (*attention_forward)(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
                               int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
     void (*attention_backward)(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,

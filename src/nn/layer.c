@@ -79,14 +79,15 @@ void crew_layer_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYE
     if (l->ops->workspace) l->ops->workspace(l, rows, n);
 }
 
-void crew_layer_workspace_as(const crew_layer *l, int64_t rows, int act_bf16, int64_t n[CREW_LAYER_MAX_WORK])
+void crew_layer_workspace_as(const crew_layer *l, int64_t rows, const crew_act_storage *s,
+                             int64_t n[CREW_LAYER_MAX_WORK])
 {
-    if (l->act_bf16 == act_bf16) {
+    if (l->store.bf16 == s->bf16 && l->store.att_recompute == s->att_recompute) {
         crew_layer_workspace(l, rows, n);
         return;
     }
-    crew_layer as = *l; /* the workspace op reads only what build set, and act_bf16 */
-    as.act_bf16 = act_bf16;
+    crew_layer as = *l; /* the workspace op reads only what build set, and the storage */
+    as.store = *s;
     crew_layer_workspace(&as, rows, n);
 }
 

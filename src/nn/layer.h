@@ -19,7 +19,7 @@
 #include "crew.h"
 
 #define CREW_LAYER_MAX_PARAMS 12 /* a transformer block's */
-#define CREW_LAYER_MAX_WORK 16
+#define CREW_LAYER_MAX_WORK 20
 
 typedef enum crew_init {
     CREW_INIT_ZEROS = 0,
@@ -70,6 +70,18 @@ typedef struct crew_pass {
 
 typedef struct crew_layer crew_layer;
 
+/* How a run's layers keep their activations: set from the plan on every replica and pipeline stage
+ * (crew_model_set_storage) before their workspace is reserved; the workspace ops read it, and the
+ * memory planner counts a model as a run would set it (crew_layer_workspace_as). */
+typedef struct crew_act_storage {
+    /* --precision bf16: a transformer block keeps its GEMM-only activations and its attention
+     * probabilities in bfloat16 (layer_transformer.c) */
+    int bf16;
+    /* --attention recompute: a transformer block keeps no attention probabilities for backward but
+     * recomputes them there, the same bits, in scratch its model shares among its layers */
+    int att_recompute;
+} crew_act_storage;
+
 typedef struct crew_layer_ops {
     /* Checks the configuration against the input shape, sets l->out and declares l->params.
      * Errors name the key that is wrong; the caller prefixes the layer. */
@@ -117,10 +129,7 @@ struct crew_layer {
      * (crew_fit_plan.conv_choice, set on a run's replicas by crew_model_set_conv_ways; copies
      * of the model keep it), 0: im2col + GEMM */
     int conv_by_library;
-    /* 1: it keeps in bfloat16 the activations it may (a transformer block's attention
-     * probabilities; --precision bf16, set on a run's replicas by crew_model_set_precision, which
-     * copies of the model keep). Its workspace op reads it, so it is set before the workspace is. */
-    int act_bf16;
+    crew_act_storage store;      /* the run's (crew_model_set_storage; copies of the model keep it) */
     float *work[CREW_LAYER_MAX_WORK]; /* backend workspace, sized by the workspace op for
                                           reserved_rows (crew_layer_reserve) */
     unsigned work_shared;        /* bit i: work[i] is its model's shared scratch, not the layer's to free */
@@ -140,9 +149,10 @@ crew_param *crew_layer_declare_normal(crew_layer *l, const char *name, crew_shap
 /* The layer's workspace for micro-batches of `rows` samples: n[i] elements for work[i], 0 for a
  * buffer it does not use (the workspace op, or all zeros when the type has none). */
 void crew_layer_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK]);
-/* The same for the layer as a run with act_bf16 (crew_layer.act_bf16) would reserve it: the memory
+/* The same for the layer as a run storing its activations as s says would reserve it: the memory
  * planner's view of a model whose layers are not set for the run. */
-void crew_layer_workspace_as(const crew_layer *l, int64_t rows, int act_bf16, int64_t n[CREW_LAYER_MAX_WORK]);
+void crew_layer_workspace_as(const crew_layer *l, int64_t rows, const crew_act_storage *s,
+                             int64_t n[CREW_LAYER_MAX_WORK]);
 /* Allocates the workspace for micro-batches of up to max_rows samples on the backend, replacing
  * what an earlier call allocated. */
 crew_status crew_layer_reserve(crew_layer *l, const crew_backend *be, int64_t max_rows);

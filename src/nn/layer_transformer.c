@@ -13,12 +13,18 @@
  * twice, which a sequential model of single-input layers cannot say. Its work buffers (below)
  * keep what backward needs; n = rows · T positions, H heads.
  *
- * --precision bf16 (act_bf16): the buffers marked "bf16" below hold bfloat16. Only GEMMs read
+ * --precision bf16 (store.bf16): the buffers marked "bf16" below hold bfloat16. Only GEMMs read
  * them, and a bf16 run's GEMMs round their operands to bfloat16 anyway, so storing them rounded
  * changes no bit of the run and halves their bytes (gemm_typed reads them as they are). Each is
  * computed in float32 into backward's scratch (W_DC, W_D4C: idle in forward) and then rounded
  * into its buffer. The attention probabilities are stored so too; their softmax's backward then
- * reads the rounded values (backend.h, attention_forward). */
+ * reads the rounded values (backend.h, attention_forward).
+ *
+ * --attention recompute (store.att_recompute): the probabilities go to W_ATT_RE, scratch the model
+ * shares among its layers, instead of W_ATT, and backward computes them again from the q and k it
+ * kept (attention_forward without y: the same GEMM and softmax, so the same bits) before it needs
+ * them. One [rows, H, T, T] buffer for the whole model instead of one per block, for one more
+ * q·kᵀ GEMM and softmax per block in backward. */
 #include <math.h>
 
 #include "core/rng.h"
@@ -49,6 +55,7 @@ enum {
     W_DATT,     /* [rows, H, T, T] backward scratch; forward's, for bfloat16 probabilities' scores */
     W_DROP1,    /* [n, C]   dropout masks of the attention and MLP branches (rate > 0 only) */
     W_DROP2,
+    W_ATT_RE,   /* [rows, H, T, T] the probabilities when backward recomputes them; bf16 */
     N_WORK
 };
 
@@ -95,10 +102,14 @@ static void block_workspace(const crew_layer *l, int64_t rows, int64_t w[CREW_LA
     w[W_QKV] = 3 * n * C;
     w[W_FC] = w[W_GELU] = w[W_D4C] = 4 * n * C;
     w[W_ATT] = w[W_DATT] = att;
-    if (l->act_bf16) { /* two bfloat16 values to a 4-byte element */
+    if (l->store.bf16) { /* two bfloat16 values to a 4-byte element */
         w[W_LN1] = w[W_ATTY] = w[W_LN2] = (n * C + 1) / 2;
         w[W_GELU] = (4 * n * C + 1) / 2;
         w[W_ATT] = (att + 1) / 2;
+    }
+    if (l->store.att_recompute) {
+        w[W_ATT_RE] = w[W_ATT];
+        w[W_ATT] = 0;
     }
     if (l->spec.rate > 0.0f) w[W_DROP1] = w[W_DROP2] = n * C;
 }
@@ -114,7 +125,10 @@ static void drop(crew_layer *l, const crew_pass *p, float *branch, float *mask, 
 }
 
 /* The element type of the buffers marked bf16 above. */
-static crew_dtype kept_type(const crew_layer *l) { return l->act_bf16 ? CREW_DT_BF16 : CREW_DT_F32; }
+static crew_dtype kept_type(const crew_layer *l) { return l->store.bf16 ? CREW_DT_BF16 : CREW_DT_F32; }
+
+/* Where the attention probabilities are: kept from forward, or recomputed into shared scratch. */
+static float *att_buffer(crew_layer *l) { return l->work[l->store.att_recompute ? W_ATT_RE : W_ATT]; }
 
 static float *val(crew_layer *l, int i) { return l->params[i].value; }
 static float *grad(crew_layer *l, int i) { return l->params[i].grad; }
@@ -139,12 +153,12 @@ static void dense_back(const crew_pass *p, const void *x, crew_dtype xt, const f
 }
 
 /* Where an op writes a buffer marked bf16: the buffer itself in float32, else float scratch. */
-static float *staged(crew_layer *l, int buf, int scratch) { return l->act_bf16 ? l->work[scratch] : l->work[buf]; }
+static float *staged(crew_layer *l, int buf, int scratch) { return l->store.bf16 ? l->work[scratch] : l->work[buf]; }
 
 /* The buffer's values, written at staged(l, buf, scratch), into the buffer as bfloat16 (bf16 only). */
 static void keep(crew_layer *l, const crew_pass *p, int buf, int scratch, int64_t count)
 {
-    if (l->act_bf16) p->be->ops->to_bf16(p->be->ctx, l->work[scratch], (crew_bf16 *)l->work[buf], count);
+    if (l->store.bf16) p->be->ops->to_bf16(p->be->ctx, l->work[scratch], (crew_bf16 *)l->work[buf], count);
 }
 
 static crew_status block_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
@@ -158,7 +172,8 @@ static crew_status block_forward(crew_layer *l, const crew_pass *p, const float 
                          w[W_LN1_STAT] + n, n, C);
     keep(l, p, W_LN1, W_DC, n * C);
     dense(p, w[W_LN1], kt, val(l, P_ATTN_K), val(l, P_ATTN_B), w[W_QKV], n, C, 3 * C);
-    o->attention_forward(ctx, w[W_QKV], w[W_ATT], kt, w[W_DATT], staged(l, W_ATTY, W_DC), p->rows, T, H, C / H);
+    o->attention_forward(ctx, w[W_QKV], att_buffer(l), kt, w[W_DATT], staged(l, W_ATTY, W_DC), p->rows, T, H,
+                         C / H);
     keep(l, p, W_ATTY, W_DC, n * C);
     dense(p, w[W_ATTY], kt, val(l, P_PROJ_K), val(l, P_PROJ_B), w[W_RES], n, C, C);
     if (dropping(l, p)) drop(l, p, w[W_RES], w[W_DROP1], 1);
@@ -207,7 +222,9 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
         dattn = w[W_D4C];
     }
     dense_back(p, w[W_ATTY], kt, dattn, val(l, P_PROJ_K), grad(l, P_PROJ_K), grad(l, P_PROJ_B), w[W_DC], n, C, C);
-    o->attention_backward(ctx, w[W_DC], w[W_QKV], w[W_ATT], kt, w[W_DATT], w[W_D4C], p->rows, T, H, C / H);
+    if (l->store.att_recompute) /* the probabilities again, as forward computed them (no y) */
+        o->attention_forward(ctx, w[W_QKV], att_buffer(l), kt, w[W_DATT], NULL, p->rows, T, H, C / H);
+    o->attention_backward(ctx, w[W_DC], w[W_QKV], att_buffer(l), kt, w[W_DATT], w[W_D4C], p->rows, T, H, C / H);
     dense_back(p, w[W_LN1], kt, w[W_D4C], val(l, P_ATTN_K), grad(l, P_ATTN_K), grad(l, P_ATTN_B), w[W_DC], n, C,
                3 * C);
     o->fill(ctx, grad(l, P_LN1_G), 0.0f, C);
@@ -220,7 +237,8 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
     return CREW_OK;
 }
 
-/* backward's four buffers, which forward also uses for its float32 staging and scores */
-const crew_layer_ops crew_transformer_block_ops = {block_build, block_workspace, block_forward, block_backward,
-                                                   crew_layer_free_work,
-                                                   1u << W_D4C | 1u << W_DC | 1u << W_DRES | 1u << W_DATT};
+/* backward's four buffers, which forward also uses for its float32 staging and scores, and the
+ * probabilities that backward recomputes */
+const crew_layer_ops crew_transformer_block_ops = {
+    block_build, block_workspace, block_forward, block_backward, crew_layer_free_work,
+    1u << W_D4C | 1u << W_DC | 1u << W_DRES | 1u << W_DATT | 1u << W_ATT_RE};

@@ -362,7 +362,7 @@ static crew_status copy_layers(const crew_model *m, const crew_backend *be, crew
     }
     for (int i = 0; i < m->n_layers; i++) {
         c->layers[i]->conv_by_library = m->layers[i]->conv_by_library;
-        c->layers[i]->act_bf16 = m->layers[i]->act_bf16;
+        c->layers[i]->store = m->layers[i]->store;
     }
     memcpy(c->name, m->name, sizeof c->name);
     c->defaults = m->defaults;
@@ -532,7 +532,7 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
     CREW_TRY(realloc_dev(be, CREW_DT_I64, n.sample_ids, m->sample_ids, (void **)&m->sample_ids));
     CREW_TRY(realloc_dev(be, CREW_DT_F32, n.row_loss, m->row_loss, (void **)&m->row_loss));
     int64_t scratch[CREW_LAYER_MAX_WORK];
-    crew_model_scratch_sizes(m, max_rows, -1, scratch);
+    crew_model_scratch_sizes(m, max_rows, NULL, scratch);
     for (int k = 0; k < CREW_LAYER_MAX_WORK; k++) { /* the layers pointing at the old ones reserve anew below */
         crew_dev_free(be, m->scratch[k]);
         m->scratch[k] = NULL;
@@ -550,13 +550,14 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
     return CREW_OK;
 }
 
-void crew_model_scratch_sizes(const crew_model *m, int64_t rows, int act_bf16, int64_t n[CREW_LAYER_MAX_WORK])
+void crew_model_scratch_sizes(const crew_model *m, int64_t rows, const crew_act_storage *s,
+                              int64_t n[CREW_LAYER_MAX_WORK])
 {
     for (int k = 0; k < CREW_LAYER_MAX_WORK; k++) n[k] = 0;
     for (int i = 0; i < m->n_layers; i++) {
         const crew_layer *l = m->layers[i];
         int64_t w[CREW_LAYER_MAX_WORK];
-        crew_layer_workspace_as(l, rows, act_bf16 < 0 ? l->act_bf16 : act_bf16, w);
+        crew_layer_workspace_as(l, rows, s ? s : &l->store, w);
         for (int k = 0; k < CREW_LAYER_MAX_WORK; k++)
             if ((l->ops->scratch & (1u << k)) && w[k] > n[k]) n[k] = w[k];
     }
@@ -665,9 +666,14 @@ int crew_model_conv_count(const crew_model *m, int before)
     return n;
 }
 
-void crew_model_set_precision(crew_model *m, int precision)
+void crew_model_set_storage(crew_model *m, const crew_act_storage *s)
 {
-    for (int i = 0; i < m->n_layers; i++) m->layers[i]->act_bf16 = precision == CREW_PRECISION_BF16;
+    for (int i = 0; i < m->n_layers; i++) m->layers[i]->store = *s;
+}
+
+crew_act_storage crew_act_storage_for(int precision, int attention_recompute)
+{
+    return (crew_act_storage){.bf16 = precision == CREW_PRECISION_BF16, .att_recompute = attention_recompute != 0};
 }
 
 void crew_model_set_conv_ways(crew_model *m, const crew_model *whole, const char *ways)

@@ -91,9 +91,10 @@ typedef struct crew_model_buffer_sizes {
 void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_sizes *out);
 /* n[i]: the shared scratch buffer of slot i for micro-batches of `rows` samples, in 4-byte
  * elements: the largest work[i] any layer whose slot i is scratch asks for (0: none does), with
- * the layers as a run with act_bf16 would reserve them (crew_layer.act_bf16; -1: as they are set).
- * crew_model_reserve allocates exactly these, and the memory planner counts them. */
-void crew_model_scratch_sizes(const crew_model *m, int64_t rows, int act_bf16, int64_t n[CREW_LAYER_MAX_WORK]);
+ * the layers as a run storing its activations as s says would reserve them (NULL: as they are
+ * set). crew_model_reserve allocates exactly these, and the memory planner counts them. */
+void crew_model_scratch_sizes(const crew_model *m, int64_t rows, const crew_act_storage *s,
+                              int64_t n[CREW_LAYER_MAX_WORK]);
 /* Points the model's input (act[0], and the activations that alias it: in-place layers at the
  * front) at `input`, device memory of act_input floats: a rank double-buffers its inputs so that
  * one micro-batch's copy overlaps the previous one's passes (train/loop.c). The caller restores
@@ -152,9 +153,10 @@ int crew_model_conv_count(const crew_model *m, int before);
  * convolution layer of the whole model m belongs to ('l': the library; anything else or past the
  * end: im2col). m may be a pipeline stage of whole, or whole itself. */
 void crew_model_set_conv_ways(crew_model *m, const crew_model *whole, const char *ways);
-/* Sets every layer's activation storage (crew_layer.act_bf16) for a run at `precision` (a
- * crew_precision): bfloat16 where a layer may keep one, in bf16. Before crew_model_reserve. */
-void crew_model_set_precision(crew_model *m, int precision);
+/* Sets every layer's activation storage (crew_layer.store) for a run. Before crew_model_reserve. */
+void crew_model_set_storage(crew_model *m, const crew_act_storage *s);
+/* A run's storage from its precision (a crew_precision) and crew_fit_options.attention_recompute. */
+crew_act_storage crew_act_storage_for(int precision, int attention_recompute);
 /* dst's parameters and state := src's (same layers, any two devices). */
 crew_status crew_model_copy_values(crew_model *dst, const crew_model *src);
 

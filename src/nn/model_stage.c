@@ -70,7 +70,7 @@ crew_status crew_model_stage_layers(const crew_model *full, int first, int end, 
     }
     for (int i = first; i < end; i++) {
         m->layers[i - first]->conv_by_library = full->layers[i]->conv_by_library;
-        m->layers[i - first]->act_bf16 = full->layers[i]->act_bf16;
+        m->layers[i - first]->store = full->layers[i]->store;
     }
     snprintf(m->name, sizeof m->name, "%s", full->name);
     m->defaults = full->defaults;

@@ -115,7 +115,8 @@ static crew_status set_up(stage_rank *r)
 
     CREW_TRY(crew_model_stage(start, p->stage_first[r->stage], p->stage_first[r->stage + 1], r->be, &r->slot[0]));
     crew_model_set_conv_ways(r->slot[0], start, p->conv_choice); /* before the views, which copy them */
-    crew_model_set_precision(r->slot[0], p->precision);
+    crew_act_storage store = crew_act_storage_for(p->precision, p->attention_recompute);
+    crew_model_set_storage(r->slot[0], &store);
     r->rows = p->batch_per_device;
     CREW_TRY(crew_model_reserve(r->slot[0], r->rows));
     for (int i = 1; i < r->n_slots; i++) CREW_TRY(crew_model_view(r->slot[0], r->rows, &r->slot[i]));

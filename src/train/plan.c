@@ -371,6 +371,9 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     if (o->precision != CREW_PRECISION_FP32 && o->precision != CREW_PRECISION_BF16)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "precision %d: expected fp32 or bf16", o->precision);
     p->precision = o->precision;
+    if (o->attention_recompute != 0 && o->attention_recompute != 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "attention_recompute %d: expected 0 or 1", o->attention_recompute);
+    p->attention_recompute = o->attention_recompute;
     CREW_TRY(plan_convolutions(m, o, p));
     crew_flops f;
     CREW_TRY(crew_model_flops(m, &f));

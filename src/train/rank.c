@@ -59,7 +59,8 @@ static crew_status set_up(crew_rank *r)
     const crew_fit_plan *p = &run->plan;
     CREW_TRY(crew_model_clone(run->start, r->be, &r->m));
     crew_model_set_conv_ways(r->m, run->start, p->conv_choice);
-    crew_model_set_precision(r->m, p->precision);
+    crew_act_storage store = crew_act_storage_for(p->precision, p->attention_recompute);
+    crew_model_set_storage(r->m, &store);
     CREW_TRY(crew_model_reserve(r->m, p->batch_per_device));
     if (p->shard_optimizer && r->size > 1) CREW_TRY(crew_rank_shard_init(r));
     int64_t own = r->shard ? r->shard[r->rank + 1] - r->shard_lo : r->m->n_params;

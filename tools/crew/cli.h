@@ -41,6 +41,7 @@ typedef struct cli_pipeline {
 } cli_pipeline;
 extern const char *const cli_schedules[]; /* "1f1b", "gpipe": crew_pipeline_schedule's order */
 extern const char *const cli_precisions[]; /* "fp32", "bf16": crew_precision's order */
+extern const char *const cli_attention_ways[]; /* "store", "recompute": crew_fit_options.attention_recompute */
 /* --conv of train, verify and scale: auto, im2col, library (or cudnn, the same), or one of
  * im2col|library per convolution layer, comma-separated (crew_fit_options.conv_choice). */
 typedef struct cli_conv {

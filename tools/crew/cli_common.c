@@ -157,6 +157,7 @@ int cli_parse_size(const char *verb, const char *flag, const char *text, int64_t
 
 const char *const cli_schedules[] = {"1f1b", "gpipe", NULL};
 const char *const cli_precisions[] = {"fp32", "bf16", NULL};
+const char *const cli_attention_ways[] = {"store", "recompute", NULL};
 
 
 /* The stages that the flags name: --pipeline K, else one more than --stages has commas. */

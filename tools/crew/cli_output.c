@@ -68,6 +68,9 @@ void cli_print_plan(const crew_fit_plan *p, const char *devices)
     if (p->precision == CREW_PRECISION_BF16)
         printf("      precision bf16: GEMM operands rounded to bfloat16, float32 sums; attention probabilities\n"
                "      kept in bfloat16; weights, gradients, optimizer state and other activations float32\n");
+    if (p->attention_recompute)
+        printf("      attention probabilities recomputed in backward (--attention recompute): one buffer for\n"
+               "      all transformer blocks, the same bits\n");
     print_convolutions(p);
     if (p->nccl)
         printf("      collectives by NCCL, each replica on a GPU of its own%s\n",

@@ -11,8 +11,8 @@
 
 static const char *usage_text =
     "usage: crew plan MODEL.json [--batch-per-device B] [--global-batch G] [--devices KIND:N]\n"
-    "                 [--device-memory SIZE] [--shard-optimizer] [--precision fp32|bf16] [--data DIR]\n"
-    "                 [--json]\n"
+    "                 [--device-memory SIZE] [--shard-optimizer] [--precision fp32|bf16]\n"
+    "                 [--attention store|recompute] [--data DIR] [--json]\n"
     "\n"
     "Works out, from the model's structure alone, the memory one replica needs for training:\n"
     "parameters, gradients, optimizer state, the activations kept for the backward pass (per\n"
@@ -31,6 +31,8 @@ static const char *usage_text =
     "                         --shard-optimizer runs it (--optimizer-sharding: the same)\n"
     "  --precision fp32|bf16  the run's, as crew train --precision: bf16 keeps a GPT block's attention\n"
     "                         probabilities in bfloat16 [fp32]\n"
+    "  --attention store|recompute  as crew train --attention: recompute keeps one buffer of attention\n"
+    "                         probabilities for all transformer blocks instead of one each [store]\n"
     "  --data DIR             count the loader's sample order for DIR's training split\n"
     "  --json                 end with one JSON line (docs/ADVISOR.md)\n";
 
@@ -77,9 +79,10 @@ static void print_plan(const char *model, const crew_memory_plan *p)
 {
     char mem[32], note[160];
     crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
-    printf("memory plan for %s: %d replica%s, per-device batch %lld, accumulation %d, global batch %lld%s\n", model,
+    printf("memory plan for %s: %d replica%s, per-device batch %lld, accumulation %d, global batch %lld%s%s\n", model,
            p->devices, p->devices == 1 ? "" : "s", (long long)p->batch_per_device, p->accumulation,
-           (long long)p->global_batch, p->precision == CREW_PRECISION_BF16 ? ", precision bf16" : "");
+           (long long)p->global_batch, p->precision == CREW_PRECISION_BF16 ? ", precision bf16" : "",
+           p->attention_recompute ? ", attention recomputed" : "");
     printf("device memory: %s%s\n", mem,
            p->shared_memory ? " (this machine's physical memory, shared by its CPU replicas)" : " per device");
     print_layers(p);
@@ -102,7 +105,8 @@ static void print_json(const char *model, const crew_memory_plan *p)
 {
     printf("{\"model\":");
     crew_json_write_string(stdout, model);
-    printf(",\"precision\":\"%s\"", p->precision == CREW_PRECISION_BF16 ? "bf16" : "fp32");
+    printf(",\"precision\":\"%s\",\"attention\":\"%s\"", p->precision == CREW_PRECISION_BF16 ? "bf16" : "fp32",
+           p->attention_recompute ? "recompute" : "store");
     printf(",\"devices\":%d,\"batch_per_device\":%lld,\"global_batch\":%lld,\"accumulation\":%d,"
            "\"device_memory_bytes\":%lld,\"shared_memory\":%s,\"bytes_per_device\":%lld,\"host_bytes\":%lld,"
            "\"total_bytes\":%lld,\"fits\":%s,\"verdict_kind\":\"%s\",\"verdict\":",
@@ -155,6 +159,7 @@ static const cli_flag_spec plan_flags[] = {
     CLI_SWITCH_FLAG(plan_args, "--shard-optimizer", o.optimizer_sharding),
     CLI_SWITCH_FLAG(plan_args, "--optimizer-sharding", o.optimizer_sharding),
     CLI_CHOICE_FLAG(plan_args, "--precision", o.precision, cli_precisions),
+    CLI_CHOICE_FLAG(plan_args, "--attention", o.attention_recompute, cli_attention_ways),
     CLI_STRING_FLAG(plan_args, "--data", data),
     CLI_INT_FLAG(plan_args, "--batch-per-device", o.batch_per_device, 1, 1 << 20),
     CLI_INT_FLAG(plan_args, "--global-batch", o.global_batch, 1, 1 << 30),

@@ -62,6 +62,11 @@ static const char *usage_text =
     "                             sums (tensor cores on a GPU; emulated, slower, on the CPU); weights,\n"
     "                             gradients and optimizer state stay float32 [fp32; a resumed run:\n"
     "                             its checkpoint's]\n"
+    "  --attention store|recompute\n"
+    "                             transformer blocks keep their attention probabilities for the\n"
+    "                             backward pass, or compute them again there: the same bits, one\n"
+    "                             buffer for all blocks instead of one each (a GPT's largest\n"
+    "                             activation), one more q.k GEMM per block [store]\n"
     "  --conv auto|im2col|library|WAY,WAY,...\n"
     "                             how convolutions compute: im2col + GEMM, or the device's library\n"
     "                             (cuDNN; also 'cudnn') wherever it runs the layer's shape, or per\n"
@@ -127,7 +132,7 @@ typedef struct train_args {
     int64_t log_every;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int64_t replicas;           /* devices / pipeline stages */
-    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, comm, precision;
+    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, comm, precision, attention;
     cli_conv conv;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
     int pad_last, have_augment;
@@ -212,6 +217,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_SWITCH_FLAG(train_args, "--shard-optimizer", shard_optimizer),
     CLI_CHOICE_FLAG(train_args, "--comm", comm, comms),
     CLI_CHOICE_FLAG(train_args, "--precision", precision, cli_precisions),
+    CLI_CHOICE_FLAG(train_args, "--attention", attention, cli_attention_ways),
     CLI_CUSTOM_FLAG("--conv", parse_conv),
     CLI_INT_FLAG(train_args, "--drift-check-every", drift_every, 0, INT64_MAX / 2),
     CLI_FLOAT_FLAG(train_args, "--straggler-threshold", straggler_threshold, 0.001, 100.0),
@@ -427,6 +433,7 @@ static void print_replica_memory(const crew_model *m, const crew_fit_result *r, 
     mo.optimizer_sharding = plan->shard_optimizer;
     mo.device_kind = plan->device_kind;
     mo.precision = plan->precision;
+    mo.attention_recompute = plan->attention_recompute;
     crew_memory_plan mp;
     crew_status s = crew_model_plan_memory(m, &mo, &mp);
     if (s) {
@@ -476,6 +483,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->shard_optimizer = a->shard_optimizer;
     o->communicator = a->comm;
     if (a->precision >= 0) o->precision = a->precision;
+    o->attention_recompute = a->attention;
     o->collective_timeout_s = a->timeout;
     if (a->on_nan >= 0) o->on_nan = (crew_nan_policy)a->on_nan;
     o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;
@@ -639,6 +647,7 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     mo.optimizer_sharding = a->shard_optimizer;
     mo.device_kind = a->device_kind;
     mo.precision = o->precision;
+    mo.attention_recompute = o->attention_recompute;
     crew_memory_plan p;
     crew_status s = crew_model_plan_memory(st->m, &mo, &p);
     if (s) return cli_fail("train", s);

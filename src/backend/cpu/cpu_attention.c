@@ -77,7 +77,7 @@ void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype at
                 crew_bf16 *a16 = (crew_bf16 *)att + hv.att;
                 for (int64_t i = 0; i < T * T; i++) a16[i] = crew_bf16_bits(a[i]);
             }
-            gemm(ctx, bf16_att, 0, 0, T, d, T, 1.0f, a, T, v, ld, y + hv.out, C); /* y_h = a·v  [T, d] */
+            if (y) gemm(ctx, bf16_att, 0, 0, T, d, T, 1.0f, a, T, v, ld, y + hv.out, C); /* y_h = a·v  [T, d] */
         }
 }
 

@@ -811,7 +811,7 @@ static void guard_attention_forward(void *ctx, const float *qkv, void *att, crew
     const float *sqkv = f32(&c, "qkv", qkv, times(bt, times(3, ch)));
     void *satt = att_type_ok(&c, att_type) ? operand(&c, "att", att, sq, att_type) : att;
     float *sscores = att_type == CREW_DT_BF16 ? f32(&c, "scores", scores, sq) : scores;
-    float *sy = f32(&c, "y", y, times(bt, ch));
+    float *sy = y ? f32(&c, "y", y, times(bt, ch)) : NULL; /* NULL: the probabilities alone */
     if (c.ok) crew_cpu_ops.attention_forward(c.cpu, sqkv, satt, att_type, sscores, sy, batch, T, heads, d);
 }
 

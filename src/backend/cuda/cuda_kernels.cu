@@ -734,7 +734,7 @@ void cuda_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype a
         k_causal_softmax<float> LAUNCH_ROWS(c, rows)(s, s, rows, T);
     cuda_launched(c, "attention softmax");
     const size_t esize = crew_dtype_size(att_type);
-    for (int64_t b = 0; b < batch; b++) {
+    for (int64_t b = 0; y && b < batch; b++) { /* y NULL: the probabilities alone */
         const float *v = qkv + b * T * ld + 2 * C;
         const void *ab = (const char *)att + (size_t)(b * sq) * esize;
         cuda_gemm_typed(c, 0, 0, T, d, T, 1.0f, ab, att_type, T, T * T, v, CREW_DT_F32, ld, d, 0.0f, y + b * T * C, C,
