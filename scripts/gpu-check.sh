@@ -34,6 +34,8 @@
 #   cudnn      --conv library on cuda:1: two runs bitwise equal, the training loss within 2% of
 #              --conv im2col's
 #   conv       bench_conv: each of the CNN's convolutions timed both ways, which was faster per shape
+#   gpt        a small GPT in bf16 on cuda:1: --attention recompute ends with store's weights,
+#              bitwise, and the training loss is within 2% of the CPU's
 #   plan       crew plan --devices cuda:1 plans against the GPU's own memory
 #   speed      samples/s of the CNN and the MLP on cuda:1 (300 steps)
 #   bench gpt  GPT-2 124M in bf16 against PyTorch, on the King James Bible's bytes (data/kjv.txt
@@ -267,6 +269,29 @@ if fits conv 20; then
     row conv measured "$(grep -c ' library$' "$OUT/conv.txt") of $(grep -c '^conv' "$OUT/conv.txt") shapes faster by cuDNN: conv.txt"
   else
     row conv FAIL "$(tail -n 1 "$OUT/conv.txt")"
+  fi
+fi
+# a small GPT in bf16 (its GEMM-only activations and attention probabilities in bfloat16): the
+# probabilities recomputed in backward give the kept ones' weights, bitwise; the loss near the CPU's
+if fits gpt 90; then
+  awk 'BEGIN { split("the cat sat on the mat|a dog ran in the park|birds sing in the morning", p, "|");
+               for (i = 0; i < 4000; i++) printf "%d %s.\n", i % 97, p[i % 3 + 1] }' > "$OUT/corpus.txt"
+  "$CREW" prep text "$OUT/corpus.txt" --seq-len 128 --out "$OUT/text" > "$OUT/prep-text.log" 2>&1
+  cat > "$OUT/gpt.json" <<JSON
+{"layers": [{"type": "gpt", "layers": 2, "heads": 4, "width": 128, "context": 128, "vocab": 256}],
+ "optimizer": {"type": "adamw", "lr": 0.001}, "training": {"batch_per_device": 16, "seed": 1}}
+JSON
+  gpt() { local dir=$1; shift; rm -rf "$OUT/$dir"; timeout "$(left)" "$CREW" train "$OUT/gpt.json" --data "$OUT/text" \
+    --max-steps 100 --precision bf16 --quiet --json --checkpoint-every 100000 "$@" --run-dir "$OUT/$dir" \
+    > "$OUT/$dir.out" 2> "$OUT/$dir.err"; }
+  gpt gpt-store --devices $K:1
+  gpt gpt-recompute --devices $K:1 --attention recompute
+  gpt gpt-cpu --devices cpu:1 --threads-per-device "$(nproc)"
+  lg=$(loss "$OUT/gpt-store.out"); lc=$(loss "$OUT/gpt-cpu.out")
+  if cmp -s "$OUT/gpt-store/weights.safetensors" "$OUT/gpt-recompute/weights.safetensors" && near "$lg" "$lc"; then
+    row gpt pass "bf16 GPT: --attention recompute = store, bitwise; training loss after 100 steps: $K $lg, cpu $lc"
+  else
+    row gpt FAIL "bf16 GPT: recompute vs store, or loss $K '$lg' vs cpu '$lc' ($(tail -n 1 "$OUT/gpt-store.err"))"
   fi
 fi
 # the planner plans against the GPU's own memory
