@@ -880,7 +880,10 @@ typedef struct crew_memory_plan {
     int n_layers;
     crew_memory_layer *layers;    /* [n_layers]; freed by crew_memory_plan_release */
     int precision;                /* the run's (crew_memory_options.precision) */
-    int attention_recompute;      /* crew_memory_options.attention_recompute */
+    /* The plan's: as asked, or 1 where the model does not fit as asked and recomputing the
+     * attention probabilities (which changes no bit) fits better: then every figure above is the
+     * recomputing run's, and verdict_text says so. */
+    int attention_recompute;
 } crew_memory_plan;
 
 void crew_memory_options_init(crew_memory_options *o); /* every field at its default */

@@ -61,6 +61,17 @@ done
 grep -q "attention probabilities recomputed in backward" "$TMP/att-fp32-recompute.out" && ok \
   || fail "the plan does not say the attention is recomputed"
 [ "$(json_field "$TMP/pr" attention)" = recompute ] && ok || fail "crew plan's JSON does not say recompute"
+# in a device between the two figures, the planner advises recomputing (the same bits), and crew
+# train --device-memory follows it
+bs=$(json_field "$TMP/ps" bytes_per_device); br=$(json_field "$TMP/pr" bytes_per_device)
+mid=$(( (bs + br) / 2 ))
+"$CREW" plan "$TMP/g.json" --precision bf16 --device-memory $mid --json > "$TMP/pm" 2>&1 || fail "plan --device-memory $mid"
+grep -q "^verdict: with --attention recompute (the same bits), fits with data parallelism" "$TMP/pm" \
+  && [ "$(json_field "$TMP/pm" attention)" = recompute ] && ok || fail "the planner does not advise recomputing: $(grep verdict "$TMP/pm")"
+"$CREW" train "$TMP/g.json" --data "$TMP/text" --devices cpu:1 --precision bf16 --device-memory $mid --max-steps 2 \
+  --run-dir "$TMP/att-auto" > "$TMP/att-auto.out" 2>&1 || fail "train --device-memory $mid: $(tail -n 3 "$TMP/att-auto.out")"
+grep -q "attention probabilities recomputed in backward" "$TMP/att-auto.out" && ok \
+  || fail "train --device-memory does not take the advised recompute: $(grep -i layout "$TMP/att-auto.out")"
 expect_exit 2 "--attention takes one of store, recompute, got 'flash'" -- \
   "$CREW" train "$TMP/g.json" --data "$TMP/text" --attention flash
 

@@ -207,16 +207,10 @@ void crew_memory_options_init(crew_memory_options *o)
     o->struct_size = sizeof *o;
 }
 
-crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_options *given, crew_memory_plan *p)
+/* The plan for options o as they are. */
+static crew_status plan_as_asked(const crew_model *m, const crew_memory_options *o, crew_memory_plan *p)
 {
-    if (!p) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_memory: NULL plan");
     memset(p, 0, sizeof *p);
-    if (!m || !given) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_memory: NULL argument");
-    crew_memory_options opts;
-    crew_memory_options_init(&opts);
-    CREW_TRY(crew_options_take(&opts, sizeof opts, given, "crew_memory_options"));
-    const crew_memory_options *o = &opts;
-    if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the model has no layers");
     CREW_TRY(resolve(m, o, p));
     crew_mem_model mm;
     crew_mem_model_init(&mm, m, crew_act_storage_for(o->precision, o->attention_recompute));
@@ -240,6 +234,55 @@ crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_option
     if (!s) s = crew_mem_verdict(&mm, o, p);
     if (s) crew_memory_plan_release(p);
     return s;
+}
+
+static int has_attention(const crew_model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i]->spec.type == CREW_LAYER_TRANSFORMER_BLOCK) return 1;
+    return 0;
+}
+
+/* b is the better verdict than a: a rung earlier on the ladder, or on the smaller-batch rung a
+ * larger batch. */
+static int better(const crew_memory_plan *b, const crew_memory_plan *a)
+{
+    if (b->verdict != a->verdict) return b->verdict < a->verdict;
+    return b->verdict == CREW_MEMORY_SMALLER_BATCH && b->advised_batch > a->advised_batch;
+}
+
+crew_status crew_model_plan_memory(const crew_model *m, const crew_memory_options *given, crew_memory_plan *p)
+{
+    if (!p) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_memory: NULL plan");
+    memset(p, 0, sizeof *p);
+    if (!m || !given) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_plan_memory: NULL argument");
+    crew_memory_options opts;
+    crew_memory_options_init(&opts);
+    CREW_TRY(crew_options_take(&opts, sizeof opts, given, "crew_memory_options"));
+    if (m->n_layers == 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the model has no layers");
+    CREW_TRY(plan_as_asked(m, &opts, p));
+    /* Recomputing the attention probabilities changes no bit of a run: where the model does not
+     * fit as asked, the planner advises it when that fits better. */
+    if (p->verdict == CREW_MEMORY_FITS || opts.attention_recompute || !has_attention(m)) return CREW_OK;
+    crew_memory_options re = opts;
+    re.attention_recompute = 1;
+    crew_memory_plan q;
+    crew_status s = plan_as_asked(m, &re, &q);
+    if (s || !better(&q, p)) {
+        crew_status_free(s);
+        if (!s) crew_memory_plan_release(&q);
+        return CREW_OK;
+    }
+    crew_memory_plan_release(p);
+    *p = q;
+    static const char prefix[] = "with --attention recompute (the same bits), ";
+    const size_t k = sizeof prefix - 1, room = sizeof p->verdict_text - 1 - k;
+    size_t n = strlen(p->verdict_text);
+    if (n > room) n = room;
+    memmove(p->verdict_text + k, p->verdict_text, n);
+    memcpy(p->verdict_text, prefix, k);
+    p->verdict_text[k + n] = '\0';
+    return CREW_OK;
 }
 
 void crew_memory_plan_release(crew_memory_plan *p)

@@ -651,6 +651,7 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     crew_memory_plan p;
     crew_status s = crew_model_plan_memory(st->m, &mo, &p);
     if (s) return cli_fail("train", s);
+    o->attention_recompute = p.attention_recompute; /* the planner may advise it: the same bits */
     int rc = 0;
     switch (p.verdict) {
     case CREW_MEMORY_FITS:
