@@ -98,6 +98,15 @@ within_plan "$TMP/wide2.out" "2 stages"
 "$CREW" train $WIDE --data "$DATA" --devices cpu:4 --pipeline 4 --max-steps 6 --run-dir "$TMP/wide4" \
   > "$TMP/wide4.out" 2>&1 || fail "wide MLP on 4 stages: $(tail -n 3 "$TMP/wide4.out")"
 within_plan "$TMP/wide4.out" "4 stages"
+# The CNN, whose convolutions' columns are scratch: its micro-batches in flight (views) share their
+# stage's; the stages' memory is the plan's, and the weights one device's accumulating
+"$CREW" train examples/fashion_cnn.json --data "$DATA" --devices cpu:2 --pipeline 2 --global-batch 64 \
+  --batch-per-device 16 --max-steps 3 --run-dir "$TMP/cnn2" > "$TMP/cnn2.out" 2>&1 || fail "CNN on 2 stages: $(tail -n 3 "$TMP/cnn2.out")"
+within_plan "$TMP/cnn2.out" "the CNN on 2 stages"
+"$CREW" train examples/fashion_cnn.json --data "$DATA" --devices cpu:1 --global-batch 64 --batch-per-device 16 \
+  --max-steps 3 --run-dir "$TMP/cnn1" > /dev/null 2>&1 || fail "CNN on cpu:1"
+cmp -s "$TMP/cnn2/weights.safetensors" "$TMP/cnn1/weights.safetensors" && ok \
+  || fail "the CNN on 2 stages and on one device accumulating 4 micro-batches differ"
 "$CREW" train $WIDE --data "$DATA" --devices cpu:2 --device-memory 1GB --max-steps 2 --run-dir "$TMP/wide-dp" \
   > "$TMP/wide-dp.out" 2>&1 && grep -q "layout (--device-memory): data parallel: the model fits" "$TMP/wide-dp.out" && ok \
   || fail "a model that fits stays data parallel: $(grep -i layout "$TMP/wide-dp.out")"

@@ -8,8 +8,8 @@
 #include "train/rank.h"
 
 /* A set of activations of a micro-batch in flight: what crew_model_view allocates (the input's and
- * every layer's activation, the layers' workspace and shared scratch, the ping-pong buffers, labels,
- * ids, losses). */
+ * every layer's activation, the layers' workspace, the ping-pong buffers, labels, ids, losses; the
+ * shared scratch is the stage's own). */
 static int64_t view_bytes(const crew_mem_model *mm, int64_t rows)
 {
     const crew_model *m = mm->m;
@@ -17,9 +17,6 @@ static int64_t view_bytes(const crew_mem_model *mm, int64_t rows)
     crew_model_buffers(m, rows, &n);
     int64_t b = crew_mem_alloc_bytes(n.act_input, 4);
     for (int i = 0; i < m->n_layers; i++) b += crew_mem_layer_activation(mm, i, rows) + crew_mem_layer_workspace(mm, i, rows);
-    int64_t scratch[CREW_LAYER_MAX_WORK];
-    crew_model_scratch_sizes(m, rows, &mm->store, scratch);
-    b += crew_mem_scratch_bytes(scratch);
     return b + crew_mem_alloc_bytes(n.dbuf[0], 4) + crew_mem_alloc_bytes(n.dbuf[1], 4) +
            crew_mem_alloc_bytes(n.labels, (int64_t)sizeof(int32_t)) + crew_mem_alloc_bytes(n.sample_ids, (int64_t)sizeof(int64_t)) +
            crew_mem_alloc_bytes(n.row_loss, 4);

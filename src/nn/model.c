@@ -196,7 +196,8 @@ void crew_model_free(crew_model *m)
         crew_dev_free(be, m->labels);
         crew_dev_free(be, m->sample_ids);
         crew_dev_free(be, m->row_loss);
-        for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) crew_dev_free(be, m->scratch[i]);
+        if (!m->scratch_borrowed)
+            for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) crew_dev_free(be, m->scratch[i]);
         if (m->owns_backend) crew_device_close(&m->be);
     }
     for (int i = 0; i < m->n_layers; i++) free(m->layers[i]);
@@ -381,6 +382,9 @@ crew_status crew_model_view(crew_model *m, int64_t max_rows, crew_model **out)
     *out = NULL;
     if (!m->laid_out || !m->grads)
         return crew_errorf(CREW_CODE_INTERNAL, "a view of a model that has not reserved its buffers");
+    if (max_rows > m->max_rows) /* its scratch is m's, sized for m's rows */
+        return crew_errorf(CREW_CODE_INTERNAL, "a view of %lld rows of a model reserved for %lld", (long long)max_rows,
+                           (long long)m->max_rows);
     crew_model *v;
     CREW_TRY(copy_layers(m, &m->be, &v));
     v->n_compute = m->n_compute;
@@ -389,6 +393,8 @@ crew_status crew_model_view(crew_model *m, int64_t max_rows, crew_model **out)
     v->grads = m->grads;
     v->state = m->state;
     v->borrowed = 1;
+    memcpy(v->scratch, m->scratch, sizeof v->scratch); /* one layer runs at a time on the device */
+    v->scratch_borrowed = 1;
     v->initialized = m->initialized;
     point_params(v);
     v->laid_out = 1;
@@ -533,7 +539,7 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
     CREW_TRY(realloc_dev(be, CREW_DT_F32, n.row_loss, m->row_loss, (void **)&m->row_loss));
     int64_t scratch[CREW_LAYER_MAX_WORK];
     crew_model_scratch_sizes(m, max_rows, NULL, scratch);
-    for (int k = 0; k < CREW_LAYER_MAX_WORK; k++) { /* the layers pointing at the old ones reserve anew below */
+    for (int k = 0; k < CREW_LAYER_MAX_WORK && !m->scratch_borrowed; k++) { /* the layers reserve anew below */
         crew_dev_free(be, m->scratch[k]);
         m->scratch[k] = NULL;
         if (scratch[k] > 0) {

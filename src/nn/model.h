@@ -53,8 +53,10 @@ struct crew_model {
     float *row_loss;                /* [max_rows] */
     /* The layers' scratch (crew_layer_ops.scratch), one buffer per slot that every layer with that
      * slot's scratch shares, sized by crew_model_scratch_sizes: a GPT's blocks keep one set of
-     * backward buffers instead of one each. */
+     * backward buffers instead of one each. A view (crew_model_view) borrows its model's: one layer
+     * runs at a time on a device, whichever micro-batch it belongs to. */
     float *scratch[CREW_LAYER_MAX_WORK];
+    int scratch_borrowed;
 
     int compiled;
     crew_compile_options compile;   /* the loss and optimizer a fit uses (checked by crew_model_compile) */
@@ -178,8 +180,9 @@ void crew_model_count(crew_model *m);
 /* Where layers [first, ...) start in full's params and state buffers. */
 void crew_model_stage_offsets(const crew_model *full, int first, int64_t *params, int64_t *state);
 /* Another set of activations and workspace for model m (a micro-batch in flight in a pipeline):
- * the same layers on m's device, whose parameters, gradients and state are m's own buffers. m
- * must have reserved its buffers; the view reserves max_rows rows. Free it before m. */
+ * the same layers on m's device, whose parameters, gradients, state and shared scratch are m's own
+ * buffers. m must have reserved its buffers for at least max_rows rows; the view reserves max_rows
+ * rows. Free it before m. */
 crew_status crew_model_view(crew_model *m, int64_t max_rows, crew_model **out);
 /* After crew_model_backward of a model with input_grad: d loss / d input, [rows, input size]. */
 float *crew_model_input_grad(const crew_model *m);
