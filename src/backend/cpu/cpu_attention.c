@@ -17,7 +17,7 @@
 static void gemm(void *ctx, int bf16, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                  int64_t lda, const float *b, int64_t ldb, float *c, int64_t ldc)
 {
-    cpu_gemm_in(ctx, bf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+    cpu_gemm_rounding(ctx, bf16, bf16, ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
 /* One (sample, head)'s views: its q, k, v columns of qkv (leading dimension 3C), its [T, T]
@@ -98,7 +98,9 @@ void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const 
             float *da = datt + hv.att;
             float *dq = dqkv + hv.qkv, *dk = dq + C, *dv = dq + 2 * C;
             gemm(ctx, bf16, 0, 1, T, T, d, 1.0f, dyh, C, v, ld, da, T);     /* d att = dy_h · vᵀ  [T, T] */
-            gemm(ctx, bf16_att, 1, 0, T, d, T, 1.0f, a, T, dyh, C, dv, ld); /* dv = attᵀ · dy_h  [T, d] */
+            /* dv = attᵀ · dy_h  [T, d]; bfloat16 att, widened, needs no rounding */
+            cpu_gemm_rounding(ctx, bf16_att && att_type != CREW_DT_BF16, bf16_att, 1, 0, T, d, T, 1.0f, a, T, dyh, C,
+                              0.0f, dv, ld);
             /* through the softmax: ds = att ⊙ (d att − Σ_s att·d att), row by row; 0 above the diagonal */
             for (int64_t t = 0; t < T; t++) {
                 const float *ar = a + t * T;

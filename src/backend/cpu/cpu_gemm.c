@@ -36,25 +36,27 @@ void cpu_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t
               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     cpu_ctx *x = ctx;
-    cpu_gemm_in(ctx, x && x->bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    const int bf16 = x && x->bf16;
+    cpu_gemm_rounding(ctx, bf16, bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void cpu_gemm_in(void *ctx, int bf16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+void cpu_gemm_rounding(void *ctx, int round_a, int round_b, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                       int64_t ldc)
 {
     cpu_ctx *x = ctx;
-    if (x && bf16 && m > 0 && n > 0 && k > 0) {
+    if (x && (round_a || round_b) && m > 0 && n > 0 && k > 0) {
         /* op(a) is [m, k]: a holds m × k, or k × m when transposed; likewise b */
         const int64_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
         const int64_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
-        const float *ra = rounded(&x->round_a, &x->cap_a, a, a_rows, a_cols, lda);
-        const float *rb = ra ? rounded(&x->round_b, &x->cap_b, b, b_rows, b_cols, ldb) : NULL;
+        const float *ra = round_a ? rounded(&x->round_a, &x->cap_a, a, a_rows, a_cols, lda) : a;
+        const float *rb = ra && round_b ? rounded(&x->round_b, &x->cap_b, b, b_rows, b_cols, ldb) : b;
         if (!ra || !rb) {
             x->out_of_memory = 1;
             return;
         }
-        a = ra, lda = a_cols;
-        b = rb, ldb = b_cols;
+        if (round_a) a = ra, lda = a_cols;
+        if (round_b) b = rb, ldb = b_cols;
     }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
@@ -97,8 +99,8 @@ float *cpu_widened(cpu_ctx *c, int slot, const crew_bf16 *x, int64_t n)
     return c->widen[slot];
 }
 
-/* A bfloat16 operand widened to float is exact, and rounding it again changes nothing: sgemm on
- * the widened values with the other operand rounded is the bfloat16 GEMM (backend.h). */
+/* A bfloat16 operand widened to float is exact, and already rounded: sgemm on the widened values
+ * with the other operand rounded is the bfloat16 GEMM (backend.h). */
 void cpu_gemm_typed(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                     crew_dtype a_type, int64_t lda, const void *b, crew_dtype b_type, int64_t ldb, float beta, float *c,
                     int64_t ldc)
@@ -111,7 +113,8 @@ void cpu_gemm_typed(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, i
     if (b16 && k > 0 && n > 0)
         fb = cpu_widened(x, 1, b, ((trans_b ? n : k) - 1) * ldb + (trans_b ? k : n));
     if (!fa || !fb) return; /* out_of_memory is the device's pending error */
-    cpu_gemm_in(ctx, x->bf16 || a16 || b16, trans_a, trans_b, m, n, k, alpha, fa, lda, fb, ldb, beta, c, ldc);
+    const int bf16 = x->bf16 || a16 || b16;
+    cpu_gemm_rounding(ctx, bf16 && !a16, bf16 && !b16, trans_a, trans_b, m, n, k, alpha, fa, lda, fb, ldb, beta, c, ldc);
 }
 
 void cpu_to_bf16(void *ctx, const float *x, crew_bf16 *y, int64_t n)

@@ -25,9 +25,11 @@ typedef struct cpu_ctx {
 /* cpu_gemm.c: c[m, n] = alpha · op(a) · op(b) + beta · c (backend.h), in the device's precision */
 void cpu_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
               int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
-/* the same with its operands rounded to bfloat16 when bf16 is 1, whatever the device's precision */
-void cpu_gemm_in(void *ctx, int bf16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* the same with operand a (b) rounded to bfloat16 first when round_a (round_b) is 1, whatever the
+ * device's precision (an operand already in bfloat16's values needs no rounding) */
+void cpu_gemm_rounding(void *ctx, int round_a, int round_b, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                       float alpha, const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                       int64_t ldc);
 /* n bfloat16 values as floats, in the context's buffer `slot` (0 or 1; valid until its next use);
  * NULL when there is no room (out_of_memory is set) */
 float *cpu_widened(cpu_ctx *c, int slot, const crew_bf16 *x, int64_t n);
