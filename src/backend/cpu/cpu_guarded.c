@@ -535,7 +535,7 @@ static void guard_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n
     if (c.ok) crew_cpu_ops.gemm(c.cpu, trans_a, trans_b, m, n, k, alpha, sa, lda, sb, ldb, beta, sc, ldc);
 }
 
-/* an operand of either type (gemm_typed) */
+/* an operand of either float type (gemm_typed's, attention's probabilities) */
 static int float_type_ok(op_call *c, const char *name, crew_dtype t)
 {
     if (t == CREW_DT_F32 || t == CREW_DT_BF16 || !c->ok) return c->ok;
@@ -793,23 +793,13 @@ static void guard_layernorm_backward(void *ctx, const float *dy, const float *x,
 
 /* ---- attention */
 
-/* att of either element type, and the scores its bfloat16 form needs (backend.h) */
-static int att_type_ok(op_call *c, crew_dtype t)
-{
-    if (t == CREW_DT_F32 || t == CREW_DT_BF16 || !c->ok) return c->ok;
-    c->ok = 0;
-    keep_error(c->g, crew_errorf(CREW_CODE_INTERNAL, "cpu-guarded: %s: att's element type must be float32 or "
-                                 "bfloat16, got %s", c->op, dtype_name(t)));
-    return 0;
-}
-
 static void guard_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores,
                                     float *y, int64_t batch, int64_t T, int64_t heads, int64_t d)
 {
     op_call c = begin(ctx, "attention_forward");
     int64_t bt = times(batch, T), ch = times(heads, d), sq = times(times(batch, heads), times(T, T));
     const float *sqkv = f32(&c, "qkv", qkv, times(bt, times(3, ch)));
-    void *satt = att_type_ok(&c, att_type) ? operand(&c, "att", att, sq, att_type) : att;
+    void *satt = float_type_ok(&c, "att", att_type) ? operand(&c, "att", att, sq, att_type) : att;
     float *sscores = att_type == CREW_DT_BF16 ? f32(&c, "scores", scores, sq) : scores;
     float *sy = y ? f32(&c, "y", y, times(bt, ch)) : NULL; /* NULL: the probabilities alone */
     if (c.ok) crew_cpu_ops.attention_forward(c.cpu, sqkv, satt, att_type, sscores, sy, batch, T, heads, d);
@@ -823,7 +813,7 @@ static void guard_attention_backward(void *ctx, const float *dy, const float *qk
     int64_t bt = times(batch, T), ch = times(heads, d), sq = times(times(batch, heads), times(T, T));
     const float *sdy = f32(&c, "dy", dy, times(bt, ch));
     const float *sqkv = f32(&c, "qkv", qkv, times(bt, times(3, ch)));
-    const void *satt = att_type_ok(&c, att_type) ? operand(&c, "att", att, sq, att_type) : att;
+    const void *satt = float_type_ok(&c, "att", att_type) ? operand(&c, "att", att, sq, att_type) : att;
     float *sdatt = f32(&c, "datt", datt, sq);
     float *sdqkv = f32(&c, "dqkv", dqkv, times(bt, times(3, ch)));
     if (c.ok) crew_cpu_ops.attention_backward(c.cpu, sdy, sqkv, satt, att_type, sdatt, sdqkv, batch, T, heads, d);
