@@ -20,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "check.h"
+#include "fault_hooks.h"
 #include "model_values.h"
 #include "synthetic.h"
 #include "train/hooks.h"
@@ -99,7 +100,7 @@ static crew_model *train(const crew_dataset *d, const run_spec *r, crew_status *
     crew_fit *f = NULL;
     crew_fit_result res;
     crew_status s = crew_fit_prepare(m, d, &o, &f);
-    if (!s && r->faults) crew_fit_hooks_of(f)->faults = *r->faults;
+    if (!s && r->faults) fault_hooks_set(f, r->faults);
     if (!s) s = crew_fit_run(f, &res);
     crew_fit_free(f);
     *status = s;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "fault_hooks.h"
 #include "core/timer.h"
 #include "synthetic.h"
 #include "train/checkpoint.h"
@@ -75,9 +76,10 @@ static void stuck_run(const crew_dataset *d, int stuck, const char *dir)
     crew_fit_result r;
     CHECK_OK(crew_fit_prepare(m, d, &o, &f));
     if (!f) return;
-    crew_fit_faults *faults = &crew_fit_hooks_of(f)->faults;
-    faults->freeze_rank = stuck;
-    faults->freeze_step = 3;
+    crew_fit_faults faults = crew_no_faults();
+    faults.freeze_rank = stuck;
+    faults.freeze_step = 3;
+    fault_hooks_set(f, &faults);
     double start = crew_now();
     crew_status s = crew_fit_run(f, &r);
     double took = crew_now() - start;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "fault_hooks.h"
 #include "comm/comm.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -240,9 +241,11 @@ static void check_drift(const crew_dataset *d)
     crew_fit_result res;
     CHECK_OK(crew_fit_prepare(m, d, &o, &f));
     if (f) {
-        crew_fit_hooks_of(f)->faults.corrupt_rank = 3; /* stage 1 of replica 1 */
-        crew_fit_hooks_of(f)->faults.corrupt_step = 4;
-        CHECK_ERR(crew_fit_run(f, &res), "step 4: replicas diverged: the parameters of stage 1 differ between "
+        crew_fit_faults faults = crew_no_faults();
+        faults.corrupt_rank = 3; /* stage 1 of replica 1 */
+        faults.corrupt_step = 4;
+        fault_hooks_set(f, &faults);
+        CHECK_ERR(crew_fit_run(f, &res), "step 4: replicas diverged: tensor 'dense.kernel' of stage 1 differs between "
                                          "replica 0 and replica 1");
     }
     crew_fit_free(f);
@@ -263,13 +266,15 @@ static void check_stall(const crew_dataset *d)
     crew_fit_result res;
     CHECK_OK(crew_fit_prepare(m, d, &o, &f));
     if (f) {
-        crew_fit_hooks_of(f)->faults.stall_rank = 1;
-        crew_fit_hooks_of(f)->faults.stall_step = 3;
+        crew_fit_faults faults = crew_no_faults();
+        faults.stall_rank = 1;
+        faults.stall_step = 3;
+        fault_hooks_set(f, &faults);
         double start = crew_now();
         crew_status s = crew_fit_run(f, &res);
         double took = crew_now() - start;
         const char *msg = crew_status_message(s);
-        CHECK_MSG(crew_status_code(s) == CREW_CODE_TIMEOUT && strstr(msg, "step 3, stage 0 of replica 0: ") &&
+        CHECK_MSG(crew_status_code(s) == CREW_CODE_TIMEOUT && strstr(msg, "step 3, stage 0 of replica 0, ") &&
                   strstr(msg, "rank 1 sent nothing to rank 0 within 1 s") && !strstr(msg, "on purpose"), "%s", msg);
         crew_status_free(s);
         CHECK_MSG(took < 60.0, "the stalled pipeline took %.1f s to end", took);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "fault_hooks.h"
 #include "core/timer.h"
 #include "synthetic.h"
 #include "telemetry/monitor.h"
@@ -74,7 +75,7 @@ static crew_status run(const crew_dataset *d, const crew_fit_faults *faults, int
     crew_fit *f = NULL;
     crew_status st = crew_fit_prepare(m, d, &o, &f);
     if (!st) {
-        crew_fit_hooks_of(f)->faults = *faults;
+        fault_hooks_set(f, faults);
         st = crew_fit_run(f, r);
     }
     crew_fit_free(f);

@@ -1,5 +1,6 @@
 /* memory_stage.c — what each device of a pipeline holds (crew_model_plan_stages in crew.h): the
- * buffers pipeline_rank.c allocates for its stage, counted as memory_plan.c counts a replica's. */
+ * buffers the rank program (src/train/rank.c) allocates for its stage, counted as memory_plan.c
+ * counts a replica's. */
 #include <stdlib.h>
 
 #include "advise/memory_plan.h"
@@ -35,9 +36,9 @@ crew_status crew_model_plan_stages(const crew_model *full, const crew_fit_plan *
         crew_mem_model_init(&mm, m, crew_act_storage_for(p->precision, p->attention_recompute));
         crew_mem_costs c; /* slot 0: the stage as a replica of its own */
         crew_mem_replica(&mm, p->batch_per_device, p->devices, k, 1, &c);
-        /* the pipeline's metrics scratch instead of a data-parallel rank's */
+        /* the scratch of a rank among all the run's ranks, for the whole model's drift hashes */
         c.total -= crew_mem_alloc_bytes(crew_rank_scratch_size(p->devices, crew_model_named_params(m, NULL, 0)), 8);
-        c.total += crew_mem_alloc_bytes((int64_t)ranks * CREW_PIPELINE_METRIC_FIELDS, 8);
+        c.total += crew_mem_alloc_bytes(crew_rank_scratch_size(ranks, crew_model_named_params(full, NULL, 0)), 8);
         c.total += crew_mem_alloc_bytes((int64_t)4 * k, 8); /* the step's timeline, for metrics.jsonl */
         int slots = crew_pipeline_slots((crew_pipeline_schedule)p->pipeline_schedule, p->stages, s, k);
         bytes[s] = c.total + (int64_t)(slots - 1) * view_bytes(&mm, p->batch_per_device);

@@ -99,7 +99,7 @@ void crew_model_scratch_sizes(const crew_model *m, int64_t rows, const crew_act_
                               int64_t n[CREW_LAYER_MAX_WORK]);
 /* Points the model's input (act[0], and the activations that alias it: in-place layers at the
  * front) at `input`, device memory of act_input floats: a rank double-buffers its inputs so that
- * one micro-batch's copy overlaps the previous one's passes (train/loop.c). The caller restores
+ * one micro-batch's copy overlaps the previous one's passes (train/rank_step.c). The caller restores
  * the model's own buffer before anything reallocates or frees the model's buffers. */
 void crew_model_set_input(crew_model *m, float *input);
 /* 1: layer i writes its output over its input (act[i + 1] is act[i]): an activation whose

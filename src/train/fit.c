@@ -61,7 +61,7 @@ static void resolve_knobs(crew_run *run)
     run->sync_bn = o->sync_batch_norm < 0 ? run->plan.devices > 1 : o->sync_batch_norm;
     run->drift_every = o->drift_check_every < 0 ? 0 : o->drift_check_every ? o->drift_check_every : DEFAULT_DRIFT_EVERY;
     if (run->plan.devices == 1) run->drift_every = 0; /* one replica cannot drift from itself */
-    run->hooks = (crew_fit_hooks){.faults = {.slow_rank = -1, .stall_rank = -1, .corrupt_rank = -1}};
+    run->hooks = (crew_fit_hooks){0};
 }
 
 /* What process 0 of a group tells the others before a run: whether it could prepare it, and the

@@ -1,9 +1,17 @@
-/* hooks.h — what tests and crew verify set on a prepared fit, never part of crew.h: faults that
- * make the failures the detectors exist for happen on purpose, and verify's reversed rows.
+/* hooks.h — the test seams of a fit, never part of crew.h: faults that make the failures the
+ * detectors exist for happen on purpose, bugs planted where a real one would sit (the proof that
+ * crew verify catches them), and verify's own references (reversed rows, the first step's
+ * gradients, the final moments).
+ *
+ * The rank program consults one table of functions, crew_rank_hooks, at named points of every
+ * step; a run without seams has no table (NULL), so each point costs one NULL check. What the
+ * faults and the bugs do lives with the tests that plant them (tests/fault_hooks.h,
+ * tests/test_verify_planted.c): the library only says where they may act.
  *
  *   crew_fit *f;
  *   CREW_TRY(crew_fit_prepare(m, train, &opts, &f));
- *   crew_fit_hooks_of(f)->faults.stall_rank = 1; ...
+ *   crew_fit_hooks_of(f)->rank = &my_hooks;           // a crew_rank_hooks
+ *   crew_fit_hooks_of(f)->rank_user = &my_state;
  *   s = crew_fit_run(f, &result);
  */
 #ifndef CREW_TRAIN_HOOKS_H
@@ -11,63 +19,91 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
+#include "comm/comm_worker.h"
 #include "crew.h"
+#include "nn/model.h"
+#include "optim/optimizer.h"
+#include "telemetry/record.h"
 
-typedef struct crew_fit_faults {
-    int slow_rank;             /* this rank sleeps slow_s in each backward pass (-1: none) */
-    double slow_s;
-    int stall_rank;            /* this rank stops arriving at collectives from stall_step on (-1: none) */
-    int64_t stall_step;        /* 1-based; 0: never */
-    int freeze_rank;           /* this rank stops for good at the start of freeze_step, and its thread
-                                  never returns (-1: none) */
-    int64_t freeze_step;       /* 1-based; 0: never */
-    int corrupt_rank;          /* this rank's first parameter changes at corrupt_step (-1: none) */
-    int64_t corrupt_step;
-    int64_t nan_step;          /* the gradients of this step become NaN (all ranks); 0: never */
-    int host_touch_step;       /* at this step rank 0 reads a parameter straight from device memory,
-                                  as a bug would: the guarded backend must trap it; 0: never */
-    int skip_copy_wait;        /* 1: a micro-batch's uploads are not ordered before the compute that
-                                  reads them, as a bug would: the guarded backend's results change */
-} crew_fit_faults;
+/* The rank a hook is called on: what a seam may look at and act through. Hooks of one rank are
+ * called from that rank's own thread, one at a time (bucket from its communication thread's
+ * submitter, which is the rank's thread too). */
+typedef struct crew_hook_rank {
+    int rank, size;            /* its global rank, and the run's ranks (replicas × stages) */
+    int replica, replicas;     /* its data-parallel replica, and their number */
+    int stage, stages;         /* its pipeline stage (0 of 1 without a pipeline) */
+    int sink;                  /* 1 on global rank 0, which writes the run's outputs */
+    const crew_backend *be;    /* its device */
+    crew_model *m;             /* its model (its stage's layers) on that device */
+    int accumulation;          /* micro-batches per replica per step */
+    int64_t steps_per_epoch;
+    double timeout_s;          /* the collectives' deadline */
+    void *state;               /* the hooks' own, per rank (rank_begins may set it, rank_ends frees it) */
+} crew_hook_rank;
 
-/* Bugs planted on purpose, one at a time, in the places where a real one would sit: the proof that
- * crew verify catches every class of broken split of the work (tests/test_verify_planted.c).
- * CREW_PLANT_NONE in every real run; nothing outside the tests can set another. */
-typedef enum crew_planted_bug {
-    CREW_PLANT_NONE,
-    CREW_PLANT_DROPOUT_BY_ROW,        /* dropout keyed by the row within the micro-batch, not the sample */
-    CREW_PLANT_LAST_BUCKET_UNREDUCED, /* with several buckets, the last one is never all-reduced */
-    CREW_PLANT_ORDERED_DROPS_MICRO,   /* k > 1: the ordered all-reduce leaves out each rank's last micro-batch */
-    CREW_PLANT_PLAIN_DROPS_RANK,      /* k = 1: the last rank's gradient is left out of the plain all-reduce */
-    CREW_PLANT_STALE_GRADIENT,        /* rank 1 updates with the previous step's gradient */
-    CREW_PLANT_ACCUM_DROPS_MICRO,     /* one replica accumulating: its last micro-batch is not added */
-    CREW_PLANT_AVERAGED_TWICE,        /* the all-reduced gradient is divided by the replica count again */
-    CREW_PLANT_SAME_MICRO_TWICE,      /* rank 1 trains on rank 0's micro-batches */
-    CREW_PLANT_LOCAL_BN_STATS,        /* batch-norm statistics of the micro-batch alone, though synchronised */
-    CREW_PLANT_WARMUP_SKIPPED,        /* no learning-rate warmup when there is more than one replica */
-    CREW_PLANT_WRONG_LOADER_SLOT,     /* rank 1 takes the next step's micro-batch from its loader */
-    CREW_PLANT_AGAINST_LOW_PRECISION, /* verify --against: that device computes its GEMMs in bf16, as a GPU
-                                         quietly running TF32 would in lower precision */
-    CREW_PLANT_COUNT
-} crew_planted_bug;
-
-/* Its name, as the tests print it. */
-const char *crew_planted_bug_name(crew_planted_bug b);
+/* The named points. Every member may be NULL (the point does nothing); `user` is the fit hooks'
+ * rank_user. Steps are 1-based. */
+typedef struct crew_rank_hooks {
+    /* the rank is set up (its model, optimizer and stepper exist) / is about to free everything */
+    crew_status (*rank_begins)(void *user, crew_hook_rank *r);
+    void (*rank_ends)(void *user, crew_hook_rank *r);
+    /* a step begins, before anything of it: a late or absent rank (return its error), a frozen one
+     * (never return), a host read of device memory */
+    crew_status (*step_begins)(void *user, crew_hook_rank *r, int64_t step);
+    /* which of the loader's micro-batches the rank takes for its micro-batch `micro`: the step of
+     * the epoch and the index within the step's global batch, in the loader's terms */
+    void (*batch_slot)(void *user, crew_hook_rank *r, int micro, int64_t *epoch_step, int *index);
+    /* the micro-batch's sample ids as uploaded (dropout's keys): ids, or [rows] of the hook's own */
+    const int64_t *(*sample_ids)(void *user, crew_hook_rank *r, const int64_t *ids, int64_t rows);
+    /* 1: the micro-batch's uploads are not ordered before the compute that reads them */
+    int (*unordered_uploads)(void *user, crew_hook_rank *r);
+    /* a training pass about to run (its batch-norm synchronisation, its dropout keys) */
+    void (*pass)(void *user, crew_hook_rank *r, crew_pass *p);
+    /* one replica accumulating: 0 leaves micro-batch `micro`'s gradient out of the running sum */
+    int (*accumulates)(void *user, crew_hook_rank *r, int micro);
+    /* bucket b of n, about to be reduced (its request filled in: the hook may change it, or zero
+     * its buffer through the rank's device); 0: it is never reduced */
+    int (*bucket)(void *user, crew_hook_rank *r, int b, int n, crew_comm_request *req);
+    /* the step's passes are done: the hook may take time (a slow replica), and adds it to *times */
+    void (*passes_done)(void *user, crew_hook_rank *r, crew_step_times *times);
+    /* the reduced gradient, before the finiteness check and the update: the hook may change it
+     * or point *grad at a buffer of its own */
+    crew_status (*gradient)(void *user, crew_hook_rank *r, int64_t step, float **grad);
+    /* the learning-rate plan the rank steps with */
+    void (*lr_plan)(void *user, crew_hook_rank *r, crew_lr_plan *lr);
+    /* before the drift check after `step`: the hook may change the rank's values */
+    crew_status (*before_drift)(void *user, crew_hook_rank *r, int64_t step);
+    /* the rank whose micro-batches rank `rank`'s loader reads (run.c) */
+    int (*loader_rank)(void *user, int rank);
+} crew_rank_hooks;
 
 typedef struct crew_fit_hooks {
-    crew_fit_faults faults;    /* all off after crew_fit_prepare */
+    const crew_rank_hooks *rank; /* NULL after crew_fit_prepare */
+    void *rank_user;
     int reverse_batch_rows;    /* each micro-batch's samples in reverse order: the same mathematics with
                                   another order of float sums (crew verify's rounding reference) */
     double loader_slow_s;      /* extra seconds per sample in the loader, to make a run input-bound */
-    float *first_grads;        /* [n_params] host, or NULL: rank 0 copies the all-reduced gradient of the
+    float *first_grads;        /* [n_params] host, or NULL: rank 0 copies the reduced gradient of the
                                   run's first step here, before the update (crew verify's first-step check) */
-    float *final_moments;      /* [2 × n_params] host, or NULL: rank 0's optimizer moments at the end of the
+    float *final_moments;      /* [2 × n_params] host, or NULL: the optimizer's moments at the end of the
                                   run (AdamW's m then v; zeros where the optimizer keeps fewer). Both are
                                   written inside rank 0's sink sections (rank.h), as the caller's memory */
-    crew_planted_bug plant;    /* CREW_PLANT_NONE after crew_fit_prepare */
 } crew_fit_hooks;
 
 /* The hooks of a prepared fit, to set before crew_fit_run. */
 crew_fit_hooks *crew_fit_hooks_of(crew_fit *f);
+
+/* crew verify with seams in every run it makes (tests/test_verify_planted.c): `rank` goes into
+ * every fit, and `options` may change each run's options first (label: the run's name in the
+ * verdict; against: 1 for the run on verify --against's device kind). */
+typedef struct crew_verify_hooks {
+    const crew_rank_hooks *rank;
+    void *user;
+    void (*options)(void *user, const char *label, int against, crew_fit_options *o);
+} crew_verify_hooks;
+
+crew_status crew_verify_with_hooks(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
+                                   const crew_verify_hooks *hooks, crew_verify_result *res);
 
 #endif

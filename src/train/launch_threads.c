@@ -116,7 +116,7 @@ static void *rank_thread(void *arg)
     rank_slot *r = arg;
     launch *l = r->l;
     crew_thread_name("rank", r->ctx.rank);
-    crew_status s = l->stages > 1 ? crew_pipeline_rank_main(&r->ctx) : crew_rank_main(&r->ctx);
+    crew_status s = crew_rank_main(&r->ctx);
     if (s) {
         r->ctx.comm.ops->abort(r->ctx.comm.ctx, r->ctx.rank);
         if (l->stages > 1) r->ctx.stage_comm.ops->abort(r->ctx.stage_comm.ctx, r->ctx.stage_comm.rank);

@@ -10,7 +10,8 @@
  * replica's micro-batches in micro-batch order, whatever the schedule, and sums their gradients in
  * that order (the stepper of step.h). Each micro-batch's passes are the whole model's passes over
  * that micro-batch cut at the stage boundaries, so a pipeline's weights equal one device
- * accumulating the same micro-batches, bit for bit. */
+ * accumulating the same micro-batches, bit for bit. The rank program of a stage is the rank
+ * program of every layout (rank.h): data parallelism is the case of one stage. */
 #ifndef CREW_TRAIN_PIPELINE_H
 #define CREW_TRAIN_PIPELINE_H
 
@@ -18,10 +19,6 @@
 #include "nn/model.h"
 #include "telemetry/record.h"
 #include "train/run.h"
-
-/* Doubles per rank in a pipeline step's metrics all-reduce (pipeline_rank.c): loss, correct,
- * stop, checkpoint due, non-finite, then the times. Its device scratch holds ranks × these. */
-#define CREW_PIPELINE_METRIC_FIELDS (5 + CREW_STEP_TIMES_FIELDS)
 
 /* One pass of one micro-batch (0-based, of the replica's accumulation micro-batches). */
 typedef struct crew_pipe_op {
@@ -52,9 +49,5 @@ crew_status crew_pipeline_plan(const crew_model *m, const crew_fit_options *o, c
                                crew_fit_plan *p);
 /* "stage 0: layers 0-3 (conv2d_1 .. max_pooling2d_1), stage 1: ..." */
 void crew_pipeline_describe(const crew_model *m, const crew_fit_plan *p, char *buf, size_t len);
-
-/* The rank program of one stage (pipeline_rank.c): trains stage ctx->stage of replica
- * ctx->replica; global rank 0 gathers the whole model for evaluation, checkpoints and the end. */
-crew_status crew_pipeline_rank_main(const crew_rank_ctx *ctx);
 
 #endif

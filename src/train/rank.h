@@ -1,37 +1,73 @@
-/* rank.h — the state of one rank program (rank.c sets it up, loop.c trains with it). */
+/* rank.h — the rank program: one rank owns one device and trains its share of every step.
+ *
+ * One program for every layout. A run has D replicas of K stages, D·K ranks; rank g = d·K + s is
+ * stage s of replica d. Data parallelism is the case K = 1: each rank is a replica of the whole
+ * model (its one stage). A pipeline (K > 1) gives each rank a contiguous range of the layers, and
+ * its micro-batches pass from stage to stage. Everything else is the same code for both: the
+ * loading of micro-batches, the stepper that sums their gradients in micro-batch order and
+ * reduces them with the stage's other replicas, the update, the metrics every rank shares,
+ * reporting, cancellation, the drift check, checkpoints, the evaluation and the end of the run.
+ *
+ *   rank.c          set-up, the starting point, tear-down, crew_rank_main
+ *   rank_step.c     one step: the schedule's passes (for K = 1: F0 B0 F1 B1 ...), the update
+ *   rank_loop.c     epochs and steps, the shared metrics, rank 0's reports, the evaluation, the end
+ *   rank_drift.c    the replica drift check
+ *   rank_whole.c    the whole model on rank 0 (a pipeline's stages, a sharded optimizer's shards):
+ *                   checkpoints, the caller's model at the end, verify's first-step gradients
+ *   rank_shard.c    optimizer sharding (ZeRO stage 1)
+ *   rank_timeline.c a pipeline's timeline of passes and its measured bubble
+ *
+ * Communicators: `world` joins every rank of the run (the step's metrics, the drift hashes, the
+ * evaluation's sums, a pipeline's activations and gradients between neighbouring stages);
+ * `group` joins stage s of every replica (the gradient reduction, synchronised batch norm): the
+ * world itself when K = 1. */
 #ifndef CREW_TRAIN_RANK_H
 #define CREW_TRAIN_RANK_H
 
 #include "comm/comm_worker.h"
 #include "data/loader.h"
+#include "train/hooks.h"
+#include "train/pipeline.h"
 #include "train/run.h"
 #include "train/step.h"
 #include "train/train.h"
 
-/* Doubles per rank in the per-step metrics all-reduce: loss, correct, stop, then the times. */
+/* Doubles per rank in the per-step metrics all-reduce: loss, correct, flags, then the times. */
 #define CREW_METRIC_FIELDS (3 + CREW_STEP_TIMES_FIELDS)
-/* Tensors the drift check hashes at most (the first ones of crew_model_named_params). */
+/* Tensors the drift check hashes one by one at most; beyond, the rest of a buffer as one. */
 #define CREW_DRIFT_TENSORS 256
 
 typedef struct crew_rank {
-    int rank, size;
+    int rank, size;                 /* of the run: rank = replica · stages + stage */
+    int stage, stages, replica, replicas;
+    int local_lead;                 /* 1 on the first rank of its process: it reads the process's cancel flag */
     const crew_run *run;
-    crew_run_sinks *sinks;          /* rank 0 only */
+    crew_run_sinks *sinks;          /* global rank 0 only */
     const crew_backend *be;         /* the rank's device (the context's) */
-    crew_comm comm;
-    crew_model *m;                  /* the replica, on the rank's device */
-    crew_optimizer opt;             /* its optimizer state, on the same device: with sharding, of its
-                                       shard [shard_lo, shard_lo + opt.n) only */
-    crew_comm_worker worker;        /* the collectives that overlap compute */
-    int has_worker;                 /* only with more than one rank */
+    crew_comm world;                /* every rank of the run */
+    crew_comm group;                /* this stage of every replica: the world when stages == 1 */
+    /* The stage's model on the rank's device (its layers' values, gradients and optimizer state)
+     * and the activation sets of the micro-batches in flight: slot[0] is m, the others are views
+     * over m's values (crew_model_view); micro-batch j uses slot j mod n_slots. */
+    crew_model *m;
+    crew_model **slot;              /* [n_slots] */
+    int n_slots;
+    crew_pipe_op *ops;              /* [2 · accumulation] the step's passes in the order the rank runs them */
+    int64_t rows;                   /* per micro-batch */
+    int64_t in_values, out_values;  /* per sample: the stage's input and output */
+    int64_t *param_at, *state_at;   /* [stages + 1] where each stage's values lie in the whole model's buffers */
+    crew_optimizer opt;             /* its optimizer state, on the same device: of the stage's parameters, and
+                                       with sharding of its shard [shard_lo, shard_lo + opt.n) only */
+    crew_comm_worker worker;        /* the collectives that overlap compute (the group's) */
+    int has_worker;                 /* only with more than one replica */
     crew_stepper stepper;
-    crew_loader *loader;            /* this rank's micro-batches only (the launcher's) */
+    crew_loader *loader;            /* this replica's micro-batches only (the launcher's) */
     crew_queue *copy_q;             /* the micro-batches' uploads */
-    /* On a device whose copies run beside its compute (one the host cannot reach: a GPU), every other
-     * micro-batch's input goes to input_alt, so that its copy overlaps the previous micro-batch's
-     * passes instead of waiting for them (loop.c's next_batch); NULL on the CPU kinds, whose
-     * copies are done when upload returns. input_own: the model's own input buffer, put back after
-     * each step. uploads: micro-batches uploaded so far, whose parity picks the buffer. */
+    /* On a device whose copies run beside its compute (one the host cannot reach: a GPU), without
+     * a pipeline, every other micro-batch's input goes to input_alt, so that its copy overlaps the
+     * previous micro-batch's passes instead of waiting for them (rank_step.c's load); NULL on the
+     * CPU kinds, whose copies are done when upload returns. input_own: the model's own input
+     * buffer, put back after each step. uploads: micro-batches uploaded so far (the parity). */
     float *input_alt, *input_own;
     uint64_t uploads;
     /* Host values all-reduced between steps (metrics, evaluation sums, drift hashes) travel through
@@ -40,17 +76,34 @@ typedef struct crew_rank {
     double *dev_scratch;            /* [scratch_n] device */
     double *metrics;                /* [size × CREW_METRIC_FIELDS] host */
     crew_step_times *times;         /* [size] everyone's times of the last step (host) */
+    double update_s;                /* an update decided after the metrics all-reduce (a shard's, a pipeline
+                                       stage's): its time, reported with the next step */
     /* optimizer sharding (rank_shard.c); shard NULL: off */
-    int64_t *shard;                 /* [size + 1] rank q's shard is parameters shard[q] .. shard[q + 1] */
+    int64_t *shard;                 /* [replicas + 1] replica q's shard is parameters shard[q] .. shard[q + 1] */
     int64_t shard_lo;
-    crew_optimizer whole_opt;       /* rank 0: every shard's state, host memory, for checkpoints */
+    /* the whole model on global rank 0 (rank_whole.c): the optimizer state of every stage or shard in
+     * host memory (the caller's model's device; the caller's model holds the values), gathered
+     * through staging, [staging_n] on rank 0's device */
+    crew_optimizer whole_opt;
     int has_whole_opt;
-    double shard_update_s;          /* the last update's time, reported with the next step */
-    /* planted bugs' own buffers (train/hooks.h); unused in real runs */
-    int64_t *plant_rows;            /* [plant_rows_n] host: 0, 1, 2, ... for CREW_PLANT_DROPOUT_BY_ROW */
-    int64_t plant_rows_n;
-    float *plant_prev[2];           /* [n_params] device, CREW_PLANT_STALE_GRADIENT */
+    float *staging;
+    int64_t staging_n;
+    int64_t gathered_step;          /* the step after which the last gather ran (-1: none) */
+    int gathered_opt;               /* 1: it gathered the optimizer state too */
+    /* a pipeline's timeline (rank_timeline.c) */
+    double busy_s, step_s;          /* this run's forward and backward time, and its steps' */
+    double *tl, *tl_dev;            /* [2 · 2 · accumulation] each pass's start and end, host and device */
+    double *tl_all;                 /* rank 0: [stages × 2 · 2 · accumulation] */
+    crew_pipe_timing *tl_ops;       /* rank 0: [stages × 2 · accumulation] */
+    crew_pipe_op *tl_order;         /* rank 0: [2 · accumulation] */
+    /* the run's test seams (hooks.h); hooks NULL in real runs */
+    const crew_rank_hooks *hooks;
+    void *hooks_user;
+    crew_hook_rank who;
 } crew_rank;
+
+/* A named point of hooks.h, if the run has seams and this one: one NULL check when it has none. */
+#define CREW_HOOK(r, point) ((r)->hooks && (r)->hooks->point)
 
 /* Rank 0's writes to the run's sinks (the monitor, the result, the caller's callbacks and model)
  * happen inside a sink section. The launcher takes the same lock, and keeps it, when it leaves
@@ -66,14 +119,67 @@ static inline void crew_rank_sink_leave(const crew_rank *r)
     if (r->sinks) pthread_mutex_unlock(&r->sinks->lock);
 }
 
-/* Values of a rank's device scratch for a run of `ranks` ranks of a model with `tensors` named
- * tensors (the memory planner counts it too). */
+static inline int crew_rank_first_stage(const crew_rank *r) { return r->stage == 0; }
+static inline int crew_rank_last_stage(const crew_rank *r) { return r->stage == r->stages - 1; }
+
+/* Values of a rank's device scratch for a run of `ranks` ranks (replicas × stages) of a model with
+ * `tensors` named tensors in all (the memory planner counts it too). */
 int64_t crew_rank_scratch_size(int ranks, int tensors);
 
-/* Optimizer sharding (rank_shard.c): set-up before the optimizer's (the shards, the scratch;
- * crew_stepper_shard then makes the stepper reduce-scatter), the start's state sent to its owners (when it has any: opt.t > 0), rank 0's gather of every
- * shard into whole_opt (every rank calls it), the update of the rank's shard followed by the
- * all-gather of the parameters, and the gradient gathered whole (verify's first-step hook). */
+/* Sums n host doubles over all ranks of the world (in rank order), through the rank's device
+ * scratch: the step metrics, evaluation sums and drift hashes. The rank's own thread makes it
+ * rather than handing it to its communication thread: the rank would only wait for it, and the two
+ * hand-offs cost two thread wake-ups each time (about 30 us idle, more with every core busy). It is
+ * called only when none of the rank's requests is queued or in flight (the step's buckets have all
+ * been waited for), so the communicator is used by one thread of the rank at a time and the
+ * collectives keep the same order on every rank. */
+crew_status crew_rank_allreduce_host(crew_rank *r, double *v, int64_t n);
+
+/* rank_loop.c: rank 0's event into the monitor (a no-op elsewhere); and a failed phase of `step`
+ * named, a missed deadline reported as a hang event first. */
+crew_status crew_rank_event(crew_rank *r, crew_event_kind kind, int64_t step, int rank, const char *msg);
+crew_status crew_rank_phase_error(crew_rank *r, crew_status s, int64_t step, const char *phase);
+
+/* rank_step.c: one optimizer step, 1-based `step`; rank_loop.c runs them. */
+typedef struct crew_rank_step {
+    int epoch;
+    int64_t epoch_step;             /* 0-based, within the epoch */
+    int64_t step;                   /* 1-based */
+    double epoch_start;             /* crew_now() at the epoch's start */
+    /* out */
+    double loss, correct;           /* summed over every rank's micro-batches */
+    int stop, checkpoint, skipped;
+} crew_rank_step;
+crew_status crew_rank_train_step(crew_rank *r, crew_rank_step *st);
+
+/* rank_loop.c: every epoch of the plan. */
+crew_status crew_rank_train(crew_rank *r);
+
+/* rank_drift.c: every replica's values after `step` hashed and compared with replica 0's of the
+ * same stage; a difference is a CREW_CODE_DIVERGED error naming the tensor, on every rank. */
+crew_status crew_rank_check_drift(crew_rank *r, int64_t step);
+
+/* rank_whole.c: the whole model on global rank 0 after `step` (every rank calls it: the stages and
+ * shards send theirs), its optimizer state too when with_opt. On rank 0, *m and *opt are where it
+ * is: the replica itself when it holds all of it (one stage, unsharded), else the caller's model
+ * and rank 0's host copy of the optimizer state (NULL without with_opt), filled now. Elsewhere
+ * both NULL. */
+crew_status crew_rank_whole(crew_rank *r, int64_t step, int with_opt, crew_model **m, const crew_optimizer **opt);
+crew_status crew_rank_whole_init(crew_rank *r);
+void crew_rank_whole_release(crew_rank *r);
+/* A checkpoint after `step` (every rank calls it, when rank 0 said one is due). */
+crew_status crew_rank_write_checkpoint(crew_rank *r, int64_t step);
+/* verify's first-step hook: the reduced gradient of the run's first step, whole, into the caller's memory. */
+crew_status crew_rank_capture_first_grads(crew_rank *r, float *grad);
+/* The end of the run after `step`: the trained values into the caller's model, the final moments
+ * into the hook's memory. */
+crew_status crew_rank_finish(crew_rank *r, int64_t step);
+
+/* Optimizer sharding (rank_shard.c): set-up before the optimizer's (the shards over the stage's
+ * replicas; crew_stepper_shard then makes the stepper reduce-scatter), the start's state sent to
+ * its owners (when it has any: opt.t > 0), the gather of every shard into rank 0's whole_opt
+ * (every rank calls it), the update of the rank's shard followed by the all-gather of the
+ * parameters, and the gradient gathered whole (verify's first-step hook). */
 crew_status crew_rank_shard_init(crew_rank *r);
 void crew_rank_shard_release(crew_rank *r);
 crew_status crew_rank_shard_scatter_start(crew_rank *r);
@@ -81,15 +187,14 @@ crew_status crew_rank_shard_gather(crew_rank *r);
 crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr);
 crew_status crew_rank_shard_gather_grad(crew_rank *r, float *grad);
 
-/* Runs every epoch of the plan on this rank; rank 0 reports. */
-crew_status crew_rank_train(crew_rank *r);
-/* Sums n host doubles over all ranks (in rank order), through the rank's device scratch: the step
- * metrics, evaluation sums and drift hashes. The rank's own thread makes it rather than handing it
- * to its communication thread: the rank would only wait for it, and the two hand-offs cost two
- * thread wake-ups each time (about 30 us idle, more with every core busy). It is called only when
- * none of the rank's requests is queued or in flight (the step's buckets have all been waited
- * for), so the communicator is used by one thread of the rank at a time and the collectives keep
- * the same order on every rank. */
-crew_status crew_rank_allreduce_host(crew_rank *r, double *v, int64_t n);
+/* rank_timeline.c: a pipeline's timeline (whether `step`'s is written; the stages of replica 0
+ * send their passes' times to rank 0, which writes it), and at the end of every run the device
+ * memory each stage of replica 0 held at its peak, and a pipeline's measured bubble, into rank 0's
+ * result (every rank calls it). */
+crew_status crew_rank_timeline_init(crew_rank *r);
+void crew_rank_timeline_release(crew_rank *r);
+int crew_rank_timeline_step(const crew_rank *r, int64_t step);
+crew_status crew_rank_send_timeline(crew_rank *r, int64_t step, double step_s);
+crew_status crew_rank_report_end(crew_rank *r, int64_t steps);
 
 #endif

@@ -20,18 +20,14 @@
 crew_status crew_rank_shard_init(crew_rank *r)
 {
     crew_model *m = r->m;
-    r->shard = calloc((size_t)r->size + 1, sizeof *r->shard);
+    r->shard = calloc((size_t)r->replicas + 1, sizeof *r->shard);
     if (!r->shard) return CREW_OOM();
-    crew_shard_bounds(m->n_params, r->size, r->shard);
-    r->shard_lo = r->shard[r->rank];
+    crew_shard_bounds(m->n_params, r->replicas, r->shard);
+    r->shard_lo = r->shard[r->replica];
     return CREW_OK;
 }
 
-void crew_rank_shard_release(crew_rank *r)
-{
-    if (r->has_whole_opt) crew_optimizer_release(&r->whole_opt, &r->sinks->model->be);
-    free(r->shard);
-}
+void crew_rank_shard_release(crew_rank *r) { free(r->shard); }
 
 static int64_t shard_len(const crew_rank *r, int q) { return r->shard[q + 1] - r->shard[q]; }
 
@@ -48,35 +44,30 @@ crew_status crew_rank_shard_scatter_start(crew_rank *r)
     const double timeout = run->timeout_s;
     for (int i = 0; i < 2; i++) {
         if (!r->opt.slot[i]) continue;
-        for (int q = 0; q < r->size; q++) {
+        for (int q = 0; q < r->replicas; q++) {
             int64_t at = r->shard[q], n = shard_len(r, q);
             if (n == 0) continue;
-            float *into = q == r->rank ? r->opt.slot[i] : pass_through(r);
-            if (r->rank == 0 && run->start_opt && run->start_opt->slot[i])
+            float *into = q == r->replica ? r->opt.slot[i] : pass_through(r);
+            if (r->replica == 0 && run->start_opt && run->start_opt->slot[i])
                 CREW_TRY(crew_dev_transfer_f32(r->be, into, &run->start->be, run->start_opt->slot[i] + at, n));
-            if (q != 0) CREW_TRY(crew_broadcast(&r->comm, into, n, CREW_COMM_F32, 0, timeout));
+            if (q != 0) CREW_TRY(crew_broadcast(&r->group, into, n, CREW_COMM_F32, 0, timeout));
         }
     }
     return CREW_OK;
 }
 
-/* Every shard's state into rank 0's host optimizer (made at the first gather): each owner
+/* Every shard's state into rank 0's host optimizer (crew_rank_whole_init made it): each owner
  * broadcasts its shard in turn. */
 crew_status crew_rank_shard_gather(crew_rank *r)
 {
     const double timeout = r->run->timeout_s;
-    if (r->sinks && !r->has_whole_opt) {
-        crew_model *w = r->sinks->model;
-        CREW_TRY(crew_optimizer_init(&r->whole_opt, &r->m->compile.optimizer, &w->be, r->m->n_params));
-        r->has_whole_opt = 1;
-    }
     for (int i = 0; i < 2; i++) {
         if (!r->opt.slot[i]) continue;
-        for (int q = 0; q < r->size; q++) {
+        for (int q = 0; q < r->replicas; q++) {
             int64_t n = shard_len(r, q);
             if (n == 0) continue;
-            float *buf = q == r->rank ? r->opt.slot[i] : pass_through(r);
-            if (q != 0) CREW_TRY(crew_broadcast(&r->comm, buf, n, CREW_COMM_F32, q, timeout));
+            float *buf = q == r->replica ? r->opt.slot[i] : pass_through(r);
+            if (q != 0) CREW_TRY(crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, timeout));
             if (r->sinks)
                 CREW_TRY(crew_dev_transfer_f32(&r->sinks->model->be, r->whole_opt.slot[i] + r->shard[q], r->be, buf, n));
         }
@@ -90,12 +81,12 @@ crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr)
     crew_model *m = r->m;
     const double timeout = r->run->timeout_s;
     if (m->compile.optimizer.clip_norm > 0.0f) /* the norm is the whole gradient's */
-        CREW_TRY(crew_allgather_ranges(&r->comm, grad, m->n_params, r->shard, timeout));
+        CREW_TRY(crew_allgather_ranges(&r->group, grad, m->n_params, r->shard, timeout));
     CREW_TRY(crew_optimizer_step_range(&r->opt, r->be, m->params, grad, m->n_params, r->shard_lo, lr, NULL));
-    return crew_allgather_ranges(&r->comm, m->params, m->n_params, r->shard, timeout);
+    return crew_allgather_ranges(&r->group, m->params, m->n_params, r->shard, timeout);
 }
 
 crew_status crew_rank_shard_gather_grad(crew_rank *r, float *grad)
 {
-    return crew_allgather_ranges(&r->comm, grad, r->m->n_params, r->shard, r->run->timeout_s);
+    return crew_allgather_ranges(&r->group, grad, r->m->n_params, r->shard, r->run->timeout_s);
 }

@@ -4,11 +4,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/status.h"
 #include "core/timer.h"
-#include "train/hooks.h"
 
 #define BYTES_PER_MB (1024.0 * 1024.0)
 
@@ -102,8 +100,9 @@ crew_status crew_stepper_shard(crew_stepper *s, const int64_t *bounds)
 }
 
 /* Bucket b's all-reduce: its range of the final gradient, or with k > 1 every micro-batch's
- * gradient in order (the last is the model's own buffer), summed into that range. */
-static void fill_request(crew_stepper *s, int b, crew_comm_request *r)
+ * gradient in order (the last is the model's own buffer), summed into that range. Returns 0 when a
+ * test seam says the bucket is not to be reduced (hooks.h). */
+static int fill_request(crew_stepper *s, int b, crew_comm_request *r)
 {
     const int k = s->accumulation;
     memset(r, 0, sizeof *r);
@@ -116,16 +115,10 @@ static void fill_request(crew_stepper *s, int b, crew_comm_request *r)
         for (int j = 0; j < k - 1; j++) parts[j] = s->saved[j] + s->lo[b];
         parts[k - 1] = s->m->grads + s->lo[b];
         r->parts = parts;
-        r->k = s->plant == CREW_PLANT_ORDERED_DROPS_MICRO && k > 1 ? k - 1 : k; /* planted bug */
+        r->k = k;
     }
     if (s->bucket_bounds) r->bounds = s->bucket_bounds + (size_t)b * (size_t)(s->replicas + 1);
-}
-
-/* Planted bug: the last rank's share left out of the plain all-reduce (it contributes zeros). */
-static void plant_drop_rank(crew_stepper *s, crew_comm_request *r)
-{
-    if (s->plant == CREW_PLANT_PLAIN_DROPS_RANK && r->k <= 1 && s->rank == s->replicas - 1)
-        s->m->be.ops->fill(s->m->be.ctx, r->buf, 0.0f, r->n);
+    return s->hooks && s->hooks->bucket ? s->hooks->bucket(s->hooks_user, s->who, b, s->n_buckets, r) : 1;
 }
 
 /* With a single bucket (every model under --bucket-mb) the all-reduce can only start once the
@@ -138,15 +131,13 @@ static void launch_ready_buckets(crew_stepper *s, int64_t done_from)
     if (!s->worker || single_bucket(s)) return;
     while (s->launched < s->n_buckets && s->lo[s->launched] >= done_from) {
         int b = s->launched++;
-        fill_request(s, b, &s->reqs[b]);
-        if (s->plant == CREW_PLANT_LAST_BUCKET_UNREDUCED && b == s->n_buckets - 1) { /* planted bug */
-            s->reqs[b].done = 1;
-            s->reqs[b].status = CREW_OK;
-            s->reqs[b].started = s->reqs[b].finished = crew_now();
+        if (fill_request(s, b, &s->reqs[b])) {
+            crew_comm_worker_submit(s->worker, &s->reqs[b]);
             continue;
         }
-        plant_drop_rank(s, &s->reqs[b]);
-        crew_comm_worker_submit(s->worker, &s->reqs[b]);
+        s->reqs[b].done = 1; /* a seam left it out: as if reduced at once */
+        s->reqs[b].status = CREW_OK;
+        s->reqs[b].started = s->reqs[b].finished = crew_now();
     }
 }
 
@@ -156,9 +147,8 @@ static void launch_ready_buckets(crew_stepper *s, int64_t done_from)
 static crew_status reduce_single(crew_stepper *s, crew_step_times *times)
 {
     double t0 = crew_now();
-    fill_request(s, 0, &s->reqs[0]);
-    plant_drop_rank(s, &s->reqs[0]);
-    crew_status st = crew_comm_request_run(&s->worker->comm, &s->reqs[0], s->worker->timeout_s);
+    crew_status st = CREW_OK;
+    if (fill_request(s, 0, &s->reqs[0])) st = crew_comm_request_run(&s->worker->comm, &s->reqs[0], s->worker->timeout_s);
     times->comm_exposed_s += crew_now() - t0;
     return st;
 }
@@ -176,47 +166,13 @@ static void grads_ready(void *user, int64_t lo)
     if (s->acc) { /* one replica: the running sum, in micro-batch order */
         if (s->micro == 0)
             o->copy(m->be.ctx, s->acc + lo, m->grads + lo, n);
-        else if (!(s->plant == CREW_PLANT_ACCUM_DROPS_MICRO && last)) /* planted bug */
+        else if (!s->hooks || !s->hooks->accumulates || s->hooks->accumulates(s->hooks_user, s->who, s->micro))
             o->axpby(m->be.ctx, n, 1.0f, m->grads + lo, 1.0f, s->acc + lo);
     } else if (s->saved && !last) { /* several replicas: kept apart for the ordered all-reduce */
         o->copy(m->be.ctx, s->saved[s->micro] + lo, m->grads + lo, n);
     }
     s->done_from = lo;
     if (last) launch_ready_buckets(s, lo);
-}
-
-static crew_status sync_sum(void *user, double *buf, int64_t n)
-{
-    crew_stepper *s = user;
-    return crew_comm_worker_allreduce(s->worker, buf, n, CREW_COMM_F64, CREW_REDUCE_SUM);
-}
-
-static crew_status micro_batch(crew_stepper *s, int index, uint64_t seed, int64_t step, crew_batch_fn batches,
-                               void *user, crew_step_totals *t, crew_step_times *times)
-{
-    crew_model *m = s->m;
-    double t0 = crew_now(), waited = 0.0;
-    CREW_TRY(batches(user, index, &waited));
-    double t1 = crew_now();
-    crew_pass pass = {.be = &m->be, .rows = s->batch, .training = 1, .seed = seed, .step = step,
-                      .sample_ids = m->sample_ids, .total_rows = (double)s->batch};
-    if (s->sync_bn && s->plant != CREW_PLANT_LOCAL_BN_STATS) { /* the planted bug normalises locally */
-        pass.sync_sum = sync_sum;
-        pass.sync_user = s;
-        pass.total_rows = (double)s->batch * s->replicas;
-    }
-    CREW_TRY(crew_model_forward(m, &pass));
-    double t2 = crew_now();
-    double loss = 0.0;
-    double correct = 0.0;
-    CREW_TRY(crew_model_loss(m, &pass, 1.0f / (float)s->global_batch, &loss, &correct));
-    t->loss_sum += loss;
-    t->correct += correct;
-    CREW_TRY(crew_stepper_backward(s, m, s->micro, &pass));
-    times->data_s += t1 - t0;
-    times->forward_s += t2 - t1;
-    times->backward_s += crew_now() - t2;
-    return CREW_OK;
 }
 
 /* Waits for every bucket; the first error wins, the others are freed. */
@@ -238,14 +194,6 @@ static crew_status wait_buckets(crew_stepper *s, crew_step_times *times, double 
     return first;
 }
 
-static void test_delay(crew_stepper *s, crew_step_times *times)
-{
-    if (s->delay_s <= 0) return; /* a deliberately slow replica, for the straggler test */
-    struct timespec ts = {(time_t)s->delay_s, (long)((s->delay_s - (double)(time_t)s->delay_s) * 1e9)};
-    nanosleep(&ts, NULL);
-    times->backward_s += s->delay_s;
-}
-
 crew_status crew_stepper_backward(crew_stepper *s, crew_model *view, int micro, const crew_pass *p)
 {
     s->micro = micro;
@@ -261,18 +209,11 @@ void crew_stepper_begin(crew_stepper *s)
     s->launched = 0;
 }
 
-crew_status crew_stepper_gradients(crew_stepper *s, uint64_t seed, int64_t step, crew_batch_fn batches, void *user,
-                                   float **grad, crew_step_totals *t, crew_step_times *times)
+void crew_stepper_hooks(crew_stepper *s, const crew_rank_hooks *hooks, void *user, crew_hook_rank *who)
 {
-    crew_stepper_begin(s);
-    crew_status st = CREW_OK;
-    for (s->micro = 0; s->micro < s->accumulation && !st; s->micro++) {
-        int owner = s->plant == CREW_PLANT_SAME_MICRO_TWICE && s->rank == 1 ? 0 : s->rank; /* planted bug */
-        int index = owner * s->accumulation + s->micro;
-        st = micro_batch(s, index, seed, step, batches, user, t, times);
-    }
-    test_delay(s, times);
-    return crew_stepper_finish(s, st, times, grad);
+    s->hooks = hooks;
+    s->hooks_user = user;
+    s->who = who;
 }
 
 crew_status crew_stepper_finish(crew_stepper *s, crew_status st, crew_step_times *times, float **grad)

@@ -13,19 +13,12 @@
 #ifndef CREW_TRAIN_STEP_H
 #define CREW_TRAIN_STEP_H
 
+#include "comm/comm_worker.h"
 #include "crew.h"
 #include "nn/model.h"
 #include "telemetry/record.h"
-#include "comm/comm_worker.h"
+#include "train/hooks.h"
 
-
-typedef struct crew_step_totals {
-    double loss_sum;
-    double correct;
-    double stop;        /* > 0 when a replica's caller asked to cancel */
-} crew_step_totals;
-/* The three are all-reduced as one array of doubles. */
-_Static_assert(sizeof(crew_step_totals) == 3 * sizeof(double), "crew_step_totals must be 3 packed doubles");
 
 typedef struct crew_stepper {
     crew_model *m;
@@ -35,8 +28,10 @@ typedef struct crew_stepper {
     int accumulation;           /* micro-batches per replica per step */
     int64_t global_batch;
     int sync_bn;
-    double delay_s;             /* test fault: extra seconds of "compute" per step */
-    int plant;                  /* a crew_planted_bug (train/hooks.h); 0 in real runs */
+    /* the run's test seams (hooks.h: accumulates, bucket); NULL in real runs */
+    const crew_rank_hooks *hooks;
+    void *hooks_user;
+    crew_hook_rank *who;
     float *acc;                 /* [n_params] one replica, k > 1: the running sum */
     float **saved;              /* [k − 1][n_params] several replicas, k > 1: earlier micro-batches */
     /* buckets, numbered from the end of the buffer: bucket b = [lo[b], hi[b]) */
@@ -76,19 +71,12 @@ void crew_shard_bounds(int64_t n_params, int ranks, int64_t *bounds);
  * this rank's own micro-batches'), the same bits there as an all-reduce would leave. */
 crew_status crew_stepper_shard(crew_stepper *s, const int64_t *bounds);
 
-/* Puts micro-batch `index` of the current step (of the global batch's sequence) into the model's
- * input, labels and sample ids on its device (act[0], labels, sample_ids), ordered before the
- * compute that follows; *wait_s: the time it waited for the data. */
-typedef crew_status (*crew_batch_fn)(void *user, int index, double *wait_s);
+/* The test seams the stepper consults (crew_rank_hooks.accumulates and .bucket), for rank `who`. */
+void crew_stepper_hooks(crew_stepper *s, const crew_rank_hooks *hooks, void *user, crew_hook_rank *who);
 
-/* Runs this replica's micro-batches of a step (0-based `step`, for dropout); leaves the
- * all-reduced gradient in *grad and adds losses to totals. */
-crew_status crew_stepper_gradients(crew_stepper *s, uint64_t seed, int64_t step, crew_batch_fn batches, void *user,
-                                   float **grad, crew_step_totals *totals, crew_step_times *times);
-
-/* The same step in parts, for a pipeline stage, whose passes a schedule interleaves: begin, then
- * the backward pass of each of the replica's micro-batches in order (micro 0, 1, ..., on a view
- * of s->m: crew_model_view, whose gradients are s->m's), then finish, which waits for the
+/* A step, in the parts the rank program's schedule interleaves with its forward passes: begin,
+ * then the backward pass of each of the replica's micro-batches in order (micro 0, 1, ..., on s->m
+ * or a view of it: crew_model_view, whose gradients are s->m's), then finish, which waits for the
  * buckets and leaves the reduced gradient in *grad. finish takes the status of the passes (an
  * error still waits for the buckets in flight) and returns the first error. */
 void crew_stepper_begin(crew_stepper *s);

@@ -80,7 +80,7 @@ typedef struct verify_ctx {
     const crew_dataset *train;
     const crew_verify_options *opts;
     crew_fit_options base;
-    crew_planted_bug plant;
+    const crew_verify_hooks *hooks; /* test seams in every run (hooks.h); NULL: the real proof */
     crew_verify_result *res;
     float *losses;              /* the caller's [steps × 3] or NULL */
     double deadline_s;
@@ -146,13 +146,13 @@ static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values 
             o.conv = CREW_CONV_IM2COL;
             o.conv_choice = NULL;
         }
-        if (v->plant == CREW_PLANT_AGAINST_LOW_PRECISION) o.precision = CREW_PRECISION_BF16; /* planted bug */
     }
     o.drift_check_every = 1; /* every replica's values, after every step */
     o.collective_timeout_s = v->deadline_s;
     step_log log = {v, r->column, out};
     o.on_step = log_step;
     o.user = &log;
+    if (v->hooks && v->hooks->options) v->hooks->options(v->hooks->user, r->label, r->kind != NULL, &o);
     crew_fit *f = NULL;
     crew_fit_result fr;
     if (!s) s = crew_fit_prepare(out->m, v->train, &o, &f);
@@ -161,7 +161,7 @@ static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values 
         h->reverse_batch_rows = r->reverse_rows;
         h->first_grads = out->first_grads;
         h->final_moments = out->moments;
-        h->plant = v->plant;
+        if (v->hooks) h->rank = v->hooks->rank, h->rank_user = v->hooks->user;
         s = crew_fit_run(f, &fr);
         if (s && stops_the_proof(s)) {
             snprintf(v->res->failure, sizeof v->res->failure, "%s: %s", r->label, crew_status_message(s));
@@ -363,8 +363,9 @@ void crew_verify_options_init(crew_verify_options *opts)
     opts->struct_size = sizeof *opts;
 }
 
-crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
-                                crew_planted_bug plant, crew_verify_result *res)
+/* The proof (crew_model_verify), with test seams in every run when hooks is not NULL. */
+static crew_status verify(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
+                          const crew_verify_hooks *hooks, crew_verify_result *res)
 {
     if (!m || !train || !opts || !res) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_verify: NULL argument");
     float *losses = res->losses;
@@ -374,7 +375,7 @@ crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const 
     crew_verify_options given;
     crew_verify_options_init(&given);
     CREW_TRY(crew_options_take(&given, sizeof given, opts, "crew_verify_options"));
-    verify_ctx v = {.m = m, .train = train, .opts = &given, .plant = plant, .res = res, .losses = losses};
+    verify_ctx v = {.m = m, .train = train, .opts = &given, .hooks = hooks, .res = res, .losses = losses};
     crew_fit_options *base = &v.base;
     crew_model_default_fit(m, base);
     if (given.device_kind) base->device_kind = given.device_kind;
@@ -474,5 +475,11 @@ crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const 
 crew_status crew_model_verify(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
                               crew_verify_result *res)
 {
-    return crew_verify_planted(m, train, opts, CREW_PLANT_NONE, res);
+    return verify(m, train, opts, NULL, res);
+}
+
+crew_status crew_verify_with_hooks(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
+                                   const crew_verify_hooks *hooks, crew_verify_result *res)
+{
+    return verify(m, train, opts, hooks, res);
 }

@@ -1,5 +1,5 @@
 /* verify.h — crew verify's internals: what each run leaves behind for the judgement
- * (verify_compare.c), and the entry point that plants a bug (tests only). */
+ * (verify_compare.c); the entry point with test seams is in hooks.h. */
 #ifndef CREW_TRAIN_VERIFY_H
 #define CREW_TRAIN_VERIFY_H
 
@@ -36,9 +36,5 @@ int crew_verify_first_step(const crew_verify_values *x, const crew_verify_values
  * decided_by* (the tensor nearest its bound) and full_batch_ok. */
 crew_status crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, const crew_model *e,
                               crew_verify_result *res);
-
-/* crew_model_verify with a bug planted in every run it makes (CREW_PLANT_NONE: the real one). */
-crew_status crew_verify_planted(crew_model *m, const crew_dataset *train, const crew_verify_options *opts,
-                                crew_planted_bug plant, crew_verify_result *res);
 
 #endif

@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "check.h"
+#include "fault_hooks.h"
 #include "core/status.h"
 #include "nn/model.h"
 #include "small_cnn.h"
@@ -53,7 +54,7 @@ static crew_status fit(crew_model *m, const crew_dataset *d, const crew_fit_opti
     crew_fit_result r;
     crew_status s = crew_fit_prepare(m, d, o, &f);
     if (!s) {
-        crew_fit_hooks_of(f)->faults = *faults;
+        fault_hooks_set(f, faults);
         s = crew_fit_run(f, &r);
     }
     crew_fit_free(f);
