@@ -714,7 +714,7 @@ static void check_batch_norm(void)
         for (int64_t j = 0; j < c; j++) crew_body_col_sqdev(x, mean, rows, c, got, j);
         be.ops->col_sqdev(be.ctx, x, mean, rows, c, want);
         SAME_D("k_col_sqdev", geo, got, want, c);
-        float *fgot = floats(n), *fwant = floats(n);
+        float *fgot = floats(n + 2 * c), *fwant = floats(n + 2 * c); /* n, or dgamma and dbeta */
         for (int64_t i = 0; i < c; i++) crew_body_bn_scale_sums(1.0 / (double)rows, want, fgot, i);
         be.ops->bn_scale_sums(be.ctx, c, 1.0 / (double)rows, want, fwant);
         SAME_F("k_bn_scale_sums", geo, fgot, fwant, c);
