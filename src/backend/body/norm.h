@@ -141,15 +141,24 @@ CREW_BODY void crew_ln_lane_forward(const float *xr, const float *gamma, const f
     for (int64_t j = lane; j < c; j += lanes) yr[j] = crew_ln_xhat(xr[j], m, s) * gamma[j] + beta[j];
 }
 
-/* Backward: g = dy·γ (d loss / d xhat). A lane's partial sums of g and of g·xhat */
+/* Backward: g = dy·γ (d loss / d xhat). An element's terms of the two sums, g and g·xhat */
+CREW_BODY void crew_ln_grad_terms(float dy, float x, float gamma, float m, float s, float *g, float *gx)
+{
+    const float xhat = crew_ln_xhat(x, m, s);
+    *g = dy * gamma;
+    *gx = *g * xhat;
+}
+
+/* A lane's partial sums of g and of g·xhat */
 CREW_BODY void crew_ln_lane_grad_sums(const float *dyr, const float *xr, const float *gamma, float m, float s,
                                       int64_t c, int64_t lane, int64_t lanes, float *sum_g, float *sum_gx)
 {
     float a = 0.0f, b = 0.0f;
     for (int64_t j = lane; j < c; j += lanes) {
-        float xhat = crew_ln_xhat(xr[j], m, s), g = dyr[j] * gamma[j];
+        float g, gx;
+        crew_ln_grad_terms(dyr[j], xr[j], gamma[j], m, s, &g, &gx);
         a += g;
-        b += g * xhat;
+        b += gx;
     }
     *sum_g = a;
     *sum_gx = b;

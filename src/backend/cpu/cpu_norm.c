@@ -123,9 +123,14 @@ void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const fl
         const float *dyr = dy + r * c, *xr = x + r * c;
         float *dxr = dx + r * c;
         const float m = mean[r], s = rstd[r];
-        float sum_g, sum_gx; /* of dxhat and dxhat·xhat */
-        crew_ln_lane_grad_sums(dyr, xr, gamma, m, s, c, 0, 1, &sum_g, &sum_gx);
-        for (int64_t j = 0; j < c; j++) { /* crew_body_layernorm_params' terms, a row at a time */
+        /* the sums of dxhat and dxhat·xhat (crew_ln_lane_grad_sums' in one lane), in one pass with
+         * crew_body_layernorm_params' terms a row at a time, which fill the sums' latency */
+        float sum_g = 0.0f, sum_gx = 0.0f;
+        for (int64_t j = 0; j < c; j++) {
+            float g, gx;
+            crew_ln_grad_terms(dyr[j], xr[j], gamma[j], m, s, &g, &gx);
+            sum_g += g;
+            sum_gx += gx;
             dgamma[j] += dyr[j] * crew_ln_xhat(xr[j], m, s);
             dbeta[j] += dyr[j];
         }
