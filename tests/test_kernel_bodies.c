@@ -46,12 +46,12 @@
 #include "core/rng.h"
 
 /* The planted case: im2col's body again, as planted_im2col, with the window's column one too far
- * to the right. Only this copy, in this file, carries the wrong index. */
+ * to the right (the tap kw + 1 for kw). Only this copy, in this file, carries the wrong index. */
 #undef CREW_BACKEND_BODY_IM2COL_H
 #define crew_body_im2col planted_im2col
-#define crew_window_col(g, ow, kw) (crew_window_col((g), (ow), (kw)) + 1)
+#define crew_window_cell(g, b, oh, ow, kh, kw) crew_window_cell((g), (b), (oh), (ow), (kh), (kw) + 1)
 #include "backend/body/im2col.h"
-#undef crew_window_col
+#undef crew_window_cell
 #undef crew_body_im2col
 
 static crew_backend be; /* the CPU backend: its device memory is host memory */

@@ -25,11 +25,12 @@ CREW_BODY float crew_att_load(const void *att, int bf16, int64_t s)
     return bf16 ? crew_body_bf16_widen(((const crew_bf16 *)att)[s]) : ((const float *)att)[s];
 }
 
-/* The lane's largest score of row[0 .. t] (a maximum is exact in any order) */
+/* The lane's largest score of row[0 .. t] (a maximum is exact in any order), from row[0] (lane 0
+ * goes on from its second element) */
 CREW_BODY float crew_att_lane_max(const float *row, int64_t t, int64_t lane, int64_t lanes)
 {
     float mx = row[0];
-    for (int64_t s = lane; s <= t; s += lanes) mx = row[s] > mx ? row[s] : mx;
+    for (int64_t s = lane ? lane : lanes; s <= t; s += lanes) mx = row[s] > mx ? row[s] : mx;
     return mx;
 }
 

@@ -13,8 +13,9 @@
  * A body is `static inline __host__ __device__` where nvcc compiles it and plain `static inline`
  * where the C compiler does (as core/rng.h and backend/exp_poly.h already are), so it inlines into
  * the CPU's loops, which keep their speed, and into the kernels. Every header here compiles as C11
- * (gcc -std=c11 -Wall -Wextra) and as C++17 under nvcc: no C-only syntax (no restrict: CREW_RESTRICT,
- * no compound literals), no C++-only one. The arithmetic is the CPU's, operation for operation and
+ * (gcc -std=c11 -Wall -Wextra) and as C++17 under nvcc: no C-only syntax (no restrict, no compound
+ * literals, no designated initialisers), no C++-only one (the CPU's restrict stays on its own
+ * functions' parameters, which the inlined bodies inherit). The arithmetic is the CPU's, operation for operation and
  * type for type (the CPU builds with -std=c11, so nothing is contracted to an FMA; nvcc with
  * --fmad=false; fmaf where the CPU fuses on purpose), so a body gives the CPU exactly the bits it
  * gave before it moved here.
@@ -41,10 +42,8 @@ extern "C" {
 
 #ifdef __CUDACC__
 #define CREW_BODY static inline __host__ __device__
-#define CREW_RESTRICT __restrict__
 #else
 #define CREW_BODY static inline
-#define CREW_RESTRICT restrict
 #endif
 
 /* The lanes of a row kernel's warp: the CUDA kernels' ROW_LANES, the test's emulation. */

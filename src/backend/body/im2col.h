@@ -15,8 +15,8 @@ CREW_BODY void crew_body_im2col(const float *x, float *col, const crew_window *g
     const int64_t c = g->in_c, width = g->k_h * g->k_w * c;
     const int64_t row = i / width, e = i % width, ci = e % c, tap = e / c, kw = tap % g->k_w, kh = tap / g->k_w;
     const int64_t ow = row % g->out_w, oh = row / g->out_w % g->out_h, b = row / (g->out_w * g->out_h);
-    const int64_t ih = crew_window_row(g, oh, kh), iw = crew_window_col(g, ow, kw);
-    col[i] = crew_window_inside(g, ih, iw) ? x[((b * g->in_h + ih) * g->in_w + iw) * c + ci] : 0.0f;
+    const int64_t cell = crew_window_cell(g, b, oh, ow, kh, kw);
+    col[i] = cell < 0 ? 0.0f : x[cell * c + ci];
 }
 
 #endif

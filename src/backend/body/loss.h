@@ -14,14 +14,15 @@
 /* ---- softmax cross-entropy: loss = logsumexp(z) − z[label], after subtracting the row's maximum
  * so that no exp overflows; d (loss · scale) / d z = scale · (softmax(z) − onehot(label)). */
 
-/* The lane's largest logit and its first index: every lane starts from z[0] (the CPU's start), and
- * a later element wins only when strictly greater. Across lanes the larger value wins, and of
- * equal values the smaller index: the row's first maximum, whichever lane held it. */
+/* The lane's largest logit and its first index: every lane starts from z[0] (the CPU's start; lane
+ * 0, whose first element it is, goes on from its second), and a later element wins only when
+ * strictly greater. Across lanes the larger value wins, and of equal values the smaller index: the
+ * row's first maximum, whichever lane held it. */
 CREW_BODY float crew_xent_lane_argmax(const float *z, int64_t classes, int64_t lane, int64_t lanes, long long *at)
 {
     float zmax = z[0];
     long long best = 0;
-    for (int64_t j = lane; j < classes; j += lanes)
+    for (int64_t j = lane ? lane : lanes; j < classes; j += lanes)
         if (z[j] > zmax) {
             zmax = z[j];
             best = j;
@@ -64,10 +65,11 @@ CREW_BODY float crew_xent_loss(float sum, float z_label, float zmax) { return lo
 
 /* ---- softmax: p = exp(z − max) / Σ exp(z − max) */
 
+/* from z[0], as crew_xent_lane_argmax */
 CREW_BODY float crew_softmax_lane_max(const float *z, int64_t classes, int64_t lane, int64_t lanes)
 {
     float zmax = z[0];
-    for (int64_t j = lane; j < classes; j += lanes) zmax = z[j] > zmax ? z[j] : zmax;
+    for (int64_t j = lane ? lane : lanes; j < classes; j += lanes) zmax = z[j] > zmax ? z[j] : zmax;
     return zmax;
 }
 

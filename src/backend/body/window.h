@@ -29,17 +29,14 @@ CREW_BODY int64_t crew_window_col(const crew_window *g, int64_t ow, int64_t kw)
     return ow * g->stride_w - g->pad_left + kw;
 }
 
-CREW_BODY int crew_window_inside(const crew_window *g, int64_t ih, int64_t iw)
-{
-    return ih >= 0 && ih < g->in_h && iw >= 0 && iw < g->in_w;
-}
-
 /* The input position (b, ih, iw) under window position (oh, ow) and tap (kh, kw), as
- * (b·in_h + ih)·in_w + iw (times in_c for the cell's first channel); -1 in the padding. */
+ * (b·in_h + ih)·in_w + iw (times in_c for the cell's first channel); -1 in the padding. (The test
+ * of the padding is written out here, not called as a predicate: gcc's code for that form cost the
+ * CPU's max pooling 9% more instructions.) */
 CREW_BODY int64_t crew_window_cell(const crew_window *g, int64_t b, int64_t oh, int64_t ow, int64_t kh, int64_t kw)
 {
     const int64_t ih = crew_window_row(g, oh, kh), iw = crew_window_col(g, ow, kw);
-    if (!crew_window_inside(g, ih, iw)) return -1;
+    if (ih < 0 || ih >= g->in_h || iw < 0 || iw >= g->in_w) return -1;
     return (b * g->in_h + ih) * g->in_w + iw;
 }
 
