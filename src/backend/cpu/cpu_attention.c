@@ -9,9 +9,8 @@
  * depend on the batch's split across replicas (each sample is its own set of products). */
 #include <math.h>
 
-#include "backend/exp_poly.h"
+#include "backend/body/attention.h"
 #include "backend/cpu/cpu_ops.h"
-#include "core/bf16.h"
 
 /* c = alpha · op(a) · op(b), its operands rounded to bfloat16 when bf16 is 1 (cpu_gemm.c) */
 static void gemm(void *ctx, int bf16, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
@@ -35,19 +34,18 @@ static head_view head_at(int64_t b, int64_t h, int64_t T, int64_t heads, int64_t
 }
 
 /* Row t of a [T, T] score matrix becomes softmax over s ≤ t (max subtracted first, so exp never
- * overflows), and zeros above the diagonal. */
+ * overflows), and zeros above the diagonal: backend/body/attention.h's formulas, the one-lane case
+ * of the CUDA kernel's warp per row, but for the exponentials, which get a loop of their own. */
 static void causal_softmax(float *a, int64_t T)
 {
     for (int64_t t = 0; t < T; t++) {
         float *row = a + t * T;
-        float max = row[0];
-        for (int64_t s = 1; s <= t; s++)
-            if (row[s] > max) max = row[s];
-        for (int64_t s = 0; s <= t; s++) row[s] = crew_exp_poly(row[s] - max); /* vectorised */
+        const float max = crew_att_lane_max(row, t, 0, 1);
+        for (int64_t s = 0; s <= t; s++) row[s] = crew_att_exp(row[s], max); /* vectorised */
         float sum = 0.0f;
         for (int64_t s = 0; s <= t; s++) sum += row[s];
         float inv = 1.0f / sum;
-        for (int64_t s = 0; s <= t; s++) row[s] *= inv;
+        for (int64_t s = 0; s <= t; s++) row[s] = crew_att_prob(row[s], inv);
         for (int64_t s = t + 1; s < T; s++) row[s] = 0.0f;
     }
 }
@@ -75,7 +73,7 @@ void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype at
             causal_softmax(a, T);
             if (keep16) { /* att keeps them in bfloat16; the product below rounds a to the same values */
                 crew_bf16 *a16 = (crew_bf16 *)att + hv.att;
-                for (int64_t i = 0; i < T * T; i++) a16[i] = crew_bf16_bits(a[i]);
+                for (int64_t i = 0; i < T * T; i++) crew_body_to_bf16(a, a16, i);
             }
             if (y) gemm(ctx, bf16_att, 0, 0, T, d, T, 1.0f, a, T, v, ld, y + hv.out, C); /* y_h = a·v  [T, d] */
         }
@@ -105,10 +103,7 @@ void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const 
             for (int64_t t = 0; t < T; t++) {
                 const float *ar = a + t * T;
                 float *dr = da + t * T;
-                float dot = 0.0f;
-                for (int64_t s = 0; s <= t; s++) dot += ar[s] * dr[s];
-                for (int64_t s = 0; s <= t; s++) dr[s] = ar[s] * (dr[s] - dot);
-                for (int64_t s = t + 1; s < T; s++) dr[s] = 0.0f;
+                crew_att_lane_grad(ar, 0, dr, t, T, crew_att_lane_dot(ar, 0, dr, t, 0, 1), 0, 1);
             }
             gemm(ctx, bf16, 0, 0, T, d, T, scale, da, T, k, ld, dq, ld); /* dq = ds · k / √d */
             gemm(ctx, bf16, 1, 0, T, d, T, scale, da, T, q, ld, dk, ld); /* dk = dsᵀ · q / √d */

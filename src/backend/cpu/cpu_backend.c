@@ -13,6 +13,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "backend/body/elementwise.h"
+#include "backend/body/reduce.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/status.h"
 
@@ -150,9 +152,7 @@ static void *cpu_host_alias(void *ctx, const void *p, int64_t n, crew_dtype t)
 static crew_status cpu_sum(void *ctx, const float *x, int64_t n, double *out)
 {
     (void)ctx;
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i];
-    *out = s;
+    *out = crew_body_sum_serial(x, n);
     return CREW_OK;
 }
 
@@ -160,7 +160,7 @@ static crew_status cpu_sum_squares(void *ctx, const float *x, int64_t n, double 
 {
     (void)ctx;
     double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    for (int64_t i = 0; i < n; i++) s += crew_body_square(x[i]);
     *out = s;
     return CREW_OK;
 }
@@ -168,14 +168,9 @@ static crew_status cpu_sum_squares(void *ctx, const float *x, int64_t n, double 
 static crew_status cpu_all_finite(void *ctx, const float *x, int64_t n, int *out)
 {
     (void)ctx;
-    /* NaN and ±inf are the floats whose exponent bits are all ones. An OR over integer tests
-     * vectorises; a float sum (x·0) would be a serial dependency chain. */
-    uint32_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, x + i, sizeof u); /* the bits, without breaking the aliasing rules */
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
+    /* An OR over integer tests vectorises; a float sum (x·0) would be a serial dependency chain. */
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= crew_body_nonfinite(x[i]);
     *out = !bad;
     return CREW_OK;
 }
@@ -196,27 +191,29 @@ static void cpu_copy(void *ctx, float *dst, const float *src, int64_t n)
 static void cpu_fill(void *ctx, float *x, float value, int64_t n)
 {
     (void)ctx;
-    for (int64_t i = 0; i < n; i++) x[i] = value;
+    for (int64_t i = 0; i < n; i++) crew_body_fill(x, value, i);
 }
 
 static void cpu_axpby(void *ctx, int64_t n, float alpha, const float *x, float beta, float *y)
 {
     (void)ctx;
-    for (int64_t i = 0; i < n; i++) y[i] = alpha * x[i] + beta * y[i];
+    for (int64_t i = 0; i < n; i++) crew_body_axpby(alpha, x, beta, y, i);
 }
 
 static void cpu_mul(void *ctx, int64_t n, const float *a, const float *b, float *out)
 {
     (void)ctx;
-    for (int64_t i = 0; i < n; i++) out[i] = a[i] * b[i];
+    for (int64_t i = 0; i < n; i++) crew_body_mul(a, b, out, i);
 }
 
+/* a row at a time (crew_body_broadcast_rows is the element's) */
 static void cpu_broadcast_rows(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols)
 {
     (void)ctx;
     for (int64_t r = 0; r < rows; r++) memcpy(y + r * cols, bias, (size_t)cols * sizeof(float));
 }
 
+/* rows outer, columns inner: crew_body_col_sum's adds, in its order, for every column */
 static void cpu_col_sum(void *ctx, const float *x, int64_t rows, int64_t cols, float *out, int accumulate)
 {
     (void)ctx;

@@ -14,6 +14,7 @@
  *
  * Layouts as the layer's: x [batch, in_h, in_w, in_c], kernel [k_h, k_w, in_c, out_c],
  * y and dy [batch, out_h, out_w, out_c]. Sums run in float, in the loops' fixed order. */
+#include "backend/body/window.h"
 #include "backend/cpu/cpu_ops.h"
 
 int cpu_conv_direct_supported(const crew_window *g)
@@ -25,13 +26,13 @@ int cpu_conv_direct_supported(const crew_window *g)
 /* x's row and column under output (oh, ow) and window cell (i, j); -1 in the padding */
 static int64_t in_row(const crew_window *g, int64_t oh, int64_t i)
 {
-    int64_t r = oh * g->stride_h - g->pad_top + i;
+    int64_t r = crew_window_row(g, oh, i);
     return r >= 0 && r < g->in_h ? r : -1;
 }
 
 static int64_t in_col(const crew_window *g, int64_t ow, int64_t j)
 {
-    int64_t c = ow * g->stride_w - g->pad_left + j;
+    int64_t c = crew_window_col(g, ow, j);
     return c >= 0 && c < g->in_w ? c : -1;
 }
 

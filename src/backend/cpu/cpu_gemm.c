@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <stdlib.h>
 
+#include "backend/body/elementwise.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/bf16.h"
 #include "core/status.h"
@@ -120,7 +121,7 @@ void cpu_gemm_typed(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, i
 void cpu_to_bf16(void *ctx, const float *x, crew_bf16 *y, int64_t n)
 {
     (void)ctx;
-    for (int64_t i = 0; i < n; i++) y[i] = crew_bf16_bits(x[i]);
+    for (int64_t i = 0; i < n; i++) crew_body_to_bf16(x, y, i); /* core/bf16.h's rounding */
 }
 
 void cpu_gemm_free(cpu_ctx *c)

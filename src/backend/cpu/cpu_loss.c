@@ -1,7 +1,9 @@
-/* cpu_loss.c — fused softmax cross-entropy, softmax, and embedding lookup. */
-#include <math.h>
+/* cpu_loss.c — fused softmax cross-entropy, softmax, and embedding lookup: the pieces of
+ * backend/body/loss.h, which the CUDA kernels run too; the softmaxes walk each row as the one-lane
+ * case (lane 0 of 1) of the kernels' warp per row. */
 #include <string.h>
 
+#include "backend/body/loss.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/status.h"
 
@@ -17,22 +19,11 @@ crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labe
         float *dz = dlogits + r * classes;
         const int32_t y = labels[r];
         const float zy = z[y]; /* before dz, which may be z, is written */
-        int64_t best = 0;
-        float zmax = z[0];
-        for (int64_t j = 1; j < classes; j++)
-            if (z[j] > zmax) {
-                zmax = z[j];
-                best = j;
-            }
-        float sum = 0.0f;
-        for (int64_t j = 0; j < classes; j++) {
-            dz[j] = expf(z[j] - zmax);
-            sum += dz[j];
-        }
-        row_loss[r] = logf(sum) - (zy - zmax);
-        float inv = scale / sum;
-        for (int64_t j = 0; j < classes; j++) dz[j] *= inv;
-        dz[y] -= scale;
+        long long best;
+        const float zmax = crew_xent_lane_argmax(z, classes, 0, 1, &best);
+        const float sum = crew_xent_lane_exp(z, dz, classes, zmax, 0, 1);
+        row_loss[r] = crew_xent_loss(sum, zy, zmax);
+        crew_xent_lane_grad(dz, classes, y, crew_xent_inv(scale, sum), scale, 0, 1);
         right += best == y;
     }
     *correct = right;
@@ -45,16 +36,10 @@ void cpu_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int
     for (int64_t r = 0; r < rows; r++) {
         const float *z = logits + r * classes;
         float *p = probs + r * classes;
-        float zmax = z[0];
-        for (int64_t j = 1; j < classes; j++) zmax = z[j] > zmax ? z[j] : zmax;
-        float sum = 0.0f;
-        for (int64_t j = 0; j < classes; j++) sum += (p[j] = expf(z[j] - zmax));
-        for (int64_t j = 0; j < classes; j++) p[j] /= sum;
+        const float zmax = crew_softmax_lane_max(z, classes, 0, 1);
+        crew_softmax_lane_div(p, classes, crew_softmax_lane_exp(z, p, classes, zmax, 0, 1), 0, 1);
     }
 }
-
-/* An id is usable when it is an integer in [0, vocab): NaN fails every comparison. */
-static inline int valid_id(float id, int64_t vocab) { return id >= 0.0f && id < (float)vocab && id == (float)(int64_t)id; }
 
 crew_status cpu_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
                                   int64_t rows, int64_t dim, int64_t *bad_ids)
@@ -62,7 +47,7 @@ crew_status cpu_embedding_forward(void *ctx, const float *ids, const float *tabl
     (void)ctx;
     int64_t bad = 0;
     for (int64_t r = 0; r < rows; r++) {
-        if (!valid_id(ids[r], vocab)) {
+        if (!crew_embedding_valid(ids[r], vocab)) { /* the row of crew_body_embedding_forward, at once */
             memset(y + r * dim, 0, (size_t)dim * sizeof(float));
             bad++;
             continue;
@@ -78,7 +63,7 @@ void cpu_embedding_backward(void *ctx, const float *ids, const float *dy, float 
 {
     (void)ctx;
     for (int64_t r = 0; r < rows; r++) {
-        if (!valid_id(ids[r], vocab)) continue;
+        if (!crew_embedding_valid(ids[r], vocab)) continue; /* crew_body_embedding_runs' adds, in its order */
         float *d = dtable + (int64_t)ids[r] * dim;
         const float *g = dy + r * dim;
         for (int64_t j = 0; j < dim; j++) d[j] += g[j];

@@ -1,8 +1,11 @@
 /* cpu_norm.c — batch normalisation (split into reductions and applications, so the reductions
- * can be all-reduced for synchronised batch norm) and layer normalisation. x is [rows, c]. */
-#include <math.h>
+ * can be all-reduced for synchronised batch norm) and layer normalisation. x is [rows, c].
+ * The formulas are backend/body/norm.h's, which the CUDA kernels run too: the column sums here
+ * walk rows outer and columns inner (contiguous), the kernels a column at a time, each column's
+ * terms in the same order; layer norm walks its rows as the one-lane case of the kernels' warps. */
 #include <string.h>
 
+#include "backend/body/norm.h"
 #include "backend/cpu/cpu_ops.h"
 
 /* Per-channel factors are computed for this many channels at a time, on the stack. */
@@ -24,17 +27,14 @@ void cpu_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, i
     for (int64_t j = 0; j < c; j++) out[j] = 0.0;
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * c;
-        for (int64_t j = 0; j < c; j++) {
-            float d = row[j] - mean[j];
-            out[j] += (double)(d * d);
-        }
+        for (int64_t j = 0; j < c; j++) out[j] += crew_bn_sqdev_term(row[j], mean[j]);
     }
 }
 
 void cpu_bn_scale_sums(void *ctx, int64_t n, double alpha, const double *x, float *y)
 {
     (void)ctx;
-    for (int64_t i = 0; i < n; i++) y[i] = (float)(alpha * x[i]);
+    for (int64_t i = 0; i < n; i++) crew_body_bn_scale_sums(alpha, x, y, i);
 }
 
 void cpu_bn_forward(void *ctx, const float *x, const float *mean, const float *var, const float *gamma,
@@ -44,14 +44,12 @@ void cpu_bn_forward(void *ctx, const float *x, const float *mean, const float *v
     float scale[CHUNK], shift[CHUNK];
     for (int64_t c0 = 0; c0 < c; c0 += CHUNK) {
         int64_t n = c - c0 < CHUNK ? c - c0 : CHUNK;
-        for (int64_t j = 0; j < n; j++) {
-            scale[j] = gamma[c0 + j] / sqrtf(var[c0 + j] + eps);
-            shift[j] = beta[c0 + j] - mean[c0 + j] * scale[j];
-        }
+        for (int64_t j = 0; j < n; j++)
+            crew_bn_forward_factors(gamma[c0 + j], beta[c0 + j], mean[c0 + j], var[c0 + j], eps, &scale[j], &shift[j]);
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + r * c + c0;
             float *yr = y + r * c + c0;
-            for (int64_t j = 0; j < n; j++) yr[j] = xr[j] * scale[j] + shift[j];
+            for (int64_t j = 0; j < n; j++) yr[j] = crew_bn_forward_apply(xr[j], scale[j], shift[j]);
         }
     }
 }
@@ -65,7 +63,7 @@ void cpu_bn_backward_sums(void *ctx, const float *dy, const float *x, const floa
         const float *dyr = dy + r * c, *xr = x + r * c;
         for (int64_t j = 0; j < c; j++) {
             sum_dy[j] += (double)dyr[j];
-            sum_dy_xmu[j] += (double)(dyr[j] * (xr[j] - mean[j]));
+            sum_dy_xmu[j] += crew_bn_dy_xmu_term(dyr[j], xr[j], mean[j]);
         }
     }
 }
@@ -75,22 +73,20 @@ void cpu_bn_backward(void *ctx, const float *dy, const float *x, const float *me
                      double count, float *dx, int64_t rows, int64_t c)
 {
     (void)ctx;
-    /* dx = gamma·istd · (dy − Σdy/N − (x−mean)·istd²·Σdy(x−mean)/N); the per-channel factors in
-     * double, from the double sums, each rounded to float once */
+    /* the per-channel factors (crew_bn_backward_factors) a chunk of channels at a time */
     float k_dy[CHUNK], k_mean[CHUNK], k_x[CHUNK], means[CHUNK];
     for (int64_t c0 = 0; c0 < c; c0 += CHUNK) {
         int64_t n = c - c0 < CHUNK ? c - c0 : CHUNK;
         for (int64_t j = 0; j < n; j++) {
-            double istd = 1.0 / sqrt((double)(var[c0 + j] + eps)), k = (double)gamma[c0 + j] * istd;
-            k_dy[j] = (float)k;
-            k_mean[j] = (float)(k * sum_dy[c0 + j] / count);
-            k_x[j] = (float)(k * istd * istd * sum_dy_xmu[c0 + j] / count);
+            crew_bn_backward_factors(var[c0 + j], gamma[c0 + j], eps, sum_dy[c0 + j], sum_dy_xmu[c0 + j], count,
+                                     &k_dy[j], &k_mean[j], &k_x[j]);
             means[j] = mean[c0 + j];
         }
         for (int64_t r = 0; r < rows; r++) {
             const float *dyr = dy + r * c + c0, *xr = x + r * c + c0;
             float *dxr = dx + r * c + c0;
-            for (int64_t j = 0; j < n; j++) dxr[j] = k_dy[j] * dyr[j] - k_mean[j] - k_x[j] * (xr[j] - means[j]);
+            for (int64_t j = 0; j < n; j++)
+                dxr[j] = crew_bn_backward_apply(dyr[j], xr[j], means[j], k_dy[j], k_mean[j], k_x[j]);
         }
     }
 }
@@ -99,10 +95,7 @@ void cpu_bn_param_grads(void *ctx, const float *var, float eps, const double *su
                         const double *sum_dy_xmu, float *dgamma, float *dbeta, int64_t c)
 {
     (void)ctx;
-    for (int64_t j = 0; j < c; j++) {
-        dgamma[j] += (float)(sum_dy_xmu[j] / sqrt((double)(var[j] + eps)));
-        dbeta[j] += (float)sum_dy[j];
-    }
+    for (int64_t j = 0; j < c; j++) crew_body_bn_param_grads(var, eps, sum_dy, sum_dy_xmu, dgamma, dbeta, j);
 }
 
 void cpu_layernorm_forward(void *ctx, const float *x, const float *gamma, const float *beta, float eps,
@@ -112,13 +105,10 @@ void cpu_layernorm_forward(void *ctx, const float *x, const float *gamma, const 
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * c;
         float *yr = y + r * c;
-        float m = 0.0f, v = 0.0f;
-        for (int64_t j = 0; j < c; j++) m += xr[j];
-        m /= (float)c;
-        for (int64_t j = 0; j < c; j++) v += (xr[j] - m) * (xr[j] - m);
-        v /= (float)c;
-        float s = 1.0f / sqrtf(v + eps);
-        for (int64_t j = 0; j < c; j++) yr[j] = (xr[j] - m) * s * gamma[j] + beta[j];
+        const float m = crew_ln_lane_sum(xr, c, 0, 1) / (float)c;
+        const float v = crew_ln_lane_sqdev(xr, c, m, 0, 1) / (float)c;
+        const float s = crew_ln_rstd(v, eps);
+        crew_ln_lane_forward(xr, gamma, beta, m, s, yr, c, 0, 1);
         mean[r] = m;
         rstd[r] = s;
     }
@@ -132,21 +122,18 @@ void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const fl
     for (int64_t r = 0; r < rows; r++) {
         const float *dyr = dy + r * c, *xr = x + r * c;
         float *dxr = dx + r * c;
-        float m = mean[r], s = rstd[r];
-        float mean_g = 0.0f, mean_gx = 0.0f; /* means of dxhat and dxhat·xhat */
+        const float m = mean[r], s = rstd[r];
+        /* the sums of dxhat and dxhat·xhat (crew_ln_lane_grad_sums' in one lane), in one pass with
+         * crew_body_layernorm_params' terms a row at a time, which fill the sums' latency */
+        float sum_g = 0.0f, sum_gx = 0.0f;
         for (int64_t j = 0; j < c; j++) {
-            float xhat = (xr[j] - m) * s;
-            float g = dyr[j] * gamma[j];
-            mean_g += g;
-            mean_gx += g * xhat;
-            dgamma[j] += dyr[j] * xhat;
+            float g, gx;
+            crew_ln_grad_terms(dyr[j], xr[j], gamma[j], m, s, &g, &gx);
+            sum_g += g;
+            sum_gx += gx;
+            dgamma[j] += dyr[j] * crew_ln_xhat(xr[j], m, s);
             dbeta[j] += dyr[j];
         }
-        mean_g /= (float)c;
-        mean_gx /= (float)c;
-        for (int64_t j = 0; j < c; j++) {
-            float xhat = (xr[j] - m) * s;
-            dxr[j] = s * (dyr[j] * gamma[j] - mean_g - xhat * mean_gx);
-        }
+        crew_ln_lane_dx(dyr, xr, gamma, m, s, sum_g / (float)c, sum_gx / (float)c, dxr, c, 0, 1);
     }
 }

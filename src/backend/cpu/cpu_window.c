@@ -1,18 +1,12 @@
 /* cpu_window.c — im2col/col2im for convolution and max/average pooling, NHWC.
- * Loops run with the channel axis innermost, where memory is contiguous. */
+ * Loops run with the channel axis innermost, where memory is contiguous, and the backward ops
+ * scatter in the order of the window positions; the index math (which input cell a tap reads, how
+ * many cells a window has inside the image) is backend/body/window.h's, whose gathering bodies the
+ * CUDA kernels run and tests/test_kernel_bodies.c holds to these loops bit for bit. */
 #include <string.h>
 
+#include "backend/body/window.h"
 #include "backend/cpu/cpu_ops.h"
-
-/* The input cell under window position (oh, ow) and kernel tap (kh, kw), or -1 outside. */
-static inline int64_t window_cell(const crew_window *g, int64_t b, int64_t oh, int64_t ow, int64_t kh,
-                                  int64_t kw)
-{
-    int64_t ih = oh * g->stride_h - g->pad_top + kh;
-    int64_t iw = ow * g->stride_w - g->pad_left + kw;
-    if (ih < 0 || ih >= g->in_h || iw < 0 || iw >= g->in_w) return -1;
-    return (b * g->in_h + ih) * g->in_w + iw;
-}
 
 /* The taps of one kernel row are neighbours in the input whatever the stride: for output column
  * ow, tap kw reads input column iw0 + kw. Those inside the image form one run, kw in [*lo, *hi)
@@ -20,7 +14,7 @@ static inline int64_t window_cell(const crew_window *g, int64_t b, int64_t oh, i
  * instead of k_w separately bounds-checked taps. */
 static inline int64_t tap_run(const crew_window *g, int64_t ow, int64_t *lo, int64_t *hi)
 {
-    int64_t iw0 = ow * g->stride_w - g->pad_left;
+    int64_t iw0 = crew_window_col(g, ow, 0);
     *lo = iw0 < 0 ? -iw0 : 0;
     *hi = g->in_w - iw0 < g->k_w ? g->in_w - iw0 : g->k_w;
     return iw0;
@@ -36,7 +30,7 @@ void cpu_im2col(void *ctx, const float *x, float *col, const crew_window *g)
             for (int64_t ow = 0; ow < g->out_w; ow++) {
                 int64_t lo, hi, iw0 = tap_run(g, ow, &lo, &hi);
                 for (int64_t kh = 0; kh < g->k_h; kh++, dst += row_len) {
-                    int64_t ih = oh * g->stride_h - g->pad_top + kh;
+                    int64_t ih = crew_window_row(g, oh, kh);
                     if (ih < 0 || ih >= g->in_h || lo >= hi) {
                         for (int64_t i = 0; i < row_len; i++) dst[i] = 0.0f;
                         continue;
@@ -54,14 +48,14 @@ void cpu_col2im(void *ctx, const float *col, float *dx, const crew_window *g)
 {
     (void)ctx;
     const int64_t c = g->in_c, row_len = g->k_w * c;
-    memset(dx, 0, (size_t)(g->batch * g->in_h * g->in_w * c) * sizeof(float));
+    memset(dx, 0, (size_t)crew_window_in_cells(g) * sizeof(float));
     const float *src = col;
     for (int64_t b = 0; b < g->batch; b++)
         for (int64_t oh = 0; oh < g->out_h; oh++)
             for (int64_t ow = 0; ow < g->out_w; ow++) {
                 int64_t lo, hi, iw0 = tap_run(g, ow, &lo, &hi);
                 for (int64_t kh = 0; kh < g->k_h; kh++, src += row_len) {
-                    int64_t ih = oh * g->stride_h - g->pad_top + kh;
+                    int64_t ih = crew_window_row(g, oh, kh);
                     if (ih < 0 || ih >= g->in_h || lo >= hi) continue;
                     float *d = dx + ((b * g->in_h + ih) * g->in_w + iw0 + lo) * c;
                     for (int64_t i = 0, n = (hi - lo) * c; i < n; i++) d[i] += src[lo * c + i];
@@ -84,7 +78,7 @@ void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, c
                 int seeded = 0;
                 for (int64_t kh = 0; kh < g->k_h; kh++)
                     for (int64_t kw = 0; kw < g->k_w; kw++) {
-                        int64_t cell = window_cell(g, b, oh, ow, kh, kw);
+                        int64_t cell = crew_window_cell(g, b, oh, ow, kh, kw);
                         if (cell < 0) continue;
                         const float *src = x + cell * c;
                         const int32_t base = (int32_t)(cell * c);
@@ -113,19 +107,10 @@ void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, c
 void cpu_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g)
 {
     (void)ctx;
-    const int64_t n_in = g->batch * g->in_h * g->in_w * g->in_c;
-    const int64_t n_out = g->batch * g->out_h * g->out_w * g->in_c;
+    const int64_t n_in = crew_window_in_cells(g), n_out = crew_window_out_cells(g);
     memset(dx, 0, (size_t)n_in * sizeof(float));
     for (int64_t i = 0; i < n_out; i++)
         if (argmax[i] >= 0) dx[argmax[i]] += dy[i];
-}
-
-static int64_t window_count(const crew_window *g, int64_t oh, int64_t ow)
-{
-    int64_t n = 0;
-    for (int64_t kh = 0; kh < g->k_h; kh++)
-        for (int64_t kw = 0; kw < g->k_w; kw++) n += window_cell(g, 0, oh, ow, kh, kw) >= 0;
-    return n;
 }
 
 void cpu_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g)
@@ -139,13 +124,12 @@ void cpu_avgpool_forward(void *ctx, const float *x, float *y, const crew_window 
                 memset(dst, 0, (size_t)c * sizeof(float));
                 for (int64_t kh = 0; kh < g->k_h; kh++)
                     for (int64_t kw = 0; kw < g->k_w; kw++) {
-                        int64_t cell = window_cell(g, b, oh, ow, kh, kw);
+                        int64_t cell = crew_window_cell(g, b, oh, ow, kh, kw);
                         if (cell < 0) continue;
                         const float *src = x + cell * c;
                         for (int64_t i = 0; i < c; i++) dst[i] += src[i];
                     }
-                int64_t n = window_count(g, oh, ow);
-                float inv = n ? 1.0f / (float)n : 0.0f;
+                const float inv = crew_avgpool_scale(g, oh, ow);
                 for (int64_t i = 0; i < c; i++) dst[i] *= inv;
             }
 }
@@ -154,16 +138,15 @@ void cpu_avgpool_backward(void *ctx, const float *dy, float *dx, const crew_wind
 {
     (void)ctx;
     const int64_t c = g->in_c;
-    memset(dx, 0, (size_t)(g->batch * g->in_h * g->in_w * c) * sizeof(float));
+    memset(dx, 0, (size_t)crew_window_in_cells(g) * sizeof(float));
     for (int64_t b = 0; b < g->batch; b++)
         for (int64_t oh = 0; oh < g->out_h; oh++)
             for (int64_t ow = 0; ow < g->out_w; ow++) {
                 const float *src = dy + ((b * g->out_h + oh) * g->out_w + ow) * c;
-                int64_t n = window_count(g, oh, ow);
-                float inv = n ? 1.0f / (float)n : 0.0f;
+                const float inv = crew_avgpool_scale(g, oh, ow);
                 for (int64_t kh = 0; kh < g->k_h; kh++)
                     for (int64_t kw = 0; kw < g->k_w; kw++) {
-                        int64_t cell = window_cell(g, b, oh, ow, kh, kw);
+                        int64_t cell = crew_window_cell(g, b, oh, ow, kh, kw);
                         if (cell < 0) continue;
                         float *d = dx + cell * c;
                         for (int64_t i = 0; i < c; i++) d[i] += src[i] * inv;

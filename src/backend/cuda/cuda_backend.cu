@@ -16,6 +16,8 @@
 
 #include <cuda_bf16.h>
 
+#include "backend/body/elementwise.h"
+#include "backend/body/reduce.h"
 #include "backend/cuda/cuda_internal.h"
 #ifdef CREW_HAVE_CUDNN
 #include <cudnn.h>
@@ -300,23 +302,17 @@ static crew_status cuda_sync(void *ctx, crew_queue *q)
 /* ------------------------------------------------------------------ synchronous reductions */
 
 /* Σ x in order, in double, on one thread: what backend.h asks of sum() on every device. */
-__global__ void k_sum_serial(const float *x, int64_t n, double *out)
-{
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i];
-    *out = s;
-}
+__global__ void k_sum_serial(const float *x, int64_t n, double *out) { *out = crew_body_sum_serial(x, n); }
 
 /* Block b sums its fixed stretch of x (squares, in double) by a fixed tree; then one thread adds
- * the blocks' sums in block order. The grid never changes, so neither do the bits. */
+ * the blocks' sums in block order. The grid never changes, so neither do the bits
+ * (backend/body/reduce.h: the threads' partials; the tree is here). */
 __global__ void k_sum_squares_partial(const float *x, int64_t n, double *partial)
 {
     __shared__ double part[CUDA_THREADS];
-    const int64_t per = (n + CUDA_PARTIALS - 1) / CUDA_PARTIALS, lo = blockIdx.x * per,
-                  hi = lo + per < n ? lo + per : n;
-    double s = 0.0;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) s += (double)x[i] * (double)x[i];
-    part[threadIdx.x] = s;
+    int64_t lo, hi;
+    crew_body_stretch(n, CUDA_PARTIALS, blockIdx.x, &lo, &hi);
+    part[threadIdx.x] = crew_body_sum_squares_thread(x, lo, hi, threadIdx.x, blockDim.x);
     __syncthreads();
     for (int w = blockDim.x / 2; w > 0; w /= 2) {
         if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
@@ -327,20 +323,16 @@ __global__ void k_sum_squares_partial(const float *x, int64_t n, double *partial
 
 __global__ void k_add_partials(const double *partial, int count, double *out)
 {
-    double s = 0.0;
-    for (int i = 0; i < count; i++) s += partial[i];
-    *out = s;
+    *out = crew_body_add_partials(partial, count);
 }
 
 /* 1.0 in *out when any value's exponent bits are all ones (NaN, ±inf), else 0.0. */
 __global__ void k_nonfinite_partial(const float *x, int64_t n, double *partial)
 {
     __shared__ int bad[CUDA_THREADS];
-    const int64_t per = (n + CUDA_PARTIALS - 1) / CUDA_PARTIALS, lo = blockIdx.x * per,
-                  hi = lo + per < n ? lo + per : n;
-    int b = 0;
-    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) b |= (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
-    bad[threadIdx.x] = b;
+    int64_t lo, hi;
+    crew_body_stretch(n, CUDA_PARTIALS, blockIdx.x, &lo, &hi);
+    bad[threadIdx.x] = crew_body_nonfinite_thread(x, lo, hi, threadIdx.x, blockDim.x);
     __syncthreads();
     for (int w = blockDim.x / 2; w > 0; w /= 2) {
         if ((int)threadIdx.x < w) bad[threadIdx.x] |= bad[threadIdx.x + w];
@@ -432,12 +424,7 @@ crew_status cuda_count_reserve(cuda_ctx *c, int64_t rows)
     return CREW_OK;
 }
 
-__global__ void k_count(const long long *flags, int64_t rows, long long *out)
-{
-    long long s = 0;
-    for (int64_t i = 0; i < rows; i++) s += flags[i];
-    *out = s;
-}
+__global__ void k_count(const long long *flags, int64_t rows, long long *out) { *out = crew_body_count(flags, rows); }
 
 crew_status cuda_count_flags(cuda_ctx *c, int64_t rows, int64_t *out, const char *what)
 {
@@ -483,10 +470,11 @@ static void cuda_copy(void *ctx, float *dst, const float *src, int64_t n)
 
 /* Row-major C = α op(A)·op(B) + β C is column-major Cᵀ = α op(B)ᵀ·op(A)ᵀ + β Cᵀ: cuBLAS gets the
  * operands swapped, each with its own transpose flag, and the same leading dimensions. */
-__global__ void k_to_bf16(const float *x, __nv_bfloat16 *y, int64_t n)
+/* to nearest, ties to even: core/bf16.h's rounding (crew_body_bf16_of), NaNs and all */
+__global__ void k_to_bf16(const float *x, crew_bf16 *y, int64_t n)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = __float2bfloat16_rn(x[i]); /* to nearest, ties to even: core/bf16.h's rounding */
+        crew_body_to_bf16(x, y, i);
 }
 
 /* Operand `which` (0: a, 1: b) of a GEMM in bf16: every value its `count` matrices of rows × cols
@@ -509,7 +497,7 @@ static const __nv_bfloat16 *rounded_operand(cuda_ctx *c, int which, const float 
         c->bf16_cap[which] = span;
     }
     __nv_bfloat16 *y = (__nv_bfloat16 *)c->bf16_ops[which];
-    k_to_bf16<<<cuda_blocks(span), CUDA_THREADS, 0, c->stream>>>(x, y, span);
+    k_to_bf16<<<cuda_blocks(span), CUDA_THREADS, 0, c->stream>>>(x, (crew_bf16 *)y, span);
     cuda_launched(c, "rounding a GEMM's operands to bfloat16");
     return y;
 }
@@ -574,7 +562,7 @@ static void cuda_to_bf16(void *ctx, const float *x, crew_bf16 *y, int64_t n)
     cuda_ctx *c = (cuda_ctx *)ctx;
     cuda_enter(c);
     if (n <= 0) return;
-    k_to_bf16<<<cuda_blocks(n), CUDA_THREADS, 0, c->stream>>>(x, (__nv_bfloat16 *)y, n);
+    k_to_bf16<<<cuda_blocks(n), CUDA_THREADS, 0, c->stream>>>(x, y, n);
     cuda_launched(c, "to_bf16");
 }
 
@@ -590,66 +578,44 @@ static crew_status cuda_configure(void *ctx, const crew_device_options *o)
 
 /* ------------------------------------------------------------------ the table */
 
-static const crew_backend_ops cuda_ops = {
-    /* .name */ "cuda",
-    /* .destroy */ cuda_destroy,
-    /* .alloc */ cuda_alloc,
-    /* .free */ cuda_free,
-    /* .host_alloc */ cuda_host_alloc,
-    /* .host_free */ cuda_host_free,
-    /* .memory_used */ cuda_memory_used,
-    /* .upload */ cuda_upload,
-    /* .download */ cuda_download,
-    /* .queue_create */ cuda_queue_create,
-    /* .queue_destroy */ cuda_queue_destroy,
-    /* .queue_wait */ cuda_queue_wait,
-    /* .sync */ cuda_sync,
-    /* .host_alias: a GPU's memory is not the host's; its communicator stages through the host */ NULL,
-    /* .sum */ cuda_sum,
-    /* .sum_squares */ cuda_sum_squares,
-    /* .all_finite */ cuda_all_finite,
-    /* .hash */ cuda_hash,
-    /* .copy */ cuda_copy,
-    /* .fill */ cuda_fill,
-    /* .gemm */ cuda_gemm,
-    /* .gemm_typed */ cuda_gemm_typed_op,
-    /* .to_bf16 */ cuda_to_bf16,
-    /* .axpby */ cuda_axpby,
-    /* .mul */ cuda_mul,
-    /* .broadcast_rows */ cuda_broadcast_rows,
-    /* .col_sum */ cuda_col_sum,
-    /* .act_forward */ cuda_act_forward,
-    /* .act_backward */ cuda_act_backward,
-    /* .im2col */ cuda_im2col,
-    /* .col2im */ cuda_col2im,
-    /* .maxpool_forward */ cuda_maxpool_forward,
-    /* .maxpool_backward */ cuda_maxpool_backward,
-    /* .avgpool_forward */ cuda_avgpool_forward,
-    /* .avgpool_backward */ cuda_avgpool_backward,
-    /* .dropout_forward */ cuda_dropout_forward,
-    /* .bn_col_sum */ cuda_bn_col_sum,
-    /* .col_sqdev */ cuda_col_sqdev,
-    /* .bn_scale_sums */ cuda_bn_scale_sums,
-    /* .bn_forward */ cuda_bn_forward,
-    /* .bn_backward_sums */ cuda_bn_backward_sums,
-    /* .bn_backward */ cuda_bn_backward,
-    /* .bn_param_grads */ cuda_bn_param_grads,
-    /* .layernorm_forward */ cuda_layernorm_forward,
-    /* .layernorm_backward */ cuda_layernorm_backward,
-    /* .attention_forward */ cuda_attention_forward,
-    /* .attention_backward */ cuda_attention_backward,
-    /* .embedding_forward */ cuda_embedding_forward,
-    /* .embedding_backward */ cuda_embedding_backward,
-    /* .softmax_xent */ cuda_softmax_xent,
-    /* .softmax */ cuda_softmax,
-    /* .sgd_update */ cuda_sgd_update,
-    /* .adamw_update */ cuda_adamw_update,
-    /* .conv_supported */ cuda_conv_supported,
-    /* .conv_forward */ cuda_conv_forward,
-    /* .conv_backward_data */ cuda_conv_backward_data,
-    /* .conv_backward_filter */ cuda_conv_backward_filter,
-    /* .configure */ cuda_configure,
-};
+/* The table: the compute ops are cuda_kernels.cu's (cuda_kernel_ops), the rest this file's and
+ * cuda_conv.cu's. Built once, before main, by name rather than by position. */
+static crew_backend_ops make_cuda_ops(void)
+{
+    crew_backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.name = "cuda";
+    o.destroy = cuda_destroy;
+    o.alloc = cuda_alloc;
+    o.free = cuda_free;
+    o.host_alloc = cuda_host_alloc;
+    o.host_free = cuda_host_free;
+    o.memory_used = cuda_memory_used;
+    o.upload = cuda_upload;
+    o.download = cuda_download;
+    o.queue_create = cuda_queue_create;
+    o.queue_destroy = cuda_queue_destroy;
+    o.queue_wait = cuda_queue_wait;
+    o.sync = cuda_sync;
+    /* .host_alias: a GPU's memory is not the host's; its communicator stages through the host */
+    o.sum = cuda_sum;
+    o.sum_squares = cuda_sum_squares;
+    o.all_finite = cuda_all_finite;
+    o.hash = cuda_hash;
+    o.copy = cuda_copy;
+    o.gemm = cuda_gemm;
+    o.gemm_typed = cuda_gemm_typed_op;
+    o.to_bf16 = cuda_to_bf16;
+    o.conv_supported = cuda_conv_supported;
+    o.conv_forward = cuda_conv_forward;
+    o.conv_backward_data = cuda_conv_backward_data;
+    o.conv_backward_filter = cuda_conv_backward_filter;
+    o.configure = cuda_configure;
+    cuda_kernel_ops(&o);
+    return o;
+}
+
+static const crew_backend_ops cuda_ops = make_cuda_ops();
 
 /* ------------------------------------------------------------------ the device kind */
 

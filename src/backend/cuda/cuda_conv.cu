@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/body/elementwise.h"
 #include "backend/cuda/cuda_internal.h"
 
 #ifdef CREW_HAVE_CUDNN
@@ -182,22 +183,19 @@ static int reserve(cuda_ctx *c, const conv_plan *p)
 
 /* ---- the kernel's two layouts: [KH, KW, C, F] (the layer's) and [F, KH, KW, C] (cuDNN's) */
 
+/* backend/body/elementwise.h: filter[f][r] = kernel[r][f], and back */
 __global__ void k_to_filter(const float *kernel, float *filter, int64_t khkwc, int64_t f_count)
 {
     const int64_t n = khkwc * f_count;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t f = i / khkwc, r = i % khkwc; /* filter[f][r] = kernel[r][f] */
-        filter[i] = kernel[r * f_count + f];
-    }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        crew_body_to_filter(kernel, filter, khkwc, f_count, i);
 }
 
 __global__ void k_from_filter(const float *filter, float *kernel, int64_t khkwc, int64_t f_count)
 {
     const int64_t n = khkwc * f_count;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t r = i / f_count, f = i % f_count; /* kernel[r][f] = filter[f][r] */
-        kernel[i] = filter[f * khkwc + r];
-    }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        crew_body_from_filter(filter, kernel, khkwc, f_count, i);
 }
 
 static void transpose(cuda_ctx *c, const float *in, float *out, const conv_plan *p, int to_filter)

@@ -16,6 +16,7 @@
 extern "C" {
 #include "backend/backend.h"
 }
+#include "backend/body/reduce.h"
 
 /* Device buffers' sizes, for memory_used: an open-addressing table keyed by address. */
 typedef struct cuda_block {
@@ -58,9 +59,10 @@ struct crew_queue {
 };
 
 /* Blocks of the fixed-shape reductions: a fixed grid, so the order of every sum is the same on
- * every run (no atomics). */
-#define CUDA_PARTIALS 256
-#define CUDA_THREADS 256
+ * every run (no atomics); backend/body/reduce.h, whose bodies they run, fixes it. CUDA_THREADS is
+ * every launch's block size too. */
+#define CUDA_PARTIALS CREW_BODY_PARTIALS
+#define CUDA_THREADS CREW_BODY_THREADS
 
 /* Keeps the first failure of an enqueued op (the launch's error, or an earlier kernel's that
  * surfaced with it) to be returned by the next call that returns a crew_status. */
@@ -76,54 +78,8 @@ static inline unsigned cuda_blocks(int64_t n)
     return (unsigned)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
 }
 
-/* ---- the compute ops (cuda_kernels.cu), in backend.h's order and signatures */
-void cuda_fill(void *ctx, float *x, float value, int64_t n);
-void cuda_axpby(void *ctx, int64_t n, float alpha, const float *x, float beta, float *y);
-void cuda_mul(void *ctx, int64_t n, const float *a, const float *b, float *out);
-void cuda_broadcast_rows(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols);
-void cuda_col_sum(void *ctx, const float *x, int64_t rows, int64_t cols, float *out, int accumulate);
-void cuda_act_forward(void *ctx, crew_activation act, const float *x, float *y, int64_t n);
-void cuda_act_backward(void *ctx, crew_activation act, const float *x, const float *y, const float *dy, float *dx,
-                       int64_t n);
-void cuda_im2col(void *ctx, const float *x, float *col, const crew_window *g);
-void cuda_col2im(void *ctx, const float *col, float *dx, const crew_window *g);
-void cuda_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g);
-void cuda_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g);
-void cuda_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g);
-void cuda_avgpool_backward(void *ctx, const float *dy, float *dx, const crew_window *g);
-void cuda_dropout_forward(void *ctx, const float *x, float *y, float *mask, int64_t rows, int64_t cols, float rate,
-                          uint64_t key, const int64_t *sample_ids);
-void cuda_bn_col_sum(void *ctx, const float *x, int64_t rows, int64_t c, double *out);
-void cuda_col_sqdev(void *ctx, const float *x, const float *mean, int64_t rows, int64_t c, double *out);
-void cuda_bn_scale_sums(void *ctx, int64_t n, double alpha, const double *x, float *y);
-void cuda_bn_forward(void *ctx, const float *x, const float *mean, const float *var, const float *gamma,
-                     const float *beta, float eps, float *y, int64_t rows, int64_t c);
-void cuda_bn_backward_sums(void *ctx, const float *dy, const float *x, const float *mean, int64_t rows, int64_t c,
-                           double *sum_dy, double *sum_dy_xmu);
-void cuda_bn_backward(void *ctx, const float *dy, const float *x, const float *mean, const float *var,
-                      const float *gamma, float eps, const double *sum_dy, const double *sum_dy_xmu, double count,
-                      float *dx, int64_t rows, int64_t c);
-void cuda_bn_param_grads(void *ctx, const float *var, float eps, const double *sum_dy, const double *sum_dy_xmu,
-                         float *dgamma, float *dbeta, int64_t c);
-void cuda_layernorm_forward(void *ctx, const float *x, const float *gamma, const float *beta, float eps, float *y,
-                            float *mean, float *rstd, int64_t rows, int64_t c);
-void cuda_layernorm_backward(void *ctx, const float *dy, const float *x, const float *gamma, const float *mean,
-                             const float *rstd, float *dx, float *dgamma, float *dbeta, int64_t rows, int64_t c);
-void cuda_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
-                            int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
-void cuda_attention_backward(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,
-                             float *datt, float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
-crew_status cuda_embedding_forward(void *ctx, const float *ids, const float *table, int64_t vocab, float *y,
-                                   int64_t rows, int64_t dim, int64_t *bad);
-void cuda_embedding_backward(void *ctx, const float *ids, const float *dy, float *dtable, int64_t vocab, int64_t rows,
-                             int64_t dim);
-crew_status cuda_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
-                              float scale, float *row_loss, float *dlogits, int64_t *correct);
-void cuda_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int64_t classes);
-void cuda_sgd_update(void *ctx, float *param, const float *grad, float *velocity, int64_t n, float lr, float momentum,
-                     int nesterov, float weight_decay);
-void cuda_adamw_update(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n,
-                       const crew_adamw_consts *k);
+/* ---- the compute ops (cuda_kernels.cu, backend.h's signatures): their entries of the table */
+void cuda_kernel_ops(crew_backend_ops *ops);
 
 /* For the kernels file: a row-major GEMM on the context's stream (cuda_backend.cu), strided over
  * `count` matrices (count 1: one GEMM). */

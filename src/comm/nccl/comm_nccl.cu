@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/body/reduce.h"
+
 extern "C" {
 #include "comm/comm_nccl.h"
 #include "core/status.h"
@@ -206,16 +208,21 @@ static crew_status finish(nccl_rank *r, double until, double timeout_s, uint64_t
 /* ------------------------------------------------------------------ the ordered sums */
 
 /* out[i] = parts[0][i] + parts[1][i] + ... in that order (rows pieces of len values), then × inv
- * for a mean: comm_local.c's arithmetic, one thread per value. */
+ * for a mean: comm_local.c's arithmetic, one thread per value (backend/body/reduce.h). */
+__device__ static float ordered_sum(const float *parts, int64_t rows, int64_t len, int avg, float inv, int64_t i)
+{
+    return crew_body_ordered_sum_f32(parts, rows, len, avg, inv, i);
+}
+__device__ static double ordered_sum(const double *parts, int64_t rows, int64_t len, int avg, double inv, int64_t i)
+{
+    return crew_body_ordered_sum_f64(parts, rows, len, avg, inv, i);
+}
+
 template <typename T>
 __global__ void k_ordered_sum(const T *parts, int64_t rows, int64_t len, T *out, int avg, T inv)
 {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (int64_t)gridDim.x * blockDim.x) {
-        T acc = parts[i];
-        for (int64_t p = 1; p < rows; p++) acc += parts[p * len + i];
-        if (avg) acc *= inv;
-        out[i] = acc;
-    }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = ordered_sum(parts, rows, len, avg, inv, i);
 }
 
 static void launch_sum(nccl_rank *r, const void *parts, int64_t rows, int64_t len, void *out, crew_comm_type t,

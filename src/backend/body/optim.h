@@ -1,0 +1,44 @@
+/* optim.h — the optimisers' updates, one parameter at a time (backend.h's sgd_update and
+ * adamw_update). body.h says what a body is. */
+#ifndef CREW_BACKEND_BODY_OPTIM_H
+#define CREW_BACKEND_BODY_OPTIM_H
+
+#include "backend/body/body.h"
+
+/* PyTorch's SGD: g += wd·p; v = μ·v + g; step = nesterov ? g + μ·v : v; p −= lr·step. */
+CREW_BODY void crew_body_sgd(float *param, const float *grad, float *velocity, float lr, float momentum, int nesterov,
+                             float weight_decay, int64_t i)
+{
+    float g = grad[i] + weight_decay * param[i];
+    if (momentum != 0.0f) {
+        float v = momentum * velocity[i] + g;
+        velocity[i] = v;
+        g = nesterov ? g + momentum * v : v;
+    }
+    param[i] -= lr * g;
+}
+
+/* AdamW (Loshchilov & Hutter) in torch.optim.AdamW's own arithmetic, op for op, so that the same
+ * gradients give PyTorch's weights to the last bit or close to it:
+ *   p ·= 1 − lr·wd;  m = lerp(m, g, 1 − β1);  v = v·β2 + (1 − β2)·g·g;
+ *   p += −step_size · m / (√v / √(1 − β2ᵗ) + eps)
+ * torch's CPU kernels (its AVX2/AVX-512 builds) fuse two of these into one rounding: the lerp for a
+ * weight below ½, m + w·(g − m), and the addcmul, v·β2 + ((1 − β2)·g)·g. fmaf does the same on
+ * every machine, with or without FMA hardware (and on a GPU), so crew's result does not depend on
+ * the compiler. What is left between the two is torch's vector sqrt, which is not always correctly
+ * rounded (1 ulp off for about a fifth of inputs, measured on torch 2.15 AVX-512); crew's sqrtf is.
+ * k by value: the constants are the loop's, never aliased by the arrays it writes. */
+CREW_BODY void crew_body_adamw(float *param, const float *grad, float *m, float *v, crew_adamw_consts k, int64_t i)
+{
+    const float w = k.one_minus_beta1, neg_step = -k.step_size;
+    const int small = w < 0.5f;
+    float g = grad[i];
+    float mi = small ? fmaf(w, g - m[i], m[i]) : fmaf(w - 1.0f, g - m[i], g);
+    float vi = fmaf(k.one_minus_beta2 * g, g, v[i] * k.beta2);
+    m[i] = mi;
+    v[i] = vi;
+    float p = param[i] * k.decay;
+    param[i] = p + neg_step * mi / (sqrtf(vi) / k.bias_c2_sqrt + k.eps);
+}
+
+#endif

@@ -1,0 +1,1198 @@
+/* test_kernel_bodies.c — the CUDA kernels' code, run on the CPU.
+ *
+ * Every CUDA kernel of crew calls a body in src/backend/body/ for each of its indices (body.h);
+ * the CPU backend calls the same bodies, or the same index helpers and formulas from loops of its
+ * own shape. This test needs no GPU and no nvcc: for each kernel it runs the kernel's body over
+ * the kernel's whole index space, in the gather form the kernel uses, on random inputs (a fixed
+ * seed), and holds the result to the CPU backend's op on the same inputs, bit for bit (memcmp):
+ * odd sizes, padding on one side, strides 1 to 3, windows larger than their stride, one channel
+ * and odd counts of them, rows and columns that are not multiples of 32, ids that are invalid,
+ * repeated and unsorted. A failure names the kernel, the geometry and the first differing index.
+ *
+ * The kernels along a row (a warp per row: softmax cross-entropy, softmax, layer norm, attention's
+ * softmax and its backward) sum in the warp's order, not the CPU's: the test emulates it (each of
+ * 32 lanes' strided partial from the shared lane pieces, then the xor butterfly of the kernels'
+ * shuffles) and holds the result to the CPU's within the bound derived at "Bounds" below; the
+ * same emulation with one lane is the CPU's serial order, and must give the CPU's bits. The fixed
+ * grid reductions (sum_squares, all_finite: 256 blocks of 256 threads and a tree in shared memory)
+ * are emulated the same way. What only a GPU can test is what is left in the .cu files: launch
+ * geometry, the shuffles and shared memory themselves, streams, and the libraries (cuBLAS, CUB's
+ * sort, cuDNN, NCCL), and where a GPU's expf, erff, tanhf, logf round differently from glibc's.
+ *
+ * The planted case shows that the bit-for-bit check catches a wrong index: im2col's body compiled
+ * a second time here with its window column off by one must fail the same check that the real
+ * body passes (check_planted). */
+#include <float.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/body/activation.h"
+#include "backend/body/attention.h"
+#include "backend/body/elementwise.h"
+#include "backend/body/loss.h"
+#include "backend/body/norm.h"
+#include "backend/body/optim.h"
+#include "backend/body/reduce.h"
+#include "backend/body/window.h"
+#include "check.h"
+#include "comm/comm.h"
+#include "core/bf16.h"
+#include "core/rng.h"
+
+/* The planted case: im2col's body again, as planted_im2col, with the window's column one too far
+ * to the right (the tap kw + 1 for kw). Only this copy, in this file, carries the wrong index. */
+#undef CREW_BACKEND_BODY_IM2COL_H
+#define crew_body_im2col planted_im2col
+#define crew_window_cell(g, b, oh, ow, kh, kw) crew_window_cell((g), (b), (oh), (ow), (kh), (kw) + 1)
+#include "backend/body/im2col.h"
+#undef crew_window_cell
+#undef crew_body_im2col
+
+static crew_backend be; /* the CPU backend: its device memory is host memory */
+static crew_rng rng;
+
+/* ------------------------------------------------------------------ the kernels covered */
+
+/* Every __global__ kernel of crew (grep -n __global__ -r src): 43. */
+static const char *const all_kernels[] = {
+    "k_fill", "k_axpby", "k_mul", "k_broadcast_rows", "k_col_sum", "k_act_forward", "k_act_backward", "k_dropout",
+    "k_im2col", "k_col2im", "k_maxpool_forward", "k_maxpool_backward", "k_avgpool_forward", "k_avgpool_backward",
+    "k_bn_col_sum", "k_col_sqdev", "k_bn_scale_sums", "k_bn_forward", "k_bn_backward_sums", "k_bn_backward",
+    "k_bn_param_grads", "k_layernorm_forward", "k_layernorm_dx", "k_layernorm_params", "k_causal_softmax",
+    "k_softmax_backward_rows", "k_embedding_forward", "k_embedding_bad", "k_embedding_keys", "k_embedding_runs",
+    "k_softmax_xent", "k_softmax", "k_sgd", "k_adamw", "k_sum_serial", "k_sum_squares_partial", "k_add_partials",
+    "k_nonfinite_partial", "k_count", "k_to_bf16", "k_to_filter", "k_from_filter", "k_ordered_sum",
+};
+#define N_KERNELS ((int)(sizeof all_kernels / sizeof all_kernels[0]))
+static int covered[N_KERNELS];
+
+static void cover(const char *kernel)
+{
+    for (int i = 0; i < N_KERNELS; i++)
+        if (!strcmp(all_kernels[i], kernel)) {
+            covered[i] = 1;
+            return;
+        }
+    CHECK_MSG(0, "%s is not one of crew's kernels", kernel);
+}
+
+/* ------------------------------------------------------------------ inputs and comparisons */
+
+/* A geometry's name for the messages, formatted into one of two buffers that take turns (a name
+ * holds until the second call after it). */
+static const char *named(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *named(const char *fmt, ...)
+{
+    static char bufs[2][256];
+    static int turn;
+    char *buf = bufs[turn++ % 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof bufs[0], fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+static float *floats(int64_t n)
+{
+    float *p = calloc((size_t)(n > 0 ? n : 1), sizeof *p);
+    if (!p) abort();
+    return p;
+}
+
+static void uniform(float *x, int64_t n, float lo, float hi)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = lo + (hi - lo) * crew_rng_next_uniform(&rng);
+}
+
+/* small integers (-2 .. 2): ties everywhere, for the maxima's tie rules */
+static void ties(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = (float)crew_rng_next_below(&rng, 5) - 2.0f;
+}
+
+static float *copy_of(const float *x, int64_t n)
+{
+    float *p = floats(n);
+    memcpy(p, x, (size_t)n * sizeof *p);
+    return p;
+}
+
+/* 1 when the n elements of `size` bytes are the same bits; else a failure naming the first. */
+static int same_bits(const char *kernel, const char *geometry, const void *got, const void *want, size_t size,
+                     int64_t n)
+{
+    const unsigned char *a = got, *b = want;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(a + (size_t)i * size, b + (size_t)i * size, size)) {
+            double va = size == 8 ? *(const double *)(a + i * 8) : size == 4 ? *(const float *)(a + i * 4) : 0.0;
+            double vb = size == 8 ? *(const double *)(b + i * 8) : size == 4 ? *(const float *)(b + i * 4) : 0.0;
+            CHECK_MSG(0, "%s (%s): the body differs from the CPU's op at index %lld of %lld (%.9g, not %.9g)",
+                      kernel, geometry, (long long)i, (long long)n, va, vb);
+            return 0;
+        }
+    CHECK(1);
+    return 1;
+}
+
+#define SAME_F(k, geo, got, want, n) same_bits(k, geo, got, want, sizeof(float), n)
+#define SAME_D(k, geo, got, want, n) same_bits(k, geo, got, want, sizeof(double), n)
+
+/* What the warp's order changed, per row kernel: elements compared, how many differ from the
+ * CPU's at all, and the largest difference as a fraction of its bound (printed at the end, so
+ * that a bound is seen not to be vacuous: the orders do differ, and by how much). */
+typedef struct drift {
+    const char *kernel;
+    int64_t compared, differ;
+    double worst; /* largest |got − want| / bound */
+} drift;
+static drift drifts[8];
+
+static void note_drift(const char *kernel, double d, double b)
+{
+    int k = 0;
+    while (k < 7 && drifts[k].kernel && strcmp(drifts[k].kernel, kernel)) k++;
+    drift *t = &drifts[k];
+    t->kernel = kernel;
+    t->compared++;
+    t->differ += d != 0;
+    if (d != 0 && d / b > t->worst) t->worst = d / b;
+}
+
+/* 1 when |got − want| <= bound[i] everywhere (bound NULL: bound1 for all); else a failure naming
+ * the first element beyond it. */
+static int within(const char *kernel, const char *geometry, const float *got, const float *want, const double *bound,
+                  double bound1, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        double b = bound ? bound[i] : bound1, d = fabs((double)got[i] - (double)want[i]);
+        note_drift(kernel, d, b);
+        if (!(d <= b)) { /* NaN fails */
+            CHECK_MSG(0, "%s (%s): the warp's order differs from the CPU's at %lld of %lld by %.3g (%.9g, not %.9g), "
+                      "beyond the bound %.3g", kernel, geometry, (long long)i, (long long)n, d, got[i], want[i], b);
+            return 0;
+        }
+    }
+    CHECK(1);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ bounds
+ *
+ * Two float32 sums of the same n terms in two orders (the warp's: 32 lane-strided partials, then
+ * the butterfly; the CPU's: serial) each lie within γ(n−1)·Σ|terms| of the exact sum, γ(k) =
+ * k·u/(1 − k·u), u = 2^-24 (Higham, "Accuracy and Stability of Numerical Algorithms", §4.2), so they
+ * differ by at most 2·γ(n−1)·Σ|terms|; for positive terms that is 2·γ(n−1) relative to the sum.
+ * Everything else in a row kernel is the same operation on both sides, on inputs that differ
+ * only through those sums: a bound below carries the sums' difference through the formula to first
+ * order (a quotient's relative difference is its divisor's; √ halves one) and adds u per rounding
+ * on each side, relative to that rounding's result. The total is then doubled: the second-order
+ * terms left out are below 1% of the rest at these sizes (n·u < 2^-8), so the doubled figure
+ * holds with room while a wrong index, which errs by the size of the values, still fails it. */
+#define U (1.0 / 16777216.0)
+
+static double gamma_of(int64_t k) { return (double)k * U / (1.0 - (double)k * U); }
+
+/* ------------------------------------------------------------------ the warp's order, emulated */
+
+/* The kernels' butterfly (cuda_kernels.cu, warp_sum, warp_max, warp_argmax): at each level k =
+ * 16, 8, 4, 2, 1 every lane l combines its value with lane l ^ k's, all at once. One lane: none. */
+static float butterfly_sum(float *v, int lanes)
+{
+    for (int k = lanes / 2; k > 0; k /= 2) {
+        float w[CREW_BODY_LANES];
+        for (int l = 0; l < lanes; l++) w[l] = v[l] + v[l ^ k];
+        memcpy(v, w, (size_t)lanes * sizeof *v);
+    }
+    for (int l = 1; l < lanes; l++) /* a + b == b + a: every lane holds the same total */
+        if (memcmp(&v[l], &v[0], sizeof *v)) CHECK_MSG(0, "the butterfly left lane %d another sum than lane 0", l);
+    return v[0];
+}
+
+static float butterfly_max(float *v, int lanes)
+{
+    for (int k = lanes / 2; k > 0; k /= 2) {
+        float w[CREW_BODY_LANES];
+        for (int l = 0; l < lanes; l++) w[l] = crew_lane_max_of(v[l ^ k], v[l]);
+        memcpy(v, w, (size_t)lanes * sizeof *v);
+    }
+    return v[0];
+}
+
+static float butterfly_argmax(float *v, long long *at, int lanes)
+{
+    for (int k = lanes / 2; k > 0; k /= 2) {
+        float w[CREW_BODY_LANES];
+        long long wa[CREW_BODY_LANES];
+        for (int l = 0; l < lanes; l++) {
+            int take = crew_xent_argmax_takes(v[l ^ k], at[l ^ k], v[l], at[l]);
+            w[l] = take ? v[l ^ k] : v[l];
+            wa[l] = take ? at[l ^ k] : at[l];
+        }
+        memcpy(v, w, (size_t)lanes * sizeof *v);
+        memcpy(at, wa, (size_t)lanes * sizeof *at);
+    }
+    return v[0];
+}
+
+/* ------------------------------------------------------------------ elementwise, to_bf16, transposes */
+
+static void check_elementwise(void)
+{
+    const int64_t sizes[] = {1, 7, 1000, 4099};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const int64_t n = sizes[s];
+        const char *geo = named("n %lld", (long long)n);
+        float *x = floats(n), *y0 = floats(n), *a = floats(n), *b = floats(n);
+        uniform(x, n, -3, 3);
+        uniform(y0, n, -3, 3);
+        float *got = floats(n), *want = floats(n);
+        for (int64_t i = 0; i < n; i++) crew_body_fill(got, -1.25f, i);
+        be.ops->fill(be.ctx, want, -1.25f, n);
+        SAME_F("k_fill", geo, got, want, n);
+        memcpy(got, y0, (size_t)n * sizeof *got);
+        memcpy(want, y0, (size_t)n * sizeof *want);
+        for (int64_t i = 0; i < n; i++) crew_body_axpby(0.7f, x, -1.3f, got, i);
+        be.ops->axpby(be.ctx, n, 0.7f, x, -1.3f, want);
+        SAME_F("k_axpby", geo, got, want, n);
+        uniform(a, n, -2, 2);
+        uniform(b, n, -2, 2);
+        for (int64_t i = 0; i < n; i++) crew_body_mul(a, b, got, i);
+        be.ops->mul(be.ctx, n, a, b, want);
+        SAME_F("k_mul", geo, got, want, n);
+        free(x), free(y0), free(a), free(b), free(got), free(want);
+    }
+    cover("k_fill"), cover("k_axpby"), cover("k_mul");
+
+    const int64_t shapes[][2] = {{1, 1}, {3, 33}, {65, 31}, {17, 100}, {2, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+        const char *geo = named("%lld x %lld", (long long)rows, (long long)cols);
+        float *x = floats(n), *bias = floats(cols), *got = floats(n), *want = floats(n);
+        uniform(x, n, -1, 1);
+        uniform(bias, cols, -1, 1);
+        for (int64_t i = 0; i < n; i++) crew_body_broadcast_rows(got, bias, cols, i);
+        be.ops->broadcast_rows(be.ctx, want, bias, rows, cols);
+        SAME_F("k_broadcast_rows", geo, got, want, n);
+        for (int acc = 0; acc <= 1; acc++) {
+            uniform(got, cols, -5, 5);
+            memcpy(want, got, (size_t)cols * sizeof *got);
+            for (int64_t j = 0; j < cols; j++) crew_body_col_sum(x, rows, cols, got, acc, j);
+            be.ops->col_sum(be.ctx, x, rows, cols, want, acc);
+            SAME_F("k_col_sum", geo, got, want, cols);
+        }
+        free(x), free(bias), free(got), free(want);
+    }
+    cover("k_broadcast_rows"), cover("k_col_sum");
+}
+
+static void check_to_bf16(void)
+{
+    /* every class of value: random over many exponents, the ties of the rounding (the low 16 bits
+     * 0x8000, either parity), values that round up into the next exponent and to infinity, ±0,
+     * denormals, ±inf, quiet and signalling NaNs of both signs and several payloads */
+    enum { N = 4096 };
+    float *x = floats(N);
+    uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x7f800000u, 0xff800000u,
+                          0x7fc00000u, 0xffc00000u, 0x7f800001u, 0xff800001u, 0x7fbfffffu, 0x7fff8000u,
+                          0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu,
+                          0xbf808000u, 0x3fffffffu, 0x00008000u, 0x00018000u};
+    const int n_special = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < N; i++) {
+        uint32_t u = i < n_special ? special[i]
+                     : i % 3 ? (uint32_t)crew_rng_u64(rng.key, rng.counter++)
+                             : (((uint32_t)crew_rng_u64(rng.key, rng.counter++)) & 0xffff0000u) | 0x8000u;
+        memcpy(&x[i], &u, sizeof u);
+    }
+    crew_bf16 got[N], want[N], core[N];
+    for (int64_t i = 0; i < N; i++) crew_body_to_bf16(x, got, i);
+    be.ops->to_bf16(be.ctx, x, want, N);
+    for (int i = 0; i < N; i++) core[i] = crew_bf16_bits(x[i]);
+    same_bits("k_to_bf16", "every class of float", got, want, sizeof got[0], N);
+    same_bits("k_to_bf16", "against core/bf16.h", got, core, sizeof got[0], N);
+    int widen_ok = 1;
+    for (int i = 0; i < N; i++) {
+        float a = crew_body_bf16_widen(got[i]), b = crew_bf16_widen(got[i]);
+        widen_ok &= memcmp(&a, &b, sizeof a) == 0;
+    }
+    CHECK_MSG(widen_ok, "crew_body_bf16_widen differs from core/bf16.h's crew_bf16_widen");
+    free(x);
+    cover("k_to_bf16");
+}
+
+/* No CPU op transposes a kernel (the CPU has no cuDNN): the bodies are held to their definition,
+ * filter[f][r] = kernel[r][f], and to each other (from_filter undoes to_filter). */
+static void check_filters(void)
+{
+    const int64_t shapes[][2] = {{1, 1}, {27, 8}, {9, 33}, {3 * 3 * 5, 7}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t khkwc = shapes[s][0], f_count = shapes[s][1], n = khkwc * f_count;
+        const char *geo = named("khkwc %lld, %lld filters", (long long)khkwc, (long long)f_count);
+        float *kernel = floats(n), *filter = floats(n), *want = floats(n), *back = floats(n);
+        uniform(kernel, n, -1, 1);
+        for (int64_t i = 0; i < n; i++) crew_body_to_filter(kernel, filter, khkwc, f_count, i);
+        for (int64_t r = 0; r < khkwc; r++)
+            for (int64_t f = 0; f < f_count; f++) want[f * khkwc + r] = kernel[r * f_count + f];
+        same_bits("k_to_filter", geo, filter, want, sizeof(float), n);
+        for (int64_t i = 0; i < n; i++) crew_body_from_filter(filter, back, khkwc, f_count, i);
+        same_bits("k_from_filter", geo, back, kernel, sizeof(float), n);
+        free(kernel), free(filter), free(want), free(back);
+    }
+    cover("k_to_filter"), cover("k_from_filter");
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+/* sum_squares and all_finite as the GPU computes them: CREW_BODY_PARTIALS blocks, each its
+ * threads' partials (the bodies), the tree of cuda_backend.cu's k_sum_squares_partial (width
+ * threads/2, /4, ...: part[t] += part[t + w] for t < w), then the blocks' in block order. */
+static double emulated_sum_squares(const float *x, int64_t n, int *nonfinite)
+{
+    double partial[CREW_BODY_PARTIALS], bad_partial[CREW_BODY_PARTIALS];
+    for (int b = 0; b < CREW_BODY_PARTIALS; b++) {
+        int64_t lo, hi;
+        crew_body_stretch(n, CREW_BODY_PARTIALS, b, &lo, &hi);
+        double part[CREW_BODY_THREADS];
+        int bad[CREW_BODY_THREADS];
+        for (int t = 0; t < CREW_BODY_THREADS; t++) {
+            part[t] = crew_body_sum_squares_thread(x, lo, hi, t, CREW_BODY_THREADS);
+            bad[t] = crew_body_nonfinite_thread(x, lo, hi, t, CREW_BODY_THREADS);
+        }
+        for (int w = CREW_BODY_THREADS / 2; w > 0; w /= 2)
+            for (int t = 0; t < w; t++) {
+                part[t] += part[t + w];
+                bad[t] |= bad[t + w];
+            }
+        partial[b] = part[0];
+        bad_partial[b] = bad[0];
+    }
+    *nonfinite = crew_body_add_partials(bad_partial, CREW_BODY_PARTIALS) != 0.0; /* cuda_all_finite's test */
+    return crew_body_add_partials(partial, CREW_BODY_PARTIALS);
+}
+
+static void check_reductions(void)
+{
+    const int64_t sizes[] = {0, 1, 255, 257, 65536 + 17, 200000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const int64_t n = sizes[s];
+        const char *geo = named("n %lld", (long long)n);
+        float *x = floats(n);
+        uniform(x, n, -4, 4);
+        double got = crew_body_sum_serial(x, n), want = -1;
+        CHECK_OK(be.ops->sum(be.ctx, x, n, &want));
+        SAME_D("k_sum_serial", geo, &got, &want, 1);
+        /* sum_squares: the grid's order against the CPU's serial one, both in double: 2·γ(n−1)
+         * in double's u (2^-53) relative to the sum of positive terms, doubled as above */
+        int nonfinite = -1, finite = -1;
+        double cpu_sq = -1, gpu_sq = emulated_sum_squares(x, n, &nonfinite);
+        CHECK_OK(be.ops->sum_squares(be.ctx, x, n, &cpu_sq));
+        const double ud = 1.0 / 9007199254740992.0, bound = 4.0 * (double)n * ud / (1 - (double)n * ud) * cpu_sq;
+        CHECK_MSG(fabs(gpu_sq - cpu_sq) <= bound, "k_sum_squares_partial (%s): %.17g against the CPU's %.17g", geo,
+                  gpu_sq, cpu_sq);
+        CHECK_OK(be.ops->all_finite(be.ctx, x, n, &finite));
+        CHECK_MSG(finite == 1 && nonfinite == 0, "k_nonfinite_partial (%s): finite data", geo);
+        if (n > 0) { /* a NaN, an infinity, at the first, the last and a middle element */
+            const float bad[] = {NAN, -INFINITY};
+            const int64_t at[] = {0, n - 1, n / 2 + 1 < n ? n / 2 + 1 : 0};
+            for (int k = 0; k < 2; k++)
+                for (int p = 0; p < 3; p++) {
+                    float keep = x[at[p]];
+                    x[at[p]] = bad[k];
+                    emulated_sum_squares(x, n, &nonfinite);
+                    CHECK_OK(be.ops->all_finite(be.ctx, x, n, &finite));
+                    CHECK_MSG(finite == 0 && nonfinite == 1, "k_nonfinite_partial (%s): %g at %lld", geo, bad[k],
+                              (long long)at[p]);
+                    x[at[p]] = keep;
+                }
+        }
+        free(x);
+    }
+    cover("k_sum_serial"), cover("k_sum_squares_partial"), cover("k_add_partials"), cover("k_nonfinite_partial");
+}
+
+/* ---- the ordered sum (NCCL's k_ordered_sum) against the in-process communicator's (comm_local.c):
+ * P ranks on threads, each its own buffer of random values; the body sums the same buffers laid out
+ * as NCCL's scratch does, parts [P·k, len] in (rank, input) order. */
+enum { MAX_RANKS = 5, MAX_K = 3 };
+
+typedef struct sum_job {
+    crew_comm comm;
+    crew_status status;
+    int64_t n;
+    crew_comm_type t;
+    crew_reduce_op op;
+    int k;                  /* 0: allreduce of buf (in and out); else allreduce_ordered of in[0..k) into out */
+    void *buf;
+    float *in[MAX_K], *out;
+} sum_job;
+
+static void *sum_run(void *arg)
+{
+    sum_job *j = arg;
+    const crew_comm *c = &j->comm;
+    j->status = j->k ? c->ops->allreduce_ordered(c->ctx, c->rank, j->in, j->k, j->out, j->n, 60)
+                     : crew_allreduce(c, j->buf, j->n, j->t, j->op, 60);
+    return NULL;
+}
+
+static void run_ranks(sum_job *jobs, int P)
+{
+    crew_local_comm *lc;
+    CHECK_OK(crew_local_comm_create(P, &lc));
+    pthread_t th[MAX_RANKS];
+    for (int r = 0; r < P; r++) {
+        jobs[r].comm = crew_local_comm_rank(lc, r);
+        pthread_create(&th[r], NULL, sum_run, &jobs[r]);
+    }
+    for (int r = 0; r < P; r++) {
+        pthread_join(th[r], NULL);
+        CHECK_OK(jobs[r].status);
+    }
+    crew_local_comm_free(lc);
+}
+
+static void check_ordered_sum(void)
+{
+    const int ranks[] = {2, 3, 5};
+    const int64_t n = 1001;
+    for (size_t s = 0; s < sizeof ranks / sizeof ranks[0]; s++) {
+        const int P = ranks[s];
+        for (int type = 0; type < 2; type++)
+            for (int avg = 0; avg <= 1; avg++) {
+                const char *geo = named("%d ranks, %s, %s", P, type ? "f64" : "f32", avg ? "mean" : "sum");
+                const size_t esize = type ? sizeof(double) : sizeof(float);
+                unsigned char *parts = malloc((size_t)(P * n) * esize), *got = malloc((size_t)n * esize);
+                sum_job jobs[MAX_RANKS];
+                memset(jobs, 0, sizeof jobs);
+                for (int r = 0; r < P; r++) {
+                    jobs[r].buf = malloc((size_t)n * esize);
+                    for (int64_t i = 0; i < n; i++) {
+                        float v = (float)(crew_rng_next_uniform(&rng) * 2 - 1) * (float)(r + 1);
+                        if (type)
+                            ((double *)jobs[r].buf)[i] = (double)v / 3.0;
+                        else
+                            ((float *)jobs[r].buf)[i] = v;
+                    }
+                    memcpy(parts + (size_t)(r * n) * esize, jobs[r].buf, (size_t)n * esize);
+                    jobs[r].n = n, jobs[r].t = type ? CREW_COMM_F64 : CREW_COMM_F32;
+                    jobs[r].op = avg ? CREW_REDUCE_AVG : CREW_REDUCE_SUM;
+                }
+                run_ranks(jobs, P);
+                for (int64_t i = 0; i < n; i++) {
+                    if (type)
+                        ((double *)got)[i] = crew_body_ordered_sum_f64((const double *)parts, P, n, avg, 1.0 / P, i);
+                    else
+                        ((float *)got)[i] = crew_body_ordered_sum_f32((const float *)parts, P, n, avg, 1.0f / P, i);
+                }
+                for (int r = 0; r < P; r++) {
+                    same_bits("k_ordered_sum", geo, got, jobs[r].buf, esize, n);
+                    free(jobs[r].buf);
+                }
+                free(parts), free(got);
+            }
+        /* allreduce_ordered: k inputs a rank, summed in (rank, input) order */
+        const int k = 1 + (int)s % MAX_K;
+        const char *geo = named("%d ranks x %d inputs, ordered", P, k);
+        float *parts = floats(P * k * n), *got = floats(n);
+        sum_job jobs[MAX_RANKS];
+        memset(jobs, 0, sizeof jobs);
+        for (int r = 0; r < P; r++) {
+            for (int j = 0; j < k; j++) {
+                jobs[r].in[j] = floats(n);
+                uniform(jobs[r].in[j], n, -1, 1);
+                memcpy(parts + (r * k + j) * n, jobs[r].in[j], (size_t)n * sizeof(float));
+            }
+            jobs[r].out = floats(n), jobs[r].k = k, jobs[r].n = n;
+        }
+        run_ranks(jobs, P);
+        for (int64_t i = 0; i < n; i++) got[i] = crew_body_ordered_sum_f32(parts, (int64_t)P * k, n, 0, 1.0f, i);
+        for (int r = 0; r < P; r++) {
+            SAME_F("k_ordered_sum", geo, got, jobs[r].out, n);
+            for (int j = 0; j < k; j++) free(jobs[r].in[j]);
+            free(jobs[r].out);
+        }
+        free(parts), free(got);
+    }
+    cover("k_ordered_sum");
+}
+
+/* ------------------------------------------------------------------ activations, dropout */
+
+static void check_activations(void)
+{
+    const crew_activation acts[] = {CREW_ACT_RELU, CREW_ACT_GELU, CREW_ACT_GELU_TANH, CREW_ACT_TANH,
+                                    CREW_ACT_SIGMOID, CREW_ACT_NONE};
+    const char *names[] = {"relu", "gelu", "gelu_tanh", "tanh", "sigmoid", "linear"};
+    const int64_t sizes[] = {1, 255, 257, 1000};
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++)
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+            const int64_t n = sizes[s];
+            const char *geo = named("%s, n %lld", names[a], (long long)n);
+            float *x = floats(n), *y = floats(n), *got = floats(n), *dy = floats(n);
+            uniform(x, n, -8, 8);
+            const float extremes[] = {0.0f, -0.0f, 100.0f, -100.0f, 1e-30f, -90.0f, 89.0f};
+            for (int64_t i = 0; i < n && i < 7; i++) x[i * 37 % n] = extremes[i];
+            for (int64_t i = 0; i < n; i++) crew_body_act_forward(acts[a], x, got, i);
+            be.ops->act_forward(be.ctx, acts[a], x, y, n);
+            SAME_F("k_act_forward", geo, got, y, n);
+            uniform(dy, n, -2, 2);
+            float *want = copy_of(dy, n);
+            for (int64_t i = 0; i < n; i++) crew_body_act_backward(acts[a], x, y, dy, got, i);
+            be.ops->act_backward(be.ctx, acts[a], x, y, want, want, n); /* dx over dy, as backend.h allows */
+            SAME_F("k_act_backward", geo, got, want, n);
+            free(x), free(y), free(got), free(dy), free(want);
+        }
+    cover("k_act_forward"), cover("k_act_backward");
+}
+
+static void check_dropout(void)
+{
+    const int64_t shapes[][2] = {{1, 1}, {3, 31}, {7, 33}, {16, 100}};
+    const float rates[] = {0.0f, 0.1f, 0.5f, 0.9f};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (size_t q = 0; q < sizeof rates / sizeof rates[0]; q++) {
+            const int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+            const char *geo = named("%lld x %lld, rate %.1f", (long long)rows, (long long)cols, rates[q]);
+            int64_t *ids = malloc((size_t)rows * sizeof *ids);
+            for (int64_t r = 0; r < rows; r++) ids[r] = (int64_t)crew_rng_next_below(&rng, 5) * 1000 + 7 - r % 2;
+            const uint64_t key = crew_rng_u64(rng.key, rng.counter++);
+            float *x = floats(n), *y = floats(n), *mask = floats(n), *gy = floats(n), *gmask = floats(n);
+            uniform(x, n, -1, 1);
+            const float keep = crew_dropout_keep_scale(rates[q]);
+            for (int64_t i = 0; i < n; i++) crew_body_dropout(x, gy, gmask, cols, rates[q], keep, key, ids, i);
+            be.ops->dropout_forward(be.ctx, x, y, mask, rows, cols, rates[q], key, ids);
+            SAME_F("k_dropout", geo, gmask, mask, n);
+            SAME_F("k_dropout", geo, gy, y, n);
+            free(ids), free(x), free(y), free(mask), free(gy), free(gmask);
+        }
+    cover("k_dropout");
+}
+
+/* ------------------------------------------------------------------ windows */
+
+typedef struct window_case {
+    int64_t batch, in_h, in_w, c, k_h, k_w, s_h, s_w, pad_top, pad_bottom, pad_left, pad_right;
+} window_case;
+
+static crew_window window_of(const window_case *w)
+{
+    crew_window g;
+    g.batch = w->batch, g.in_h = w->in_h, g.in_w = w->in_w, g.in_c = w->c;
+    g.k_h = w->k_h, g.k_w = w->k_w, g.stride_h = w->s_h, g.stride_w = w->s_w;
+    g.pad_top = w->pad_top, g.pad_left = w->pad_left;
+    g.out_h = (w->in_h + w->pad_top + w->pad_bottom - w->k_h) / w->s_h + 1;
+    g.out_w = (w->in_w + w->pad_left + w->pad_right - w->k_w) / w->s_w + 1;
+    return g;
+}
+
+/* batch, in h w c, window h w, stride h w, padding top bottom left right */
+static const window_case window_cases[] = {
+    {1, 5, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1},   /* "same", one channel */
+    {2, 7, 6, 3, 3, 2, 2, 3, 1, 0, 0, 1},   /* strides 2 and 3, padding on one side each */
+    {1, 4, 4, 5, 2, 2, 2, 2, 0, 0, 0, 0},   /* pooling's tiling */
+    {3, 9, 8, 2, 5, 4, 3, 2, 2, 1, 1, 2},   /* windows larger than the stride */
+    {1, 7, 5, 7, 1, 1, 3, 2, 0, 0, 0, 0},   /* 1x1 taps that skip cells: col2im's zeros */
+    {2, 2, 2, 3, 2, 2, 1, 1, 2, 2, 2, 2},   /* windows wholly in the padding */
+    {1, 6, 3, 1, 4, 3, 1, 3, 0, 1, 2, 0},   /* taller than wide, padding bottom and left */
+    {2, 28, 28, 3, 3, 3, 1, 1, 1, 1, 1, 1}, /* a first conv layer */
+    {1, 11, 13, 33, 3, 3, 2, 2, 0, 1, 0, 1} /* TensorFlow's "same" at stride 2: the extra row at the bottom */
+};
+
+static void describe(char *buf, size_t len, const window_case *w, const crew_window *g)
+{
+    snprintf(buf, len, "%lldx%lldx%lldx%lld, %lldx%lld window, stride %lldx%lld, pad %lld/%lld/%lld/%lld -> %lldx%lld",
+             (long long)w->batch, (long long)w->in_h, (long long)w->in_w, (long long)w->c, (long long)w->k_h,
+             (long long)w->k_w, (long long)w->s_h, (long long)w->s_w, (long long)w->pad_top, (long long)w->pad_bottom,
+             (long long)w->pad_left, (long long)w->pad_right, (long long)g->out_h, (long long)g->out_w);
+}
+
+static void check_windows(void)
+{
+    for (size_t w = 0; w < sizeof window_cases / sizeof window_cases[0]; w++) {
+        const crew_window g = window_of(&window_cases[w]);
+        char geo[200];
+        describe(geo, sizeof geo, &window_cases[w], &g);
+        const int64_t n_in = crew_window_in_cells(&g), n_out = crew_window_out_cells(&g);
+        const int64_t n_col = crew_window_col_size(&g);
+        float *x = floats(n_in), *col = floats(n_col), *want_col = floats(n_col);
+        uniform(x, n_in, -1, 1);
+        for (int64_t i = 0; i < n_col; i++) crew_body_im2col(x, col, &g, i);
+        be.ops->im2col(be.ctx, x, want_col, &g);
+        SAME_F("k_im2col", geo, col, want_col, n_col);
+
+        float *dx = floats(n_in), *want_dx = floats(n_in);
+        uniform(col, n_col, -1, 1);
+        uniform(dx, n_in, 5, 6); /* overwritten: stale values must not show */
+        for (int64_t i = 0; i < n_in; i++) crew_body_col2im(col, dx, &g, i);
+        be.ops->col2im(be.ctx, col, want_dx, &g);
+        SAME_F("k_col2im", geo, dx, want_dx, n_in);
+
+        for (int tied = 0; tied <= 1; tied++) { /* random values, then many ties */
+            const char *geo2 = named("%s%s", geo, tied ? ", tied values" : "");
+            if (tied) ties(x, n_in);
+            if (!tied && n_in > 3) x[n_in / 3] = NAN; /* a NaN never wins, but seeds a window it starts */
+            float *y = floats(n_out), *want_y = floats(n_out), *dy = floats(n_out);
+            int32_t *am = malloc((size_t)n_out * sizeof *am), *want_am = malloc((size_t)n_out * sizeof *am);
+            for (int64_t i = 0; i < n_out; i++) crew_body_maxpool_forward(x, y, am, &g, i);
+            be.ops->maxpool_forward(be.ctx, x, want_y, want_am, &g);
+            SAME_F("k_maxpool_forward", geo2, y, want_y, n_out);
+            same_bits("k_maxpool_forward", geo2, am, want_am, sizeof *am, n_out);
+            uniform(dy, n_out, -1, 1);
+            for (int64_t i = 0; i < n_in; i++) crew_body_maxpool_backward(dy, want_am, dx, &g, i);
+            be.ops->maxpool_backward(be.ctx, dy, want_am, want_dx, &g);
+            SAME_F("k_maxpool_backward", geo2, dx, want_dx, n_in);
+
+            for (int64_t i = 0; i < n_out; i++) crew_body_avgpool_forward(x, y, &g, i);
+            be.ops->avgpool_forward(be.ctx, x, want_y, &g);
+            SAME_F("k_avgpool_forward", geo2, y, want_y, n_out);
+            for (int64_t i = 0; i < n_in; i++) crew_body_avgpool_backward(dy, dx, &g, i);
+            be.ops->avgpool_backward(be.ctx, dy, want_dx, &g);
+            SAME_F("k_avgpool_backward", geo2, dx, want_dx, n_in);
+            free(y), free(want_y), free(dy), free(am), free(want_am);
+        }
+        free(x), free(col), free(want_col), free(dx), free(want_dx);
+    }
+    cover("k_im2col"), cover("k_col2im"), cover("k_maxpool_forward"), cover("k_maxpool_backward");
+    cover("k_avgpool_forward"), cover("k_avgpool_backward");
+}
+
+/* The planted off-by-one: the same check as k_im2col's must fail on every geometry with the
+ * window's column one too far right, while the real body passes it (check_windows). */
+static void check_planted(void)
+{
+    int caught = 0, cases = 0;
+    for (size_t w = 0; w < sizeof window_cases / sizeof window_cases[0]; w++) {
+        const crew_window g = window_of(&window_cases[w]);
+        const int64_t n_in = crew_window_in_cells(&g), n_col = crew_window_col_size(&g);
+        float *x = floats(n_in), *col = floats(n_col), *want = floats(n_col);
+        uniform(x, n_in, 1, 2); /* no zeros: a tap read from the wrong cell always shows */
+        for (int64_t i = 0; i < n_col; i++) planted_im2col(x, col, &g, i);
+        be.ops->im2col(be.ctx, x, want, &g);
+        int64_t first = -1;
+        for (int64_t i = 0; i < n_col && first < 0; i++)
+            if (memcmp(&col[i], &want[i], sizeof col[i])) first = i;
+        cases++;
+        caught += first >= 0;
+        if (first < 0) {
+            char geo[200];
+            describe(geo, sizeof geo, &window_cases[w], &g);
+            CHECK_MSG(0, "planted im2col (column off by one) passed the bit-for-bit check on %s", geo);
+        }
+        free(x), free(col), free(want);
+    }
+    CHECK(caught == cases);
+    printf("planted off-by-one in im2col's window column: caught on %d of %d geometries\n", caught, cases);
+}
+
+/* ------------------------------------------------------------------ batch norm */
+
+static void check_batch_norm(void)
+{
+    const int64_t shapes[][2] = {{1, 1}, {7, 3}, {33, 65}, {100, 300}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t rows = shapes[s][0], c = shapes[s][1], n = rows * c;
+        const char *geo = named("%lld rows x %lld channels", (long long)rows, (long long)c);
+        float *x = floats(n), *dy = floats(n), *mean = floats(c), *var = floats(c), *gamma = floats(c),
+              *beta = floats(c);
+        uniform(x, n, -2, 3);
+        uniform(dy, n, -1, 1);
+        uniform(mean, c, -0.5f, 0.5f);
+        uniform(var, c, 0.1f, 2);
+        uniform(gamma, c, 0.5f, 1.5f);
+        uniform(beta, c, -0.5f, 0.5f);
+        double *got = malloc((size_t)c * sizeof *got), *want = malloc((size_t)c * sizeof *want);
+        double *got2 = malloc((size_t)c * sizeof *got), *want2 = malloc((size_t)c * sizeof *want);
+        for (int64_t j = 0; j < c; j++) crew_body_bn_col_sum(x, rows, c, got, j);
+        be.ops->bn_col_sum(be.ctx, x, rows, c, want);
+        SAME_D("k_bn_col_sum", geo, got, want, c);
+        for (int64_t j = 0; j < c; j++) crew_body_col_sqdev(x, mean, rows, c, got, j);
+        be.ops->col_sqdev(be.ctx, x, mean, rows, c, want);
+        SAME_D("k_col_sqdev", geo, got, want, c);
+        float *fgot = floats(n + 2 * c), *fwant = floats(n + 2 * c); /* n, or dgamma and dbeta */
+        for (int64_t i = 0; i < c; i++) crew_body_bn_scale_sums(1.0 / (double)rows, want, fgot, i);
+        be.ops->bn_scale_sums(be.ctx, c, 1.0 / (double)rows, want, fwant);
+        SAME_F("k_bn_scale_sums", geo, fgot, fwant, c);
+        for (int64_t i = 0; i < n; i++) crew_body_bn_forward(x, mean, var, gamma, beta, 1e-5f, fgot, c, i);
+        be.ops->bn_forward(be.ctx, x, mean, var, gamma, beta, 1e-5f, fwant, rows, c);
+        SAME_F("k_bn_forward", geo, fgot, fwant, n);
+        for (int64_t j = 0; j < c; j++) crew_body_bn_backward_sums(dy, x, mean, rows, c, got, got2, j);
+        be.ops->bn_backward_sums(be.ctx, dy, x, mean, rows, c, want, want2);
+        SAME_D("k_bn_backward_sums", geo, got, want, c);
+        SAME_D("k_bn_backward_sums", geo, got2, want2, c);
+        const double count = (double)rows * 1.5; /* a synchronised batch norm's count over replicas */
+        for (int64_t i = 0; i < n; i++)
+            crew_body_bn_backward(dy, x, mean, var, gamma, 1e-5f, want, want2, count, fgot, c, i);
+        be.ops->bn_backward(be.ctx, dy, x, mean, var, gamma, 1e-5f, want, want2, count, fwant, rows, c);
+        SAME_F("k_bn_backward", geo, fgot, fwant, n);
+        uniform(fgot, 2 * c, -1, 1);
+        memcpy(fwant, fgot, (size_t)(2 * c) * sizeof *fgot);
+        for (int64_t j = 0; j < c; j++) crew_body_bn_param_grads(var, 1e-5f, want, want2, fgot, fgot + c, j);
+        be.ops->bn_param_grads(be.ctx, var, 1e-5f, want, want2, fwant, fwant + c, c);
+        SAME_F("k_bn_param_grads", geo, fgot, fwant, 2 * c);
+        free(x), free(dy), free(mean), free(var), free(gamma), free(beta), free(got), free(want), free(got2),
+            free(want2), free(fgot), free(fwant);
+    }
+    cover("k_bn_col_sum"), cover("k_col_sqdev"), cover("k_bn_scale_sums"), cover("k_bn_forward");
+    cover("k_bn_backward_sums"), cover("k_bn_backward"), cover("k_bn_param_grads");
+}
+
+/* ------------------------------------------------------------------ layer norm (a warp per row) */
+
+/* k_layernorm_forward with `lanes` lanes: the lanes' partials, the butterfly, the lanes' outputs */
+static void emulate_layernorm_forward(const float *x, const float *gamma, const float *beta, float eps, float *y,
+                                      float *mean, float *rstd, int64_t rows, int64_t c, int lanes)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * c;
+        float v[CREW_BODY_LANES];
+        for (int l = 0; l < lanes; l++) v[l] = crew_ln_lane_sum(xr, c, l, lanes);
+        const float m = butterfly_sum(v, lanes) / (float)c;
+        for (int l = 0; l < lanes; l++) v[l] = crew_ln_lane_sqdev(xr, c, m, l, lanes);
+        const float s = crew_ln_rstd(butterfly_sum(v, lanes) / (float)c, eps);
+        for (int l = 0; l < lanes; l++) crew_ln_lane_forward(xr, gamma, beta, m, s, y + r * c, c, l, lanes);
+        mean[r] = m;
+        rstd[r] = s;
+    }
+}
+
+static void emulate_layernorm_dx(const float *dy, const float *x, const float *gamma, const float *mean,
+                                 const float *rstd, float *dx, int64_t rows, int64_t c, int lanes)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *dyr = dy + r * c, *xr = x + r * c;
+        float g[CREW_BODY_LANES], gx[CREW_BODY_LANES];
+        for (int l = 0; l < lanes; l++)
+            crew_ln_lane_grad_sums(dyr, xr, gamma, mean[r], rstd[r], c, l, lanes, &g[l], &gx[l]);
+        const float mean_g = butterfly_sum(g, lanes) / (float)c, mean_gx = butterfly_sum(gx, lanes) / (float)c;
+        for (int l = 0; l < lanes; l++)
+            crew_ln_lane_dx(dyr, xr, gamma, mean[r], rstd[r], mean_g, mean_gx, dx + r * c, c, l, lanes);
+    }
+}
+
+static void check_layer_norm(void)
+{
+    const int64_t shapes[][2] = {{1, 1}, {3, 31}, {5, 32}, {7, 33}, {4, 768}, {2, 1000}};
+    const float eps = 1e-5f;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t rows = shapes[s][0], c = shapes[s][1], n = rows * c;
+        const char *geo = named("%lld rows x %lld", (long long)rows, (long long)c);
+        float *x = floats(n), *gamma = floats(c), *beta = floats(c), *dy = floats(n);
+        uniform(x, n, -2, 3);
+        uniform(gamma, c, 0.5f, 1.5f);
+        uniform(beta, c, -0.5f, 0.5f);
+        uniform(dy, n, -1, 1);
+        float *y = floats(n), *mean = floats(rows), *rstd = floats(rows);
+        float *ey = floats(n), *emean = floats(rows), *erstd = floats(rows);
+        be.ops->layernorm_forward(be.ctx, x, gamma, beta, eps, y, mean, rstd, rows, c);
+        emulate_layernorm_forward(x, gamma, beta, eps, ey, emean, erstd, rows, c, 1); /* the serial order */
+        SAME_F("k_layernorm_forward", geo, ey, y, n);
+        SAME_F("k_layernorm_forward", geo, emean, mean, rows);
+        SAME_F("k_layernorm_forward", geo, erstd, rstd, rows);
+        emulate_layernorm_forward(x, gamma, beta, eps, ey, emean, erstd, rows, c, CREW_BODY_LANES);
+        /* Bounds (above): dm for the mean (a sum of c terms of either sign, then / c), dv for the
+         * variance (its own sum, and its terms' shift by dm), ds for rstd = (v + eps)^-½, and each
+         * y = ((x − m)·s)·γ + β from dm and ds; four roundings a side at most */
+        double *by = malloc((size_t)n * sizeof *by), *bm = malloc((size_t)rows * sizeof *bm),
+               *bs = malloc((size_t)rows * sizeof *bs);
+        const double G = gamma_of(c - 1);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * c;
+            double a1 = 0, d1 = 0, d2 = 0;
+            for (int64_t j = 0; j < c; j++) {
+                double d = (double)xr[j] - mean[r];
+                a1 += fabs(xr[j]), d1 += fabs(d), d2 += d * d;
+            }
+            const double v = d2 / c, dm = 2 * G * a1 / c + 4 * U * fabs(mean[r]);
+            const double dv = 2 * G * d2 / c + 2 * d1 / c * dm + 4 * U * v;
+            const double ds = rstd[r] * (0.5 * dv / (v + eps) + 4 * U);
+            bm[r] = 2 * dm, bs[r] = 2 * ds;
+            for (int64_t j = 0; j < c; j++) {
+                const double d = fabs((double)xr[j] - mean[r]);
+                by[r * c + j] = 2 * (rstd[r] * fabs(gamma[j]) * dm + d * fabs(gamma[j]) * ds +
+                                     4 * U * (d * rstd[r] * fabs(gamma[j]) + fabs(beta[j]) + fabs(y[r * c + j])));
+            }
+        }
+        within("k_layernorm_forward", geo, emean, mean, bm, 0, rows);
+        within("k_layernorm_forward", geo, erstd, rstd, bs, 0, rows);
+        within("k_layernorm_forward", geo, ey, y, by, 0, n);
+
+        /* backward: dgamma, dbeta bit for bit (a column at a time, rows in order); dx by the warp */
+        float *dx = floats(n), *dg = floats(2 * c), *edx = floats(n), *edg = floats(2 * c);
+        uniform(dg, 2 * c, -1, 1);
+        memcpy(edg, dg, (size_t)(2 * c) * sizeof *dg);
+        be.ops->layernorm_backward(be.ctx, dy, x, gamma, mean, rstd, dx, dg, dg + c, rows, c);
+        for (int64_t j = 0; j < c; j++) crew_body_layernorm_params(dy, x, mean, rstd, edg, edg + c, rows, c, j);
+        SAME_F("k_layernorm_params", geo, edg, dg, 2 * c);
+        emulate_layernorm_dx(dy, x, gamma, mean, rstd, edx, rows, c, 1);
+        SAME_F("k_layernorm_dx", geo, edx, dx, n);
+        emulate_layernorm_dx(dy, x, gamma, mean, rstd, edx, rows, c, CREW_BODY_LANES);
+        /* dx = s·(g − mean_g − xhat·mean_gx), g = dy·γ: the two means are sums of c terms / c */
+        for (int64_t r = 0; r < rows; r++) {
+            double ag = 0, agx = 0, mg = 0, mgx = 0;
+            for (int64_t j = 0; j < c; j++) {
+                const double xh = crew_ln_xhat(x[r * c + j], mean[r], rstd[r]), g = (double)dy[r * c + j] * gamma[j];
+                ag += fabs(g), agx += fabs(g * xh), mg += g, mgx += g * xh;
+            }
+            mg /= c, mgx /= c;
+            const double dmg = 2 * G * ag / c + 4 * U * fabs(mg), dmgx = 2 * G * agx / c + 4 * U * fabs(mgx);
+            for (int64_t j = 0; j < c; j++) {
+                const double xh = fabs(crew_ln_xhat(x[r * c + j], mean[r], rstd[r]));
+                const double g = fabs((double)dy[r * c + j] * gamma[j]);
+                by[r * c + j] = 2 * rstd[r] * (dmg + xh * dmgx + 4 * U * (g + fabs(mg) + xh * fabs(mgx)));
+            }
+        }
+        within("k_layernorm_dx", geo, edx, dx, by, 0, n);
+        free(x), free(gamma), free(beta), free(dy), free(y), free(mean), free(rstd), free(ey), free(emean),
+            free(erstd), free(by), free(bm), free(bs), free(dx), free(dg), free(edx), free(edg);
+    }
+    cover("k_layernorm_forward"), cover("k_layernorm_dx"), cover("k_layernorm_params");
+}
+
+/* ------------------------------------------------------------------ loss (a warp per row) */
+
+static void emulate_softmax_xent(const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
+                                 float scale, float *row_loss, float *dlogits, int64_t *correct, int lanes)
+{
+    int64_t right = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *z = logits + r * classes;
+        float *dz = dlogits + r * classes;
+        const int32_t y = labels[r];
+        const float zy = z[y];
+        float v[CREW_BODY_LANES];
+        long long at[CREW_BODY_LANES];
+        for (int l = 0; l < lanes; l++) v[l] = crew_xent_lane_argmax(z, classes, l, lanes, &at[l]);
+        const float zmax = butterfly_argmax(v, at, lanes);
+        const long long best = at[0];
+        for (int l = 0; l < lanes; l++) v[l] = crew_xent_lane_exp(z, dz, classes, zmax, l, lanes);
+        const float sum = butterfly_sum(v, lanes);
+        for (int l = 0; l < lanes; l++) crew_xent_lane_grad(dz, classes, y, crew_xent_inv(scale, sum), scale, l, lanes);
+        row_loss[r] = crew_xent_loss(sum, zy, zmax);
+        right += best == y;
+    }
+    *correct = right;
+}
+
+static void emulate_softmax(const float *logits, float *probs, int64_t rows, int64_t classes, int lanes)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *z = logits + r * classes;
+        float *p = probs + r * classes;
+        float v[CREW_BODY_LANES];
+        for (int l = 0; l < lanes; l++) v[l] = crew_softmax_lane_max(z, classes, l, lanes);
+        const float zmax = butterfly_max(v, lanes);
+        for (int l = 0; l < lanes; l++) v[l] = crew_softmax_lane_exp(z, p, classes, zmax, l, lanes);
+        const float sum = butterfly_sum(v, lanes);
+        for (int l = 0; l < lanes; l++) crew_softmax_lane_div(p, classes, sum, l, lanes);
+    }
+}
+
+static void check_loss(void)
+{
+    const int64_t shapes[][2] = {{1, 1}, {3, 10}, {5, 31}, {4, 32}, {6, 33}, {3, 1000}, {1, 50257}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int tied = 0; tied <= 1; tied++)
+            for (int in_place = 0; in_place <= 1; in_place++) {
+                const int64_t rows = shapes[s][0], classes = shapes[s][1], n = rows * classes;
+                const char *geo = named("%lld rows x %lld classes%s%s", (long long)rows, (long long)classes,
+                         tied ? ", tied logits" : "", in_place ? ", dlogits over the logits" : "");
+                float *z = floats(n);
+                if (tied)
+                    ties(z, n);
+                else
+                    uniform(z, n, -10, 10);
+                int32_t *labels = malloc((size_t)rows * sizeof *labels);
+                for (int64_t r = 0; r < rows; r++) labels[r] = (int32_t)crew_rng_next_below(&rng, (uint64_t)classes);
+                if (rows > 1) z[classes + labels[1]] = 20; /* a row its label wins */
+                const float scale = 1.0f / (float)rows;
+                float *cz = copy_of(z, n), *loss = floats(rows), *dz = in_place ? cz : floats(n);
+                float *ez1 = copy_of(z, n), *eloss1 = floats(rows), *edz1 = in_place ? ez1 : floats(n);
+                float *ez = copy_of(z, n), *eloss = floats(rows), *edz = in_place ? ez : floats(n);
+                int64_t correct = -1, ecorrect1 = -2, ecorrect = -3;
+                CHECK_OK(be.ops->softmax_xent(be.ctx, cz, labels, rows, classes, scale, loss, dz, &correct));
+                emulate_softmax_xent(ez1, labels, rows, classes, scale, eloss1, edz1, &ecorrect1, 1);
+                SAME_F("k_softmax_xent", geo, edz1, dz, n);
+                SAME_F("k_softmax_xent", geo, eloss1, loss, rows);
+                CHECK_MSG(ecorrect1 == correct, "k_softmax_xent (%s): one lane counts %lld right, the CPU %lld", geo,
+                          (long long)ecorrect1, (long long)correct);
+                emulate_softmax_xent(ez, labels, rows, classes, scale, eloss, edz, &ecorrect, CREW_BODY_LANES);
+                CHECK_MSG(ecorrect == correct, "k_softmax_xent (%s): the warp counts %lld right, the CPU %lld", geo,
+                          (long long)ecorrect, (long long)correct);
+                /* Bounds (above): the sum S of the exponentials (positive, bitwise the same terms on
+                 * both sides: the maximum is exact in any order) differs by dS = 2γ(n−1) relative;
+                 * then scale/S, e·that, less scale at the label: four roundings a side; the loss is
+                 * log S − (z_y − max): d log S = dS, and four roundings of its terms a side */
+                const double dS = 2 * gamma_of(classes - 1);
+                double *b = malloc((size_t)n * sizeof *b), *bl = malloc((size_t)rows * sizeof *bl);
+                for (int64_t r = 0; r < rows; r++) {
+                    double sum = 0, zmax = -INFINITY;
+                    for (int64_t j = 0; j < classes; j++) zmax = z[r * classes + j] > zmax ? z[r * classes + j] : zmax;
+                    for (int64_t j = 0; j < classes; j++) sum += exp((double)z[r * classes + j] - zmax);
+                    for (int64_t j = 0; j < classes; j++) {
+                        const double p = exp((double)z[r * classes + j] - zmax) / sum * scale;
+                        b[r * classes + j] = 2 * ((dS + 4 * U) * p + (j == labels[r] ? 4 * U * scale : 0)) + FLT_MIN;
+                    }
+                    const double zl = (double)z[r * classes + labels[r]] - zmax;
+                    bl[r] = 2 * (dS + 4 * U * (fabs(log(sum)) + fabs(zl) + fabs(log(sum) - zl)));
+                }
+                within("k_softmax_xent", geo, edz, dz, b, 0, n);
+                within("k_softmax_xent", geo, eloss, loss, bl, 0, rows);
+
+                /* softmax: the same sum, then e / S (two roundings a side) */
+                float *p = floats(n), *ep1 = floats(n), *ep = floats(n);
+                be.ops->softmax(be.ctx, z, p, rows, classes);
+                emulate_softmax(z, ep1, rows, classes, 1);
+                SAME_F("k_softmax", geo, ep1, p, n);
+                emulate_softmax(z, ep, rows, classes, CREW_BODY_LANES);
+                for (int64_t i = 0; i < n; i++) b[i] = 2 * (dS + 2 * U) * fabs(p[i]) + FLT_MIN;
+                within("k_softmax", geo, ep, p, b, 0, n);
+                free(z), free(labels), free(cz), free(loss), free(ez1), free(eloss1), free(ez), free(eloss), free(b),
+                    free(bl), free(p), free(ep1), free(ep);
+                if (!in_place) free(dz), free(edz1), free(edz);
+            }
+    cover("k_softmax_xent"), cover("k_softmax");
+}
+
+/* ------------------------------------------------------------------ attention's softmax (a warp per row) */
+
+/* k_causal_softmax over rows = batch·heads·T rows of T scores (row i is t = i % T), with lanes lanes,
+ * into float32 att or (att16) bfloat16 */
+static void emulate_causal_softmax(float *scores, float *att, crew_bf16 *att16, int64_t rows, int64_t T, int lanes)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        const int64_t t = i % T;
+        float *row = scores + i * T, v[CREW_BODY_LANES];
+        for (int l = 0; l < lanes; l++) v[l] = crew_att_lane_max(row, t, l, lanes);
+        const float mx = butterfly_max(v, lanes);
+        for (int l = 0; l < lanes; l++) v[l] = crew_att_lane_exp(row, t, mx, l, lanes);
+        const float inv = 1.0f / butterfly_sum(v, lanes);
+        for (int64_t s = 0; s < T; s++) {
+            const float p = s <= t ? crew_att_prob(row[s], inv) : 0.0f;
+            if (att16)
+                att16[i * T + s] = crew_body_bf16_of(p);
+            else
+                att[i * T + s] = p;
+        }
+    }
+}
+
+static void emulate_softmax_backward(const void *att, int bf16, float *datt, int64_t rows, int64_t T, int lanes)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        const int64_t t = i % T;
+        const void *ar = (const char *)att + (size_t)(i * T) * (bf16 ? sizeof(crew_bf16) : sizeof(float));
+        float *dr = datt + i * T, v[CREW_BODY_LANES];
+        for (int l = 0; l < lanes; l++) v[l] = crew_att_lane_dot(ar, bf16, dr, t, l, lanes);
+        const float dot = butterfly_sum(v, lanes);
+        for (int l = 0; l < lanes; l++) crew_att_lane_grad(ar, bf16, dr, t, T, dot, l, lanes);
+    }
+}
+
+static void check_attention(void)
+{
+    const int64_t shapes[][4] = {{1, 1, 1, 1}, {2, 5, 2, 3}, {1, 33, 1, 4}, {1, 64, 2, 8}, {2, 7, 3, 5}, {1, 70, 1, 2}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int a16 = 0; a16 <= 1; a16++) {
+            const int64_t batch = shapes[s][0], T = shapes[s][1], heads = shapes[s][2], d = shapes[s][3];
+            const int64_t C = heads * d, ld = 3 * C, sq = heads * T * T, rows = batch * heads * T, n = batch * sq;
+            const char *geo = named("batch %lld, T %lld, %lld heads of %lld, att %s", (long long)batch, (long long)T,
+                     (long long)heads, (long long)d, a16 ? "bf16" : "f32");
+            float *qkv = floats(batch * T * ld), *dy = floats(batch * T * C), *y = floats(batch * T * C);
+            uniform(qkv, batch * T * ld, -2, 2);
+            uniform(dy, batch * T * C, -1, 1);
+            const crew_dtype type = a16 ? CREW_DT_BF16 : CREW_DT_F32;
+            void *att = a16 ? (void *)malloc((size_t)n * sizeof(crew_bf16)) : (void *)floats(n);
+            float *scores = floats(n), *datt = floats(n), *dqkv = floats(batch * T * ld);
+            be.ops->attention_forward(be.ctx, qkv, att, type, scores, y, batch, T, heads, d);
+            be.ops->attention_backward(be.ctx, dy, qkv, att, type, datt, dqkv, batch, T, heads, d);
+            /* the kernels' inputs, as the CPU computes them: the scores q·kᵀ/√d, and dy·vᵀ, by the
+             * same GEMMs with the same arguments */
+            const float scale = 1.0f / sqrtf((float)d);
+            float *raw = floats(n), *da = floats(n);
+            for (int64_t b = 0; b < batch; b++)
+                for (int64_t h = 0; h < heads; h++) {
+                    const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C;
+                    const int64_t at = (b * heads + h) * T * T;
+                    be.ops->gemm(be.ctx, 0, 1, T, T, d, scale, q, ld, k, ld, 0.0f, raw + at, T);
+                    be.ops->gemm(be.ctx, 0, 1, T, T, d, 1.0f, dy + b * T * C + h * d, C, v, ld, 0.0f, da + at, T);
+                }
+            const float *catt = a16 ? NULL : att;
+            float *wide = floats(n), *ewide = floats(n), *sc = copy_of(raw, n), *eatt = floats(n);
+            crew_bf16 *eatt16 = a16 ? malloc((size_t)n * sizeof *eatt16) : NULL;
+            for (int64_t i = 0; i < n; i++) wide[i] = a16 ? crew_body_bf16_widen(((crew_bf16 *)att)[i]) : catt[i];
+            for (int lanes = 1; lanes <= CREW_BODY_LANES; lanes *= CREW_BODY_LANES) {
+                memcpy(sc, raw, (size_t)n * sizeof *sc);
+                emulate_causal_softmax(sc, eatt, eatt16, rows, T, lanes);
+                for (int64_t i = 0; i < n; i++) ewide[i] = a16 ? crew_body_bf16_widen(eatt16[i]) : eatt[i];
+                float *eds = copy_of(da, n);
+                emulate_softmax_backward(a16 ? (const void *)att : (const void *)catt, a16, eds, rows, T, lanes);
+                if (lanes == 1) {
+                    SAME_F("k_causal_softmax", geo, ewide, wide, n);
+                    SAME_F("k_softmax_backward_rows", geo, eds, datt, n);
+                } else {
+                    /* Bounds (above): a row's sum of t + 1 positive exponentials differs by dS =
+                     * 2γ(t) relative, then 1/S and e·(1/S), two roundings a side; a bfloat16 att
+                     * may round the two to neighbouring values, 2^-8 of the value apart at most
+                     * each side. ds = a·(datt − dot), dot a sum of t + 1 terms a·datt of either
+                     * sign: 2γ(t)·Σ|a·datt|, and two roundings a side. */
+                    double *b = malloc((size_t)n * sizeof *b), *bd = malloc((size_t)n * sizeof *bd);
+                    for (int64_t i = 0; i < rows; i++) {
+                        const int64_t t = i % T;
+                        double dS = 2 * gamma_of(t), adot = 0, dot = 0;
+                        for (int64_t q = 0; q <= t; q++) {
+                            adot += fabs((double)wide[i * T + q] * da[i * T + q]);
+                            dot += (double)wide[i * T + q] * da[i * T + q];
+                        }
+                        for (int64_t q = 0; q < T; q++) {
+                            const double a = fabs(wide[i * T + q]);
+                            b[i * T + q] = 2 * ((dS + 2 * U) * a + (a16 ? 2 * a / 256 : 0)) + FLT_MIN;
+                            const double sub = fabs(da[i * T + q] - dot);
+                            bd[i * T + q] = q > t ? 0 : 2 * (a * 2 * gamma_of(t) * adot +
+                                                             2 * U * (a * sub + fabs(datt[i * T + q])));
+                        }
+                    }
+                    within("k_causal_softmax", geo, ewide, wide, b, 0, n);
+                    within("k_softmax_backward_rows", geo, eds, datt, bd, 0, n);
+                    free(b), free(bd);
+                }
+                free(eds);
+            }
+            free(qkv), free(dy), free(y), free(att), free(scores), free(datt), free(dqkv), free(raw), free(da),
+                free(wide), free(ewide), free(sc), free(eatt), free(eatt16);
+        }
+    cover("k_causal_softmax"), cover("k_softmax_backward_rows");
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+static void check_embedding(void)
+{
+    const int64_t shapes[][3] = {{1, 1, 1}, {7, 9, 5}, {100, 64, 33}, {3, 40, 2}}; /* vocab, rows, dim */
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t vocab = shapes[s][0], rows = shapes[s][1], dim = shapes[s][2];
+        const char *geo = named("vocab %lld, %lld rows of %lld", (long long)vocab, (long long)rows, (long long)dim);
+        float *ids = floats(rows), *table = floats(vocab * dim), *dy = floats(rows * dim);
+        const float invalid[] = {-1.0f, (float)vocab, 2.5f, NAN, 1e30f, -0.0f, (float)vocab + 0.5f};
+        for (int64_t r = 0; r < rows; r++) /* unsorted, repeated (few ids), and every kind of invalid one */
+            ids[r] = r % 4 == 3 ? invalid[r / 4 % 7]
+                                : (float)crew_rng_next_below(&rng, (uint64_t)(vocab < 6 ? vocab : 6));
+        uniform(table, vocab * dim, -1, 1);
+        uniform(dy, rows * dim, -1, 1);
+        float *y = floats(rows * dim), *ey = floats(rows * dim);
+        long long *flags = malloc((size_t)rows * sizeof *flags);
+        int64_t bad = -1;
+        CHECK_OK(be.ops->embedding_forward(be.ctx, ids, table, vocab, y, rows, dim, &bad));
+        for (int64_t i = 0; i < rows * dim; i++) crew_body_embedding_forward(ids, table, vocab, ey, dim, i);
+        SAME_F("k_embedding_forward", geo, ey, y, rows * dim);
+        for (int64_t r = 0; r < rows; r++) crew_body_embedding_bad(ids, vocab, flags, r);
+        CHECK_MSG(crew_body_count(flags, rows) == bad, "k_embedding_bad, k_count (%s): %lld bad ids, the CPU %lld",
+                  geo, crew_body_count(flags, rows), (long long)bad);
+        /* backward: the keys, CUB's stable radix sort (a stable counting sort here), the runs */
+        int *keys = malloc((size_t)rows * sizeof *keys), *order = malloc((size_t)rows * sizeof *order);
+        int *skeys = malloc((size_t)rows * sizeof *keys), *sorder = malloc((size_t)rows * sizeof *order);
+        for (int64_t r = 0; r < rows; r++) crew_body_embedding_keys(ids, vocab, keys, order, r);
+        int64_t at = 0;
+        for (int key = 0; key <= vocab; key++)
+            for (int64_t r = 0; r < rows; r++)
+                if (keys[r] == key) skeys[at] = key, sorder[at++] = order[r];
+        CHECK(at == rows);
+        float *dt = floats(vocab * dim);
+        uniform(dt, vocab * dim, -1, 1);
+        float *edt = copy_of(dt, vocab * dim);
+        be.ops->embedding_backward(be.ctx, ids, dy, dt, vocab, rows, dim);
+        for (int64_t i = 0; i < rows * dim; i++) crew_body_embedding_runs(skeys, sorder, dy, edt, vocab, rows, dim, i);
+        SAME_F("k_embedding_runs", geo, edt, dt, vocab * dim);
+        free(ids), free(table), free(dy), free(y), free(ey), free(flags), free(keys), free(order), free(skeys),
+            free(sorder), free(dt), free(edt);
+    }
+    /* the loss's right answers are counted by k_count too (check_loss) */
+    cover("k_embedding_forward"), cover("k_embedding_bad"), cover("k_count"), cover("k_embedding_keys");
+    cover("k_embedding_runs");
+}
+
+/* ------------------------------------------------------------------ optimisers */
+
+static void check_optimisers(void)
+{
+    const int64_t sizes[] = {1, 17, 1000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const int64_t n = sizes[s];
+        float *p0 = floats(n), *g = floats(n), *v0 = floats(n), *m0 = floats(n);
+        uniform(p0, n, -1, 1);
+        uniform(g, n, -0.1f, 0.1f);
+        uniform(v0, n, 0, 0.01f);
+        uniform(m0, n, -0.05f, 0.05f);
+        const float moms[] = {0.0f, 0.9f}, decays[] = {0.0f, 0.01f};
+        for (int mi = 0; mi < 2; mi++)
+            for (int nesterov = 0; nesterov <= 1; nesterov++)
+                for (int di = 0; di < 2; di++) {
+                    const char *geo = named("n %lld, momentum %.1f, nesterov %d, weight decay %.2f", (long long)n,
+                             moms[mi], nesterov, decays[di]);
+                    float *p = copy_of(p0, n), *vel = copy_of(m0, n), *ep = copy_of(p0, n), *evel = copy_of(m0, n);
+                    be.ops->sgd_update(be.ctx, p, g, vel, n, 0.1f, moms[mi], nesterov, decays[di]);
+                    for (int64_t i = 0; i < n; i++) crew_body_sgd(ep, g, evel, 0.1f, moms[mi], nesterov, decays[di], i);
+                    SAME_F("k_sgd", geo, ep, p, n);
+                    SAME_F("k_sgd", geo, evel, vel, n);
+                    free(p), free(vel), free(ep), free(evel);
+                }
+        /* AdamW: both branches of its lerp (a weight below ½ and not) */
+        const crew_adamw_consts ks[] = {{0.999f, 0.1f, 0.999f, 0.001f, 0.01f, 0.0447f, 1e-8f},
+                                        {1.0f, 0.75f, 0.95f, 0.05f, 0.3f, 0.5f, 1e-6f}};
+        for (int k = 0; k < 2; k++) {
+            const char *geo = named("n %lld, 1 - beta1 %.2f", (long long)n, ks[k].one_minus_beta1);
+            float *p = copy_of(p0, n), *m = copy_of(m0, n), *v = copy_of(v0, n);
+            float *ep = copy_of(p0, n), *em = copy_of(m0, n), *ev = copy_of(v0, n);
+            be.ops->adamw_update(be.ctx, p, g, m, v, n, &ks[k]);
+            for (int64_t i = 0; i < n; i++) crew_body_adamw(ep, g, em, ev, ks[k], i);
+            SAME_F("k_adamw", geo, ep, p, n);
+            SAME_F("k_adamw", geo, em, m, n);
+            SAME_F("k_adamw", geo, ev, v, n);
+            free(p), free(m), free(v), free(ep), free(em), free(ev);
+        }
+        free(p0), free(g), free(v0), free(m0);
+    }
+    cover("k_sgd"), cover("k_adamw");
+}
+
+int main(void)
+{
+    CHECK_OK(crew_cpu_backend_create(1, &be));
+    rng = crew_rng_make(crew_rng_key(20261204, 30, 4, 0));
+    check_elementwise();
+    check_to_bf16();
+    check_filters();
+    check_reductions();
+    check_ordered_sum();
+    check_activations();
+    check_dropout();
+    check_windows();
+    check_planted();
+    check_batch_norm();
+    check_layer_norm();
+    check_loss();
+    check_attention();
+    check_embedding();
+    check_optimisers();
+    be.ops->destroy(be.ctx);
+
+    int count = 0;
+    for (int i = 0; i < N_KERNELS; i++) count += covered[i];
+    printf("kernel bodies run on the CPU: %d of %d kernels:", count, N_KERNELS);
+    for (int i = 0; i < N_KERNELS; i++)
+        if (covered[i]) printf(" %s", all_kernels[i]);
+    printf("\nnot covered:");
+    for (int i = 0; i < N_KERNELS; i++)
+        if (!covered[i]) printf(" %s", all_kernels[i]);
+    printf(count == N_KERNELS ? " none\n" : "\n");
+    for (int k = 0; k < 8 && drifts[k].kernel; k++)
+        printf("%s in the warp's order: %lld of %lld values differ from the CPU's, at most %.1f%% of their bound\n",
+               drifts[k].kernel, (long long)drifts[k].differ, (long long)drifts[k].compared, 100 * drifts[k].worst);
+    CHECK(count >= 33);
+    return check_report();
+}
