@@ -723,7 +723,19 @@ typedef struct crew_verify_options {
      * again on one device of that kind, against (c) as (a) is: its first step within float32
      * summation's bound, its trajectory within every tensor's rounding bound. NULL: none. */
     const char *against_kind;
+    /* Every run's optimizer state sharded over its replicas (crew_fit_options.shard_optimizer):
+     * (a) and its paths run sharded. Without it the N-replica runs still add a sharded path, held
+     * bitwise to (b) as the others are. */
+    int shard_optimizer;
+    int attention_recompute;    /* every run's (crew_fit_options.attention_recompute) [0] */
+    /* The samples verify trains on: the first `samples` of the dataset [0: as many global batches
+     * as make the steps cross CREW_VERIFY_EPOCHS_CROSSED epoch boundaries, at least 4, where the
+     * dataset has them; −1: all of it]. */
+    int64_t samples;
 } crew_verify_options;
+
+/* The epoch boundaries verify's default slice of the data makes its steps cross. */
+#define CREW_VERIFY_EPOCHS_CROSSED 2
 
 /* One N-replica run held bitwise to its one-replica reference. */
 typedef struct crew_verify_path {
@@ -732,9 +744,10 @@ typedef struct crew_verify_path {
     int64_t global_batch;
     int bitwise_equal;              /* with (b) of the same micro-batches */
     double max_rel_diff;            /* max |a − b| / max |b| over each tensor */
+    int sharded;                    /* 1: the replicas' optimizer state sharded */
 } crew_verify_path;
 
-#define CREW_VERIFY_MAX_PATHS 4
+#define CREW_VERIFY_MAX_PATHS 6
 
 typedef struct crew_verify_result {
     int devices;                    /* N */
@@ -787,6 +800,20 @@ typedef struct crew_verify_result {
     char against_decided_by[160];   /* the tensor nearest its bound, */
     double against_decided_by_diff; /* its difference, */
     double against_allowed;         /* and its bound */
+    /* the data: the first `samples` of the dataset's `dataset_samples`, `steps_per_epoch` steps each
+     * epoch, so that the steps crossed `epochs_crossed` epoch boundaries */
+    int64_t samples, dataset_samples, steps_per_epoch;
+    int epochs_crossed;
+    /* The reference of other blocks (e) runs through the replicas' machinery, so a bug there that
+     * grows with the replica or micro-batch count moves it too. It is held to the references that
+     * cannot share such a bug, (d) and (g) (the full batch on one replica with every GEMM summed
+     * in (e)'s blocks): each tensor's (e) spread within 10 times theirs (at least tolerance / 30,
+     * below which it widens no bound); beyond, verify FAILs. 1 when they did not run. */
+    int other_blocks_ok;
+    char other_blocks_decided_by[192];  /* "<layer>.<param>", the tensor nearest its bound */
+    double other_blocks_diff;       /* its (e) spread, */
+    double other_blocks_allowed;    /* and its bound */
+    double immune_spread;           /* (c) vs (d) and (g), the largest over tensors */
 } crew_verify_result;
 
 /* Every field at its default (zero, or as bracketed above). */

@@ -778,8 +778,81 @@ static void test_to_bf16(const device *d)
     DEV_FREE(d, x_d, y_d);
 }
 
+/* crew_device_options.sum_block (crew verify's reference of other blocks without replicas): on a
+ * device opened with it, a GEMM over the rows (op(a) = a) is the same GEMM block of rows by block,
+ * a sum over the rows (aᵀ·b) each block's product added to the sum before (beta = 1 after the
+ * first), a column sum each block's sum added to those before; and the other GEMMs are whole. Bit
+ * for bit against those pieces run on d (opened whole). */
+static void check_sum_block(const device *d)
+{
+    device bv = {d->kind, {0}}, *bl = &bv;
+    const int64_t block = 3, m = 8, n = 5, k = 7;
+    const crew_device_options o = {.blas_threads = 1, .sum_block = block};
+    EXPECT_OK(bl, crew_device_open(bl->kind->name, 0, &o, &bl->be));
+    if (!bl->be.ops) return;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            const int64_t lda = ta ? m : k, ldb = tb ? k : n, a_n = m * k, b_n = k * n;
+            float *a = fbuf(a_n), *b = fbuf(b_n), *c = fbuf(m * n);
+            fill_uniform(a, a_n, -1.0f, 1.0f, 51 + (uint64_t)ta);
+            fill_uniform(b, b_n, -1.0f, 1.0f, 53 + (uint64_t)tb);
+            fill_uniform(c, m * n, -1.0f, 1.0f, 57);
+            float *a_b = dev_f32(bl, a, a_n), *b_b = dev_f32(bl, b, b_n), *c_b = dev_f32(bl, c, m * n);
+            bl->be.ops->gemm(bl->be.ctx, ta, tb, m, n, k, 1.0f, a_b, lda, b_b, ldb, 0.5f, c_b, n);
+            EXPECT_SYNCED(bl);
+            float *got = host_f32(bl, c_b, m * n);
+            float *a_d = dev_f32(d, a, a_n), *b_d = dev_f32(d, b, b_n), *c_d = dev_f32(d, c, m * n);
+            if (!ta) /* the rows block by block */
+                for (int64_t m0 = 0; m0 < m; m0 += block)
+                    d->be.ops->gemm(d->be.ctx, ta, tb, m - m0 < block ? m - m0 : block, n, k, 1.0f, a_d + m0 * lda, lda, b_d,
+                                    ldb, 0.5f, c_d + m0 * n, n);
+            else if (!tb) /* the sum over k's rows block by block */
+                for (int64_t k0 = 0; k0 < k; k0 += block)
+                    d->be.ops->gemm(d->be.ctx, 1, 0, m, n, k - k0 < block ? k - k0 : block, 1.0f, a_d + k0 * lda, lda,
+                                    b_d + k0 * ldb, ldb, k0 ? 1.0f : 0.5f, c_d, n);
+            else /* aᵀ·bᵀ sums over no rows of the batch: whole */
+                d->be.ops->gemm(d->be.ctx, ta, tb, m, n, k, 1.0f, a_d, lda, b_d, ldb, 0.5f, c_d, n);
+            EXPECT_SYNCED(d);
+            float *want = host_f32(d, c_d, m * n);
+            EXPECT(d, memcmp(got, want, (size_t)(m * n) * sizeof(float)) == 0,
+                   "gemm ta=%d tb=%d on a device summing in blocks of %lld rows is not its blocks' GEMMs", ta, tb,
+                   (long long)block);
+            HOST_FREE(a, b, c, got, want);
+            DEV_FREE(bl, a_b, b_b, c_b);
+            DEV_FREE(d, a_d, b_d, c_d);
+        }
+    /* column sums: rows 0-2, 3-5, 6-7 each from zero, added in order (after out when accumulating) */
+    const int64_t rows = 8, cols = 4;
+    float *x = fbuf(rows * cols), *out0 = fbuf(cols);
+    fill_uniform(x, rows * cols, -1.0f, 1.0f, 61);
+    fill_uniform(out0, cols, -1.0f, 1.0f, 63);
+    for (int acc = 0; acc < 2; acc++) {
+        float want[4];
+        for (int64_t j = 0; j < cols; j++) {
+            float s = acc ? out0[j] : 0.0f;
+            for (int64_t r0 = 0; r0 < rows; r0 += block) {
+                float part = 0.0f;
+                for (int64_t r = r0; r < rows && r < r0 + block; r++) part += x[r * cols + j];
+                s = r0 == 0 && !acc ? part : s + part;
+            }
+            want[j] = s;
+        }
+        float *x_b = dev_f32(bl, x, rows * cols), *o_b = dev_f32(bl, out0, cols);
+        bl->be.ops->col_sum(bl->be.ctx, x_b, rows, cols, o_b, acc);
+        EXPECT_SYNCED(bl);
+        float *got = host_f32(bl, o_b, cols);
+        EXPECT(d, memcmp(got, want, sizeof want) == 0, "col_sum (accumulate %d) in blocks of %lld rows", acc,
+               (long long)block);
+        HOST_FREE(got);
+        DEV_FREE(bl, x_b, o_b);
+    }
+    HOST_FREE(x, out0);
+    crew_device_close(&bl->be);
+}
+
 static void test_gemm(const device *d)
 {
+    check_sum_block(d);
     check_gemm_bf16(d, 0, 0, 6, 5, 33);
     check_gemm_bf16(d, 1, 1, 4, 7, 19);
     for (int ta = 0; ta < 2; ta++)

@@ -39,6 +39,14 @@ typedef enum planted_bug {
     PLANT_WRONG_LOADER_SLOT,     /* replica 1 takes the next step's micro-batch from its loader */
     PLANT_AGAINST_LOW_PRECISION, /* verify --against: that device computes its GEMMs in bf16, as a GPU
                                     quietly running TF32 would in lower precision */
+    /* bugs that escaped verify's earlier defaults (issue "verify's blind spots") */
+    PLANT_DECAY_PER_MICRO,       /* SGD's weight decay added to every micro-batch's gradient before the
+                                    all-reduce, so counted N·k times: it moves the reference of other
+                                    blocks (2N replicas) too */
+    PLANT_BLIND_DRIFT_STATE,     /* the drift check hashes the first tensor for every slot, and only
+                                    replica 0 updates batch norm's moving statistics */
+    PLANT_SHARD_GATHER_SHORT,    /* a sharded optimizer's all-gather skips the last shard */
+    PLANT_EPOCH_ORDER_REUSED,    /* replicas > 0 reuse epoch 0's sample order in every later epoch */
     PLANT_COUNT
 } planted_bug;
 
@@ -58,6 +66,10 @@ static const char *bug_name(planted_bug b)
         [PLANT_WARMUP_SKIPPED] = "warmup skipped when N > 1",
         [PLANT_WRONG_LOADER_SLOT] = "a replica reads the wrong loader slot",
         [PLANT_AGAINST_LOW_PRECISION] = "--against: that device's GEMMs in lower precision",
+        [PLANT_DECAY_PER_MICRO] = "weight decay added to each micro-batch's gradient",
+        [PLANT_BLIND_DRIFT_STATE] = "drift check blind, replica 1's moving statistics stale",
+        [PLANT_SHARD_GATHER_SHORT] = "sharded all-gather skips the last shard",
+        [PLANT_EPOCH_ORDER_REUSED] = "replicas > 0 reuse epoch 0's sample order",
     };
     return names[b];
 }
@@ -69,11 +81,13 @@ typedef struct plant {
 
 static planted_bug bug_of(void *user) { return ((const plant *)user)->bug; }
 
-/* A rank's own: the row numbers standing in for sample ids, the previous step's gradient. */
+/* A rank's own: the row numbers standing in for sample ids, the previous step's gradient, the
+ * state before the step. */
 typedef struct plant_rank {
     int64_t *rows;       /* [rows] 0, 1, 2, ... */
     int64_t n_rows;
     float *prev[2];      /* [n_params] device */
+    float *state;        /* [n_state] device */
 } plant_rank;
 
 static crew_status plant_begins(void *user, crew_hook_rank *r)
@@ -91,6 +105,7 @@ static void plant_ends(void *user, crew_hook_rank *r)
     plant_rank *p = r->state;
     if (!p) return;
     for (int i = 0; i < 2; i++) crew_dev_free(r->be, p->prev[i]);
+    crew_dev_free(r->be, p->state);
     free(p->rows);
     free(p);
     r->state = NULL;
@@ -154,6 +169,10 @@ static crew_status plant_gradient(void *user, crew_hook_rank *r, int64_t step, f
     (void)step;
     const crew_backend_ops *o = r->be->ops;
     int64_t n = r->m->n_params;
+    if (bug_of(user) == PLANT_DECAY_PER_MICRO) { /* wd·p in each of the N·k micro-batches, where the update adds it once */
+        float extra = (float)(r->replicas * r->accumulation - 1) * r->m->compile.optimizer.weight_decay;
+        o->axpby(r->be->ctx, n, extra, r->m->params, 1.0f, *grad);
+    }
     if (bug_of(user) == PLANT_AVERAGED_TWICE && r->replicas > 1)
         o->axpby(r->be->ctx, n, 1.0f / (float)r->replicas, *grad, 0.0f, *grad);
     if (bug_of(user) != PLANT_STALE_GRADIENT || r->replica != 1) return CREW_OK;
@@ -175,6 +194,42 @@ static void plant_lr(void *user, crew_hook_rank *r, crew_lr_plan *lr)
     if (bug_of(user) == PLANT_WARMUP_SKIPPED && r->replicas > 1) lr->warmup_steps = 0;
 }
 
+/* Replica 1 keeps its state of before the step: only replica 0 updates the moving statistics. */
+static crew_status plant_step_begins(void *user, crew_hook_rank *r, int64_t step)
+{
+    (void)step;
+    plant_rank *p = r->state;
+    if (bug_of(user) != PLANT_BLIND_DRIFT_STATE || r->replica == 0 || !r->m->n_state) return CREW_OK;
+    if (!p->state) CREW_TRY(crew_dev_alloc_f32(r->be, r->m->n_state, &p->state));
+    r->be->ops->copy(r->be->ctx, p->state, r->m->state, r->m->n_state);
+    return CREW_OK;
+}
+
+static crew_status plant_step_ends(void *user, crew_hook_rank *r, int64_t step)
+{
+    (void)step;
+    plant_rank *p = r->state;
+    if (bug_of(user) == PLANT_BLIND_DRIFT_STATE && p->state) r->be->ops->copy(r->be->ctx, r->m->state, p->state, r->m->n_state);
+    return CREW_OK;
+}
+
+/* Every slot of the drift check's row gets the first tensor's hash. */
+static void plant_drift_hashes(void *user, crew_hook_rank *r, uint64_t *hashes, int slots)
+{
+    (void)r;
+    for (int i = 1; i < slots && bug_of(user) == PLANT_BLIND_DRIFT_STATE; i++) hashes[i] = hashes[0];
+}
+
+static void plant_shard_allgather(void *user, crew_hook_rank *r, int64_t *bounds)
+{
+    if (bug_of(user) == PLANT_SHARD_GATHER_SHORT) bounds[r->replicas] = bounds[r->replicas - 1];
+}
+
+static int plant_loader_epoch(void *user, int rank, int epoch)
+{
+    return bug_of(user) == PLANT_EPOCH_ORDER_REUSED && rank > 0 ? 0 : epoch;
+}
+
 static void plant_options(void *user, const char *label, int against, crew_fit_options *o)
 {
     (void)label;
@@ -191,21 +246,41 @@ static const crew_rank_hooks plant_hooks = {
     .bucket = plant_bucket,
     .gradient = plant_gradient,
     .lr_plan = plant_lr,
+    .step_begins = plant_step_begins,
+    .step_ends = plant_step_ends,
+    .drift_hashes = plant_drift_hashes,
+    .shard_allgather = plant_shard_allgather,
     .loader_rank = plant_loader_rank,
+    .loader_epoch = plant_loader_epoch,
 };
 
 /* ------------------------------------------------------------------ the proof */
 
 enum { SAMPLES = 448 };
 
-/* small_cnn.h's CNN, with dropout 0.3 or with batch norm; AdamW with a warmup of 4 steps (so
- * that a skipped warmup changes something). */
-static crew_model *model(int batch_norm)
+/* The models: small_cnn.h's CNN with dropout 0.3 or with batch norm, AdamW with a warmup of 4
+ * steps (so that a skipped warmup changes something); and an MLP with SGD, momentum 0.9 and weight
+ * decay 2e-5, on which a bug in the decay hides best. */
+enum { DROPOUT_CNN, BATCH_NORM_CNN, SGD_MLP, MODELS };
+static const char *const model_names[MODELS] = {"dropout CNN", "batch-norm CNN", "SGD MLP"};
+
+static crew_model *model(int which)
 {
+    if (which == SGD_MLP) {
+        const crew_optimizer_spec sgd = {.type = CREW_OPT_SGD, .lr = 0.05f, .momentum = 0.9f, .weight_decay = 5e-6f};
+        crew_model *m = NULL;
+        CHECK_OK(crew_model_create((int64_t[]){SYN_SIDE, SYN_SIDE, 1}, 3, &m));
+        if (!m) return NULL;
+        CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_FLATTEN}));
+        CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 32, .activation = CREW_ACT_RELU}));
+        CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = SYN_CLASSES}));
+        CHECK_OK(crew_model_compile(m, &(crew_compile_options){.loss = CREW_LOSS_SOFTMAX_CROSS_ENTROPY, .optimizer = sgd}));
+        return m;
+    }
     crew_compile_options c;
     crew_model_default_compile(NULL, &c); /* AdamW */
     c.optimizer.warmup_steps = 4;
-    return small_cnn(batch_norm, batch_norm ? 0.0f : 0.3f, &c.optimizer);
+    return small_cnn(which == BATCH_NORM_CNN, which == DROPOUT_CNN ? 0.3f : 0.0f, &c.optimizer);
 }
 
 /* Which check failed first: the verdict's own order. */
@@ -215,19 +290,32 @@ static const char *caught_by(const crew_verify_result *r)
     if (!r->bitwise_equal) return "paths (bitwise)";
     if (!r->first_step_ok) return "first step";
     if (!r->reference_ok) return "rounding reference";
+    if (!r->other_blocks_ok) return "other blocks beyond the blocks without replicas";
     if (!r->full_batch_ok) return "trajectory";
     if (r->against_kind[0] && !r->against_first_step_ok) return "--against, first step";
     if (r->against_kind[0] && !r->against_ok) return "--against, trajectory";
     return "NOTHING";
 }
 
-static int applies(planted_bug b, int batch_norm)
+static int applies(planted_bug b, int model)
 {
-    if (b == PLANT_DROPOUT_BY_ROW) return !batch_norm;
-    if (b == PLANT_LOCAL_BN_STATS) return batch_norm;
-    if (b == PLANT_WRONG_LOADER_SLOT) return !batch_norm; /* waits out a deadline: once is enough */
-    if (b == PLANT_AGAINST_LOW_PRECISION) return !batch_norm;
-    return 1;
+    if (b == PLANT_NONE) return 1;
+    if (model == SGD_MLP) return b == PLANT_DECAY_PER_MICRO;
+    switch (b) {
+    case PLANT_DROPOUT_BY_ROW:
+    case PLANT_WRONG_LOADER_SLOT:     /* waits out a deadline: once is enough */
+    case PLANT_AGAINST_LOW_PRECISION:
+    case PLANT_SHARD_GATHER_SHORT:
+    case PLANT_EPOCH_ORDER_REUSED:
+        return model == DROPOUT_CNN;
+    case PLANT_LOCAL_BN_STATS:
+    case PLANT_BLIND_DRIFT_STATE:
+        return model == BATCH_NORM_CNN;
+    case PLANT_DECAY_PER_MICRO:
+        return 0;
+    default:
+        return 1;
+    }
 }
 
 /* verify --against cpu where it has something to judge: the other device's bug, and the correct
@@ -238,9 +326,9 @@ static const char *against_for(planted_bug b)
 }
 
 /* crew verify's defaults (20 steps, the model's batch) on n replicas; returns the verdict. */
-static int verify(const crew_dataset *d, int batch_norm, int n, planted_bug b, crew_verify_result *r)
+static int verify(const crew_dataset *d, int which, int n, planted_bug b, crew_verify_result *r)
 {
-    crew_model *m = model(batch_norm);
+    crew_model *m = model(which);
     if (!m) return -1;
     crew_verify_options o;
     crew_verify_options_init(&o);
@@ -251,8 +339,7 @@ static int verify(const crew_dataset *d, int batch_norm, int n, planted_bug b, c
     const crew_verify_hooks hooks = {&plant_hooks, &p, plant_options};
     crew_status s = crew_verify_with_hooks(m, d, &o, b == PLANT_NONE ? NULL : &hooks, r);
     int pass = s ? -1 : r->pass;
-    CHECK_MSG(!s, "%s, N=%d, %s: %s", batch_norm ? "batch-norm CNN" : "dropout CNN", n, bug_name(b),
-              crew_status_message(s));
+    CHECK_MSG(!s, "%s, N=%d, %s: %s", model_names[which], n, bug_name(b), crew_status_message(s));
     crew_status_free(s);
     crew_model_free(m);
     return pass;
@@ -266,29 +353,36 @@ int main(void)
     CHECK_OK(crew_dataset_open(data, "train", &d));
     if (!d) return check_report();
     printf("%-56s %-15s %2s  %s\n", "planted bug", "model", "N", "verify");
-    for (int bn = 0; bn <= 1; bn++)
+    for (int which = 0; which < MODELS; which++)
         for (int n = 2; n <= 4; n += 2)
             for (int b = 0; b < PLANT_COUNT; b++) {
-                if (!applies((planted_bug)b, bn)) continue;
+                if (!applies((planted_bug)b, which)) continue;
                 crew_verify_result r;
-                int pass = verify(d, bn, n, (planted_bug)b, &r);
+                int pass = verify(d, which, n, (planted_bug)b, &r);
                 const char *name = bug_name((planted_bug)b);
-                printf("%-56s %-15s %2d  %s%s%s\n", name, bn ? "batch-norm CNN" : "dropout CNN", n,
-                       pass == 1 ? "PASS" : pass == 0 ? "FAIL, caught by " : "ERROR",
-                       pass == 0 ? caught_by(&r) : "", r.failure[0] ? "" : "");
+                printf("%-56s %-15s %2d  %s%s\n", name, model_names[which], n,
+                       pass == 1 ? "PASS" : pass == 0 ? "FAIL, caught by " : "ERROR", pass == 0 ? caught_by(&r) : "");
                 if (r.failure[0]) printf("    %s\n", r.failure);
+                if (!r.other_blocks_ok || b == PLANT_NONE)
+                    printf("    other blocks: %s moved %.3g, %s %.3g\n", r.other_blocks_decided_by, r.other_blocks_diff,
+                           r.other_blocks_ok ? "within" : "beyond", r.other_blocks_allowed);
                 if (b == PLANT_NONE)
                     CHECK_MSG(pass == 1, "%s, N=%d, no bug: verify did not pass (%s; first step %s %g of its bound)",
-                              bn ? "batch-norm CNN" : "dropout CNN", n, caught_by(&r), r.first_step_decided_by,
-                              r.first_step_ratio);
+                              model_names[which], n, caught_by(&r), r.first_step_decided_by, r.first_step_ratio);
                 else
-                    CHECK_MSG(pass == 0, "%s, N=%d: verify passed with the bug '%s' planted",
-                              bn ? "batch-norm CNN" : "dropout CNN", n, name);
-                if (b == PLANT_NONE) /* the JSON's account of what ran */
-                    CHECK_MSG(r.paths == 4 && r.replicas_compared == n && r.replica_checks == (bn ? 5 : 4) * r.steps &&
-                                  r.path[2].accumulation == 2 && r.path[1].buckets > 1,
+                    CHECK_MSG(pass == 0, "%s, N=%d: verify passed with the bug '%s' planted", model_names[which], n,
+                              name);
+                if (b == PLANT_NONE) { /* the JSON's account of what ran */
+                    const int bn = which == BATCH_NORM_CNN;
+                    CHECK_MSG(r.paths == 5 && r.replicas_compared == n && r.replica_checks == (bn ? 6 : 5) * r.steps &&
+                                  r.path[2].accumulation == 2 && r.path[1].buckets > 1 && r.path[4].sharded,
                               "paths %d, replicas %d, checks %lld", r.paths, r.replicas_compared,
                               (long long)r.replica_checks);
+                    /* a slice of the data whose steps cross two epoch boundaries */
+                    CHECK_MSG(r.epochs_crossed >= CREW_VERIFY_EPOCHS_CROSSED && r.samples <= r.dataset_samples,
+                              "%s, N=%d: %lld of %lld samples, %d epoch boundaries crossed", model_names[which], n,
+                              (long long)r.samples, (long long)r.dataset_samples, r.epochs_crossed);
+                }
             }
     crew_dataset_free(d);
     syn_remove(dir);

@@ -331,6 +331,12 @@ typedef struct crew_device_options {
     int blas_threads;           /* CPU kinds: OpenBLAS threads of the device's GEMMs [1] */
     crew_precision precision;   /* of its GEMMs [fp32] (configure) */
     int conv_library;           /* 1: convolutions by the device's library where it has one (cuDNN) [0] */
+    /* The sums over a batch's rows, taken in blocks of this many rows, each block summed on its own
+     * and added to the sum of those before, in order: the grouping that other blocks of the batch
+     * give, as replicas of them would (crew verify's reference of other blocks without the
+     * replicas). They are the GEMMs whose a is transposed and b is not (a layer's weight gradient,
+     * xᵀ·dy, sums over k = its rows) and the column sums [0: whole] */
+    int64_t sum_block;
 } crew_device_options;
 
 typedef struct crew_device_kind {

@@ -109,12 +109,12 @@ crew_status crew_device_open(const char *kind, int index, const crew_device_opti
     const crew_device_kind *k = crew_device_kind_find(name);
     if (index < 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "device %s:%d: the index must be >= 0", name, index);
     crew_status s = k->open(index, o, out);
-    if (!s && o && (o->precision != CREW_PRECISION_FP32 || o->conv_library)) {
+    if (!s && o && (o->precision != CREW_PRECISION_FP32 || o->conv_library || o->sum_block)) {
         if (out->ops->configure)
             s = out->ops->configure(out->ctx, o);
         else
             s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "this device kind computes in fp32 only, with no convolution "
-                            "library");
+                            "library and whole GEMMs");
         if (s) crew_device_close(out);
     }
     return s ? crew_error_prefix(s, "device %s:%d: ", name, index) : CREW_OK;

@@ -180,6 +180,12 @@ void crew_dataset_free(crew_dataset *d)
 
 int64_t crew_dataset_size(const crew_dataset *d) { return d ? d->n : 0; }
 
+void crew_dataset_head(const crew_dataset *d, int64_t n, crew_dataset *view)
+{
+    *view = *d;
+    view->n = n < d->n ? n : d->n;
+}
+
 int crew_dataset_classes(const crew_dataset *d) { return d ? d->classes : 0; }
 
 int crew_dataset_sample_shape(const crew_dataset *d, int64_t shape[4])

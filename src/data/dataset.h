@@ -65,6 +65,10 @@ void crew_dataset_close_tokens(crew_dataset *d);
 crew_status crew_dataset_verify_tokens(const crew_dataset *d);
 void crew_dataset_gather_tokens(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y);
 
+/* A view of d's first n samples (all of them when n >= d->n): it shares d's mapped arrays and
+ * tables, so it lives no longer than d, and is never freed (crew_dataset_free must not see it). */
+void crew_dataset_head(const crew_dataset *d, int64_t n, crew_dataset *view);
+
 /* Hashes both .npy files whole (XXH3-64) and compares with the manifest: catches corruption
  * that opening (sizes, shapes, label range) cannot. Reads every byte, so it is on request only. */
 crew_status crew_dataset_verify(const crew_dataset *d);

@@ -61,7 +61,8 @@ int64_t crew_loader_steps_per_epoch(const crew_loader *l) { return l->steps_per_
 /* The epoch's order, with the last global batch filled up from its start when padding. */
 static void order_epoch(crew_loader *l, int64_t *perm, int epoch)
 {
-    crew_epoch_order(l->seed, epoch, l->n, perm);
+    crew_epoch_order(l->seed, l->o.order_epoch ? l->o.order_epoch(l->o.order_user, l->o.order_rank, epoch) : epoch, l->n,
+                     perm);
     for (int64_t i = l->n; i < l->steps_per_epoch * l->global; i++) perm[i] = perm[i - l->n];
 }
 

@@ -35,6 +35,12 @@ typedef struct crew_loader_options {
     void *(*slot_alloc)(void *user, size_t bytes);
     void (*slot_free)(void *user, void *p);
     void *slot_user;
+    /* A test seam (src/train/hooks.h, loader_epoch): the epoch whose sample order this loader
+     * serves for `epoch`, asked with order_user and order_rank (the rank the loader is for); NULL,
+     * as in every real run: its own. */
+    int (*order_epoch)(void *user, int rank, int epoch);
+    void *order_user;
+    int order_rank;
 } crew_loader_options;
 
 typedef struct crew_loader crew_loader;

@@ -72,10 +72,21 @@ typedef struct crew_rank_hooks {
     crew_status (*gradient)(void *user, crew_hook_rank *r, int64_t step, float **grad);
     /* the learning-rate plan the rank steps with */
     void (*lr_plan)(void *user, crew_hook_rank *r, crew_lr_plan *lr);
+    /* a sharded optimizer's all-gather of the updated parameters, about to run over the ranges
+     * bounds[0 .. replicas] (replica q's shard: bounds[q] .. bounds[q + 1]): the hook may change
+     * them (every replica alike) */
+    void (*shard_allgather)(void *user, crew_hook_rank *r, int64_t *bounds);
+    /* the step's update is done (the rank's values are the step's) */
+    crew_status (*step_ends)(void *user, crew_hook_rank *r, int64_t step);
     /* before the drift check after `step`: the hook may change the rank's values */
     crew_status (*before_drift)(void *user, crew_hook_rank *r, int64_t step);
+    /* the drift check's hashes of the rank's values (its row: `slots` hashes), before they are
+     * shared: the hook may change them */
+    void (*drift_hashes)(void *user, crew_hook_rank *r, uint64_t *hashes, int slots);
     /* the rank whose micro-batches rank `rank`'s loader reads (run.c) */
     int (*loader_rank)(void *user, int rank);
+    /* the epoch whose sample order rank `rank`'s loader serves for `epoch` (run.c, loader.h) */
+    int (*loader_epoch)(void *user, int rank, int epoch);
 } crew_rank_hooks;
 
 typedef struct crew_fit_hooks {
@@ -89,6 +100,14 @@ typedef struct crew_fit_hooks {
     float *final_moments;      /* [2 × n_params] host, or NULL: the optimizer's moments at the end of the
                                   run (AdamW's m then v; zeros where the optimizer keeps fewer). Both are
                                   written inside rank 0's sink sections (rank.h), as the caller's memory */
+    int64_t sum_block;         /* every device's sums over a batch (GEMMs' k, column sums' rows) in
+                                  blocks of this many (crew_device_options.sum_block): crew verify's
+                                  reference of other blocks without the replicas; 0: whole */
+    int compare_replicas;      /* 1: at the end every replica's parameters, state (when batch norm is
+                                  synchronised) and optimizer moments (unsharded) are compared value by
+                                  value with replica 0's of its stage, a witness besides the drift
+                                  check's hashes: a difference is a CREW_CODE_DIVERGED error naming the
+                                  tensor and the replica (crew verify) */
 } crew_fit_hooks;
 
 /* The hooks of a prepared fit, to set before crew_fit_run. */

@@ -245,7 +245,8 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
 {
     crew_device_options dev = {.blas_threads = l->run.plan.threads_per_device,
                                .precision = (crew_precision)l->run.plan.precision,
-                               .conv_library = strchr(l->run.plan.conv_choice, 'l') != NULL};
+                               .conv_library = strchr(l->run.plan.conv_choice, 'l') != NULL,
+                               .sum_block = l->run.hooks.sum_block};
     CREW_TRY(crew_device_open(l->run.plan.device_kind, l->device_base + i, &dev, &r->ctx.device));
     r->opened = 1;
     if (l->run.plan.nccl) return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.device, &r->ctx.loader);

@@ -158,6 +158,9 @@ crew_status crew_rank_train(crew_rank *r);
 /* rank_drift.c: every replica's values after `step` hashed and compared with replica 0's of the
  * same stage; a difference is a CREW_CODE_DIVERGED error naming the tensor, on every rank. */
 crew_status crew_rank_check_drift(crew_rank *r, int64_t step);
+/* The same judgement value by value (crew_fit_hooks.compare_replicas: crew verify, at the end):
+ * replica 0 of each stage broadcasts its values and every other replica compares its own. */
+crew_status crew_rank_compare_replicas(crew_rank *r, int64_t step);
 
 /* rank_whole.c: the whole model on global rank 0 after `step` (every rank calls it: the stages and
  * shards send theirs), its optimizer state too when with_opt. On rank 0, *m and *opt are where it

@@ -83,7 +83,14 @@ crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr)
     if (m->compile.optimizer.clip_norm > 0.0f) /* the norm is the whole gradient's */
         CREW_TRY(crew_allgather_ranges(&r->group, grad, m->n_params, r->shard, timeout));
     CREW_TRY(crew_optimizer_step_range(&r->opt, r->be, m->params, grad, m->n_params, r->shard_lo, lr, NULL));
-    return crew_allgather_ranges(&r->group, m->params, m->n_params, r->shard, timeout);
+    if (!CREW_HOOK(r, shard_allgather)) return crew_allgather_ranges(&r->group, m->params, m->n_params, r->shard, timeout);
+    int64_t *bounds = malloc(((size_t)r->replicas + 1) * sizeof *bounds); /* a test seam's own ranges */
+    if (!bounds) return CREW_OOM();
+    memcpy(bounds, r->shard, ((size_t)r->replicas + 1) * sizeof *bounds);
+    r->hooks->shard_allgather(r->hooks_user, &r->who, bounds);
+    crew_status s = crew_allgather_ranges(&r->group, m->params, m->n_params, bounds, timeout);
+    free(bounds);
+    return s;
 }
 
 crew_status crew_rank_shard_gather_grad(crew_rank *r, float *grad)

@@ -334,6 +334,7 @@ crew_status crew_rank_train_step(crew_rank *r, crew_rank_step *st)
         CREW_TRY(update(r, grad, step));
         r->update_s = crew_now() - t2;
     }
+    if (CREW_HOOK(r, step_ends)) CREW_TRY(r->hooks->step_ends(r->hooks_user, &r->who, step));
     if (run->drift_every > 0 && step % run->drift_every == 0) CREW_TRY(crew_rank_check_drift(r, step));
     double step_s = crew_now() - t0;
     r->step_s += step_s;

@@ -183,6 +183,7 @@ crew_status crew_rank_finish(crew_rank *r, int64_t step)
 {
     float *moments = r->run->hooks.final_moments;
     CREW_TRY(crew_rank_report_end(r, step - r->run->start_step));
+    if (r->run->hooks.compare_replicas) CREW_TRY(crew_rank_compare_replicas(r, step));
     crew_model *m;
     const crew_optimizer *opt;
     CREW_TRY(crew_rank_whole(r, step, moments != NULL, &m, &opt));

@@ -46,7 +46,12 @@ crew_status crew_run_open_loader(const crew_run *run, int rank, int size, const 
                               .slot_alloc = device ? staging_alloc : NULL,
                               .slot_free = device ? staging_free : NULL,
                               .slot_user = (void *)device};
-    if (run->hooks.rank && run->hooks.rank->loader_rank) rank = run->hooks.rank->loader_rank(run->hooks.rank_user, rank);
+    if (run->hooks.rank) { /* test seams (hooks.h) */
+        lo.order_epoch = run->hooks.rank->loader_epoch;
+        lo.order_user = run->hooks.rank_user;
+        lo.order_rank = rank;
+        if (run->hooks.rank->loader_rank) rank = run->hooks.rank->loader_rank(run->hooks.rank_user, rank);
+    }
     crew_loader_range range = {.batch = run->plan.batch_per_device, .micro = size * k, .first = rank * k, .count = k};
     return crew_loader_create(run->train, &lo, &range, run->plan.seed, out);
 }

@@ -48,7 +48,9 @@
 
 #include "backend/backend.h"
 #include "core/options.h"
+#include "core/rng.h"
 #include "core/status.h"
+#include "data/dataset.h"
 #include "train/step.h"
 #include "train/train.h"
 #include "train/verify.h"
@@ -58,6 +60,7 @@
 #define DEADLINE_FACTOR 20.0
 #define DEADLINE_FLOOR_S 10.0
 #define GROUP_DEADLINE_S 300.0  /* across processes: the fit's default collective deadline */
+#define MIN_STEPS_PER_EPOCH 4   /* the default slice of the data: at least this many global batches */
 
 enum { COL_A, COL_B, COL_C, COL_NONE = -1 };
 
@@ -73,6 +76,8 @@ typedef struct run_spec {
     int grouped;                /* joins the process group */
     int column;                 /* its column of the losses table, or COL_NONE */
     const char *kind;           /* another device kind (--against), or NULL: the asked one */
+    int shard;                  /* 1: the optimizer state sharded (else as the options say) */
+    int64_t sum_block;          /* every sum over the batch in blocks of this many terms (crew_device_options.sum_block) */
 } run_spec;
 
 typedef struct verify_ctx {
@@ -133,6 +138,7 @@ static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values 
     o.global_batch = r->global_batch;
     o.bucket_mb = r->bucket_mb;
     o.sync_batch_norm = r->sync_bn;
+    if (r->shard) o.shard_optimizer = 1;
     o.group = r->grouped ? v->opts->group : NULL;
     if (r->grouped) { /* the N-replica runs: as pipelines when asked */
         o.pipeline_stages = v->opts->pipeline_stages;
@@ -161,6 +167,8 @@ static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values 
         h->reverse_batch_rows = r->reverse_rows;
         h->first_grads = out->first_grads;
         h->final_moments = out->moments;
+        h->compare_replicas = o.devices > 1; /* every replica's values, not only replica 0's and their hashes */
+        h->sum_block = r->sum_block;
         if (v->hooks) h->rank = v->hooks->rank, h->rank_user = v->hooks->user;
         s = crew_fit_run(f, &fr);
         if (s && stops_the_proof(s)) {
@@ -198,9 +206,9 @@ typedef struct verify_runs {
     int path_ref[CREW_VERIFY_MAX_PATHS];    /* 0: (b), 1: (b2) */
     crew_verify_values path[CREW_VERIFY_MAX_PATHS];
     int a_is_path0;                         /* no batch norm: (a) is the first path */
-    run_spec a_spec, b_spec[2], c_spec, d_spec[2], f_spec;
-    int has_b2, has_d, has_e, has_f;
-    crew_verify_values a, b[2], c, d[2], f;
+    run_spec a_spec, b_spec[2], c_spec, d_spec[2], f_spec, g_spec;
+    int has_b2, has_d, has_e, has_f;        /* (g) runs with (d) */
+    crew_verify_values a, b[2], c, d[2], f, g;
 } verify_runs;
 
 static void verify_runs_free(verify_runs *w)
@@ -214,6 +222,7 @@ static void verify_runs_free(verify_runs *w)
     crew_verify_values_free(&w->d[0]);
     crew_verify_values_free(&w->d[1]);
     crew_verify_values_free(&w->f);
+    crew_verify_values_free(&w->g);
 }
 
 /* The specs: (a) as asked; the paths: k and the other k, each with the run's buckets and with
@@ -224,18 +233,18 @@ static void plan_runs(verify_ctx *v, int n, int total, int64_t batch, int k, int
     const double run_mb = v->base.bucket_mb > 0 ? v->base.bucket_mb : CREW_DEFAULT_BUCKET_MB;
     const double own_mb = small_bucket_mb(v->m->n_params);
     const int64_t g[2] = {(int64_t)total * batch * k, (int64_t)total * batch * k2};
-    w->a_spec = (run_spec){"N replicas", n, batch, g[0], 0, run_mb, -1, 1, COL_A, NULL};
-    w->b_spec[0] = (run_spec){"1 replica accumulating", 1, batch, g[0], 0, run_mb, -1, 0, COL_B, NULL};
-    w->b_spec[1] = (run_spec){"1 replica accumulating (the other k)", 1, batch, g[1], 0, run_mb, -1, 0, COL_NONE, NULL};
-    w->c_spec = (run_spec){"1 replica full batch", 1, g[0], g[0], 0, run_mb, -1, 0, COL_C, NULL};
+    w->a_spec = (run_spec){"N replicas", n, batch, g[0], 0, run_mb, -1, 1, COL_A, NULL, 0, 0};
+    w->b_spec[0] = (run_spec){"1 replica accumulating", 1, batch, g[0], 0, run_mb, -1, 0, COL_B, NULL, 0, 0};
+    w->b_spec[1] = (run_spec){"1 replica accumulating (the other k)", 1, batch, g[1], 0, run_mb, -1, 0, COL_NONE, NULL, 0, 0};
+    w->c_spec = (run_spec){"1 replica full batch", 1, g[0], g[0], 0, run_mb, -1, 0, COL_C, NULL, 0, 0};
     w->d_spec[0] = (run_spec){"rounding reference (full batch, rows reversed)", 1, g[0], g[0], 1, run_mb, -1, 0,
-                              COL_NONE, NULL};
+                              COL_NONE, NULL, 0, 0};
     /* (e): the same global batch in other blocks, 2N replicas of B/2 (or N/2 of 2B), within
      * process 0; none when neither divides, or when it would be (c) itself */
     int e_n = batch % 2 == 0 ? 2 * total : total % 2 == 0 ? total / 2 : 0;
     int64_t e_batch = e_n ? g[0] / k / e_n : 0;
     w->has_e = e_n > 1 && e_batch * e_n * k == g[0];
-    w->d_spec[1] = (run_spec){"rounding reference (other blocks)", e_n, e_batch, g[0], 0, run_mb, -1, 0, COL_NONE, NULL};
+    w->d_spec[1] = (run_spec){"rounding reference (other blocks)", e_n, e_batch, g[0], 0, run_mb, -1, 0, COL_NONE, NULL, 0, 0};
     w->has_b2 = has_k2;
     w->a_is_path0 = !bn;
     static const char *labels[2][2] = {{"N replicas, k micro-batches, the run's buckets",
@@ -247,14 +256,24 @@ static void plan_runs(verify_ctx *v, int n, int total, int64_t batch, int k, int
             double mb = own ? own_mb : run_mb;
             if (own && crew_bucket_count(v->m->n_params, own_mb) == crew_bucket_count(v->m->n_params, run_mb)) continue;
             /* batch norm: per-micro-batch statistics, which one replica accumulating computes too */
-            w->path_spec[w->n_paths] = (run_spec){labels[kk][own], n, batch, g[kk], 0, mb, bn ? 0 : -1, 1, COL_NONE, NULL};
+            w->path_spec[w->n_paths] = (run_spec){labels[kk][own], n, batch, g[kk], 0, mb, bn ? 0 : -1, 1, COL_NONE, NULL, 0, 0};
             w->path_ref[w->n_paths++] = kk;
         }
     if (w->a_is_path0) w->path_spec[0] = w->a_spec;
+    const int piped = v->opts->pipeline_stages > 1 || v->opts->pipeline_split;
+    if (total > 1 && !v->opts->shard_optimizer && !piped) { /* ZeRO-1, which the planner may choose: held bitwise too */
+        w->path_spec[w->n_paths] = (run_spec){"N replicas, k micro-batches, verify's buckets, sharded optimizer", n, batch,
+                                              g[0], 0, own_mb, bn ? 0 : -1, 1, COL_NONE, NULL, 1, 0};
+        w->path_ref[w->n_paths++] = 0;
+    }
     w->has_d = !v->res->fixed_tolerance;
+    /* (g): the blocks of (e) (or half a micro-batch) without the replicas: the full batch on one
+     * replica, every GEMM summing its k terms in blocks of that many */
+    w->g_spec = (run_spec){"rounding reference (full batch, GEMMs summed in blocks)", 1, g[0], g[0], 0, run_mb, -1, 0,
+                           COL_NONE, NULL, 0, w->has_e ? e_batch : batch > 1 ? batch / 2 : 1};
     w->has_f = v->opts->against_kind != NULL;
     w->f_spec = (run_spec){"1 replica full batch on the other kind (--against)", 1, g[0], g[0], 0, run_mb, -1, 0,
-                           COL_NONE, v->opts->against_kind};
+                           COL_NONE, v->opts->against_kind, 0, 0};
 }
 
 /* The N-replica runs (every process takes part); stops at the first that stops. */
@@ -286,7 +305,9 @@ static crew_status run_references(verify_ctx *v, verify_runs *w)
     }
     CREW_TRY(run_one(v, &w->c_spec, &w->c));
     if (!w->c.m || !w->has_d) return CREW_OK;
-    return run_one(v, &w->d_spec[0], &w->d[0]);
+    CREW_TRY(run_one(v, &w->d_spec[0], &w->d[0]));
+    if (!w->d[0].m) return CREW_OK;
+    return run_one(v, &w->g_spec, &w->g);
 }
 
 /* (e), process 0 only, after the deadline is known: it has replicas of its own; then (f). */
@@ -309,7 +330,7 @@ static crew_status judge_against(verify_ctx *v, verify_runs *w)
     res->against_first_step_ratio = mine.first_step_ratio;
     snprintf(res->against_first_step_decided_by, sizeof res->against_first_step_decided_by, "%s",
              mine.first_step_decided_by);
-    CREW_TRY(crew_verify_judge(w->f.m, w->c.m, w->has_d ? w->d[0].m : NULL, w->has_e ? w->d[1].m : NULL, &mine));
+    CREW_TRY(crew_verify_judge(w->f.m, w->c.m, w->has_d ? w->d[0].m : NULL, w->has_e ? w->d[1].m : NULL, NULL, &mine));
     res->against_ok = mine.full_batch_ok;
     res->against_max_rel_diff = mine.max_rel_diff_full_batch;
     snprintf(res->against_decided_by, sizeof res->against_decided_by, "%s", mine.decided_by);
@@ -320,7 +341,7 @@ static crew_status judge_against(verify_ctx *v, verify_runs *w)
 
 static double slowest_reference_step(const verify_runs *w)
 {
-    const crew_verify_values *r[] = {&w->b[0], &w->b[1], &w->c, &w->d[0]};
+    const crew_verify_values *r[] = {&w->b[0], &w->b[1], &w->c, &w->d[0], &w->g};
     double s = 0.0;
     for (size_t i = 0; i < sizeof r / sizeof *r; i++) s = r[i]->slowest_step_s > s ? r[i]->slowest_step_s : s;
     return s;
@@ -353,7 +374,8 @@ static crew_status judge_runs(verify_ctx *v, verify_runs *w)
         if (w->has_e)
             res->reference_ok &= crew_verify_first_step(&w->d[1], &w->c, g, "rounding reference (other blocks)", res);
     }
-    CREW_TRY(crew_verify_judge(w->a.m, w->c.m, w->has_d ? w->d[0].m : NULL, w->has_e ? w->d[1].m : NULL, res));
+    CREW_TRY(crew_verify_judge(w->a.m, w->c.m, w->has_d ? w->d[0].m : NULL, w->has_e ? w->d[1].m : NULL,
+                               w->has_d ? w->g.m : NULL, res));
     return CREW_OK;
 }
 
@@ -382,6 +404,8 @@ static crew_status verify(crew_model *m, const crew_dataset *train, const crew_v
     base->precision = given.precision;
     base->conv = given.conv;
     base->conv_choice = given.conv_choice;
+    base->shard_optimizer = given.shard_optimizer;
+    base->attention_recompute = given.attention_recompute;
     int n = given.devices > 0 ? given.devices : 2;
     if (given.batch_per_device > 0) base->batch_per_device = given.batch_per_device;
     if (given.seed) base->seed = given.seed;
@@ -399,6 +423,24 @@ static crew_status verify(crew_model *m, const crew_dataset *train, const crew_v
     }
     crew_fit_plan plan;
     CREW_TRY(crew_model_plan_fit(m, train, base, &plan)); /* checks the combination once, up front */
+    /* The data: by default a slice of whole global batches, so that the steps cross epoch
+     * boundaries (a bug in how later epochs are ordered or split shows only there). */
+    crew_dataset slice;
+    const int64_t all = crew_dataset_size(train);
+    int64_t want = given.samples;
+    if (want == 0) { /* at least MIN_STEPS_PER_EPOCH: fewer would train on the same few batches over and over */
+        int64_t per_epoch = (base->max_steps - 1) / CREW_VERIFY_EPOCHS_CROSSED;
+        want = (per_epoch > MIN_STEPS_PER_EPOCH ? per_epoch : MIN_STEPS_PER_EPOCH) * plan.global_batch;
+    }
+    if (want > 0 && want < all) {
+        crew_dataset_head(train, want, &slice);
+        train = v.train = &slice;
+        CREW_TRY(crew_model_plan_fit(m, train, base, &plan));
+    }
+    res->samples = crew_dataset_size(train);
+    res->dataset_samples = all;
+    res->steps_per_epoch = plan.steps_per_epoch;
+    res->epochs_crossed = plan.steps_per_epoch > 0 ? (int)((plan.total_steps - 1) / plan.steps_per_epoch) : 0;
     if (given.against_kind) {
         CREW_TRY(crew_device_kind_check(given.against_kind));
         snprintf(res->against_kind, sizeof res->against_kind, "%s", given.against_kind);
@@ -443,7 +485,9 @@ static crew_status verify(crew_model *m, const crew_dataset *train, const crew_v
     for (int i = 0; i < w.n_paths; i++)
         res->path[i] = (crew_verify_path){.accumulation = w.path_ref[i] ? k2 : k,
                                           .buckets = crew_bucket_count(m->n_params, w.path_spec[i].bucket_mb),
-                                          .global_batch = w.path_spec[i].global_batch};
+                                          .global_batch = w.path_spec[i].global_batch,
+                                          .sharded = w.path_spec[i].shard || given.shard_optimizer};
+    res->other_blocks_ok = 1;
     crew_status s = CREW_OK;
     if (!group) { /* references first: they set the deadline */
         s = run_references(&v, &w);
@@ -467,7 +511,8 @@ static crew_status verify(crew_model *m, const crew_dataset *train, const crew_v
     if (!s && !res->failure[0] && w.has_f) s = judge_against(&v, &w);
     if (!s)
         res->pass = !res->failure[0] && res->bitwise_equal && res->first_step_ok && res->reference_ok &&
-                    res->full_batch_ok && (!w.has_f || (res->against_first_step_ok && res->against_ok));
+                    res->other_blocks_ok && res->full_batch_ok &&
+                    (!w.has_f || (res->against_first_step_ok && res->against_ok));
     verify_runs_free(&w);
     return s;
 }

@@ -10,13 +10,15 @@ static const char *usage_text =
     "                   [--global-batch G] [--seed S] [--tolerance T] [--deadline S] [--json]\n"
     "                   [--pipeline K [--schedule 1f1b|gpipe] [--stages RANGES] [--micro-batches M]]\n"
     "                   [--precision fp32|bf16] [--conv auto|im2col|library|WAY,...] [--against KIND]\n"
+    "                   [--shard-optimizer] [--attention store|recompute] [--samples N|all]\n"
     "\n"
     "Proves that N replicas compute what one computes, from the same weights and data, K steps\n"
     "(default 20):\n"
     "  paths: N replicas with 1 and with 2 micro-batches per replica, each with the run's gradient\n"
-    "    buckets and with several small ones; each must end bitwise equal (parameters, optimizer\n"
-    "    moments) to one replica accumulating the same micro-batches. Every replica's values are\n"
-    "    compared after every step. With batch norm the paths normalise each micro-batch alone.\n"
+    "    buckets and with several small ones, and with the optimizer state sharded; each must end\n"
+    "    bitwise equal (parameters, optimizer moments) to one replica accumulating the same\n"
+    "    micro-batches. Every replica's values are compared by hash after every step and value by\n"
+    "    value at the end. With batch norm the paths normalise each micro-batch alone.\n"
     "  first step: the loss and every gradient of N replicas against one replica on the whole\n"
     "    global batch, within float32 summation's bound 8 u n S (u = 2^-24, n the terms of the sum,\n"
     "    S the layer's largest gradient).\n"
@@ -24,8 +26,13 @@ static const char *usage_text =
     "    difference is rounding, which training amplifies; two more runs (the full batch with each\n"
     "    batch's samples reversed, and the global batch in other blocks: 2N replicas of B/2 or N/2\n"
     "    of 2B; both held to the first-step bound) measure how much, tensor by tensor, and each\n"
-    "    tensor may differ by up to 30 times its own figure, at least 1e-3. --tolerance T sets a\n"
-    "    fixed bound instead.\n"
+    "    tensor may differ by up to 30 times its own figure, at least 1e-3. The replicas of the\n"
+    "    second may move a tensor by at most 10 times what the same blocks do without replicas (the\n"
+    "    full batch, every GEMM summed in those blocks) or the reversed samples do: beyond, they\n"
+    "    share a bug with the N replicas, and verify FAILs. --tolerance T sets a fixed bound instead.\n"
+    "The data: by default the first whole global batches of the dataset that make the K steps\n"
+    "cross two epoch boundaries (--samples N: the first N; --samples all: every sample).\n"
+    "--shard-optimizer, --attention, --precision and --conv apply to every run (crew train's).\n"
     "With --against KIND (a GPU against the CPU: --devices cuda:2 --against cpu) the full-batch run\n"
     "is made once more on one device of that kind and held to this kind's as the N replicas are:\n"
     "its first step within the same bound, its trajectory within every tensor's rounding bound.\n"
@@ -37,11 +44,12 @@ static const char *usage_text =
     "names it. --deadline S: seconds a replica may wait [20 x the slowest reference step, >= 10].\n"
     "Exit status 0 only when everything holds (1 otherwise). With --json the last line is one\n"
     "JSON object: devices, steps, global_batch, accumulation, buckets, paths [{k, buckets,\n"
-    "global_batch, bitwise_equal, max_rel_diff}], replicas_compared, replica_checks, bitwise_equal,\n"
+    "global_batch, sharded, bitwise_equal, max_rel_diff}], replicas_compared, replica_checks, bitwise_equal,\n"
     "batch_norm_synced, first_step_ok, first_step_ratio, first_step_decided_by, reference_ok,\n"
     "reference_replicas, reference_batch (0: no reference in other blocks),\n"
     "max_rel_diff_full_batch, tolerance, rounding_spread, decided_by, decided_by_diff,\n"
-    "decided_by_spread, allowed, deadline_s, failure, pass.\n";
+    "decided_by_spread, allowed, other_blocks_ok, immune_spread, other_blocks_decided_by,\n"
+    "other_blocks_diff, other_blocks_allowed, samples, dataset_samples, steps_per_epoch, epochs_crossed, deadline_s, failure, pass.\n";
 
 typedef struct verify_args {
     const char *model, *data, *devices; /* devices: checked after MODEL.json and --data */
@@ -52,6 +60,8 @@ typedef struct verify_args {
     int precision;
     cli_conv conv;
     const char *against;
+    int shard_optimizer, attention;
+    const char *samples;
 } verify_args;
 
 static int parse_conv(const char *verb, const char *v, void *args)
@@ -76,6 +86,9 @@ static const cli_flag_spec verify_flags[] = {
     CLI_CHOICE_FLAG(verify_args, "--precision", precision, cli_precisions),
     CLI_CUSTOM_FLAG("--conv", parse_conv),
     CLI_STRING_FLAG(verify_args, "--against", against),
+    CLI_SWITCH_FLAG(verify_args, "--shard-optimizer", shard_optimizer),
+    CLI_CHOICE_FLAG(verify_args, "--attention", attention, cli_attention_ways),
+    CLI_STRING_FLAG(verify_args, "--samples", samples),
 };
 
 /* The paths: each N-replica run against one replica accumulating the same micro-batches. */
@@ -85,16 +98,17 @@ static void print_paths(const crew_verify_result *r)
            r->batch_norm_synced ? "" : ", state");
     for (int i = 0; i < r->paths; i++) {
         const crew_verify_path *p = &r->path[i];
-        printf("  %d micro-batch%s per replica, %d gradient bucket%s, global batch %lld: %s", p->accumulation,
+        printf("  %d micro-batch%s per replica, %d gradient bucket%s, global batch %lld%s: %s", p->accumulation,
                p->accumulation == 1 ? "" : "es", p->buckets, p->buckets == 1 ? "" : "s", (long long)p->global_batch,
-               p->bitwise_equal ? "bitwise equal\n" : "NOT bitwise equal");
+               p->sharded ? ", optimizer sharded" : "", p->bitwise_equal ? "bitwise equal\n" : "NOT bitwise equal");
         if (!p->bitwise_equal) printf(" (max relative difference %.3g)\n", p->max_rel_diff);
     }
     if (r->batch_norm_synced)
         printf("  (batch norm: these runs normalise each micro-batch alone, as one replica accumulating does;\n"
                "  N replicas with synchronised statistics are held to the full batch below)\n");
-    printf("every replica's parameters, state and optimizer moments compared after every step: %d replicas, %lld "
-           "checks, all equal\n", r->replicas_compared, (long long)r->replica_checks);
+    printf("every replica's parameters, state and optimizer moments compared after every step (by hash) and at the end\n"
+           "  (value by value): %d replicas, %lld checks, all equal\n", r->replicas_compared,
+           (long long)r->replica_checks);
 }
 
 /* The rounding references, as the verdicts name them. */
@@ -136,6 +150,25 @@ static void print_full_batch_verdict(const crew_verify_result *r)
            "  each may differ by 30 times its own figure, at least %.3g; nearest its bound: %s, %.3g of %.3g\n",
            references(r, refs, sizeof refs), r->rounding_spread, r->tolerance, r->decided_by, r->decided_by_diff,
            r->allowed);
+    if (r->reference_replicas)
+        printf("  the %d replicas of %lld within 10 times what the same blocks do without replicas (the full batch, every\n"
+               "  GEMM summed in blocks of %lld, and the samples reversed: up to %.3g): %s; nearest: %s, %.3g of %.3g\n",
+               r->reference_replicas, (long long)r->reference_batch, (long long)r->reference_batch, r->immune_spread,
+               r->other_blocks_ok ? "yes" : "NO: they moved by more than rounding, a bug they share with the N replicas",
+               r->other_blocks_decided_by, r->other_blocks_diff, r->other_blocks_allowed);
+}
+
+/* Which samples the runs trained on. */
+static void print_data(const crew_verify_result *r)
+{
+    if (r->samples < r->dataset_samples)
+        printf("data: the first %lld of the dataset's %lld samples, %lld steps an epoch: the %lld steps cross %d epoch "
+               "boundar%s (--samples all: every sample)\n", (long long)r->samples, (long long)r->dataset_samples,
+               (long long)r->steps_per_epoch, (long long)r->steps, r->epochs_crossed, r->epochs_crossed == 1 ? "y" : "ies");
+    else
+        printf("data: all %lld samples, %lld steps an epoch: the %lld steps cross %d epoch boundar%s\n",
+               (long long)r->samples, (long long)r->steps_per_epoch, (long long)r->steps, r->epochs_crossed,
+               r->epochs_crossed == 1 ? "y" : "ies");
 }
 
 static void print_json(const crew_verify_result *r)
@@ -144,9 +177,10 @@ static void print_json(const crew_verify_result *r)
     printf("{\"devices\":%d,\"steps\":%lld,\"global_batch\":%lld,\"accumulation\":%d,\"buckets\":%d,\"paths\":[", r->devices,
            (long long)r->steps, (long long)r->global_batch, r->accumulation, r->buckets);
     for (int i = 0; i < r->paths; i++)
-        printf("%s{\"k\":%d,\"buckets\":%d,\"global_batch\":%lld,\"bitwise_equal\":%s,\"max_rel_diff\":%s}", i ? "," : "",
-               r->path[i].accumulation, r->path[i].buckets, (long long)r->path[i].global_batch,
-               r->path[i].bitwise_equal ? "true" : "false", cli_json_number(r->path[i].max_rel_diff, b1, sizeof b1));
+        printf("%s{\"k\":%d,\"buckets\":%d,\"global_batch\":%lld,\"sharded\":%s,\"bitwise_equal\":%s,\"max_rel_diff\":%s}",
+               i ? "," : "", r->path[i].accumulation, r->path[i].buckets, (long long)r->path[i].global_batch,
+               r->path[i].sharded ? "true" : "false", r->path[i].bitwise_equal ? "true" : "false",
+               cli_json_number(r->path[i].max_rel_diff, b1, sizeof b1));
     printf("],\"replicas_compared\":%d,\"replica_checks\":%lld,\"bitwise_equal\":%s,\"max_rel_diff_accum\":%s,"
            "\"batch_norm_synced\":%s,\"first_step_ok\":%s,\"first_step_ratio\":%s,\"first_step_decided_by\":",
            r->replicas_compared, (long long)r->replica_checks, r->bitwise_equal ? "true" : "false",
@@ -160,9 +194,19 @@ static void print_json(const crew_verify_result *r)
            r->fixed_tolerance ? "null" : cli_json_number(r->rounding_spread, b6, sizeof b6));
     crew_json_write_string(stdout, r->decided_by);
     char b9[32], b10[32];
-    printf(",\"decided_by_diff\":%s,\"decided_by_spread\":%s,\"allowed\":%s,\"deadline_s\":%s,\"failure\":",
+    printf(",\"decided_by_diff\":%s,\"decided_by_spread\":%s,\"allowed\":%s,",
            cli_json_number(r->decided_by_diff, b9, sizeof b9), cli_json_number(r->decided_by_spread, b10, sizeof b10),
-           cli_json_number(r->allowed, b7, sizeof b7), cli_json_number(r->deadline_s, b8, sizeof b8));
+           cli_json_number(r->allowed, b7, sizeof b7));
+    char b13[32], b14[32], b15[32];
+    printf("\"other_blocks_ok\":%s,\"immune_spread\":%s,\"other_blocks_decided_by\":",
+           r->other_blocks_ok ? "true" : "false",
+           r->fixed_tolerance ? "null" : cli_json_number(r->immune_spread, b13, sizeof b13));
+    crew_json_write_string(stdout, r->other_blocks_decided_by);
+    printf(",\"other_blocks_diff\":%s,\"other_blocks_allowed\":%s,\"samples\":%lld,\"dataset_samples\":%lld,"
+           "\"steps_per_epoch\":%lld,\"epochs_crossed\":%d,\"deadline_s\":%s,\"failure\":",
+           cli_json_number(r->other_blocks_diff, b14, sizeof b14), cli_json_number(r->other_blocks_allowed, b15, sizeof b15),
+           (long long)r->samples, (long long)r->dataset_samples, (long long)r->steps_per_epoch, r->epochs_crossed,
+           cli_json_number(r->deadline_s, b8, sizeof b8));
     if (r->failure[0])
         crew_json_write_string(stdout, r->failure);
     else
@@ -224,6 +268,16 @@ int cli_verify(int argc, char **argv)
     o.group = g;
     o.precision = a.precision;
     o.against_kind = a.against;
+    o.shard_optimizer = a.shard_optimizer;
+    o.attention_recompute = a.attention;
+    if (a.samples && !strcmp(a.samples, "all")) {
+        o.samples = -1;
+    } else if (a.samples) {
+        char *end;
+        long long v = strtoll(a.samples, &end, 10);
+        if (end == a.samples || *end || v < 1) return cli_usage_error("verify", "--samples takes a count of samples or 'all'");
+        o.samples = v;
+    }
     crew_verify_result r = {0};
     r.losses = calloc((size_t)a.steps * 3, sizeof(float));
     cli_warn_slow_blas("verify");
@@ -276,6 +330,7 @@ int cli_verify(int argc, char **argv)
         else
             printf("verify %s on %s:%d: %lld steps, global batch %lld\n", a.model, kind, r.devices, (long long)r.steps,
                    (long long)r.global_batch);
+        print_data(&r);
         printf("%6s %16s %24s %22s\n", "step", "N replicas", "1 replica accumulating", "1 replica full batch");
         for (int64_t k = 0; k < r.steps; k++)
             printf("%6lld %16.7f %24.7f %22.7f\n", (long long)k + 1, (double)r.losses[k * 3], (double)r.losses[k * 3 + 1],

@@ -27,6 +27,21 @@ CREW_BODY void crew_body_col_sum(const float *x, int64_t rows, int64_t cols, flo
     out[j] = s;
 }
 
+/* The same with the rows in blocks of `block` (crew_device_options.sum_block): each block's sum
+ * from zero, added to those before in order (after out[j] when accumulating), as the sums of
+ * replicas of each block would be. */
+CREW_BODY void crew_body_col_sum_blocked(const float *x, int64_t rows, int64_t cols, float *out, int accumulate,
+                                         int64_t block, int64_t j)
+{
+    float s = accumulate ? out[j] : 0.0f;
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        float p = 0.0f;
+        for (int64_t r = r0; r < rows && r < r0 + block; r++) p += x[r * cols + j];
+        s = r0 == 0 && !accumulate ? p : s + p;
+    }
+    out[j] = s;
+}
+
 /* float32 to bfloat16's bits, to nearest, ties to even; a NaN stays a quiet NaN of the same sign
  * and top payload bits; beyond bfloat16's largest finite value, infinity. The rounding of
  * core/bf16.h (crew_bf16_bits), which is host code only: here for a GPU to compute the same bits

@@ -216,7 +216,11 @@ static void cpu_broadcast_rows(void *ctx, float *y, const float *bias, int64_t r
 /* rows outer, columns inner: crew_body_col_sum's adds, in its order, for every column */
 static void cpu_col_sum(void *ctx, const float *x, int64_t rows, int64_t cols, float *out, int accumulate)
 {
-    (void)ctx;
+    const cpu_ctx *c = ctx;
+    if (c && c->sum_block > 0 && rows > c->sum_block) { /* configure's sum_block: verify's reference, not fast */
+        for (int64_t j = 0; j < cols; j++) crew_body_col_sum_blocked(x, rows, cols, out, accumulate, c->sum_block, j);
+        return;
+    }
     if (!accumulate) memset(out, 0, (size_t)cols * sizeof(float));
     for (int64_t r = 0; r < rows; r++) {
         const float *row = x + r * cols;

@@ -59,9 +59,28 @@ void cpu_gemm_rounding(void *ctx, int round_a, int round_b, int trans_a, int tra
         if (round_a) a = ra, lda = a_cols;
         if (round_b) b = rb, ldb = b_cols;
     }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
-                (blasint)ldc);
+    /* configure's sum_block: the batch's rows in blocks, as replicas of those blocks would compute
+     * them. A GEMM of a's rows (op(a) = a: the rows of the batch) runs block by block; a sum over
+     * them (aᵀ·b: a weight gradient) adds each block's product, op(a)'s columns and op(b)'s rows
+     * k0 .. k0 + kb, to the sum of those before. */
+    const int64_t rows_block = x ? x->sum_block : 0;
+    if (rows_block > 0 && !trans_a && m > rows_block) {
+        for (int64_t m0 = 0; m0 < m; m0 += rows_block)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                        (blasint)(m - m0 < rows_block ? m - m0 : rows_block), (blasint)n, (blasint)k, alpha, a + m0 * lda,
+                        (blasint)lda, b, (blasint)ldb, beta, c + m0 * ldc, (blasint)ldc);
+        return;
+    }
+    const int64_t block = rows_block > 0 && k > rows_block && trans_a && !trans_b ? rows_block : k;
+    int64_t k0 = 0;
+    do {
+        const int64_t kb = k - k0 < block ? k - k0 : block;
+        const float *ak = trans_a ? a + k0 * lda : a + k0, *bk = trans_b ? b + k0 : b + k0 * ldb;
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                    (blasint)m, (blasint)n, (blasint)kb, alpha, ak, (blasint)lda, bk, (blasint)ldb, k0 ? 1.0f : beta, c,
+                    (blasint)ldc);
+        k0 += kb;
+    } while (k0 < k);
 }
 
 crew_status cpu_configure(void *ctx, const crew_device_options *o)
@@ -72,7 +91,10 @@ crew_status cpu_configure(void *ctx, const crew_device_options *o)
     if (o->conv_library)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "the CPU has no convolution library: its convolutions are "
                            "im2col + OpenBLAS");
+    if (o->sum_block < 0)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cpu backend: sums in blocks of %lld terms", (long long)o->sum_block);
     x->bf16 = o->precision == CREW_PRECISION_BF16;
+    x->sum_block = o->sum_block;
     return CREW_OK;
 }
 

@@ -13,6 +13,7 @@ typedef struct cpu_ctx {
     /* memory_used: the rank's thread allocates, its communication thread may too */
     _Atomic int64_t in_use, peak;
     int bf16;                   /* GEMM operands rounded to bfloat16 (configure) */
+    int64_t sum_block;          /* GEMMs' k and column sums' rows in blocks of this many (configure); 0: whole */
     float *round_a, *round_b;   /* their copies, grown as needed; the rank's thread alone computes */
     size_t cap_a, cap_b;
     float *widen[2];            /* bfloat16 activations widened to float for an op (cpu_widened) */

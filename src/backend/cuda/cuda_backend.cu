@@ -507,6 +507,33 @@ void cuda_gemm_typed(cuda_ctx *c, int ta, int tb, int64_t m, int64_t n, int64_t 
                      int64_t stride_b, float beta, float *out, int64_t ldc, int64_t stride_c, int64_t count)
 {
     if (m <= 0 || n <= 0 || count <= 0) return;
+    /* configure's sum_block: the batch's rows in blocks, as replicas of those blocks would compute
+     * them (cpu_gemm.c): a GEMM of a's rows block by block, a sum over them (aᵀ·b) each block's
+     * product added to the sum so far */
+    if (c->sum_block > 0 && !ta && m > c->sum_block) {
+        const size_t ea = crew_dtype_size(a_type);
+        const int64_t saved = c->sum_block;
+        c->sum_block = 0;
+        for (int64_t m0 = 0; m0 < m; m0 += saved)
+            cuda_gemm_typed(c, ta, tb, m - m0 < saved ? m - m0 : saved, n, k, alpha, (const char *)a + (size_t)(m0 * lda) * ea,
+                            a_type, lda, stride_a, b, b_type, ldb, stride_b, beta, out + m0 * ldc, ldc, stride_c, count);
+        c->sum_block = saved;
+        return;
+    }
+    if (c->sum_block > 0 && k > c->sum_block && ta && !tb) {
+        const size_t ea = crew_dtype_size(a_type), eb = crew_dtype_size(b_type);
+        for (int64_t k0 = 0; k0 < k; k0 += c->sum_block) {
+            const int64_t kb = k - k0 < c->sum_block ? k - k0 : c->sum_block;
+            const char *ak = (const char *)a + (size_t)(ta ? k0 * lda : k0) * ea;
+            const char *bk = (const char *)b + (size_t)(tb ? k0 : k0 * ldb) * eb;
+            const int64_t saved = c->sum_block;
+            c->sum_block = 0;
+            cuda_gemm_typed(c, ta, tb, m, n, kb, alpha, ak, a_type, lda, stride_a, bk, b_type, ldb, stride_b,
+                            k0 ? 1.0f : beta, out, ldc, stride_c, count);
+            c->sum_block = saved;
+        }
+        return;
+    }
     cublasStatus_t st;
     const cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int a16 = a_type == CREW_DT_BF16, b16 = b_type == CREW_DT_BF16;
@@ -571,7 +598,11 @@ static crew_status cuda_configure(void *ctx, const crew_device_options *o)
     cuda_ctx *c = (cuda_ctx *)ctx;
     if (o->precision != CREW_PRECISION_FP32 && o->precision != CREW_PRECISION_BF16)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cuda:%d: unknown precision %d", c->device, (int)o->precision);
+    if (o->sum_block < 0)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cuda:%d: sums in blocks of %lld terms", c->device,
+                           (long long)o->sum_block);
     c->bf16 = o->precision == CREW_PRECISION_BF16;
+    c->sum_block = o->sum_block;
     if (o->conv_library && !c->conv) return cuda_conv_open(c);
     return CREW_OK;
 }

@@ -30,6 +30,7 @@ typedef struct cuda_ctx {
     cudaEvent_t done;           /* recorded on it by queue_wait */
     cublasHandle_t blas;
     int bf16;                   /* GEMMs on bfloat16 tensor cores, float32 accumulation (configure) */
+    int64_t sum_block;          /* GEMMs' k and column sums' rows in blocks of this many (configure); 0: whole */
     struct cuda_conv *conv;     /* cuDNN's convolutions (cuda_conv.cu), when asked for; NULL: none */
     void *bf16_ops[2];          /* bf16: a GEMM's two operands rounded to bfloat16, grown as needed */
     int64_t bf16_cap[2];        /* their sizes, in bfloat16 values */

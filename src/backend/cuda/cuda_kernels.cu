@@ -104,9 +104,12 @@ __global__ void k_broadcast_rows(float *y, const float *bias, int64_t rows, int6
     FOR_EACH(i, rows * cols) crew_body_broadcast_rows(y, bias, cols, i);
 }
 /* One thread per column, the rows in order. */
-__global__ void k_col_sum(const float *x, int64_t rows, int64_t cols, float *out, int accumulate)
+__global__ void k_col_sum(const float *x, int64_t rows, int64_t cols, float *out, int accumulate, int64_t block)
 {
-    FOR_EACH(j, cols) crew_body_col_sum(x, rows, cols, out, accumulate, j);
+    if (block > 0 && rows > block)
+        FOR_EACH(j, cols) crew_body_col_sum_blocked(x, rows, cols, out, accumulate, block, j);
+    else
+        FOR_EACH(j, cols) crew_body_col_sum(x, rows, cols, out, accumulate, j);
 }
 
 static void cuda_fill(void *ctx, float *x, float value, int64_t n)
@@ -145,7 +148,7 @@ static void cuda_col_sum(void *ctx, const float *x, int64_t rows, int64_t cols, 
 {
     cuda_ctx *c = enter(ctx);
     if (cols <= 0) return;
-    k_col_sum LAUNCH(c, cols)(x, rows, cols, out, accumulate);
+    k_col_sum LAUNCH(c, cols)(x, rows, cols, out, accumulate, c->sum_block);
     cuda_launched(c, "col_sum");
 }
 
