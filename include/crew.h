@@ -1117,6 +1117,10 @@ const char *crew_format_duration(double seconds, char *buf, size_t len);
  * crew plan's table and the memory verdicts use it, so a size reads the same in both. Returns buf. */
 const char *crew_format_bytes(int64_t bytes, char *buf, size_t len);
 
+/* A share in percent with the digits it needs: "42%", "3.5%", "0.42%", and "99.7%" for what is just
+ * under 100 (never rounded up to "100%", nor written "1e+02%"); "-" when not finite. Returns buf. */
+const char *crew_format_percent(double percent, char *buf, size_t len);
+
 /* Writes s as a JSON string (quoted, with '"', '\\' and control characters escaped) to f; NULL
  * writes "". The library's metrics files and the CLI's --json lines both use it. */
 void crew_json_write_string(FILE *f, const char *s);
