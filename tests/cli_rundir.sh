@@ -18,13 +18,8 @@
 . "$(dirname "$0")/lib_cli.sh"
 CREW=$(cd "$(dirname "$CREW")" && pwd)/$(basename "$CREW") # one test runs it in another directory
 
-# A small dataset of 12x12 images (random pixels, labels 0-9 in turn), so that runs are fast and
-# crops and flips mean something.
-printf '\x00\x00\x08\x03\x00\x00\x02\x30\x00\x00\x00\x0c\x00\x00\x00\x0c' > "$TMP/img"
-head -c $((560 * 144)) /dev/urandom >> "$TMP/img"
-printf '\x00\x00\x08\x01\x00\x00\x02\x30' > "$TMP/lab"
-for _ in $(seq 56); do printf '\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09'; done >> "$TMP/lab"
-"$CREW" prep idx "$TMP/img" "$TMP/lab" --out "$TMP/data" > /dev/null || { echo "crew prep failed"; exit 1; }
+# A small dataset of 12x12 images, so that runs are fast and crops and flips mean something.
+tiny_images "$TMP/data" 560
 D="$TMP/data"
 mlp() { # $1: activation of the hidden layer
   echo '{"name": "tiny", "input_shape": [12, 12, 1], "layers": [{"type": "flatten"},

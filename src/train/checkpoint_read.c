@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "core/status.h"
@@ -207,8 +209,9 @@ static void set_aside(const char *dir, char *note, size_t note_len)
 }
 
 /* Temporary directories of writers that died mid-checkpoint: step-XXXXXXXX.tmp-<pid> whose
- * process is gone. */
-static void remove_stale_temporaries(const char *root)
+ * process is gone. Only a real directory is crew's: a symbolic link of that name is left alone
+ * (nothing is removed through it) and named in the note. */
+static void remove_stale_temporaries(const char *root, char *note, size_t note_len)
 {
     DIR *d = opendir(root);
     if (!d) return;
@@ -219,12 +222,16 @@ static void remove_stale_temporaries(const char *root)
         if (sscanf(e->d_name, "step-%lld.tmp-%d", &step, &pid) != 2) continue;
         if (kill(pid, 0) == 0 || errno != ESRCH) continue;
         char dir[4200];
-        crew_atomic_dir ad = {0};
+        struct stat sb;
         snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
-        size_t len = strlen(dir);
-        if (len >= sizeof ad.tmp) continue;
-        memcpy(ad.tmp, dir, len + 1);
-        crew_atomic_dir_abort(&ad); /* removes the files and the directory */
+        if (lstat(dir, &sb) != 0) continue;
+        if (!S_ISDIR(sb.st_mode)) {
+            append(note, note_len, "%sleft %s alone (%s, not a directory crew wrote)", note[0] ? "; " : "", e->d_name,
+                   S_ISLNK(sb.st_mode) ? "a symbolic link" : "a file");
+            continue;
+        }
+        crew_remove_dir_files(dir);
+        rmdir(dir);
     }
     closedir(d);
 }
@@ -249,7 +256,7 @@ crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_optimiz
                                    char *note, size_t note_len)
 {
     note[0] = '\0';
-    remove_stale_temporaries(root);
+    remove_stale_temporaries(root, note, note_len);
     long long steps[4096];
     crew_status err;
     int n = list_steps(root, steps, 4096, &err);
