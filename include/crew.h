@@ -201,6 +201,10 @@ int crew_dataset_is_tokens(const crew_dataset *d);
 /* Re-cuts a token dataset into windows of `context` tokens (a GPT's context): an error when no
  * shard holds context + 1 tokens. */
 crew_status crew_dataset_set_context(crew_dataset *d, int64_t context);
+/* The dataset's files that are symbolic links to files outside its directory, one line each
+ * ("data/fm/train_x.npy is a symbolic link to /big/fm/train_x.npy, outside data/fm: read from
+ * there"): crew reads them, and the CLI says so (docs/DATA.md, "Symbolic links"). "" when none. */
+const char *crew_dataset_note(const crew_dataset *d);
 /* crew_dataset_open for training or evaluating model m: a token dataset is cut into windows of
  * m's context (crew_model_context) when m is a language model. */
 crew_status crew_dataset_open_for(const crew_model *m, const char *dir, const char *split, crew_dataset **out);

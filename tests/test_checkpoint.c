@@ -314,6 +314,25 @@ static void test_links_never_followed(void)
     CHECK_MSG(victim_intact(victim), "pruning removed files through a step directory that is a link");
     snprintf(path, sizeof path, "%s/step-00000002", fx.root);
     CHECK_MSG(!path_exists(path), "pruning to 1 kept step 2");
+    /* A checkpoint's file that is a link is refused untouched (never read, nor set aside as
+     * damaged), and so is a step directory that is one when it is written. */
+    char state[700];
+    snprintf(state, sizeof state, "%s/step-00000008/state.json", fx.root);
+    CHECK(unlink(state) == 0 && symlink("/etc/passwd", state) == 0);
+    crew_status s = crew_checkpoint_resume(fx.root, fx.m, &fx.opt, &st, note, sizeof note);
+    CHECK_MSG(s && crew_status_code(s) == CREW_CODE_BAD_INPUT &&
+                  strstr(crew_status_message(s), "state.json is a symbolic link (to /etc/passwd)"),
+              "a linked state.json: %s", crew_status_message(s));
+    crew_status_free(s);
+    CHECK(set_aside_in(fx.root) == 0);
+    snprintf(link, sizeof link, "%s/step-00000010", fx.root);
+    CHECK(symlink(victim, link) == 0);
+    crew_checkpoint_state ten = make_state(10);
+    s = crew_checkpoint_write(fx.root, fx.m, &fx.opt, &ten, 1, path, sizeof path);
+    CHECK_MSG(s && strstr(crew_status_message(s), "step-00000010 is a symbolic link"), "a linked step: %s",
+              crew_status_message(s));
+    crew_status_free(s);
+    CHECK(victim_intact(victim));
     fixture_close(&fx);
 }
 

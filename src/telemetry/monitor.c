@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/links.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "telemetry/monitor_internal.h"
@@ -65,8 +66,13 @@ static crew_status write_run_line(crew_monitor *m)
 /* metrics.jsonl, new or (a resumed run) to append to after its last complete line. */
 static crew_status open_record(crew_monitor *m)
 {
-    int flags = O_CLOEXEC | O_CREAT | (m->cfg.append ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC);
+    /* Never through a link (docs/CHECKPOINTS.md, "Symbolic links"): O_NOFOLLOW closes the gap
+     * between the check and the open. */
+    static const char why[] = "crew writes a run's record only into a file of its own, never through a link (remove the link)";
+    CREW_TRY(crew_refuse_link(m->path, why));
+    int flags = O_CLOEXEC | O_CREAT | O_NOFOLLOW | (m->cfg.append ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC);
     int fd = open(m->path, flags, 0644);
+    if (fd < 0 && errno == ELOOP) return crew_refuse_link(m->path, why);
     if (fd < 0) return crew_errorf(CREW_CODE_IO, "cannot create %s: %s", m->path, strerror(errno));
     if (m->cfg.append) {
         crew_status s = crew_monitor_resume_scan(m, fd);

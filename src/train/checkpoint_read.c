@@ -17,6 +17,7 @@
 
 #include "core/status.h"
 #include "core/atomic_dir.h"
+#include "core/links.h"
 #include "io/safetensors.h"
 #include "train/checkpoint_json.h"
 
@@ -35,8 +36,25 @@ static crew_status read_text(const char *path, char **out)
 }
 
 /* Damage: what a crash, a full disk or a person's mistake can do to a checkpoint that crew wrote
- * whole. Such a checkpoint is set aside; any other refusal leaves it untouched. */
-typedef enum verdict { USABLE, DAMAGED, REFUSED } verdict;
+ * whole. Such a checkpoint is set aside; any other refusal leaves it untouched: one that does not
+ * fit (REFUSED), and one that is or holds a symbolic link (LINKED: crew never writes one, so a
+ * person made it, and crew reads nothing through it, not even to hash it). */
+typedef enum verdict { USABLE, DAMAGED, REFUSED, LINKED } verdict;
+
+#define LINK_WHY "a checkpoint is a directory of crew's own files, and crew reads none through a link (remove the link)"
+
+/* The checkpoint directory and each of its files, not links. */
+static crew_status refuse_links(const char *dir)
+{
+    char path[4200];
+    CREW_TRY(crew_refuse_link(dir, LINK_WHY));
+    static const char *const markers[] = {"COMPLETE", "state.json"};
+    for (int i = 0; i < 2 + CREW_CHECKPOINT_FILES; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, i < 2 ? markers[i] : crew_checkpoint_file_names[i - 2]);
+        CREW_TRY(crew_refuse_link(path, LINK_WHY));
+    }
+    return CREW_OK;
+}
 
 /* The marker and state.json: damage when either is missing or they disagree; state.json that
  * matches its marker but cannot be used (another version, another model) is refused. text
@@ -68,6 +86,8 @@ static crew_status check_state(const char *dir, const crew_model *m, crew_checkp
                                crew_checkpoint_file_sum *sums, verdict *v)
 {
     char path[4200], *text;
+    *v = LINKED;
+    CREW_TRY(refuse_links(dir));
     *v = DAMAGED;
     CREW_TRY(check_marker(dir, &text));
     *v = REFUSED;
@@ -236,8 +256,11 @@ static void remove_stale_temporaries(const char *root, char *note, size_t note_l
     closedir(d);
 }
 
+#define ROOT_LINK_WHY "a run's checkpoints/ is a directory of crew's own, and crew reads and writes none through a link (remove the link)"
+
 crew_status crew_checkpoint_newest_state(const char *root, crew_checkpoint_state *st)
 {
+    CREW_TRY(crew_refuse_link(root, ROOT_LINK_WHY));
     long long steps[4096];
     crew_status err;
     int n = list_steps(root, steps, 4096, &err);
@@ -256,6 +279,7 @@ crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_optimiz
                                    char *note, size_t note_len)
 {
     note[0] = '\0';
+    CREW_TRY(crew_refuse_link(root, ROOT_LINK_WHY));
     remove_stale_temporaries(root, note, note_len);
     long long steps[4096];
     crew_status err;
@@ -270,9 +294,10 @@ crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_optimiz
             append(note, note_len, "%sresumed from %s (step %lld)", note[0] ? "; " : "", dir, (long long)st->step);
             return CREW_OK;
         }
-        if (v == REFUSED) { /* every older checkpoint is of the same run: no use trying them */
-            crew_status e = crew_errorf(crew_status_code(s), "%s%scannot resume: %s (the checkpoint is intact and was "
-                                        "left as it is)", note, note[0] ? "; " : "", crew_status_message(s));
+        if (v == REFUSED || v == LINKED) { /* every older checkpoint is of the same run: no use trying them */
+            crew_status e = crew_errorf(crew_status_code(s), "%s%scannot resume: %s (%s)", note, note[0] ? "; " : "",
+                                        crew_status_message(s), v == LINKED ? "it was left as it is"
+                                                                            : "the checkpoint is intact and was left as it is");
             crew_status_free(s);
             return e;
         }

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "core/atomic_dir.h"
+#include "core/links.h"
 #include "io/safetensors.h"
 #include "train/checkpoint_json.h"
 
@@ -134,8 +135,14 @@ crew_status crew_checkpoint_write(const char *root, const crew_model *m, const c
 {
     char final[600];
     snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)st->step);
+    /* Never through a link: one in place of checkpoints/ or of this step is refused
+     * (docs/CHECKPOINTS.md, "Symbolic links"). */
+    CREW_TRY(crew_refuse_link(root, "a run's checkpoints/ is a directory of crew's own, and crew writes nothing "
+                                    "through a link (remove the link)"));
+    CREW_TRY(crew_refuse_link(final, "a checkpoint is a directory of crew's own, and crew writes nothing through a "
+                                     "link (remove the link)"));
     struct stat sb;
-    if (stat(final, &sb) == 0) { /* this step was saved already (a run resumed right here) */
+    if (lstat(final, &sb) == 0) { /* this step was saved already (a run resumed right here) */
         snprintf(path, path_len, "%s", final);
         return CREW_OK;
     }

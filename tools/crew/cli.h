@@ -111,6 +111,9 @@ int cli_agree_run(const char *verb, const crew_process_group *g, int argc, char 
  * the verbs that compute, once, before they start. */
 void cli_warn_slow_blas(const char *verb);
 int cli_usage_error(const char *verb, const char *fmt, ...);
+/* The dataset's files read through a symbolic link to outside it (crew_dataset_note), one
+ * "crew VERB: note: ..." line each on stderr, each line once per process. */
+void cli_note_dataset(const char *verb, const crew_dataset *d);
 
 /* Flag values, range-checked; on error they print one line and return 0. */
 int cli_parse_int(const char *verb, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);

@@ -461,6 +461,10 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     crew_status s = crew_model_load_file(a->model, &st->m);
     if (!s) s = crew_dataset_open_for(st->m, a->data, "train", &st->train);
     if (!s) s = crew_dataset_open_for(st->m, a->data, "test", &st->test);
+    if (!s && crew_group_rank(cli_group()) == 0) {
+        cli_note_dataset("train", st->train);
+        cli_note_dataset("train", st->test);
+    }
     if (!s && a->init_weights) s = crew_model_load_weights(st->m, a->init_weights);
     if (s) return s;
     crew_model_default_fit(st->m, o);
@@ -688,10 +692,15 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
  * resumed one needs its directory. 0, or 2 after the error. */
 static int check_run_dir(const train_args *a, train_state *st)
 {
-    char err[1400];
+    char err[2800], note[5200];
     run_dir_choose(a->run_dir, a->model, st->run_dir, sizeof st->run_dir);
-    int bad = a->resume ? run_dir_check_resume(st->run_dir, err, sizeof err)
+    int bad = run_dir_follow(st->run_dir, note, sizeof note, err, sizeof err);
+    if (!bad && note[0]) fprintf(stderr, "crew train: note: %s\n", note);
+    if (!bad)
+        bad = a->resume ? run_dir_check_resume(st->run_dir, err, sizeof err)
                         : run_dir_check_new(st->run_dir, a->replace, err, sizeof err);
+    /* Before anything is read or written there: a link where crew keeps its files is refused. */
+    if (!bad && a->resume) bad = run_dir_check_links(st->run_dir, err, sizeof err);
     if (!bad) return 0;
     fprintf(stderr, "crew train: %s\n", err);
     return 2;
