@@ -1167,6 +1167,25 @@ int crew_blas_check(char *buf, size_t len);
 #ifdef __cplusplus
 }
 #endif
+/* ---- run directories: one run at a time (docs/CHECKPOINTS.md, "One run at a time")
+ *
+ * A run directory (crew_fit_options.run_dir) belongs to one run. The program that runs there holds
+ * its lock while it runs: RUN_DIR/lock, a POSIX record lock (fcntl) on the whole file, which the
+ * kernel drops when the holder's process ends, however it ends, so a lock never outlives its
+ * holder and a dead run never blocks the next. The file stays, empty when no one holds it.
+ * crew_fit does not take it: the program that owns the directory does (crew train, before it
+ * reads or writes anything there). */
+typedef struct crew_run_lock crew_run_lock;
+/* Locks dir (which must exist) for `what` ("crew train"). Held by another process: a
+ * CREW_CODE_INVALID_ARGUMENT error naming the holder as it described itself ("crew train, process
+ * 4242 on host node7, since 2025-06-01 10:00:00 CEST"). dir/lock as a symbolic link is refused.
+ * On a filesystem that keeps no locks (ENOLCK, EOPNOTSUPP, ...) *out comes back unlocked and
+ * crew_run_lock_note says so; else the note is "". */
+crew_status crew_run_lock_take(const char *dir, const char *what, crew_run_lock **out);
+const char *crew_run_lock_note(const crew_run_lock *l);
+/* Empties the lock file and drops the lock; NULL is a no-op. */
+void crew_run_lock_release(crew_run_lock *l);
+
 /* ---- processes: a run across processes and machines (MPI)
  *
  * The application starts MPI (MPI_Init_thread with at least MPI_THREAD_SERIALIZED: crew calls MPI

@@ -452,8 +452,18 @@ typedef struct train_state {
     crew_model *m;
     crew_dataset *train, *test;
     crew_fit *fit;
+    crew_run_lock *lock;        /* rank 0's, of run_dir: from before anything is written there */
     char run_dir[512], checkpoints[600];
 } train_state;
+
+/* Takes the run directory's lock (crew_run_lock_take): 0, or 2 after naming its holder. */
+static int lock_run_dir(train_state *st)
+{
+    crew_status s = crew_run_lock_take(st->run_dir, "crew train", &st->lock);
+    if (s) return cli_fail("train", s);
+    if (crew_run_lock_note(st->lock)[0]) fprintf(stderr, "crew train: warning: %s\n", crew_run_lock_note(st->lock));
+    return 0;
+}
 
 static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_options *o)
 {
@@ -699,9 +709,17 @@ static int check_run_dir(const train_args *a, train_state *st)
     if (!bad)
         bad = a->resume ? run_dir_check_resume(st->run_dir, err, sizeof err)
                         : run_dir_check_new(st->run_dir, a->replace, err, sizeof err);
+    if (bad) {
+        fprintf(stderr, "crew train: %s\n", err);
+        return 2;
+    }
+    /* A resume reads and sets aside checkpoints while it prepares: it holds the lock from here.
+     * A new run takes it once its plan holds (make_run_dir). */
+    if (!a->resume) return 0;
+    int rc = lock_run_dir(st);
+    if (rc) return rc;
     /* Before anything is read or written there: a link where crew keeps its files is refused. */
-    if (!bad && a->resume) bad = run_dir_check_links(st->run_dir, err, sizeof err);
-    if (!bad) return 0;
+    if (run_dir_check_links(st->run_dir, err, sizeof err) == 0) return 0;
     fprintf(stderr, "crew train: %s\n", err);
     return 2;
 }
@@ -907,16 +925,27 @@ static void print_summary(const crew_fit_result *res, const crew_fit_plan *plan,
     printf("report: %s\nrun directory: %s (config.json, metrics.jsonl, tb/, checkpoints/)\n", report, run_dir);
 }
 
-/* After the plan holds and before anything is written: the flags a resume may not change, and
- * for --replace the old run's files. 0, or the exit status after the error. */
-static int make_run_dir(const train_args *a, const crew_fit_options *o, const crew_fit_plan *plan, const char *run_dir)
+/* After the plan holds and before anything is written: the flags a resume may not change; for a
+ * new run the directory, its lock, and for --replace the old run's files. 0, or the exit status
+ * after the error. */
+static int make_run_dir(const train_args *a, const crew_fit_options *o, const crew_fit_plan *plan, train_state *st)
 {
+    const char *run_dir = st->run_dir;
     char err[1400];
     if (a->resume) {
         int rc = check_resume_flags(a, o, plan, run_dir);
         if (rc) return rc;
     }
-    if ((a->replace && run_dir_clear(run_dir, err, sizeof err) != 0) || run_dir_create(run_dir, err, sizeof err) != 0) {
+    if (a->resume) return 0; /* locked since check_run_dir */
+    if (run_dir_create(run_dir, err, sizeof err) != 0) {
+        fprintf(stderr, "crew train: %s\n", err);
+        return 2;
+    }
+    /* Under the lock, the check of check_run_dir again: another run may have started there
+     * since, and even ended. */
+    int rc = lock_run_dir(st);
+    if (rc) return rc;
+    if (run_dir_check_new(run_dir, a->replace, err, sizeof err) != 0 || (a->replace && run_dir_clear(run_dir, err, sizeof err) != 0)) {
         fprintf(stderr, "crew train: %s\n", err);
         return 2;
     }
@@ -1019,7 +1048,7 @@ int cli_train(int argc, char **argv)
                  (long long)a.devices);
     else
         snprintf(devices, sizeof devices, "%s:%lld", a.device_kind, (long long)a.devices);
-    if ((rc = make_run_dir(&a, &o, plan, st.run_dir))) goto done;
+    if ((rc = make_run_dir(&a, &o, plan, &st))) goto done;
     run_config cfg = {a.model, a.data, devices, a.init_weights, plan};
     if (run_dir_write_config(st.run_dir, &cfg, err, sizeof err) != 0) {
         fprintf(stderr, "crew train: %s\n", err);
@@ -1040,6 +1069,7 @@ int cli_train(int argc, char **argv)
     rc = run_and_save(&a, &st, &view);
 done:
     crew_fit_free(st.fit);
+    crew_run_lock_release(st.lock);
     free(conv);
     crew_dataset_free(st.test);
     crew_dataset_free(st.train);

@@ -1,7 +1,7 @@
 /* run_dir.h — the run directory: where a training run leaves config.json, weights and logs.
  *
- * A run directory belongs to one run. crew owns what it writes there (run_dir_owned) and nothing
- * else; a new run is never started on top of another one's files, which would mix the two (the
+ * A run directory belongs to one run. crew owns what it writes there (run_dir_owned, and the lock
+ * file of crew_run_lock_take, which outlives every run and is no run's) and nothing else; a new run is never started on top of another one's files, which would mix the two (the
  * old checkpoints would outrank the new ones, and a later --resume continue the old run). */
 #ifndef CREW_CLI_RUN_DIR_H
 #define CREW_CLI_RUN_DIR_H
