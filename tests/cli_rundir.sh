@@ -134,6 +134,24 @@ cmp -s "$TMP/whole/weights.safetensors" "$S/weights.safetensors" && ok ||
 cmp -s "$TMP/whole/weights.safetensors" "$TMP/bare/weights.safetensors" && ok ||
   fail "SIGINT + a bare --resume: the weights differ from the uninterrupted run's"
 
+# ---------------------------------------------------------------- a resume past many damaged checkpoints
+# Its info event names the checkpoint it used first, lists what it set aside while that fits, and
+# counts the rest: never a message cut mid-sentence (on stderr and in metrics.jsonl alike). A long
+# run directory makes every path in it long.
+L="$TMP/a-run-directory-with-a-long-name-as-experiment-trackers-make-them-0123456789-0123456789-0123456789/run"
+"$CREW" train "$M" "${SHORT[@]}" --max-steps 60 --checkpoint-every 4 --keep-checkpoints 20 --run-dir "$L" 2> /dev/null || fail "the long run"
+rm "$L/weights.safetensors"
+for s in $(seq 16 4 60); do rm "$L/checkpoints/step-$(printf %08d "$s")/COMPLETE"; done # 12 damaged
+"$CREW" train "$M" "${SHORT[@]}" --max-steps 60 --resume "$L" 2> "$TMP/many.err" || fail "the resume past 12 damaged: $(cat "$TMP/many.err")"
+info=$(grep "crew train: info: " "$TMP/many.err" | sed 's/^crew train: info: //')
+event=$(grep '"kind":"info"' "$L/metrics.jsonl" | tail -n 1 | sed 's/.*"message":"\(.*\)"}$/\1/')
+case $info in
+  "resumed from $L/checkpoints/step-00000012 (step 12), falling back past 12 damaged checkpoints, set aside as step-XXXXXXXX.refused-"*"; and "*" more (step-"*")") ok ;;
+  *) fail "the resume's note past 12 damaged checkpoints: '$info'" ;;
+esac
+[ "$event" = "$info" ] && ok || fail "metrics.jsonl's event differs from stderr's: '$event'"
+[ "$(ls "$L/checkpoints" | grep -c refused)" = 12 ] && ok || fail "not 12 set aside: $(ls "$L/checkpoints")"
+
 # ---------------------------------------------------------------- batch norm and the device count
 "$CREW" train "$TMP/bn.json" --data "$D" --devices cpu:2 --batch-per-device 4 --max-steps 6 --checkpoint-every 3 --quiet \
   --run-dir "$TMP/bn" 2> /dev/null || fail "the batch-norm run"

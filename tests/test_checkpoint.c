@@ -10,7 +10,9 @@
  *   activation, dropout rate or weight decay) is refused with the difference named, and neither
  *   it nor any older checkpoint is renamed, moved or tried;
  * - nothing outside the checkpoints' directory is removed through a symbolic link in it (a dead
- *   writer's temporary, an old checkpoint pruned). */
+ *   writer's temporary, an old checkpoint pruned);
+ * - a resume's note past many damaged checkpoints names the one used first and summarises the
+ *   rest: it never ends mid-sentence. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +265,35 @@ static void test_damaged_set_aside(fixture *fx)
     CHECK(set_aside_in(fx->root) == 1);
 }
 
+/* A resume past more damaged checkpoints than its note holds: the checkpoint used comes first,
+ * those set aside are listed whole while they fit and counted after, and the note ends with its
+ * sentence, at any length. */
+static void test_long_note_summarised(void)
+{
+    fixture fx;
+    if (fixture_open(&fx) != 0) return;
+    char path[700], marker[700];
+    for (int step = 1; step <= 10; step++) {
+        crew_checkpoint_state st = make_state(step);
+        CHECK_OK(crew_checkpoint_write(fx.root, fx.m, &fx.opt, &st, 20, path, sizeof path));
+    }
+    for (int step = 3; step <= 10; step++) {
+        snprintf(marker, sizeof marker, "%s/step-%08d/COMPLETE", fx.root, step);
+        CHECK(unlink(marker) == 0);
+    }
+    crew_checkpoint_state st;
+    char note[420];
+    CHECK_OK(crew_checkpoint_resume(fx.root, fx.m, &fx.opt, &st, note, sizeof note));
+    char want[400];
+    snprintf(want, sizeof want, "resumed from %s/step-00000002 (step 2), falling back past 8 damaged checkpoints", fx.root);
+    size_t n = strlen(note);
+    CHECK_MSG(!strncmp(note, want, strlen(want)) && strstr(note, "refused step-00000010, incomplete") &&
+                  strstr(note, " more (step-") && n > 0 && note[n - 1] == ')',
+              "the note: '%s'", note);
+    CHECK(set_aside_in(fx.root) == 8);
+    fixture_close(&fx);
+}
+
 /* A directory outside the run, with files of the names a checkpoint holds. */
 static void make_victim(const char *dir)
 {
@@ -350,5 +381,6 @@ int main(void)
     test_damaged_set_aside(&fx);
     fixture_close(&fx);
     test_links_never_followed();
+    test_long_note_summarised();
     return check_report();
 }

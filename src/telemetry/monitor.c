@@ -217,11 +217,19 @@ crew_status crew_monitor_epoch(crew_monitor *m, const crew_epoch_info *e)
 crew_status crew_monitor_event(crew_monitor *m, crew_event_kind kind, int64_t step, int rank, double value,
                                const char *fmt, ...)
 {
-    char msg[512];
+    /* Formatted whole, however long: an event never ends mid-sentence (its writers keep their
+     * lists short, summarising them). */
+    char small[512], *msg = small;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof small && (msg = malloc((size_t)n + 1)) != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(msg, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    if (!msg) return CREW_OOM();
     m->events++;
     crew_status s = CREW_OK;
     if (m->has_file) {
@@ -243,6 +251,7 @@ crew_status crew_monitor_event(crew_monitor *m, crew_event_kind kind, int64_t st
         crew_event_info e = {kind, crew_event_kind_name(kind), step, rank, value, msg};
         m->cfg.on_event(m->cfg.user, &e);
     }
+    if (msg != small) free(msg);
     return s;
 }
 
