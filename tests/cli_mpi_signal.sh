@@ -6,7 +6,10 @@
 #   its checkpoint and prints the resume command, the job exits 1; resumed from that checkpoint,
 #   the run's next checkpoints equal an uninterrupted run's byte for byte;
 # - a stop that cannot end (rank 1 stopped with SIGSTOP, so the step cannot finish) is given up after
-#   --stop-grace: rank 0 says so, naming the newest checkpoint and the resume command.
+#   --stop-grace: rank 0 says so, naming the newest checkpoint and the resume command;
+# - Open MPI: a rank killed with SIGKILL: mpirun ends the others with SIGTERM (1 s before its
+#   SIGKILL, by default), and rank 0's last line names the lost process and the newest checkpoint.
+#   Hydra kills the others at once, with SIGKILL: nothing to say (docs/CHECKPOINTS.md).
 # The runs are endless (100000 epochs): each ends only by the signal sent to it, wherever it is,
 # and runs are compared at a checkpoint after the stop, so no case depends on how fast a machine is.
 # Skipped (77) when this crew was built without MPI or its launcher is missing.
@@ -171,4 +174,21 @@ else
   fail "grace: the run never reached step 40: $(tail -n 3 "$d.out")"
 fi
 
+# ---- a rank killed: Open MPI's mpirun sends the survivors SIGTERM before its SIGKILL (its defaults)
+if [ "$family" = "Open MPI" ]; then
+  d=$TMP/killed
+  "${MPI[@]}" -np 2 "$CREW" train "$M" "${RUN[@]}" --run-dir "$d" > "$d.out" 2>&1 &
+  job=$!
+  if until_step $job "$d" 40; then
+    victim=$(ranks "$d" 1)
+    kill -KILL $victim
+    for _ in $(seq 1200); do running $job || break; sleep 0.05; done
+    running $job && { fail "killed: the job did not end"; pkill -KILL -P $job; kill -KILL $job; }
+    wait $job
+    grep -q "^crew train: MPI rank 1 (process $victim on host $(hostname)) has ended, so this run cannot finish its step: the newest checkpoint is $d/checkpoints/step-[0-9]*; resume with: crew train .* --resume $d\$" "$d.out" \
+      && ok || fail "killed: rank 0's last line does not name the lost process: $(grep -v '^ ' "$d.out" | tail -n 6)"
+  else
+    fail "killed: the run never reached step 40: $(tail -n 3 "$d.out")"
+  fi
+fi
 report

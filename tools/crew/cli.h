@@ -103,6 +103,9 @@ const crew_process_group *cli_group(void);
 int cli_mpi_end(int rc);
 /* Every process failed the same way (a check they all made): MPI may end cleanly, no abort. */
 void cli_mpi_failed_together(void);
+/* Under mpirun, process `rank`'s id and host name (gethostname) as it gave them at the start: 1,
+ * or 0 when there is no such rank (or not under mpirun). */
+int cli_mpi_peer(int rank, long *pid, const char **host);
 /* agree_mpi.c: every process of g has the same crew, model file, dataset manifest, initial
  * weights (NULL: none) and options (argv); 0, or the exit status after saying which rank differs. */
 int cli_agree_run(const char *verb, const crew_process_group *g, int argc, char **argv, const char *model,

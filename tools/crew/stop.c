@@ -106,6 +106,42 @@ static void say_stop(int sig)
                 "%g gives it --stop-grace (docs/CHECKPOINTS.md)\n", t, cfg.grace_s);
 }
 
+/* Under mpirun, the processes of this host that are gone: a signal while one is gone is the end of
+ * the job (mpirun stopping the others), and the step cannot finish. The lowest-numbered process
+ * still here says it, rank 0 with the newest checkpoint. 1 when one is gone. */
+static int say_lost(void)
+{
+    const char *here = NULL, *host;
+    long pid;
+    if (!cli_mpi_peer(cfg.rank, &pid, &here)) return 0;
+    char lost[600] = "";
+    size_t used = 0;
+    int n_lost = 0, lowest_alive = -1;
+    for (int r = 0; cli_mpi_peer(r, &pid, &host); r++) {
+        if (strcmp(host, here) != 0) continue;
+        int gone = r != cfg.rank && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+        if (!gone && lowest_alive < 0) lowest_alive = r;
+        if (gone && used + 80 < sizeof lost) {
+            used += (size_t)snprintf(lost + used, sizeof lost - used, "%sMPI rank %d (process %ld on host %s)",
+                                     n_lost ? ", " : "", r, pid, host);
+            n_lost++;
+        }
+    }
+    if (!n_lost) return 0;
+    if (lowest_alive != cfg.rank) return 1;
+    const char *verb = n_lost == 1 ? "has" : "have";
+    if (cfg.lead) {
+        char newest[1400];
+        cli_stop_newest_checkpoint(cfg.checkpoints, newest, sizeof newest);
+        fprintf(stderr, "crew train: %s %s ended, so this run cannot finish its step: the newest checkpoint is %s; "
+                "resume with: %s\n", lost, verb, newest[0] ? newest : "none (nothing to resume)", cfg.resume);
+    } else {
+        fprintf(stderr, "crew train (MPI rank %d): %s %s ended, so this run cannot finish its step: resume it from the "
+                "newest checkpoint in rank 0's run directory (crew train ... --resume RUN_DIR)\n", cfg.rank, lost, verb);
+    }
+    return 1;
+}
+
 static void give_up(void)
 {
     if (cfg.lead) {
@@ -132,7 +168,7 @@ static void *watch(void *arg)
     }
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
-    say_stop((unsigned char)b);
+    if (!say_lost()) say_stop((unsigned char)b);
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &now);
         double left = cfg.grace_s - ((double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec));
