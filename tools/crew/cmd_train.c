@@ -947,7 +947,8 @@ static int make_run_dir(const train_args *a, const crew_fit_options *o, const cr
      * since, and even ended. */
     int rc = lock_run_dir(st);
     if (rc) return rc;
-    if (run_dir_check_new(run_dir, a->replace, err, sizeof err) != 0 || (a->replace && run_dir_clear(run_dir, err, sizeof err) != 0)) {
+    if (run_dir_check_new(run_dir, a->replace, err, sizeof err) != 0 ||
+        (a->replace && run_dir_clear(run_dir, err, sizeof err) != 0)) {
         fprintf(stderr, "crew train: %s\n", err);
         return 2;
     }
@@ -960,7 +961,7 @@ static int run_and_save(const train_args *a, train_state *st, train_view *view)
 {
     const crew_fit_plan *plan = crew_fit_get_plan(st->fit);
     const char *run_dir = st->run_dir;
-    char weights[700], resume[2048];
+    char weights[700], resume[8192];
     cli_progress_init(&view->bar, !a->quiet);
     resume_command(a, run_dir, resume, sizeof resume);
     cli_stop stop = {.grace_s = a->stop_grace, .lead = 1, .checkpoints = st->checkpoints, .resume = resume};

@@ -19,10 +19,10 @@
  * atomic builtins (lock-free on every target: safe in a handler, no data race between threads). */
 static int cancel_flag, first_signal;
 static int wake[2] = {-1, -1};      /* the handler's byte to the thread */
-static char at_once[2600];          /* said by the handler of a second SIGINT (precomputed: no formatting there) */
+static char at_once[8400];          /* said by the handler of a second SIGINT (precomputed: no formatting there) */
 static size_t at_once_len;
 static cli_stop cfg;
-static char checkpoints[1200], resume[2048];
+static char checkpoints[1200], resume[8192];
 
 volatile int *cli_stop_flag(void) { return &cancel_flag; }
 
