@@ -1026,7 +1026,10 @@ int cli_train(int argc, char **argv)
     const int lead = crew_group_rank(g) == 0; /* rank 0 of an MPI run, or the only process */
     if (g && (rc = cli_agree_run("train", g, argc, argv, a.model, a.data, a.init_weights))) return rc;
     if (!lead) a.quiet = 1, a.json = 0;
-    if (lead && (rc = check_run_dir(&a, &st))) return rc;
+    if (lead && (rc = check_run_dir(&a, &st))) {
+        crew_run_lock_release(st.lock); /* a resume refused after it took the lock */
+        return rc;
+    }
     crew_fit_options o;
     char err[1024], devices[80];
     crew_status s = load_inputs(&a, &st, &o);
