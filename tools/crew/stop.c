@@ -15,6 +15,8 @@
 
 #include "cli.h"
 
+#define FOLLOWER_EXTRA_S 2.0
+
 /* Written by the handlers and read by the library's ranks and this module's thread, all through
  * atomic builtins (lock-free on every target: safe in a handler, no data race between threads). */
 static int cancel_flag, first_signal;
@@ -169,9 +171,12 @@ static void *watch(void *arg)
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     if (!say_lost()) say_stop((unsigned char)b);
+    /* The other processes give up a little later than rank 0: a process that exits ends the job
+     * (mpirun kills the rest), and rank 0's line, which says where to resume, comes first. */
+    const double grace = cfg.grace_s + (cfg.lead ? 0.0 : FOLLOWER_EXTRA_S);
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &now);
-        double left = cfg.grace_s - ((double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec));
+        double left = grace - ((double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec));
         if (left <= 0) break;
         struct timespec nap = {(time_t)(left > 1 ? 1 : 0), (long)((left > 1 ? 0 : left) * 1e9)};
         nanosleep(&nap, NULL);

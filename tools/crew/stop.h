@@ -5,7 +5,8 @@
  * - a later SIGTERM changes nothing (a scheduler and mpirun may both send one);
  * - a later SIGINT (Ctrl-C again) stops the process at once, without a checkpoint of its step;
  * - a stop that has not ended --stop-grace seconds after the first signal is given up: the process
- *   says so (rank 0: the newest checkpoint and the command that resumes from it) and exits 1.
+ *   says so (rank 0: the newest checkpoint and the command that resumes from it) and exits 1; the
+ *   other ranks 2 s later, so that rank 0's line comes before a launcher ends the job.
  * A thread of this module says and times the stop, so that the handler itself only sets the flag
  * and writes one byte to a pipe (async-signal-safe). */
 #ifndef CREW_CLI_STOP_H
