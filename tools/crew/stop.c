@@ -118,18 +118,21 @@ static int say_lost(void)
     if (!cli_mpi_peer(cfg.rank, &pid, &here)) return 0;
     char lost[600] = "";
     size_t used = 0;
-    int n_lost = 0, lowest_alive = -1;
+    int n_lost = 0, n_listed = 0, lowest_alive = -1;
     for (int r = 0; cli_mpi_peer(r, &pid, &host); r++) {
         if (strcmp(host, here) != 0) continue;
         int gone = r != cfg.rank && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
         if (!gone && lowest_alive < 0) lowest_alive = r;
-        if (gone && used + 80 < sizeof lost) {
+        if (!gone) continue;
+        n_lost++;
+        if (used + 160 < sizeof lost) { /* a long list is summarised, never cut */
             used += (size_t)snprintf(lost + used, sizeof lost - used, "%sMPI rank %d (process %ld on host %s)",
-                                     n_lost ? ", " : "", r, pid, host);
-            n_lost++;
+                                     n_listed ? ", " : "", r, pid, host);
+            n_listed++;
         }
     }
     if (!n_lost) return 0;
+    if (n_listed < n_lost) snprintf(lost + used, sizeof lost - used, " and %d more", n_lost - n_listed);
     if (lowest_alive != cfg.rank) return 1;
     const char *verb = n_lost == 1 ? "has" : "have";
     if (cfg.lead) {
