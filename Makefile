@@ -40,13 +40,14 @@ fuzz:
 	ctest --test-dir build-fuzz -L fuzz --output-on-failure -j $(JOBS)
 
 # The MPI tests again, built against MPICH (mpicc.mpich) and launched by its Hydra
-# (mpiexec.mpich): MPI's other family, which Debian ships beside Open MPI.
+# (mpiexec.mpich): MPI's other family, which Debian ships beside Open MPI. cli_mpi_signal.sh picks
+# the launcher of the family the crew it tests was built with.
 mpich:
 	@CREW_WITH_MPICH=1 scripts/install-deps.sh
 	@cmake -S . -B build-mpich -DCMAKE_BUILD_TYPE=Release -DMPI_C_COMPILER=$$(command -v mpicc.mpich) \
 	       -DCREW_MPIRUN=$$(command -v mpiexec.mpich) > /dev/null
 	@cmake --build build-mpich -j $(JOBS) --target crew_cli test_comm_mpi test_fit_mpi
-	ctest --test-dir build-mpich -R "test_comm_mpi|test_fit_mpi" --output-on-failure
+	ctest --test-dir build-mpich -R "test_comm_mpi|test_fit_mpi|cli_mpi_signal" --output-on-failure
 
 # Prepares Fashion-MNIST once, then trains the CNN data-parallel on all cores (a new run in runs/demo
 # each time: --replace removes the previous one).

@@ -201,6 +201,10 @@ int crew_dataset_is_tokens(const crew_dataset *d);
 /* Re-cuts a token dataset into windows of `context` tokens (a GPT's context): an error when no
  * shard holds context + 1 tokens. */
 crew_status crew_dataset_set_context(crew_dataset *d, int64_t context);
+/* The dataset's files that are symbolic links to files outside its directory, one line each
+ * ("data/fm/train_x.npy is a symbolic link to /big/fm/train_x.npy, outside data/fm: read from
+ * there"): crew reads them, and the CLI says so (docs/DATA.md, "Symbolic links"). "" when none. */
+const char *crew_dataset_note(const crew_dataset *d);
 /* crew_dataset_open for training or evaluating model m: a token dataset is cut into windows of
  * m's context (crew_model_context) when m is a language model. */
 crew_status crew_dataset_open_for(const crew_model *m, const char *dir, const char *split, crew_dataset **out);
@@ -1144,6 +1148,10 @@ const char *crew_format_duration(double seconds, char *buf, size_t len);
  * crew plan's table and the memory verdicts use it, so a size reads the same in both. Returns buf. */
 const char *crew_format_bytes(int64_t bytes, char *buf, size_t len);
 
+/* A share in percent with the digits it needs: "42%", "3.5%", "0.42%", and "99.7%" for what is just
+ * under 100 (never rounded up to "100%", nor written "1e+02%"); "-" when not finite. Returns buf. */
+const char *crew_format_percent(double percent, char *buf, size_t len);
+
 /* Writes s as a JSON string (quoted, with '"', '\\' and control characters escaped) to f; NULL
  * writes "". The library's metrics files and the CLI's --json lines both use it. */
 void crew_json_write_string(FILE *f, const char *s);
@@ -1186,6 +1194,25 @@ int crew_blas_check(char *buf, size_t len);
 #ifdef __cplusplus
 }
 #endif
+/* ---- run directories: one run at a time (docs/CHECKPOINTS.md, "One run at a time")
+ *
+ * A run directory (crew_fit_options.run_dir) belongs to one run. The program that runs there holds
+ * its lock while it runs: RUN_DIR/lock, a POSIX record lock (fcntl) on the whole file, which the
+ * kernel drops when the holder's process ends, however it ends, so a lock never outlives its
+ * holder and a dead run never blocks the next. The file stays, empty when no one holds it.
+ * crew_fit does not take it: the program that owns the directory does (crew train, before it
+ * reads or writes anything there). */
+typedef struct crew_run_lock crew_run_lock;
+/* Locks dir (which must exist) for `what` ("crew train"). Held by another process: a
+ * CREW_CODE_INVALID_ARGUMENT error naming the holder as it described itself ("crew train, process
+ * 4242 on host node7, since 2025-06-01 10:00:00 CEST"). dir/lock as a symbolic link is refused.
+ * On a filesystem that keeps no locks (ENOLCK, EOPNOTSUPP, ...) *out comes back unlocked and
+ * crew_run_lock_note says so; else the note is "". */
+crew_status crew_run_lock_take(const char *dir, const char *what, crew_run_lock **out);
+const char *crew_run_lock_note(const crew_run_lock *l);
+/* Empties the lock file and drops the lock; NULL is a no-op. */
+void crew_run_lock_release(crew_run_lock *l);
+
 /* ---- processes: a run across processes and machines (MPI)
  *
  * The application starts MPI (MPI_Init_thread with at least MPI_THREAD_SERIALIZED: crew calls MPI

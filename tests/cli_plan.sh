@@ -20,6 +20,10 @@ plan examples/fashion_cnn.json --device-memory 3M && [ "$(json_field "$TMP/out" 
     && [ "$(json_field "$TMP/out" fits)" = false ] && ok || fail "CNN in 3M: $(tail -2 "$TMP/out")"
 plan examples/fashion_mlp.json --devices cpu:4 --device-memory 5M && \
     [ "$(json_field "$TMP/out" verdict_kind)" = optimizer_sharding ] && ok || fail "MLP on 4 x 5M: $(tail -2 "$TMP/out")"
+# A share just under 100% reads as one (GPT-2 124M on 8 devices of 8 GB: 7.43 of 7.45 GiB), never
+# "1e+02%" nor rounded up to a "100%" that would not fit.
+plan examples/gpt2_124m.json --devices cpu:8 --device-memory 8GB && grep -q "7.43 GiB of the device's 7.45 GiB (99.7%)" "$TMP/out" \
+    && ok || fail "GPT-2 124M in 8 GB: $(grep '^verdict' "$TMP/out")"
 # The verdict keeps the asked global batch; sharding (data parallelism) wins unless it takes more
 # devices than asked for and than a pipeline: a 4-layer 1024-wide MLP at batch 64 in 34 MB needs
 # 2 pipeline stages (sharding would take 4 replicas of 16); in 40 MB sharding over 2 replicas of

@@ -18,13 +18,8 @@
 . "$(dirname "$0")/lib_cli.sh"
 CREW=$(cd "$(dirname "$CREW")" && pwd)/$(basename "$CREW") # one test runs it in another directory
 
-# A small dataset of 12x12 images (random pixels, labels 0-9 in turn), so that runs are fast and
-# crops and flips mean something.
-printf '\x00\x00\x08\x03\x00\x00\x02\x30\x00\x00\x00\x0c\x00\x00\x00\x0c' > "$TMP/img"
-head -c $((560 * 144)) /dev/urandom >> "$TMP/img"
-printf '\x00\x00\x08\x01\x00\x00\x02\x30' > "$TMP/lab"
-for _ in $(seq 56); do printf '\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09'; done >> "$TMP/lab"
-"$CREW" prep idx "$TMP/img" "$TMP/lab" --out "$TMP/data" > /dev/null || { echo "crew prep failed"; exit 1; }
+# A small dataset of 12x12 images, so that runs are fast and crops and flips mean something.
+tiny_images "$TMP/data" 560
 D="$TMP/data"
 mlp() { # $1: activation of the hidden layer
   echo '{"name": "tiny", "input_shape": [12, 12, 1], "layers": [{"type": "flatten"},
@@ -138,6 +133,24 @@ cmp -s "$TMP/whole/weights.safetensors" "$S/weights.safetensors" && ok ||
 "$CREW" train "$M" --data "$D" --devices cpu:1 --quiet --resume "$TMP/bare" 2> /dev/null || fail "the bare resume failed"
 cmp -s "$TMP/whole/weights.safetensors" "$TMP/bare/weights.safetensors" && ok ||
   fail "SIGINT + a bare --resume: the weights differ from the uninterrupted run's"
+
+# ---------------------------------------------------------------- a resume past many damaged checkpoints
+# Its info event names the checkpoint it used first, lists what it set aside while that fits, and
+# counts the rest: never a message cut mid-sentence (on stderr and in metrics.jsonl alike). A long
+# run directory makes every path in it long.
+L="$TMP/a-run-directory-with-a-long-name-as-experiment-trackers-make-them-0123456789-0123456789-0123456789/run"
+"$CREW" train "$M" "${SHORT[@]}" --max-steps 60 --checkpoint-every 4 --keep-checkpoints 20 --run-dir "$L" 2> /dev/null || fail "the long run"
+rm "$L/weights.safetensors"
+for s in $(seq 16 4 60); do rm "$L/checkpoints/step-$(printf %08d "$s")/COMPLETE"; done # 12 damaged
+"$CREW" train "$M" "${SHORT[@]}" --max-steps 60 --resume "$L" 2> "$TMP/many.err" || fail "the resume past 12 damaged: $(cat "$TMP/many.err")"
+info=$(grep "crew train: info: " "$TMP/many.err" | sed 's/^crew train: info: //')
+event=$(grep '"kind":"info"' "$L/metrics.jsonl" | tail -n 1 | sed 's/.*"message":"\(.*\)"}$/\1/')
+case $info in
+  "resumed from $L/checkpoints/step-00000012 (step 12), falling back past 12 damaged checkpoints, set aside as step-XXXXXXXX.refused-"*"; and "*" more (step-"*")") ok ;;
+  *) fail "the resume's note past 12 damaged checkpoints: '$info'" ;;
+esac
+[ "$event" = "$info" ] && ok || fail "metrics.jsonl's event differs from stderr's: '$event'"
+[ "$(ls "$L/checkpoints" | grep -c refused)" = 12 ] && ok || fail "not 12 set aside: $(ls "$L/checkpoints")"
 
 # ---------------------------------------------------------------- batch norm and the device count
 "$CREW" train "$TMP/bn.json" --data "$D" --devices cpu:2 --batch-per-device 4 --max-steps 6 --checkpoint-every 3 --quiet \

@@ -8,7 +8,11 @@
  * - a damaged checkpoint (no COMPLETE marker) is set aside and the previous one used;
  * - an intact checkpoint of another model whose tensors have the same names and shapes (another
  *   activation, dropout rate or weight decay) is refused with the difference named, and neither
- *   it nor any older checkpoint is renamed, moved or tried. */
+ *   it nor any older checkpoint is renamed, moved or tried;
+ * - nothing outside the checkpoints' directory is removed through a symbolic link in it (a dead
+ *   writer's temporary, an old checkpoint pruned);
+ * - a resume's note past many damaged checkpoints names the one used first and summarises the
+ *   rest: it never ends mid-sentence. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +265,108 @@ static void test_damaged_set_aside(fixture *fx)
     CHECK(set_aside_in(fx->root) == 1);
 }
 
+/* A resume past more damaged checkpoints than its note holds: the checkpoint used comes first,
+ * those set aside are listed whole while they fit and counted after, and the note ends with its
+ * sentence, at any length. */
+static void test_long_note_summarised(void)
+{
+    fixture fx;
+    if (fixture_open(&fx) != 0) return;
+    char path[700], marker[700];
+    for (int step = 1; step <= 10; step++) {
+        crew_checkpoint_state st = make_state(step);
+        CHECK_OK(crew_checkpoint_write(fx.root, fx.m, &fx.opt, &st, 20, path, sizeof path));
+    }
+    for (int step = 3; step <= 10; step++) {
+        snprintf(marker, sizeof marker, "%s/step-%08d/COMPLETE", fx.root, step);
+        CHECK(unlink(marker) == 0);
+    }
+    crew_checkpoint_state st;
+    char note[420];
+    CHECK_OK(crew_checkpoint_resume(fx.root, fx.m, &fx.opt, &st, note, sizeof note));
+    char want[400];
+    snprintf(want, sizeof want, "resumed from %s/step-00000002 (step 2), falling back past 8 damaged checkpoints", fx.root);
+    size_t n = strlen(note);
+    CHECK_MSG(!strncmp(note, want, strlen(want)) && strstr(note, "refused step-00000010, incomplete") &&
+                  strstr(note, " more (step-") && n > 0 && note[n - 1] == ')',
+              "the note: '%s'", note);
+    CHECK(set_aside_in(fx.root) == 8);
+    fixture_close(&fx);
+}
+
+/* A directory outside the run, with files of the names a checkpoint holds. */
+static void make_victim(const char *dir)
+{
+    static const char *const names[] = {"model.safetensors", "optimizer.safetensors", "state.json", "COMPLETE", "notes"};
+    char path[700];
+    CHECK(mkdir(dir, 0755) == 0);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        write_file(path, "keep me\n", 8);
+    }
+}
+
+static int victim_intact(const char *dir)
+{
+    static const char *const names[] = {"model.safetensors", "optimizer.safetensors", "state.json", "COMPLETE", "notes"};
+    char path[700];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (!path_exists(path)) return 0;
+    }
+    return 1;
+}
+
+/* Nothing outside the checkpoints' directory is removed through a symbolic link in it: not by the
+ * clean-up of a dead writer's temporary (step-*.tmp-<pid> as a link to a directory), nor by the
+ * pruning of old checkpoints (an old step-* as a link). The links themselves are left alone. */
+static void test_links_never_followed(void)
+{
+    fixture fx;
+    if (fixture_open(&fx) != 0) return;
+    char victim[400], link[700], path[700], note[1024];
+    snprintf(victim, sizeof victim, "%s/victim", fx.dir);
+    make_victim(victim);
+    write_step(&fx, 2, path, sizeof path);
+    write_step(&fx, 4, path, sizeof path);
+    /* a pid no process has (above any pid_max): its "writer" is dead */
+    snprintf(link, sizeof link, "%s/step-00000006.tmp-2147483646", fx.root);
+    CHECK(symlink(victim, link) == 0);
+    crew_checkpoint_state st;
+    CHECK_OK(crew_checkpoint_resume(fx.root, fx.m, &fx.opt, &st, note, sizeof note));
+    CHECK_MSG(victim_intact(victim), "the clean-up of a stale temporary removed files through a link (note: %s)", note);
+    CHECK_MSG(strstr(note, "left step-00000006.tmp-2147483646 alone (a symbolic link"), "note: %s", note);
+    struct stat sb;
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    snprintf(link, sizeof link, "%s/step-00000001", fx.root);
+    CHECK(symlink(victim, link) == 0);
+    crew_checkpoint_state next = make_state(8);
+    CHECK_OK(crew_checkpoint_write(fx.root, fx.m, &fx.opt, &next, 1, path, sizeof path));
+    CHECK_MSG(victim_intact(victim), "pruning removed files through a step directory that is a link");
+    snprintf(path, sizeof path, "%s/step-00000002", fx.root);
+    CHECK_MSG(!path_exists(path), "pruning to 1 kept step 2");
+    /* A checkpoint's file that is a link is refused untouched (never read, nor set aside as
+     * damaged), and so is a step directory that is one when it is written. */
+    char state[700];
+    snprintf(state, sizeof state, "%s/step-00000008/state.json", fx.root);
+    CHECK(unlink(state) == 0 && symlink("/etc/passwd", state) == 0);
+    crew_status s = crew_checkpoint_resume(fx.root, fx.m, &fx.opt, &st, note, sizeof note);
+    CHECK_MSG(s && crew_status_code(s) == CREW_CODE_BAD_INPUT &&
+                  strstr(crew_status_message(s), "state.json is a symbolic link (to /etc/passwd)"),
+              "a linked state.json: %s", crew_status_message(s));
+    crew_status_free(s);
+    CHECK(set_aside_in(fx.root) == 0);
+    snprintf(link, sizeof link, "%s/step-00000010", fx.root);
+    CHECK(symlink(victim, link) == 0);
+    crew_checkpoint_state ten = make_state(10);
+    s = crew_checkpoint_write(fx.root, fx.m, &fx.opt, &ten, 1, path, sizeof path);
+    CHECK_MSG(s && strstr(crew_status_message(s), "step-00000010 is a symbolic link"), "a linked step: %s",
+              crew_status_message(s));
+    crew_status_free(s);
+    CHECK(victim_intact(victim));
+    fixture_close(&fx);
+}
+
 int main(void)
 {
     fixture fx;
@@ -274,5 +380,7 @@ int main(void)
     test_conv_keys(&fx);
     test_damaged_set_aside(&fx);
     fixture_close(&fx);
+    test_links_never_followed();
+    test_long_note_summarised();
     return check_report();
 }

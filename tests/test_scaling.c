@@ -163,6 +163,22 @@ static void check_duration(void)
     CHECK(!strcmp(crew_format_duration(8280, small, 0), "") && !strcmp(small, "2.3")); /* nothing written */
 }
 
+/* A share in percent keeps the digits that tell it from its neighbours: 99.7% is not 100%. */
+static void check_percent(void)
+{
+    static const struct {
+        double p;
+        const char *text;
+    } cases[] = {{99.73, "99.7%"}, {99.96, "99.96%"}, {100, "100%"}, {123.4, "123%"}, {42.4, "42%"},
+                 {3.46, "3.5%"}, {0.42, "0.42%"}, {0.004, "<0.01%"}, {0, "0%"}, {-12.6, "-13%"}};
+    char buf[32];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *r = crew_format_percent(cases[i].p, buf, sizeof buf);
+        CHECK_MSG(r == buf && !strcmp(buf, cases[i].text), "%g%%: '%s', expected '%s'", cases[i].p, buf, cases[i].text);
+    }
+    CHECK(!strcmp(crew_format_percent(NAN, buf, sizeof buf), "-"));
+}
+
 static void check_advice(void)
 {
     const crew_link link = {.alpha_s = 50e-6, .bytes_per_s = 2e9};
@@ -433,6 +449,7 @@ int main(void)
     check_fit();
     check_epochs_time();
     check_duration();
+    check_percent();
     check_advice();
     check_hint();
     check_device_link();

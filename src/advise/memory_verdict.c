@@ -58,7 +58,7 @@ static void say(crew_memory_plan *p, const char *fmt, ...)
 static void fits_as_asked(const ladder *l, int sharded)
 {
     crew_memory_plan *p = l->p;
-    char per[32], mem[32], total[32];
+    char per[32], mem[32], total[32], share[32];
     crew_format_bytes(p->bytes_per_device, per, sizeof per);
     crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
     crew_format_bytes(p->total_bytes, total, sizeof total);
@@ -69,14 +69,14 @@ static void fits_as_asked(const ladder *l, int sharded)
     p->advised_bytes_per_device = p->bytes_per_device;
     if (p->shared_memory)
         say(p, "fits with data parallelism%s: each replica needs %s at a per-device batch of %lld; %d replica%s and "
-            "%s host memory need %s of this machine's %s (%.2g%%)", sharded ? " and sharded optimizer state" : "", per,
+            "%s host memory need %s of this machine's %s (%s)", sharded ? " and sharded optimizer state" : "", per,
             (long long)p->batch_per_device, p->devices, p->devices > 1 ? "s" : "", p->devices > 1 ? "their" : "its", total,
-            mem,
-            100.0 * (double)p->total_bytes / (double)p->device_memory_bytes);
+            mem, crew_format_percent(100.0 * (double)p->total_bytes / (double)p->device_memory_bytes, share, sizeof share));
     else
-        say(p, "fits with data parallelism%s: each replica needs %s of the device's %s (%.2g%%) at a per-device "
+        say(p, "fits with data parallelism%s: each replica needs %s of the device's %s (%s) at a per-device "
             "batch of %lld", sharded ? " and sharded optimizer state" : "", per, mem,
-            100.0 * (double)p->bytes_per_device / (double)p->device_memory_bytes, (long long)p->batch_per_device);
+            crew_format_percent(100.0 * (double)p->bytes_per_device / (double)p->device_memory_bytes, share, sizeof share),
+            (long long)p->batch_per_device);
 }
 
 /* The divisors of n, largest first, into out (at most cap); returns the count. */

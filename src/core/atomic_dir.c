@@ -137,17 +137,27 @@ crew_status crew_atomic_dir_commit(crew_atomic_dir *ad)
     return fsync_path(parent, O_DIRECTORY);
 }
 
+/* The files directly in dir, never through a link: a dir that is a symbolic link is not opened
+ * (O_NOFOLLOW), and unlinkat removes a link inside it, not what it points to. */
+void crew_remove_dir_files(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(fd, e->d_name, 0);
+    closedir(d); /* closes fd */
+}
+
 void crew_atomic_dir_abort(crew_atomic_dir *ad)
 {
     if (!ad || !ad->tmp[0]) return;
-    DIR *d = opendir(ad->tmp);
-    if (d) {
-        int fd = dirfd(d);
-        struct dirent *e;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(fd, e->d_name, 0);
-        closedir(d);
-    }
-    rmdir(ad->tmp);
+    crew_remove_dir_files(ad->tmp);
+    rmdir(ad->tmp); /* a symbolic link is no directory: rmdir leaves it (ENOTDIR) */
     ad->tmp[0] = '\0';
 }

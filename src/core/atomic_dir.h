@@ -27,7 +27,11 @@ crew_status crew_atomic_dir_file(const crew_atomic_dir *ad, const char *name, ch
 /* fsyncs every file and the directory, renames it to its final name and fsyncs the parent.
  * On failure the temporary directory is removed. */
 crew_status crew_atomic_dir_commit(crew_atomic_dir *ad);
-/* Removes the temporary directory and the files in it; a no-op once committed or aborted. */
+/* Removes the temporary directory and the files in it; a no-op once committed or aborted. A
+ * temporary name that is a symbolic link is left as it is: nothing is removed through it. */
 void crew_atomic_dir_abort(crew_atomic_dir *ad);
+/* Removes the files directly in dir (not its subdirectories), never through a symbolic link: a dir
+ * that is one is left alone, and a link inside it is removed itself, not what it points to. */
+void crew_remove_dir_files(const char *dir);
 
 #endif

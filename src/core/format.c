@@ -6,6 +6,29 @@
 #include "core/json_text.h"
 #include "crew.h"
 
+const char *crew_format_percent(double percent, char *buf, size_t len)
+{
+    if (!buf || len == 0) return "";
+    if (!isfinite(percent)) {
+        snprintf(buf, len, "-");
+        return buf;
+    }
+    double a = fabs(percent);
+    if (a == 0 || a >= 100) {
+        snprintf(buf, len, "%.0f%%", percent);
+        return buf;
+    }
+    if (a < 0.01) {
+        snprintf(buf, len, "%s0.01%%", percent < 0 ? ">-" : "<");
+        return buf;
+    }
+    /* Two significant digits at least, and as many more as keep a value under 100 under it. */
+    int digits = a >= 10 ? 0 : a >= 1 ? 1 : 2;
+    while (digits < 6 && a < 100 && round(a * pow(10, digits)) >= 100 * pow(10, digits)) digits++;
+    snprintf(buf, len, "%.*f%%", digits, percent);
+    return buf;
+}
+
 void crew_json_write_string(FILE *f, const char *s)
 {
     char e[8];

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 #include "core/status.h"
@@ -138,6 +139,39 @@ static crew_status open_from_manifest(crew_dataset *d, const crew_manifest *m, c
     return set_normalization(d, m);
 }
 
+/* A file of the dataset that is a symbolic link to a file outside it is read (a dataset may be
+ * put together from files kept elsewhere), and said: one line of d->note. */
+static void note_link(crew_dataset *d, const char *real_dir, const char *file)
+{
+    char path[1100], real[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", d->dir, file);
+    if (lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode) || !realpath(path, real)) return;
+    size_t dn = strlen(real_dir);
+    if (!strncmp(real, real_dir, dn) && real[dn] == '/') return; /* a link within the dataset */
+    char line[5800];
+    int n = snprintf(line, sizeof line, "%s is a symbolic link to %s, outside %s: read from there", path, real, d->dir);
+    size_t used = strlen(d->note);
+    if (n <= 0 || used + 1 + (size_t)n >= sizeof d->note) return; /* a whole line or none: never one cut short */
+    if (used) d->note[used++] = '\n';
+    memcpy(d->note + used, line, (size_t)n + 1);
+}
+
+static void note_links(crew_dataset *d)
+{
+    char real_dir[4096];
+    if (!realpath(d->dir, real_dir)) return;
+    note_link(d, real_dir, CREW_MANIFEST_FILE);
+    if (d->tokens)
+        for (int k = 0; k < d->n_shards; k++) note_link(d, real_dir, d->shard_file[k]);
+    else {
+        note_link(d, real_dir, d->x_file);
+        note_link(d, real_dir, d->y_file);
+    }
+}
+
+const char *crew_dataset_note(const crew_dataset *d) { return d ? d->note : ""; }
+
 crew_status crew_dataset_open(const char *dir, const char *split, crew_dataset **out)
 {
     if (!dir || !split || !out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_dataset_open: NULL argument");
@@ -164,6 +198,7 @@ crew_status crew_dataset_open(const char *dir, const char *split, crew_dataset *
         crew_dataset_free(d);
         return s;
     }
+    note_links(d);
     *out = d;
     return CREW_OK;
 }

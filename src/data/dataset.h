@@ -56,6 +56,10 @@ struct crew_dataset {
     uint64_t *shard_xxh3;       /* [n_shards]: the manifest's hashes */
     char (*shard_file)[128];    /* [n_shards]: file names, for messages */
     int64_t context;
+    /* Each of its files (the manifest, the arrays or shards) that is a symbolic link to a file
+     * outside dir, one line each: "DIR/x.npy is a symbolic link to /y/x.npy, outside DIR: ..."
+     * (crew_dataset_note). "" when none. */
+    char note[2048];
 };
 
 /* Opens the shards of split `split` of a token dataset (dataset_tokens.c); "test" names the

@@ -637,7 +637,11 @@ crew_status crew_st_write(const char *path, const crew_st_tensor *tensors, int n
     }
     snprintf(tmp, tlen, "%s.tmp-%ld", path, (long)getpid());
     crew_status s = CREW_OK;
-    FILE *f = fopen(tmp, "wb");
+    /* Never through a link planted at the temporary's name; rename then replaces a link at path
+     * itself, never what it points to. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (fd >= 0 && !f) close(fd);
     int created = f != NULL;
     if (!f) s = crew_errorf(CREW_CODE_IO, "%s: cannot create: %s", tmp, strerror(errno));
     if (!s) s = write_stream(f, tmp, header, hlen, tensors, n); /* closes f */

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/links.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "telemetry/monitor_internal.h"
@@ -65,8 +66,13 @@ static crew_status write_run_line(crew_monitor *m)
 /* metrics.jsonl, new or (a resumed run) to append to after its last complete line. */
 static crew_status open_record(crew_monitor *m)
 {
-    int flags = O_CLOEXEC | O_CREAT | (m->cfg.append ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC);
+    /* Never through a link (docs/CHECKPOINTS.md, "Symbolic links"): O_NOFOLLOW closes the gap
+     * between the check and the open. */
+    static const char why[] = "crew writes a run's record only into a file of its own, never through a link (remove the link)";
+    CREW_TRY(crew_refuse_link(m->path, why));
+    int flags = O_CLOEXEC | O_CREAT | O_NOFOLLOW | (m->cfg.append ? O_RDWR | O_APPEND : O_WRONLY | O_TRUNC);
     int fd = open(m->path, flags, 0644);
+    if (fd < 0 && errno == ELOOP) return crew_refuse_link(m->path, why);
     if (fd < 0) return crew_errorf(CREW_CODE_IO, "cannot create %s: %s", m->path, strerror(errno));
     if (m->cfg.append) {
         crew_status s = crew_monitor_resume_scan(m, fd);
@@ -211,11 +217,19 @@ crew_status crew_monitor_epoch(crew_monitor *m, const crew_epoch_info *e)
 crew_status crew_monitor_event(crew_monitor *m, crew_event_kind kind, int64_t step, int rank, double value,
                                const char *fmt, ...)
 {
-    char msg[512];
+    /* Formatted whole, however long: an event never ends mid-sentence (its writers keep their
+     * lists short, summarising them). */
+    char small[512], *msg = small;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
+    if (n >= (int)sizeof small && (msg = malloc((size_t)n + 1)) != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(msg, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    if (!msg) return CREW_OOM();
     m->events++;
     crew_status s = CREW_OK;
     if (m->has_file) {
@@ -237,6 +251,7 @@ crew_status crew_monitor_event(crew_monitor *m, crew_event_kind kind, int64_t st
         crew_event_info e = {kind, crew_event_kind_name(kind), step, rank, value, msg};
         m->cfg.on_event(m->cfg.user, &e);
     }
+    if (msg != small) free(msg);
     return s;
 }
 

@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "core/links.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "telemetry/monitor_internal.h"
@@ -11,6 +12,9 @@ crew_status crew_monitor_tb_open(crew_monitor *m)
 {
     char dir[1100];
     snprintf(dir, sizeof dir, "%s/tb", m->cfg.run_dir);
+    /* Its event files are created O_EXCL, which never follows a link; the directory is checked. */
+    CREW_TRY(crew_refuse_link(dir, "crew writes a run's TensorBoard files only into a directory of its own, never "
+                                   "through a link (remove the link)"));
     return crew_tb_open(dir, &m->tb);
 }
 

@@ -369,7 +369,7 @@ static crew_status write_file(const char *tmp, const char *out, const char *run_
         free(page);
         return CREW_OOM();
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644); /* never through a link */
     if (fd < 0) {
         crew_status s = crew_errorf(CREW_CODE_IO, "cannot create %s: %s", tmp, strerror(errno));
         free(page);

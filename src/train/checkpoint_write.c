@@ -1,6 +1,7 @@
 /* checkpoint_write.c — writing a checkpoint atomically, and pruning old ones. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "core/status.h"
 #include "core/atomic_dir.h"
+#include "core/links.h"
 #include "io/safetensors.h"
 #include "train/checkpoint_json.h"
 
@@ -82,14 +84,15 @@ static int is_checkpoint_name(const char *name, long long *step)
     return sscanf(name, "step-%lld%c", step, &tail) == 1 && strlen(name) == 13;
 }
 
+/* Removes a checkpoint's files, never through a link: a step directory that is a symbolic link is
+ * not opened (O_NOFOLLOW), so whatever it points to keeps its files. */
 static void remove_checkpoint(const char *dir)
 {
     static const char *const names[] = {"model.safetensors", "optimizer.safetensors", "state.json", "COMPLETE"};
-    char path[4200];
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        unlink(path);
-    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlinkat(fd, names[i], 0);
+    close(fd);
     rmdir(dir); /* leaves a directory holding anything else alone */
 }
 
@@ -109,9 +112,14 @@ static void prune(const char *root, int keep)
     struct dirent *e;
     while ((e = readdir(d)) && n < 4096) {
         long long step;
-        char marker[4200];
-        snprintf(marker, sizeof marker, "%s/%s/COMPLETE", root, e->d_name);
-        if (is_checkpoint_name(e->d_name, &step) && access(marker, F_OK) == 0) steps[n++] = step;
+        char marker[4300], dir[4200];
+        struct stat sb;
+        snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
+        snprintf(marker, sizeof marker, "%s/COMPLETE", dir);
+        /* Only a real directory is crew's checkpoint: a link among them is not counted, nor removed. */
+        if (is_checkpoint_name(e->d_name, &step) && lstat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) &&
+            access(marker, F_OK) == 0)
+            steps[n++] = step;
     }
     closedir(d);
     qsort(steps, (size_t)n, sizeof steps[0], cmp_desc);
@@ -127,8 +135,14 @@ crew_status crew_checkpoint_write(const char *root, const crew_model *m, const c
 {
     char final[600];
     snprintf(final, sizeof final, "%s/step-%08lld", root, (long long)st->step);
+    /* Never through a link: one in place of checkpoints/ or of this step is refused
+     * (docs/CHECKPOINTS.md, "Symbolic links"). */
+    CREW_TRY(crew_refuse_link(root, "a run's checkpoints/ is a directory of crew's own, and crew writes nothing "
+                                    "through a link (remove the link)"));
+    CREW_TRY(crew_refuse_link(final, "a checkpoint is a directory of crew's own, and crew writes nothing through a "
+                                     "link (remove the link)"));
     struct stat sb;
-    if (stat(final, &sb) == 0) { /* this step was saved already (a run resumed right here) */
+    if (lstat(final, &sb) == 0) { /* this step was saved already (a run resumed right here) */
         snprintf(path, path_len, "%s", final);
         return CREW_OK;
     }

@@ -103,6 +103,9 @@ const crew_process_group *cli_group(void);
 int cli_mpi_end(int rc);
 /* Every process failed the same way (a check they all made): MPI may end cleanly, no abort. */
 void cli_mpi_failed_together(void);
+/* Under mpirun, process `rank`'s id and host name (gethostname) as it gave them at the start: 1,
+ * or 0 when there is no such rank (or not under mpirun). */
+int cli_mpi_peer(int rank, long *pid, const char **host);
 /* agree_mpi.c: every process of g has the same crew, model file, dataset manifest, initial
  * weights (NULL: none) and options (argv); 0, or the exit status after saying which rank differs. */
 int cli_agree_run(const char *verb, const crew_process_group *g, int argc, char **argv, const char *model,
@@ -111,6 +114,9 @@ int cli_agree_run(const char *verb, const crew_process_group *g, int argc, char 
  * the verbs that compute, once, before they start. */
 void cli_warn_slow_blas(const char *verb);
 int cli_usage_error(const char *verb, const char *fmt, ...);
+/* The dataset's files read through a symbolic link to outside it (crew_dataset_note), one
+ * "crew VERB: note: ..." line each on stderr, each line once per process. */
+void cli_note_dataset(const char *verb, const crew_dataset *d);
 
 /* Flag values, range-checked; on error they print one line and return 0. */
 int cli_parse_int(const char *verb, const char *flag, const char *text, int64_t lo, int64_t hi, int64_t *out);

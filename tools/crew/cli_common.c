@@ -23,6 +23,27 @@ int cli_fail(const char *verb, crew_status s)
     }
 }
 
+void cli_note_dataset(const char *verb, const crew_dataset *d)
+{
+    /* A train and a test split share the manifest: each line is said once. */
+    static char said[8][512];
+    const char *note = crew_dataset_note(d);
+    while (note && *note) {
+        size_t n = strcspn(note, "\n");
+        int seen = 0;
+        for (int i = 0; i < 8 && said[i][0] && !seen; i++) seen = strlen(said[i]) == n && !strncmp(said[i], note, n);
+        if (!seen) {
+            fprintf(stderr, "crew %s: note: %.*s\n", verb, (int)n, note);
+            for (int i = 0; i < 8; i++)
+                if (!said[i][0]) {
+                    snprintf(said[i], sizeof said[i], "%.*s", (int)n, note);
+                    break;
+                }
+        }
+        note += n + (note[n] == '\n');
+    }
+}
+
 void cli_warn_slow_blas(const char *verb)
 {
     char advice[512];

@@ -3,6 +3,8 @@
  * job (another process may be stuck where MPI_Finalize would wait for it for ever). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #ifdef CREW_HAVE_MPI
@@ -16,6 +18,23 @@ static crew_process_group *group; /* the CLI's, for the one verb this process ru
 static int failed_together;       /* every process failed the same check: each can end cleanly */
 
 void cli_mpi_failed_together(void) { failed_together = 1; }
+
+/* Every process's id and host, gathered at the start: a process that a signal reaches while the
+ * job ends can tell which of the others on its host is gone (cli_mpi_peer). */
+typedef struct peer {
+    long pid;
+    char host[64];
+} peer;
+static peer *peers;
+static int n_peers;
+
+int cli_mpi_peer(int rank, long *pid, const char **host)
+{
+    if (rank < 0 || rank >= n_peers) return 0;
+    *pid = peers[rank].pid;
+    *host = peers[rank].host;
+    return 1;
+}
 
 const crew_process_group *cli_group(void) { return group; }
 
@@ -38,6 +57,16 @@ int cli_mpi_begin(const char *verb, int *argc, char ***argv)
         int rc = cli_fail(verb, s);
         MPI_Abort(MPI_COMM_WORLD, rc);
         return rc;
+    }
+    /* Every process is there (the group's opening waited for all): a plain gather cannot hang. */
+    int n = crew_group_size(group);
+    peers = calloc((size_t)n, sizeof *peers);
+    if (peers) {
+        peer mine = {.pid = (long)getpid()};
+        if (gethostname(mine.host, sizeof mine.host) != 0) snprintf(mine.host, sizeof mine.host, "?");
+        mine.host[sizeof mine.host - 1] = '\0';
+        if (MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, peers, (int)sizeof mine, MPI_BYTE, MPI_COMM_WORLD) == MPI_SUCCESS)
+            n_peers = n;
     }
     return 0;
 #else

@@ -41,6 +41,7 @@ int cli_bench_data(int argc, char **argv)
     if (!a.dir) return cli_usage_error("bench-data", "missing DIR");
     crew_dataset *d = NULL;
     crew_status s = crew_dataset_open(a.dir, "train", &d);
+    if (!s) cli_note_dataset("bench-data", d);
     if (s) return cli_fail("bench-data", s);
     int cores = crew_cpu_cores();
     int64_t ks[16], nk = 0;

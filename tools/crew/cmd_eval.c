@@ -54,6 +54,7 @@ int cli_eval(int argc, char **argv)
     if (!s) s = crew_model_load_weights(m, a.weights);
     if (!s) warn_unfinished(a.weights);
     if (!s) s = crew_dataset_open_for(m, a.data, a.split, &d);
+    if (!s) cli_note_dataset("eval", d);
     if (!s) s = crew_model_evaluate(m, d, a.batch, &r);
     int rc = 0;
     if (s) {

@@ -188,6 +188,7 @@ int cli_plan(int argc, char **argv)
     crew_memory_plan p;
     crew_status s = crew_model_load_file(a.model, &m);
     if (!s && a.data) s = crew_dataset_open_for(m, a.data, "train", &train);
+    if (!s && train) cli_note_dataset("plan", train);
     if (!s && train) a.o.train_samples = crew_dataset_size(train);
     if (!s) s = crew_model_plan_memory(m, &a.o, &p);
     if (s) {

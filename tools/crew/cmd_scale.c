@@ -594,6 +594,7 @@ int cli_scale(int argc, char **argv)
     if (lead) cli_warn_slow_blas("scale");
     crew_status s = crew_model_load_file(a.model, &m);
     if (!s) s = crew_dataset_open_for(m, a.data, "train", &train);
+    if (!s && lead) cli_note_dataset("scale", train);
     if (!s && !a.epochs) {
         crew_fit_options d;
         crew_model_default_fit(m, &d);

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "run_dir.h"
+#include "stop.h"
 
 static const char *usage_text =
     "usage: crew train MODEL.json --data DIR [options]\n"
@@ -97,6 +98,8 @@ static const char *usage_text =
     "                             flag may be given twice, for both) [10m]; always at the end and\n"
     "                             on SIGINT/SIGTERM\n"
     "  --keep-checkpoints K       newest checkpoints kept [3]\n"
+    "  --stop-grace S             after SIGINT/SIGTERM, seconds the stop (the step, its checkpoint,\n"
+    "                             the weights) may take before crew gives it up and exits [25]\n"
     "  --resume RUN_DIR           continue the run in RUN_DIR from its newest complete checkpoint,\n"
     "                             on any number of devices that shares its global batch; the\n"
     "                             checkpoint decides everything that changes the numbers (batch,\n"
@@ -117,9 +120,15 @@ static const char *usage_text =
     "  --quiet                    no progress output (a run stopped by a signal still says on\n"
     "                             stderr how to resume it)\n"
     "\n"
-    "Stopped by SIGINT or SIGTERM before its end, a run saves a checkpoint, prints the command that\n"
-    "resumes it and exits with status 1; its weights.safetensors is marked unfinished (metadata\n"
-    "\"finished\": \"false\", docs/WEIGHTS.md), and crew eval says so.\n";
+    "Stopped by SIGINT or SIGTERM before its end (under mpirun, of any of its processes), a run\n"
+    "finishes its step, saves a checkpoint, prints the command that resumes it and exits with\n"
+    "status 1; its weights.safetensors is marked unfinished (metadata \"finished\": \"false\",\n"
+    "docs/WEIGHTS.md), and crew eval says so. A second SIGINT stops at once, without a checkpoint;\n"
+    "a stop that takes longer than --stop-grace is given up. Under mpirun: docs/CHECKPOINTS.md.\n";
+
+/* Below Slurm's default KillWait (30 s), so that a scheduler's SIGKILL after its SIGTERM comes
+ * after crew's own last line. */
+#define DEFAULT_STOP_GRACE_S 25.0
 
 typedef struct train_args {
     const char *model, *data, *run_dir, *init_weights, *devices_text;
@@ -140,6 +149,7 @@ typedef struct train_args {
     double checkpoint_every_s;
     const char *resume;
     double lr, warmup_epochs, bucket_mb, timeout, straggler_threshold;
+    double stop_grace;          /* --stop-grace, seconds */
     cli_pipeline pipe;
     int64_t device_memory;      /* --device-memory: the planner chooses the layout; 0: not given */
     int layout;                 /* --layout: 0 replicas, 1 auto */
@@ -228,6 +238,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_CUSTOM_FLAG("--checkpoint-every", parse_every),
     CLI_INT_FLAG(train_args, "--keep-checkpoints", keep_checkpoints, 1, 1000000),
     CLI_FLOAT_FLAG(train_args, "--collective-timeout", timeout, 0.001, 1e7),
+    CLI_FLOAT_FLAG(train_args, "--stop-grace", stop_grace, 0.001, 1e7),
     CLI_INT_FLAG(train_args, "--pipeline", pipe.stages, 1, CREW_MAX_PIPELINE_STAGES),
     CLI_CHOICE_FLAG(train_args, "--schedule", pipe.schedule, cli_schedules),
     CLI_STRING_FLAG(train_args, "--stages", pipe.split),
@@ -281,6 +292,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     if ((parsed = check_combinations(a))) return parsed;
     if (a->resume) a->run_dir = a->resume;
     if (!a->checkpoint_every && !a->checkpoint_every_s) a->checkpoint_every_s = 600.0;
+    if (!a->stop_grace) a->stop_grace = DEFAULT_STOP_GRACE_S;
     if (!a->data) return cli_usage_error("train", "missing --data DIR");
     /* Under mpirun each process is one replica unless --devices says more: every core for every
      * process would oversubscribe a machine running several. */
@@ -361,24 +373,6 @@ static void on_event(void *user, const crew_event_info *e)
     fprintf(stderr, "crew train: %s: %s\n", e->kind_name, e->message);
 }
 
-/* ---- interrupt: the first SIGINT/SIGTERM stops after the current step, a second at once. */
-
-/* Written by the handler, read by the library's rank 0 thread (crew_fit_options.cancel): both
- * through atomic builtins, lock-free on every target, so safe in a signal handler and not a data
- * race between the threads. */
-static int cancel_requested;
-
-static void on_signal(int sig)
-{
-    int saved = errno; /* the interrupted code's */
-    if (__atomic_load_n(&cancel_requested, __ATOMIC_RELAXED)) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-    }
-    __atomic_store_n(&cancel_requested, 1, __ATOMIC_RELAXED);
-    errno = saved;
-}
-
 /* ---- the run */
 
 static void print_result_json(const crew_fit_result *r, const char *weights, const char *run_dir)
@@ -452,8 +446,18 @@ typedef struct train_state {
     crew_model *m;
     crew_dataset *train, *test;
     crew_fit *fit;
+    crew_run_lock *lock;        /* rank 0's, of run_dir: from before anything is written there */
     char run_dir[512], checkpoints[600];
 } train_state;
+
+/* Takes the run directory's lock (crew_run_lock_take): 0, or 2 after naming its holder. */
+static int lock_run_dir(train_state *st)
+{
+    crew_status s = crew_run_lock_take(st->run_dir, "crew train", &st->lock);
+    if (s) return cli_fail("train", s);
+    if (crew_run_lock_note(st->lock)[0]) fprintf(stderr, "crew train: warning: %s\n", crew_run_lock_note(st->lock));
+    return 0;
+}
 
 static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_options *o)
 {
@@ -461,6 +465,10 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     crew_status s = crew_model_load_file(a->model, &st->m);
     if (!s) s = crew_dataset_open_for(st->m, a->data, "train", &st->train);
     if (!s) s = crew_dataset_open_for(st->m, a->data, "test", &st->test);
+    if (!s && crew_group_rank(cli_group()) == 0) {
+        cli_note_dataset("train", st->train);
+        cli_note_dataset("train", st->test);
+    }
     if (!s && a->init_weights) s = crew_model_load_weights(st->m, a->init_weights);
     if (s) return s;
     crew_model_default_fit(st->m, o);
@@ -688,11 +696,24 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
  * resumed one needs its directory. 0, or 2 after the error. */
 static int check_run_dir(const train_args *a, train_state *st)
 {
-    char err[1400];
+    char err[2800], note[5200];
     run_dir_choose(a->run_dir, a->model, st->run_dir, sizeof st->run_dir);
-    int bad = a->resume ? run_dir_check_resume(st->run_dir, err, sizeof err)
+    int bad = run_dir_follow(st->run_dir, note, sizeof note, err, sizeof err);
+    if (!bad && note[0]) fprintf(stderr, "crew train: note: %s\n", note);
+    if (!bad)
+        bad = a->resume ? run_dir_check_resume(st->run_dir, err, sizeof err)
                         : run_dir_check_new(st->run_dir, a->replace, err, sizeof err);
-    if (!bad) return 0;
+    if (bad) {
+        fprintf(stderr, "crew train: %s\n", err);
+        return 2;
+    }
+    /* A resume reads and sets aside checkpoints while it prepares: it holds the lock from here.
+     * A new run takes it once its plan holds (make_run_dir). */
+    if (!a->resume) return 0;
+    int rc = lock_run_dir(st);
+    if (rc) return rc;
+    /* Before anything is read or written there: a link where crew keeps its files is refused. */
+    if (run_dir_check_links(st->run_dir, err, sizeof err) == 0) return 0;
     fprintf(stderr, "crew train: %s\n", err);
     return 2;
 }
@@ -842,30 +863,38 @@ static int dropped_flag(const char *arg, int *skip)
     return 0;
 }
 
-static void print_resume_command(const train_args *a, const char *run_dir)
+/* "crew train MODEL ... --resume RUN_DIR" into buf (cut to len). */
+static void resume_command(const train_args *a, const char *run_dir, char *buf, size_t len)
 {
-    fprintf(stderr, "crew train: resume with: crew train");
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    buf[0] = '\0';
+    if (!f) return;
+    fputs("crew train", f);
     for (int i = 1; i < a->argc; i++) {
         int skip;
         if (dropped_flag(a->argv[i], &skip)) {
             i += skip;
             continue;
         }
-        fputc(' ', stderr);
-        put_shell_word(stderr, a->argv[i]);
+        fputc(' ', f);
+        put_shell_word(f, a->argv[i]);
     }
-    fputs(" --resume ", stderr);
-    put_shell_word(stderr, run_dir);
-    fputc('\n', stderr);
+    fputs(" --resume ", f);
+    put_shell_word(f, run_dir);
+    if (fclose(f) == 0) snprintf(buf, len, "%s", text);
+    free(text);
 }
 
-/* A run stopped by a signal before its end says so on stderr, --quiet or not. */
-static void report_stop(const train_args *a, const crew_fit_result *res, const crew_fit_plan *plan, const char *run_dir)
+/* A run stopped by a signal before its end says so on stderr, --quiet or not. Under mpirun the
+ * command runs under mpirun again (on any number of processes that shares the global batch). */
+static void report_stop(const crew_fit_result *res, const crew_fit_plan *plan, const char *resume)
 {
     fprintf(stderr, "crew train: stopped by signal after step %lld of %lld; the last checkpoint is %s\n",
             (long long)res->steps, (long long)plan->total_steps,
             res->last_checkpoint[0] ? res->last_checkpoint : "(none)");
-    print_resume_command(a, run_dir);
+    fprintf(stderr, "crew train: resume with%s: %s\n", cli_group() ? " (under mpirun, as before)" : "", resume);
 }
 
 /* The run failed: which checkpoint it can resume from. Only a committed checkpoint is named. */
@@ -898,16 +927,28 @@ static void print_summary(const crew_fit_result *res, const crew_fit_plan *plan,
     printf("report: %s\nrun directory: %s (config.json, metrics.jsonl, tb/, checkpoints/)\n", report, run_dir);
 }
 
-/* After the plan holds and before anything is written: the flags a resume may not change, and
- * for --replace the old run's files. 0, or the exit status after the error. */
-static int make_run_dir(const train_args *a, const crew_fit_options *o, const crew_fit_plan *plan, const char *run_dir)
+/* After the plan holds and before anything is written: the flags a resume may not change; for a
+ * new run the directory, its lock, and for --replace the old run's files. 0, or the exit status
+ * after the error. */
+static int make_run_dir(const train_args *a, const crew_fit_options *o, const crew_fit_plan *plan, train_state *st)
 {
+    const char *run_dir = st->run_dir;
     char err[1400];
     if (a->resume) {
         int rc = check_resume_flags(a, o, plan, run_dir);
         if (rc) return rc;
     }
-    if ((a->replace && run_dir_clear(run_dir, err, sizeof err) != 0) || run_dir_create(run_dir, err, sizeof err) != 0) {
+    if (a->resume) return 0; /* locked since check_run_dir */
+    if (run_dir_create(run_dir, err, sizeof err) != 0) {
+        fprintf(stderr, "crew train: %s\n", err);
+        return 2;
+    }
+    /* Under the lock, the check of check_run_dir again: another run may have started there
+     * since, and even ended. */
+    int rc = lock_run_dir(st);
+    if (rc) return rc;
+    if (run_dir_check_new(run_dir, a->replace, err, sizeof err) != 0 ||
+        (a->replace && run_dir_clear(run_dir, err, sizeof err) != 0)) {
         fprintf(stderr, "crew train: %s\n", err);
         return 2;
     }
@@ -920,10 +961,11 @@ static int run_and_save(const train_args *a, train_state *st, train_view *view)
 {
     const crew_fit_plan *plan = crew_fit_get_plan(st->fit);
     const char *run_dir = st->run_dir;
-    char weights[700];
+    char weights[700], resume[8192];
     cli_progress_init(&view->bar, !a->quiet);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    resume_command(a, run_dir, resume, sizeof resume);
+    cli_stop stop = {.grace_s = a->stop_grace, .lead = 1, .checkpoints = st->checkpoints, .resume = resume};
+    cli_stop_arm(&stop);
     crew_fit_result res;
     crew_status s = crew_fit_run(st->fit, &res);
     snprintf(weights, sizeof weights, "%s/weights.safetensors", run_dir);
@@ -941,7 +983,10 @@ static int run_and_save(const train_args *a, train_state *st, train_view *view)
     if (rs) fprintf(stderr, "crew train: no report: %s\n", crew_status_message(rs));
     crew_status_free(rs);
     int finished = res.steps == plan->total_steps;
-    if (!finished) report_stop(a, &res, plan, run_dir);
+    if (!finished) {
+        report_stop(&res, plan, resume);
+        cli_mpi_failed_together(); /* every process stopped after the same step: MPI ends cleanly */
+    }
     if (!a->quiet) print_summary(&res, plan, run_dir, finished, view->bits_unit);
     if (!a->quiet && plan->stages > 1 && res.stages > 1) print_stage_memory(st->m, &res, plan);
     if (!a->quiet && plan->stages <= 1 && res.stage_peak_bytes[0] > 0 && (plan->shard_optimizer || a->device_memory))
@@ -950,11 +995,20 @@ static int run_and_save(const train_args *a, train_state *st, train_view *view)
     return finished ? 0 : 1;
 }
 
-/* A process of an MPI run other than rank 0: it trains its replicas and writes nothing. */
-static int run_follower(train_state *st)
+/* A process of an MPI run other than rank 0: it trains its replicas and writes nothing. A signal
+ * reaching it stops the run as one reaching rank 0 does. */
+static int run_follower(const train_args *a, train_state *st)
 {
+    cli_stop stop = {.grace_s = a->stop_grace, .rank = crew_group_rank(cli_group())};
+    cli_stop_arm(&stop);
     crew_fit_result res;
     crew_status s = crew_fit_run(st->fit, &res);
+    if (!s && __atomic_load_n(cli_stop_flag(), __ATOMIC_RELAXED)) {
+        /* This process was signalled, so the run stopped (its result is rank 0's): it exits 1 as
+         * rank 0 does, since a launcher may report any process's status, and MPI ends cleanly. */
+        cli_mpi_failed_together();
+        return 1;
+    }
     if (!s) return 0;
     char verb[48];
     snprintf(verb, sizeof verb, "train (MPI rank %d)", crew_group_rank(cli_group()));
@@ -972,7 +1026,10 @@ int cli_train(int argc, char **argv)
     const int lead = crew_group_rank(g) == 0; /* rank 0 of an MPI run, or the only process */
     if (g && (rc = cli_agree_run("train", g, argc, argv, a.model, a.data, a.init_weights))) return rc;
     if (!lead) a.quiet = 1, a.json = 0;
-    if (lead && (rc = check_run_dir(&a, &st))) return rc;
+    if (lead && (rc = check_run_dir(&a, &st))) {
+        crew_run_lock_release(st.lock); /* a resume refused after it took the lock */
+        return rc;
+    }
     crew_fit_options o;
     char err[1024], devices[80];
     crew_status s = load_inputs(&a, &st, &o);
@@ -984,7 +1041,7 @@ int cli_train(int argc, char **argv)
     o.on_epoch = on_epoch;
     o.on_event = on_event;
     o.user = &view;
-    o.cancel = &cancel_requested;
+    o.cancel = cli_stop_flag();
     char chosen[700] = "", hint[300] = "";
     crew_conv_choice *conv = NULL; /* --conv auto's measurements (o.conv_choice points into it) */
     if (!s && (rc = choose_layout(&a, &st, &o, chosen, sizeof chosen, hint, sizeof hint))) goto done;
@@ -1001,7 +1058,7 @@ int cli_train(int argc, char **argv)
         goto done;
     }
     if (!lead) {
-        rc = run_follower(&st);
+        rc = run_follower(&a, &st);
         goto done;
     }
     const crew_fit_plan *plan = crew_fit_get_plan(st.fit);
@@ -1010,7 +1067,7 @@ int cli_train(int argc, char **argv)
                  (long long)a.devices);
     else
         snprintf(devices, sizeof devices, "%s:%lld", a.device_kind, (long long)a.devices);
-    if ((rc = make_run_dir(&a, &o, plan, st.run_dir))) goto done;
+    if ((rc = make_run_dir(&a, &o, plan, &st))) goto done;
     run_config cfg = {a.model, a.data, devices, a.init_weights, plan};
     if (run_dir_write_config(st.run_dir, &cfg, err, sizeof err) != 0) {
         fprintf(stderr, "crew train: %s\n", err);
@@ -1031,6 +1088,7 @@ int cli_train(int argc, char **argv)
     rc = run_and_save(&a, &st, &view);
 done:
     crew_fit_free(st.fit);
+    crew_run_lock_release(st.lock);
     free(conv);
     crew_dataset_free(st.test);
     crew_dataset_free(st.train);

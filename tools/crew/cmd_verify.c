@@ -287,6 +287,7 @@ int cli_verify(int argc, char **argv)
         return 1;
     }
     if (!s) s = crew_dataset_open_for(m, a.data, "train", &train);
+    if (!s && lead) cli_note_dataset("verify", train);
     if (!s && (a.pipe.stages > 1 || a.pipe.split)) { /* the pipeline's stages, schedule and micro-batches */
         crew_fit_options fo;
         crew_model_default_fit(m, &fo);

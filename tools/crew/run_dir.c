@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,76 @@ int run_dir_check_resume(const char *path, char *err, size_t err_len)
         snprintf(err, err_len, "cannot resume %s: it is not a run directory (not a directory)", path);
         return -1;
     }
+    return 0;
+}
+
+/* One line for a link where crew keeps its own files: -1. rel: the path inside the run directory. */
+static int link_refused(const char *run_dir, const char *rel, const char *path, char *err, size_t err_len)
+{
+    char target[1024];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? (size_t)n : 0] = '\0';
+    snprintf(err, err_len,
+             "run directory %s: %s is a symbolic link (to %s): crew reads and writes only files of its own in a run "
+             "directory, never through a link; remove the link (nothing it points to is crew's)",
+             run_dir, rel, target[0] ? target : "?");
+    return -1;
+}
+
+/* The entries of run_dir/sub (depth 1: tb/'s files, checkpoints/' directories; depth 2: also each
+ * checkpoint's files), none a link. */
+static int check_entries(const char *run_dir, const char *sub, int depth, char *err, size_t err_len)
+{
+    char dir[1400];
+    snprintf(dir, sizeof dir, "%s/%s", run_dir, sub);
+    DIR *d = opendir(dir);
+    if (!d) return 0; /* missing, or unreadable: what reads it then says so */
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char rel[1400], path[2900];
+        struct stat sb;
+        snprintf(rel, sizeof rel, "%s/%s", sub, e->d_name);
+        snprintf(path, sizeof path, "%s/%s", run_dir, rel);
+        if (lstat(path, &sb) != 0) continue;
+        if (S_ISLNK(sb.st_mode)) rc = link_refused(run_dir, rel, path, err, err_len);
+        else if (S_ISDIR(sb.st_mode) && depth > 1) rc = check_entries(run_dir, rel, depth - 1, err, err_len);
+    }
+    closedir(d);
+    return rc;
+}
+
+int run_dir_check_links(const char *path, char *err, size_t err_len)
+{
+    for (int i = 0; run_dir_owned[i]; i++) {
+        char p[1200];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", path, run_dir_owned[i]);
+        if (lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode)) return link_refused(path, run_dir_owned[i], p, err, err_len);
+    }
+    if (check_entries(path, "tb", 1, err, err_len) != 0) return -1;
+    return check_entries(path, "checkpoints", 2, err, err_len);
+}
+
+int run_dir_follow(const char *path, char *note, size_t note_len, char *err, size_t err_len)
+{
+    note[0] = '\0';
+    struct stat sb;
+    if (lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode)) return 0;
+    char target[1024], real[4096];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? (size_t)n : 0] = '\0';
+    if (!realpath(path, real)) {
+        snprintf(err, err_len, "run directory %s is a symbolic link to %s, which %s", path, target,
+                 errno == ENOENT ? "does not exist (create the directory it names, or remove the link)" : strerror(errno));
+        return -1;
+    }
+    if (stat(real, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+        snprintf(err, err_len, "run directory %s is a symbolic link to %s, which is not a directory", path, real);
+        return -1;
+    }
+    snprintf(note, note_len, "run directory %s is a symbolic link: the run is written into %s", path, real);
     return 0;
 }
 
@@ -230,7 +301,10 @@ int run_dir_write_config(const char *run_dir, const run_config *c, char *err, si
     char path[1200], tmp[1300];
     snprintf(path, sizeof path, "%s/config.json", run_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = text ? fopen(tmp, "w") : NULL;
+    /* Never through a link at the temporary's name (rename then replaces config.json itself). */
+    int fd = text ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644) : -1;
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (fd >= 0 && !f) close(fd);
     int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     if (f && fclose(f) != 0) ok = 0;
     if (ok && rename(tmp, path) != 0) ok = 0;

@@ -1,7 +1,7 @@
 /* run_dir.h — the run directory: where a training run leaves config.json, weights and logs.
  *
- * A run directory belongs to one run. crew owns what it writes there (run_dir_owned) and nothing
- * else; a new run is never started on top of another one's files, which would mix the two (the
+ * A run directory belongs to one run. crew owns what it writes there (run_dir_owned, and the lock
+ * file of crew_run_lock_take, which outlives every run and is no run's) and nothing else; a new run is never started on top of another one's files, which would mix the two (the
  * old checkpoints would outrank the new ones, and a later --resume continue the old run). */
 #ifndef CREW_CLI_RUN_DIR_H
 #define CREW_CLI_RUN_DIR_H
@@ -23,6 +23,14 @@ void run_dir_choose(const char *wanted, const char *model_path, char *out, size_
 int run_dir_check_new(const char *path, int replace, char *err, size_t err_len);
 /* Whether path is a directory a run can be resumed in. Returns 0, or -1 with a message. */
 int run_dir_check_resume(const char *path, char *err, size_t err_len);
+/* A run directory crew resumes in holds no symbolic link where crew keeps its files: none of
+ * run_dir_owned, nothing in tb/, no entry of checkpoints/ (a temporary included) nor a file of a
+ * checkpoint. Returns 0, or -1 with one line naming the first link and what it points to. */
+int run_dir_check_links(const char *path, char *err, size_t err_len);
+/* A --run-dir or --resume that is itself a symbolic link is followed, and said: note gets "run
+ * directory X is a symbolic link: the run is written into Y" ("" when path is no link). Returns 0,
+ * or -1 with a message when the link points nowhere, or to something not a directory. */
+int run_dir_follow(const char *path, char *note, size_t note_len, char *err, size_t err_len);
 /* Removes crew's files from path (tb/ and checkpoints/ with all they hold), nothing else; a
  * symbolic link is removed, never followed. Returns 0, or -1 with a message naming the file. */
 int run_dir_clear(const char *path, char *err, size_t err_len);
