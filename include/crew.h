@@ -1191,9 +1191,6 @@ void crew_blas_describe(char *buf, size_t len);
  * naming the setting that fixes it; 0 and "" otherwise. */
 int crew_blas_check(char *buf, size_t len);
 
-#ifdef __cplusplus
-}
-#endif
 /* ---- run directories: one run at a time (docs/CHECKPOINTS.md, "One run at a time")
  *
  * A run directory (crew_fit_options.run_dir) belongs to one run. The program that runs there holds
@@ -1251,5 +1248,9 @@ crew_status crew_group_agree(const crew_process_group *g, const char *what, cons
 crew_status crew_file_hash(const char *path, int64_t *bytes, uint64_t *xxh3);
 /* Frees the group (MPI_Comm_free of its duplicate); MPI itself stays initialised. */
 void crew_group_close(crew_process_group *g);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* CREW_H */
