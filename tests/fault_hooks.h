@@ -5,13 +5,14 @@
  *
  *   crew_fit_faults f = crew_no_faults();
  *   f.stall_rank = 1, f.stall_step = 3;
- *   fault_hooks_set(fit, &f);                  // f must outlive crew_fit_run
+ *   fault_hooks_set(fit, &f);                  // the fit keeps a copy of f
  *
  * Ranks are the run's global ranks (replica · stages + stage). */
 #ifndef CREW_TESTS_FAULT_HOOKS_H
 #define CREW_TESTS_FAULT_HOOKS_H
 
 #include <math.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "core/status.h"
@@ -105,12 +106,28 @@ static const crew_rank_hooks crew_fault_hooks = {
     .unordered_uploads = fault_unordered_uploads,
 };
 
-/* The faults into a prepared fit; *faults must stay until crew_fit_run returns. */
-static inline void fault_hooks_set(crew_fit *f, const crew_fit_faults *faults)
+/* The faults into a prepared fit. A rank the launcher left behind (a stalled or frozen one, by
+ * design) goes on calling the hooks after crew_fit_run has returned, so the hooks read a copy that
+ * lives as long as the process and is never written again: not the caller's struct, whose stack
+ * the next test reuses. The copies stay reachable (a list), so no leak is reported. Returns 0
+ * when there was no memory for the copy (the fit then runs without faults). */
+typedef struct fault_copy {
+    crew_fit_faults faults;
+    struct fault_copy *next;
+} fault_copy;
+
+static inline int fault_hooks_set(crew_fit *f, const crew_fit_faults *faults)
 {
+    static fault_copy *kept; /* main thread only: each copy is made before the ranks that read it start */
+    fault_copy *c = malloc(sizeof *c);
+    if (!c) return 0;
+    c->faults = *faults;
+    c->next = kept;
+    kept = c;
     crew_fit_hooks *h = crew_fit_hooks_of(f);
     h->rank = &crew_fault_hooks;
-    h->rank_user = (void *)faults;
+    h->rank_user = &c->faults;
+    return 1;
 }
 
 #endif

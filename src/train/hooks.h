@@ -91,7 +91,9 @@ typedef struct crew_rank_hooks {
 
 typedef struct crew_fit_hooks {
     const crew_rank_hooks *rank; /* NULL after crew_fit_prepare */
-    void *rank_user;
+    void *rank_user;           /* must stay valid, and unchanged, as long as any rank may run: a rank
+                                  the threads launcher left behind after a failed run (a stalled or
+                                  frozen one) calls its hooks after crew_fit_run has returned */
     int reverse_batch_rows;    /* each micro-batch's samples in reverse order: the same mathematics with
                                   another order of float sums (crew verify's rounding reference) */
     double loader_slow_s;      /* extra seconds per sample in the loader, to make a run input-bound */
