@@ -130,6 +130,9 @@ crew_status crew_model_add(crew_model *m, const crew_layer_spec *spec);
 /* Reads a model file: crew's own JSON format, or Keras 3 model.to_json() of a Sequential model.
  * The file's loss, optimizer and training settings are kept as the model's defaults. */
 crew_status crew_model_load_file(const char *path, crew_model **out);
+/* The same from JSON text in memory (len bytes; NUL-terminated or not), Keras's model.to_json() say;
+ * `what` names the text in messages as the path does for a file. */
+crew_status crew_model_parse_json(const char *text, size_t len, const char *what, crew_model **out);
 void crew_model_free(crew_model *m);
 
 int64_t crew_model_param_count(const crew_model *m);  /* trainable parameters */
@@ -209,6 +212,25 @@ const char *crew_dataset_note(const crew_dataset *d);
  * m's context (crew_model_context) when m is a language model. */
 crew_status crew_dataset_open_for(const crew_model *m, const char *dir, const char *split, crew_dataset **out);
 
+/* A dataset over arrays in memory (NumPy's, say), read where they are: no copy. The dataset
+ * borrows them: they must stay, unchanged, until crew_dataset_free, and crew never writes or frees
+ * them. Their values reach the model as they are (no normalisation: what Keras's fit does with
+ * arrays); `crew prep arrays` writes a dataset directory that trains to the same bits. Every label
+ * is checked against `classes`, and every float32 value must be finite: an error names the sample. */
+typedef enum crew_array_type { CREW_ARRAY_U8 = 1, CREW_ARRAY_I32 = 2, CREW_ARRAY_F32 = 3 } crew_array_type;
+typedef struct crew_arrays {
+    const void *x;              /* [n, sample_shape...] C order, x_type */
+    int x_type;                 /* CREW_ARRAY_U8 or CREW_ARRAY_F32 */
+    const int64_t *sample_shape;/* [sample_ndim]: one sample's shape, e.g. {28, 28, 1} */
+    int sample_ndim;            /* 1 to 3 */
+    const void *y;              /* [n] class labels, y_type */
+    int y_type;                 /* CREW_ARRAY_U8 or CREW_ARRAY_I32 */
+    int64_t n;                  /* samples */
+    int classes;                /* labels are in [0, classes) */
+    const char *name;           /* for messages ("x", "validation_data"); NULL: "arrays" */
+} crew_arrays;
+crew_status crew_dataset_from_arrays(const crew_arrays *a, crew_dataset **out);
+
 typedef void (*crew_progress_fn)(void *user, int64_t done, int64_t total, const char *what);
 
 /* Converts the gzipped IDX files of Fashion-MNIST (src, e.g. /usr/share/datasets/fashion-mnist)
@@ -243,6 +265,20 @@ crew_status crew_prep_images(const char *src_dir, const crew_image_prep_options 
 crew_status crew_prep_csv(const char *file, const char *label_column, double test_fraction,
                           uint64_t seed, const char *out_dir,
                           crew_progress_fn progress, void *user);
+/* Arrays (crew_arrays; NumPy's .npy files through `crew prep arrays`) as they are: the manifest's
+ * normalisation changes no value (scale 1, mean 0, std 1), so a model trains on the directory to
+ * the bits it trains to on the arrays in memory (crew_dataset_from_arrays). The test split is
+ * `test` (its shape and dtypes the training arrays'), or, with test == NULL and test_fraction in
+ * (0, 1), that fraction of each class of `train`, chosen by seed; with neither, the directory has
+ * a train split only (enough for crew verify, crew plan and crew scale). train->classes counts
+ * the classes of both. */
+crew_status crew_prep_arrays(const crew_arrays *train, const crew_arrays *test, double test_fraction, uint64_t seed,
+                             const char *out_dir, crew_progress_fn progress, void *user);
+/* crew_prep_arrays from .npy files (`crew prep arrays`): x uint8 or float32 [n, sample...], y [n]
+ * uint8, int32 or int64 class labels (NumPy's default integer); the classes are one more than the
+ * largest label of either split. test_x and test_y go together, or are both NULL. */
+crew_status crew_prep_npy(const char *x, const char *y, const char *test_x, const char *test_y, double test_fraction,
+                          uint64_t seed, const char *out_dir, crew_progress_fn progress, void *user);
 /* Any file as byte tokens (vocab 256) in llm.c token shards: out_dir/train_000000.bin, ...
  * and, when test_fraction > 0, val_000000.bin from the last test_fraction of the bytes, plus a
  * manifest.json recording them and seq_len (each shard must hold at least seq_len + 1 tokens). */
@@ -597,6 +633,12 @@ const char *crew_fit_resume_note(const crew_fit *f);
 crew_status crew_fit_run(crew_fit *f, crew_fit_result *result);
 void crew_fit_free(crew_fit *f);
 
+/* The plan in words, the lines crew train prints before a run ("plan: cpu:2 (2 replicas x 1 BLAS
+ * thread), batch 32 per device ..."), each ended by a newline, into buf (cut to len); `devices`
+ * is how the devices were asked for ("cpu:2", "2 MPI ranks x cpu:1"). Returns the length the
+ * whole text needs, as snprintf does. */
+size_t crew_fit_plan_text(const crew_fit_plan *plan, const char *devices, char *buf, size_t len);
+
 /* prepare + run + free. */
 crew_status crew_model_fit(crew_model *m, const crew_dataset *train, const crew_fit_options *opts,
                            crew_fit_result *result);
@@ -841,6 +883,17 @@ crew_status crew_model_save_weights_progress(const crew_model *m, const char *pa
  * both -1 when the file does not say (written by crew_model_save_weights or another tool).
  * Errors name the file. */
 crew_status crew_weights_progress(const char *path, int64_t *steps, int64_t *total_steps);
+
+/* The same tensors in memory (a front end's own framework: Keras's get_weights/set_weights). The
+ * model's tensors, every parameter trainable or not, in layer order, named as in the safetensors
+ * file ("dense.kernel", "batch_normalization.moving_mean") with the same shapes. */
+int crew_model_tensor_count(const crew_model *m);
+/* Tensor i's name (into name, cut to name_len) and shape [ndim]: returns ndim, 0 when i is out of range. */
+int crew_model_tensor_info(const crew_model *m, int i, char *name, size_t name_len, int64_t shape[8]);
+/* Copies every tensor into values[i] (a host buffer of tensor i's element count). */
+crew_status crew_model_get_tensors(const crew_model *m, float *const *values);
+/* Sets every tensor from values[i]; the model then holds weights, as after crew_model_load_weights. */
+crew_status crew_model_set_tensors(crew_model *m, const float *const *values);
 
 /* ---------------------------------------------------------------- advice (docs/ADVISOR.md) */
 
@@ -1190,6 +1243,51 @@ void crew_blas_describe(char *buf, size_t len);
  * CPU model falls back to SSE3 kernels, several times slower), with one line of advice in buf
  * naming the setting that fixes it; 0 and "" otherwise. */
 int crew_blas_check(char *buf, size_t len);
+
+/* ---- run directories (docs/CHECKPOINTS.md): what a front end (crew train, crew.fit in Python)
+ * does with one before crew_fit_run writes there. A run directory belongs to one run: crew owns
+ * what it writes there (crew_run_dir_owned, and the lock file below, which outlives every run and
+ * is no run's) and nothing else, and a new run never starts on top of another one's files, which
+ * would mix the two (the old checkpoints would outrank the new ones, and a later resume continue
+ * the old run). Errors name the directory; the advice on what to do next is the front end's. */
+
+/* config.json, metrics.jsonl, tb, checkpoints, report.html, weights.safetensors: the i-th, NULL
+ * past the last. */
+const char *crew_run_dir_owned(int i);
+/* The run directory's path: `wanted` when given, else runs/<model file stem>-<YYYYmmdd-HHMMSS>
+ * (with -2, -3, ... when a run started in the same second has it). Creates nothing. */
+void crew_run_dir_choose(const char *wanted, const char *model_path, char *out, size_t len);
+/* How many of crew's files (crew_run_dir_owned) path holds, listed into `list` ("config.json,
+ * tb/"): another run's, which a new run must not start on. */
+int crew_run_dir_holds(const char *path, char *list, size_t len);
+/* A new run may use path: it does not exist, or is a directory (crew_run_dir_holds then says
+ * whether another run is there). */
+crew_status crew_run_dir_usable(const char *path);
+/* path is a directory a run can be resumed in. */
+crew_status crew_run_dir_check_resume(const char *path);
+/* No symbolic link where crew keeps its files: none of crew_run_dir_owned, nothing in tb/, no
+ * entry of checkpoints/ (a temporary included) nor a file of a checkpoint; the error names the
+ * first link and what it points to. */
+crew_status crew_run_dir_check_links(const char *path);
+/* A run directory that is itself a symbolic link is followed, and said: note gets "run directory X
+ * is a symbolic link: the run is written into Y" ("" when path is no link); a link to nothing, or
+ * to something not a directory, is an error. */
+crew_status crew_run_dir_follow(const char *path, char *note, size_t note_len);
+/* Removes crew's files from path (tb/ and checkpoints/ with all they hold), nothing else; a
+ * symbolic link is removed, never followed. */
+crew_status crew_run_dir_clear(const char *path);
+/* Creates the directory and its parents. */
+crew_status crew_run_dir_create(const char *path);
+typedef struct crew_run_config {
+    const char *model_path;     /* the model file, as given */
+    const char *data_dir;       /* the dataset directory, or what the data was ("arrays x [60000, 28, 28, 1]") */
+    const char *devices;        /* "cpu:2" */
+    const char *init_weights;   /* or NULL */
+    const char *front_end;      /* who ran it ("python 3.11.7, keras 3.15.1"), or NULL */
+    const crew_fit_plan *plan;
+} crew_run_config;
+/* Writes RUN_DIR/config.json: everything the run resolved (atomically, never through a link). */
+crew_status crew_run_dir_write_config(const char *run_dir, const crew_run_config *c);
 
 /* ---- run directories: one run at a time (docs/CHECKPOINTS.md, "One run at a time")
  *

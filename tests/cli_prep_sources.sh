@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cli_prep_sources.sh — crew prep cifar10, images, csv, text and shards from the command line, on
+# cli_prep_sources.sh — crew prep cifar10, images, csv, text, shards and arrays from the command line, on
 # fixtures made here: the datasets they write train end to end with crew train (a tiny conv net
 # on the CIFAR-shaped and image-folder datasets, a dense net on the CSV one, a tiny GPT on the
 # shards), text becomes llm.c shards, a folder of llm.c shards a token dataset, and bad input
@@ -168,9 +168,52 @@ expect_exit 2 "--test-fraction does not apply to shards" -- "$CREW" prep shards 
 expect_exit 2 "--vocab does not apply to text" -- "$CREW" prep text "$TMP/corpus.bin" --vocab 256 --out "$TMP/shards-x"
 [ ! -e "$TMP/shards-x" ] && ok || fail "a failed prep shards left $TMP/shards-x behind"
 
+# ---------------------------------------------------------------- arrays
+# npy FILE DESCR SHAPE < DATA: a NumPy .npy file (version 1.0, header padded to 64 bytes).
+npy() {
+  local h="{'descr': '$2', 'fortran_order': False, 'shape': $3, }" pad len
+  pad=$(( (64 - (10 + ${#h} + 1) % 64) % 64 ))
+  h="$h$(printf '%*s' "$pad" '')"
+  len=$(( ${#h} + 1 ))
+  { printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $((len & 255)))\\x$(printf %02x $((len >> 8)))"
+    printf '%s\n' "$h"; cat; } > "$1"
+}
+labels64() { for i in $(seq 0 $(($1 - 1))); do printf "\\x0$((i % 4))\\x00\\x00\\x00\\x00\\x00\\x00\\x00"; done; }
+head -c 120 /dev/urandom | npy "$TMP/ax.npy" '|u1' '(40, 3)'
+labels64 40 | npy "$TMP/ay.npy" '<i8' '(40,)'
+head -c 30 /dev/urandom | npy "$TMP/atx.npy" '|u1' '(10, 3)'
+labels64 10 | npy "$TMP/aty.npy" '<i8' '(10,)'
+"$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay.npy" --test-fraction 0.2 --seed 1 --out "$TMP/arr-out" > "$TMP/out" 2>&1 \
+  || fail "prep arrays: $(cat "$TMP/out")"
+grep -q "32 training and 8 test samples, 4 classes" "$TMP/out" && ok || fail "prep arrays said: $(cat "$TMP/out")"
+tr -d ' \t\n' < "$TMP/arr-out/manifest.json" | grep -q '"scale":1,"mean":\[0\],"std":\[1\]' && ok \
+  || fail "prep arrays normalises nothing: $(cat "$TMP/arr-out/manifest.json")"
+train "$TMP/dense.json" "$TMP/arr-out" "$TMP/run-arr"
+"$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay.npy" --test-x "$TMP/atx.npy" --test-y "$TMP/aty.npy" --out "$TMP/arr-test" \
+  > "$TMP/out" 2>&1 && grep -q "40 training and 10 test samples, 4 classes" "$TMP/out" && ok \
+  || fail "prep arrays --test-x: $(cat "$TMP/out")"
+cmp -s <(tail -c 120 "$TMP/arr-test/train_x.npy") <(tail -c 120 "$TMP/ax.npy") && ok || fail "prep arrays changed the samples"
+"$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay.npy" --out "$TMP/arr-train" > "$TMP/out" 2>&1 \
+  && grep -q "40 training and 0 test samples" "$TMP/out" && ok || fail "prep arrays, train only: $(cat "$TMP/out")"
+labels64 39 | npy "$TMP/ay-short.npy" '<i8' '(39,)'
+expect_exit 2 "ay-short.npy: the labels must be one array of 40 values" -- \
+  "$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay-short.npy" --out "$TMP/arr-x"
+{ labels64 39; printf '\xff\xff\xff\xff\xff\xff\xff\xff'; } | npy "$TMP/ay-neg.npy" '<i8' '(40,)'
+expect_exit 2 "ay-neg.npy: label -1 of sample 39 is not a class index" -- \
+  "$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay-neg.npy" --out "$TMP/arr-x"
+head -c 240 /dev/urandom | npy "$TMP/ax16.npy" '<f2' '(40, 3)'
+expect_exit 2 "ax16.npy" -- "$CREW" prep arrays "$TMP/ax16.npy" "$TMP/ay.npy" --out "$TMP/arr-x"
+head -c 30 /dev/urandom | npy "$TMP/atx4.npy" '|u1' '(15, 2)'
+labels64 15 | npy "$TMP/aty4.npy" '<i8' '(15,)'
+expect_exit 2 "must have the training ones' shape and dtypes" -- \
+  "$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay.npy" --test-x "$TMP/atx4.npy" --test-y "$TMP/aty4.npy" --out "$TMP/arr-x"
+expect_exit 2 "give both --test-x and --test-y" -- "$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay.npy" --test-x "$TMP/atx.npy" --out "$TMP/arr-x"
+expect_exit 2 "arrays needs X.npy and Y.npy files" -- "$CREW" prep arrays "$TMP/ax.npy" --out "$TMP/arr-x"
+[ ! -e "$TMP/arr-x" ] && ok || fail "a failed prep arrays left $TMP/arr-x behind"
+
 # ---------------------------------------------------------------- usage
 expect_exit 2 "unknown source 'tiff'" -- "$CREW" prep tiff --out "$TMP/x"
 "$CREW" prep --help > "$TMP/help"
-for s in cifar10 images csv text; do grep -q "crew prep $s" "$TMP/help" && ok || fail "crew prep --help lacks $s"; done
+for s in cifar10 images csv text arrays; do grep -q "crew prep $s" "$TMP/help" && ok || fail "crew prep --help lacks $s"; done
 grep -q "crew prep shards" "$TMP/help" && ok || fail "crew prep --help lacks shards"
 report

@@ -217,6 +217,51 @@ static void test_keras_fixtures(void)
     }
 }
 
+/* A Functional model whose layers form one chain is read as the Sequential model it equals (the
+ * fixture's count_params() is Keras's); one that branches is refused naming the layer, and so is
+ * every way a chain can break: a layer called twice, one fed from further back, two inputs. The
+ * same text parses from memory (crew_model_parse_json, what the Python package calls). */
+static void test_keras_functional(void)
+{
+    crew_model *m = load_ok(source_path("tests/fixtures/keras/functional_cnn.json"));
+    if (m) {
+        CHECK(crew_model_param_count(m) == 13610);
+        CHECK(strcmp(m->name, "functional_cnn") == 0 && strcmp(m->layers[0]->name, "conv2d") == 0);
+        CHECK(m->input.ndim == 3 && m->input.dim[0] == 28 && m->input.dim[2] == 1);
+        CHECK(m->defaults.has_compile && m->defaults.compile.optimizer.type == CREW_OPT_ADAMW);
+        crew_model_free(m);
+    }
+    crew_model *r = (crew_model *)1;
+    CHECK_ERR(crew_model_load_file(source_path("tests/fixtures/keras/functional_residual.json"), &r),
+              "layer 2 ('add') takes 2 inputs: crew imports Functional models whose layers form one chain");
+    CHECK(r == NULL);
+    const char *head = "{\"class_name\": \"Functional\", \"config\": {\"name\": \"f\", \"layers\": ["
+                       "{\"class_name\": \"InputLayer\", \"name\": \"in\", \"config\": {\"batch_shape\": [null, 4], "
+                       "\"name\": \"in\"}, \"inbound_nodes\": []},";
+#define KT(layer, from) "{\"class_name\": \"Dense\", \"name\": \"" layer "\", \"config\": {\"name\": \"" layer "\", " \
+    "\"units\": 4}, \"inbound_nodes\": [{\"args\": [{\"class_name\": \"__keras_tensor__\", \"config\": " \
+    "{\"keras_history\": [\"" from "\", 0, 0]}}], \"kwargs\": {}}]}"
+    char text[4096];
+    snprintf(text, sizeof text, "%s%s, %s]%s", head, KT("a", "in"), KT("b", "a"),
+             ", \"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"b\", 0, 0]]}}");
+    CHECK_OK(crew_model_parse_json(text, strlen(text), "chain.json", &m));
+    CHECK(m && crew_model_param_count(m) == 40);
+    crew_model_free(m);
+    snprintf(text, sizeof text, "%s%s, %s, %s]%s", head, KT("a", "in"), KT("b", "a"), KT("c", "a"),
+             ", \"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"c\", 0, 0]]}}");
+    expect_bad("fork.json", text, "layer 3 ('c') takes the output of 'a', not of the layer before it ('b')", NULL);
+    snprintf(text, sizeof text, "%s%s, %s]%s", head, KT("a", "in"), KT("b", "a"),
+             ", \"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"a\", 0, 0]]}}");
+    expect_bad("output.json", text, "'config.output_layers' must name the one output, the last layer", NULL);
+    snprintf(text, sizeof text, "%s%s]%s", head, KT("a", "in"), ", \"output_layers\": [[\"a\", 0, 0]]}}");
+    expect_bad("noinput.json", text, "'config.input_layers' must name the one input", NULL);
+    snprintf(text, sizeof text, "%s%s]%s", head,
+             "{\"class_name\": \"Dense\", \"name\": \"a\", \"config\": {\"units\": 4}, \"inbound_nodes\": [{}, {}]}",
+             ", \"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"a\", 0, 0]]}}");
+    expect_bad("twice.json", text, "layer 1 ('a') is called more than once", NULL);
+#undef KT
+}
+
 /* Keras settings crew cannot run exactly leave the defaults unset instead of failing. */
 static void test_keras_compile_unmapped(void)
 {
@@ -388,8 +433,10 @@ static void test_bad_keras_files(void)
                "layer 1", "mask_zero");
     expect_bad("kinput.json", keras_text("{\"class_name\": \"InputLayer\", \"config\": {\"batch_shape\": [null, 3]}}"),
                "layer 1", "InputLayer");
-    expect_bad("functional.json", "{\"class_name\": \"Functional\", \"config\": {}}", "'Functional' is not supported",
+    expect_bad("functional.json", "{\"class_name\": \"Functional\", \"config\": {}}", "'config.layers' must be a list",
                NULL);
+    expect_bad("subclassed.json", "{\"class_name\": \"MyModel\", \"config\": {}}", "'MyModel' is not supported",
+               "Functional ones whose layers form one chain");
     expect_bad("noinput.json", "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": "
                                "\"Dense\", \"config\": {\"units\": 2}}]}}",
                "no input shape", NULL);
@@ -426,6 +473,7 @@ int main(void)
     test_fashion_cnn();
     test_minimal_and_options();
     test_keras_fixtures();
+    test_keras_functional();
     test_keras_compile_unmapped();
     test_bad_crew_files();
     test_nul_in_strings();

@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
 """Writes the Keras 3 model.to_json() fixtures that tests/test_model_file.c imports.
 
-Run from the repository root:  python3 tools/make_keras_fixtures.py
+Run from the repository root:  python3 tools/make_keras_fixtures.py [OUT_DIR]
 It prints each model's count_params(); tests/test_model_file.c checks crew counts the same.
 Needs keras 3 and one backend (torch by default; KERAS_BACKEND may name another).
 """
 import json
 import os
+import sys
 
 os.environ.setdefault("KERAS_BACKEND", "torch")
 
 import keras  # noqa: E402  (the backend must be chosen before the import)
 from keras import layers  # noqa: E402
 
-OUT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "keras")
+OUT_DIR = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                                              "tests", "fixtures", "keras")
 
 
 def fashion_mlp():
@@ -70,10 +72,34 @@ def token_model():
     return m
 
 
+def functional_cnn():
+    """A Functional model whose layers form one chain: crew reads it as the Sequential model it equals."""
+    inputs = keras.Input((28, 28, 1), name="image")
+    x = layers.Conv2D(8, 3, activation="relu")(inputs)
+    x = layers.MaxPooling2D(2)(x)
+    x = layers.Flatten()(x)
+    x = layers.Dropout(0.1)(x)
+    outputs = layers.Dense(10, activation="softmax")(x)
+    m = keras.Model(inputs, outputs, name="functional_cnn")
+    m.compile(optimizer=keras.optimizers.Adam(learning_rate=1e-3), loss="sparse_categorical_crossentropy")
+    return m
+
+
+def functional_residual():
+    """A Functional model with a residual sum: not a chain, which crew refuses naming the layer."""
+    inputs = keras.Input((16,), name="features")
+    x = layers.Dense(16, activation="relu")(inputs)
+    x = layers.Add()([x, inputs])
+    outputs = layers.Dense(4)(x)
+    return keras.Model(inputs, outputs, name="functional_residual")
+
+
 def main():
     os.makedirs(OUT_DIR, exist_ok=True)
     print("keras", keras.__version__, "backend", keras.backend.backend())
-    for name, build in (("fashion_mlp", fashion_mlp), ("small_cnn", small_cnn), ("token_model", token_model)):
+    models = (("fashion_mlp", fashion_mlp), ("small_cnn", small_cnn), ("token_model", token_model),
+              ("functional_cnn", functional_cnn), ("functional_residual", functional_residual))
+    for name, build in models:
         keras.backend.clear_session()  # each model's layer names start again at dense, dense_1, ...
         model = build()
         text = json.dumps(json.loads(model.to_json()), indent=1, sort_keys=True)

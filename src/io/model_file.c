@@ -35,11 +35,12 @@ static crew_status dispatch(const cJSON *root, const char *what, crew_model **ou
     if (!cJSON_IsObject(root)) return crew_mf_error(&w, "the top level must be a JSON object");
     const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "class_name");
     if (!cls) return crew_model_from_crew_json(root, what, out);
-    if (cJSON_IsString(cls) && strcmp(cls->valuestring, "Sequential") == 0)
+    if (cJSON_IsString(cls) && (strcmp(cls->valuestring, "Sequential") == 0 || strcmp(cls->valuestring, "Functional") == 0))
         return crew_model_from_keras_json(root, what, out);
     char q[64];
     crew_mf_quote(cJSON_IsString(cls) ? cls->valuestring : "?", q, sizeof q);
-    return crew_mf_error(&w, "Keras model class '%s' is not supported: only Sequential models can be imported", q);
+    return crew_mf_error(&w, "Keras model class '%s' is not supported: only Sequential models and Functional ones whose "
+                             "layers form one chain can be imported", q);
 }
 
 crew_status crew_model_parse_json(const char *text, size_t len, const char *what, crew_model **out)

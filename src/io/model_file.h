@@ -24,10 +24,6 @@
 #define CREW_MF_MAX_SAMPLE ((int64_t)1 << 28)  /* values in one sample at any layer's output */
 #define CREW_MF_MAX_PARAMS ((int64_t)1 << 32)  /* parameters and state values of the model */
 
-/* Parses a model from JSON text (len bytes, need not be NUL-terminated). `what` names the source
- * in messages (the path). On error *out stays NULL. */
-crew_status crew_model_parse_json(const char *text, size_t len, const char *what, crew_model **out);
-
 /* Builds a model from a parsed crew-format root object / Keras Sequential root object. */
 crew_status crew_model_from_crew_json(const cJSON *root, const char *what, crew_model **out);
 crew_status crew_model_from_keras_json(const cJSON *root, const char *what, crew_model **out);

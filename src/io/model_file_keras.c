@@ -415,18 +415,110 @@ static void keras_model_name(const cJSON *config, const char *file, crew_model *
     crew_status_free(s);
 }
 
+/* ------------------------------------------------------------------ Functional models */
+
+/* The Keras tensors a layer's call took: every "__keras_tensor__" object under its inbound node
+ * (its arguments and keyword arguments alike); the last one's source layer into *from. */
+static int count_tensors(const cJSON *v, const char **from)
+{
+    int n = 0;
+    if (cJSON_IsObject(v)) {
+        const cJSON *cls = cJSON_GetObjectItemCaseSensitive(v, "class_name");
+        if (cJSON_IsString(cls) && strcmp(cls->valuestring, "__keras_tensor__") == 0) {
+            const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(v, "config");
+            const cJSON *hist = cJSON_IsObject(cfg) ? cJSON_GetObjectItemCaseSensitive(cfg, "keras_history") : NULL;
+            const cJSON *layer = cJSON_IsArray(hist) ? hist->child : NULL;
+            *from = cJSON_IsString(layer) ? layer->valuestring : "?";
+            return 1;
+        }
+    }
+    if (cJSON_IsObject(v) || cJSON_IsArray(v))
+        for (const cJSON *c = v->child; c; c = c->next) n += count_tensors(c, from);
+    return n;
+}
+
+static const char *entry_name(const cJSON *item)
+{
+    const cJSON *name = cJSON_IsObject(item) ? cJSON_GetObjectItemCaseSensitive(item, "name") : NULL;
+    if (cJSON_IsString(name)) return name->valuestring;
+    const cJSON *cfg = cJSON_IsObject(item) ? cJSON_GetObjectItemCaseSensitive(item, "config") : NULL;
+    name = cJSON_IsObject(cfg) ? cJSON_GetObjectItemCaseSensitive(cfg, "name") : NULL;
+    return cJSON_IsString(name) ? name->valuestring : "?";
+}
+
+/* The model's one input or output layer ("input_layers": [["image", 0, 0]]), or NULL. */
+static const char *end_layer(const cJSON *config, const char *key)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(config, key);
+    if (cJSON_IsArray(list) && cJSON_GetArraySize(list) == 1) list = list->child; /* [[name, 0, 0]] */
+    const cJSON *name = cJSON_IsArray(list) ? list->child : NULL;
+    return cJSON_IsString(name) ? name->valuestring : NULL;
+}
+
+/* A Functional model is read as the Sequential model it equals when its layers, in the file's
+ * order, form one chain: each takes one tensor, the previous layer's, and is called once; the
+ * first is the model's one input and the last its one output. Anything else (a branch, a residual
+ * sum, a shared layer, several inputs) is an error naming the layer. */
+static crew_status keras_functional_chain(const cJSON *layers, const cJSON *config, const char *file)
+{
+    crew_mf_where w = {file, "", 1};
+    const char *prev = NULL;
+    int i = 0;
+    for (const cJSON *c = layers->child; c; c = c->next, i++) {
+        char q[64], p[64];
+        const char *name = entry_name(c);
+        crew_mf_quote(name, q, sizeof q);
+        const cJSON *nodes = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "inbound_nodes") : NULL;
+        int n_nodes = cJSON_IsArray(nodes) ? cJSON_GetArraySize(nodes) : -1;
+        if (i == 0) {
+            if (n_nodes > 0)
+                return crew_mf_error(&w, "layer 0 ('%s') of the Functional model takes an input: the first layer must "
+                                         "be its InputLayer", q);
+            prev = name;
+            continue;
+        }
+        if (n_nodes != 1)
+            return crew_mf_error(&w, "layer %d ('%s') is called %s: crew imports Functional models whose layers form "
+                                 "one chain, each layer called once", i, q, n_nodes > 1 ? "more than once" : "never");
+        const char *from = NULL;
+        int inputs = count_tensors(nodes->child, &from);
+        if (inputs != 1)
+            return crew_mf_error(&w, "layer %d ('%s') takes %d inputs: crew imports Functional models whose layers "
+                                 "form one chain, each layer taking the previous one's output", i, q, inputs);
+        if (strcmp(from, prev) != 0) {
+            crew_mf_quote(from, p, sizeof p);
+            char r[64];
+            crew_mf_quote(prev, r, sizeof r);
+            return crew_mf_error(&w, "layer %d ('%s') takes the output of '%s', not of the layer before it ('%s'): "
+                                 "crew imports Functional models whose layers form one chain", i, q, p, r);
+        }
+        prev = name;
+    }
+    const char *first = entry_name(layers->child), *in = end_layer(config, "input_layers"),
+               *out = end_layer(config, "output_layers");
+    if (!in || strcmp(in, first) != 0)
+        return crew_mf_error(&w, "key 'config.input_layers' must name the one input, the first layer");
+    if (!out || !prev || strcmp(out, prev) != 0)
+        return crew_mf_error(&w, "key 'config.output_layers' must name the one output, the last layer");
+    return CREW_OK;
+}
+
 crew_status crew_model_from_keras_json(const cJSON *root, const char *file, crew_model **out)
 {
     *out = NULL;
     crew_mf_where w = {file, "", 1};
+    const cJSON *cls = cJSON_GetObjectItemCaseSensitive(root, "class_name");
+    const int functional = cJSON_IsString(cls) && strcmp(cls->valuestring, "Functional") == 0;
+    const char *kind = functional ? "Functional" : "Sequential";
     const cJSON *config = crew_mf_get(&w, root, "config");
-    if (!cJSON_IsObject(config)) return crew_mf_error(&w, "key 'config' of the Sequential model must be an object");
+    if (!cJSON_IsObject(config)) return crew_mf_error(&w, "key 'config' of the %s model must be an object", kind);
     const cJSON *layers = crew_mf_get(&w, config, "layers");
     if (!cJSON_IsArray(layers)) return crew_mf_error(&w, "key 'config.layers' must be a list of layers");
     int count = 0;
     for (const cJSON *c = layers->child; c && count <= CREW_MF_MAX_LAYERS + 1; c = c->next) count++;
     if (count > CREW_MF_MAX_LAYERS + 1)
         return crew_mf_error(&w, "key 'config.layers' has more than %d layers", CREW_MF_MAX_LAYERS);
+    if (functional) CREW_TRY(keras_functional_chain(layers, config, file));
     int64_t dims[3];
     int ndim;
     CREW_TRY(keras_input_shape(root, config, layers->child, file, dims, &ndim));

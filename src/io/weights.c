@@ -210,3 +210,58 @@ crew_status crew_model_load_weights(crew_model *m, const char *path)
     free(np);
     return s;
 }
+
+/* ------------------------------------------------------------------ in memory */
+
+int crew_model_tensor_count(const crew_model *m) { return m ? crew_model_named_params(m, NULL, 0) : 0; }
+
+int crew_model_tensor_info(const crew_model *m, int i, char *name, size_t name_len, int64_t shape[8])
+{
+    int n = crew_model_tensor_count(m);
+    if (i < 0 || i >= n) return 0;
+    crew_named_param *np;
+    if (list_params(m, &np, &n)) return 0;
+    const crew_shape *s = &np[i].param->shape;
+    if (name && name_len) snprintf(name, name_len, "%s", np[i].name);
+    for (int d = 0; d < s->ndim; d++) shape[d] = s->dim[d];
+    int ndim = s->ndim;
+    free(np);
+    return ndim;
+}
+
+crew_status crew_model_get_tensors(const crew_model *m, float *const *values)
+{
+    if (!m || !values) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_get_tensors: NULL argument");
+    if (!m->laid_out || !m->initialized)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
+                           "model '%s' has no weights to read yet (initialise, train or load them first)", m->name);
+    crew_named_param *np;
+    int n;
+    CREW_TRY(list_params(m, &np, &n));
+    crew_status s = CREW_OK;
+    for (int i = 0; i < n && !s; i++)
+        if (!values[i]) s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_get_tensors: no buffer for '%s'", np[i].name);
+    for (int i = 0; i < n && !s; i++)
+        s = crew_dev_download_f32(&m->be, values[i], np[i].param->value, crew_shape_size(&np[i].param->shape));
+    free(np);
+    return s;
+}
+
+crew_status crew_model_set_tensors(crew_model *m, const float *const *values)
+{
+    if (!m || !values) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_set_tensors: NULL argument");
+    CREW_TRY(crew_model_layout(m));
+    crew_named_param *np;
+    int n;
+    CREW_TRY(list_params(m, &np, &n));
+    crew_status s = CREW_OK;
+    for (int i = 0; i < n && !s; i++)
+        if (!values[i]) s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_model_set_tensors: no values for '%s'", np[i].name);
+    for (int i = 0; i < n && !s; i++) {
+        s = crew_dev_upload_f32(&m->be, np[i].param->value, values[i], crew_shape_size(&np[i].param->shape));
+        if (!s) s = m->be.ops->sync(m->be.ctx, NULL); /* the caller may reuse its buffers once this returns */
+    }
+    if (!s) m->initialized = 1;
+    free(np);
+    return s;
+}

@@ -70,8 +70,6 @@ int cli_pipeline_replicas(const char *verb, cli_pipeline *p, int64_t devices, in
  * stages, schedule, split and span, and the micro-batches per step (--micro-batches, else K) as
  * the global batch, unless global_given. */
 void cli_pipeline_apply(const cli_pipeline *p, int global_given, int processes, crew_fit_options *o);
-/* "stage 0: layers 0-3, stage 1: layers 4-9" */
-void cli_pipeline_stages_text(const crew_fit_plan *plan, char *buf, size_t len);
 
 /* The peak of a run of `devices` replicas of `kind` at `threads` BLAS threads in each of `processes`
  * processes, GFLOP/s: one device's GEMM rate (crew_peak_cached, kept in

@@ -238,15 +238,6 @@ void cli_pipeline_apply(const cli_pipeline *p, int global_given, int processes, 
     if (!global_given || p->micro_batches) o->global_batch = replicas * o->batch_per_device * m;
 }
 
-void cli_pipeline_stages_text(const crew_fit_plan *plan, char *buf, size_t len)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int s = 0; s < plan->stages && used < len; s++)
-        used += (size_t)snprintf(buf + used, len - used, "%sstage %d: layers %d-%d", s ? ", " : "", s,
-                                 plan->stage_first[s], plan->stage_first[s + 1] - 1);
-}
-
 int cli_parse_choice(const char *verb, const char *flag, const char *text, const char *const *choices)
 {
     char list[256] = "";

@@ -15,6 +15,7 @@ static const char *usage_text =
     "       crew prep csv FILE --label COLUMN [--test-fraction F] [--seed S] --out DIR\n"
     "       crew prep text FILE [--seq-len T] [--test-fraction F] --out DIR\n"
     "       crew prep shards DIR [--vocab N] [--seq-len T] --out DIR\n"
+    "       crew prep arrays X.npy Y.npy [--test-x FILE --test-y FILE | --test-fraction F [--seed S]] --out DIR\n"
     "\n"
     "Converts a dataset once into crew's ready-to-use format: manifest.json plus one .npy array\n"
     "per split and field, written atomically (a temporary directory renamed into place).\n"
@@ -41,12 +42,18 @@ static const char *usage_text =
     "                  order; hard-linked (else copied) as train_000000.bin, ... with a\n"
     "                  manifest.json. Every token must be below --vocab [50257, GPT-2's];\n"
     "                  --seq-len [1024] is recorded, and a shard of each split must exceed it\n"
+    "  arrays          NumPy arrays as they are (no normalisation, as Keras's fit takes them):\n"
+    "                  X.npy uint8 or float32 [samples, ...], Y.npy uint8, int32 or int64 class\n"
+    "                  labels [samples]; the test split from --test-x and --test-y, or\n"
+    "                  --test-fraction F of each class chosen by --seed [0]; with neither, a\n"
+    "                  train split only (enough for crew verify, plan and scale)\n"
     "Bad input is reported as one line naming the file (and line, column or record) with exit\n"
     "status 2. See docs/DATA.md.\n";
 
 enum {
     F_SRC = 1 << 0, F_TEST_IMAGES = 1 << 1, F_TEST_LABELS = 1 << 2, F_SIZE = 1 << 3, F_CHANNELS = 1 << 4,
     F_FRACTION = 1 << 5, F_SEED = 1 << 6, F_LABEL = 1 << 7, F_SEQ_LEN = 1 << 8, F_VOCAB = 1 << 9,
+    F_TEST_X = 1 << 10, F_TEST_Y = 1 << 11,
 };
 
 static const struct {
@@ -56,7 +63,7 @@ static const struct {
     {"--src", F_SRC},       {"--test-images", F_TEST_IMAGES},   {"--test-labels", F_TEST_LABELS},
     {"--size", F_SIZE},     {"--channels", F_CHANNELS},         {"--test-fraction", F_FRACTION},
     {"--seed", F_SEED},     {"--label", F_LABEL},               {"--seq-len", F_SEQ_LEN},
-    {"--vocab", F_VOCAB},
+    {"--vocab", F_VOCAB},   {"--test-x", F_TEST_X},             {"--test-y", F_TEST_Y},
 };
 #define N_FLAGS (int)(sizeof flags / sizeof flags[0])
 
@@ -73,6 +80,7 @@ static const struct {
     {"csv", 1, F_LABEL | F_FRACTION | F_SEED},
     {"text", 1, F_SEQ_LEN | F_FRACTION},
     {"shards", 1, F_VOCAB | F_SEQ_LEN},
+    {"arrays", 2, F_TEST_X | F_TEST_Y | F_FRACTION | F_SEED},
 };
 #define N_SOURCES (int)(sizeof sources / sizeof sources[0])
 
@@ -140,12 +148,15 @@ static int parse_args(int argc, char **argv, prep_args *a)
         int r = parse_one(argc, argv, &i, a, &source);
         if (r) return r;
     }
-    if (!source) return cli_usage_error("prep", "missing the source (fashion-mnist, idx, cifar10, images, csv, text or shards)");
+    if (!source)
+        return cli_usage_error("prep", "missing the source (fashion-mnist, idx, cifar10, images, csv, text, shards or "
+                                       "arrays)");
     a->source = -1;
     for (int s = 0; s < N_SOURCES; s++)
         if (!strcmp(source, sources[s].name)) a->source = s;
     if (a->source < 0)
-        return cli_usage_error("prep", "unknown source '%s' (fashion-mnist, idx, cifar10, images, csv, text or shards)", source);
+        return cli_usage_error("prep", "unknown source '%s' (fashion-mnist, idx, cifar10, images, csv, text, shards or "
+                                        "arrays)", source);
     for (int f = 0; f < N_FLAGS; f++)
         if ((a->given & flags[f].bit) && !(sources[a->source].allowed & flags[f].bit))
             return cli_usage_error("prep", "%s does not apply to %s", flags[f].name, source);
@@ -153,7 +164,8 @@ static int parse_args(int argc, char **argv, prep_args *a)
     if (a->n_pos > want) return cli_usage_error("prep", "unexpected argument '%s'", a->pos[want]);
     if (a->n_pos < want)
         return cli_usage_error("prep", "%s needs %s", source,
-                               want == 2 ? "IMAGES and LABELS files" : !strcmp(source, "shards") ? "a DIR" : "a FILE");
+                               want == 2 ? (!strcmp(source, "arrays") ? "X.npy and Y.npy files" : "IMAGES and LABELS files")
+                               : !strcmp(source, "shards") ? "a DIR" : "a FILE");
     if (!a->out) return cli_usage_error("prep", "missing --out DIR");
     return 0;
 }
@@ -217,6 +229,22 @@ static int run_shards(const prep_args *a, prep_view *view, crew_status *s)
     return 0;
 }
 
+static int run_arrays(const prep_args *a, prep_view *view, crew_status *s)
+{
+    const char *tx = flag_value(a, F_TEST_X), *ty = flag_value(a, F_TEST_Y);
+    const char *frac = flag_value(a, F_FRACTION), *seed = flag_value(a, F_SEED);
+    if (!tx != !ty) return cli_usage_error("prep", "give both --test-x and --test-y, or neither");
+    if (tx && frac) return cli_usage_error("prep", "--test-fraction splits the arrays when there are no test arrays: "
+                                                   "give it or --test-x and --test-y");
+    if (seed && !frac) return cli_usage_error("prep", "--seed chooses the --test-fraction split: give that too");
+    double f = 0.0;
+    int64_t sd = 0;
+    if (frac && !cli_parse_float("prep", "--test-fraction", frac, 1e-9, 1 - 1e-9, &f)) return 2;
+    if (seed && !cli_parse_int("prep", "--seed", seed, 0, INT64_MAX, &sd)) return 2;
+    *s = crew_prep_npy(a->pos[0], a->pos[1], tx, ty, f, (uint64_t)sd, a->out, on_progress, view);
+    return 0;
+}
+
 static int run_source(const prep_args *a, prep_view *view, crew_status *s)
 {
     const char *name = sources[a->source].name, *src = flag_value(a, F_SRC);
@@ -233,6 +261,8 @@ static int run_source(const prep_args *a, prep_view *view, crew_status *s)
         return run_images(a, view, s);
     } else if (!strcmp(name, "shards")) {
         return run_shards(a, view, s);
+    } else if (!strcmp(name, "arrays")) {
+        return run_arrays(a, view, s);
     } else {
         return run_csv_text(a, view, s);
     }
@@ -280,8 +310,11 @@ static int summary(const prep_args *a, const prep_view *view)
         return 0;
     }
     crew_dataset *train = NULL, *test = NULL;
+    /* crew prep arrays without a test split writes the train split alone */
+    const int no_test = !strcmp(sources[a->source].name, "arrays") && !flag_value(a, F_TEST_X) &&
+                        !flag_value(a, F_FRACTION);
     crew_status s = crew_dataset_open(a->out, "train", &train);
-    if (!s) s = crew_dataset_open(a->out, "test", &test);
+    if (!s && !no_test) s = crew_dataset_open(a->out, "test", &test);
     if (!s)
         printf("prepared %s: %lld training and %lld test samples, %d classes (%.1fs)\n", a->out,
                (long long)crew_dataset_size(train), (long long)crew_dataset_size(test), crew_dataset_classes(train),

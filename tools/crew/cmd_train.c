@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "run_dir.h"
 #include "stop.h"
 
 static const char *usage_text =
@@ -506,7 +505,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     if (a->have_augment) o->augment = a->augment;
     o->pad_last_batch = a->pad_last;
     cli_pipeline_apply(&a->pipe, a->global_batch > 0 || a->resume, crew_group_size(cli_group()), o);
-    /* The run directory was checked before (run_dir_check_*) and is created once the plan holds:
+    /* The run directory was checked before (check_run_dir) and is created once the plan holds:
      * a command that fails its plan leaves nothing behind. A resumed run reads its checkpoint. */
     snprintf(st->checkpoints, sizeof st->checkpoints, "%s/checkpoints", st->run_dir);
     o->run_dir = st->run_dir;
@@ -692,30 +691,46 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     return rc;
 }
 
+/* One line on stderr for a refused run directory: the exit status 2 (s is freed). */
+static int refuse_dir(crew_status s)
+{
+    fprintf(stderr, "crew train: %s\n", crew_status_message(s));
+    crew_status_free(s);
+    return 2;
+}
+
+/* A new run may not land on another run's files: a directory that is not one, or that holds
+ * another run's files (unless --replace), is refused with the ways on. 0, or 2 after the error. */
+static int check_new_dir(const char *path, int replace)
+{
+    crew_status s = crew_run_dir_usable(path);
+    if (s) return refuse_dir(s);
+    char held[256];
+    if (replace || crew_run_dir_holds(path, held, sizeof held) == 0) return 0;
+    fprintf(stderr,
+            "crew train: run directory %s holds another run (%s): continue it with --resume %s, or start a new one "
+            "there with --replace, which deletes those\n", path, held, path);
+    return 2;
+}
+
 /* The directory before anything is loaded: a new run may not land on another run's files, a
  * resumed one needs its directory. 0, or 2 after the error. */
 static int check_run_dir(const train_args *a, train_state *st)
 {
-    char err[2800], note[5200];
-    run_dir_choose(a->run_dir, a->model, st->run_dir, sizeof st->run_dir);
-    int bad = run_dir_follow(st->run_dir, note, sizeof note, err, sizeof err);
-    if (!bad && note[0]) fprintf(stderr, "crew train: note: %s\n", note);
-    if (!bad)
-        bad = a->resume ? run_dir_check_resume(st->run_dir, err, sizeof err)
-                        : run_dir_check_new(st->run_dir, a->replace, err, sizeof err);
-    if (bad) {
-        fprintf(stderr, "crew train: %s\n", err);
-        return 2;
-    }
+    char note[5200];
+    crew_run_dir_choose(a->run_dir, a->model, st->run_dir, sizeof st->run_dir);
+    crew_status s = crew_run_dir_follow(st->run_dir, note, sizeof note);
+    if (s) return refuse_dir(s);
+    if (note[0]) fprintf(stderr, "crew train: note: %s\n", note);
+    if (!a->resume) return check_new_dir(st->run_dir, a->replace);
+    if ((s = crew_run_dir_check_resume(st->run_dir))) return refuse_dir(s);
     /* A resume reads and sets aside checkpoints while it prepares: it holds the lock from here.
      * A new run takes it once its plan holds (make_run_dir). */
-    if (!a->resume) return 0;
     int rc = lock_run_dir(st);
     if (rc) return rc;
     /* Before anything is read or written there: a link where crew keeps its files is refused. */
-    if (run_dir_check_links(st->run_dir, err, sizeof err) == 0) return 0;
-    fprintf(stderr, "crew train: %s\n", err);
-    return 2;
+    s = crew_run_dir_check_links(st->run_dir);
+    return s ? refuse_dir(s) : 0;
 }
 
 /* ---- resuming: the checkpoint decides what changes the numbers; a flag may repeat it */
@@ -933,26 +948,19 @@ static void print_summary(const crew_fit_result *res, const crew_fit_plan *plan,
 static int make_run_dir(const train_args *a, const crew_fit_options *o, const crew_fit_plan *plan, train_state *st)
 {
     const char *run_dir = st->run_dir;
-    char err[1400];
     if (a->resume) {
         int rc = check_resume_flags(a, o, plan, run_dir);
         if (rc) return rc;
     }
     if (a->resume) return 0; /* locked since check_run_dir */
-    if (run_dir_create(run_dir, err, sizeof err) != 0) {
-        fprintf(stderr, "crew train: %s\n", err);
-        return 2;
-    }
+    crew_status s = crew_run_dir_create(run_dir);
+    if (s) return refuse_dir(s);
     /* Under the lock, the check of check_run_dir again: another run may have started there
      * since, and even ended. */
     int rc = lock_run_dir(st);
-    if (rc) return rc;
-    if (run_dir_check_new(run_dir, a->replace, err, sizeof err) != 0 ||
-        (a->replace && run_dir_clear(run_dir, err, sizeof err) != 0)) {
-        fprintf(stderr, "crew train: %s\n", err);
-        return 2;
-    }
-    return 0;
+    if (!rc) rc = check_new_dir(run_dir, a->replace);
+    if (!rc && a->replace && (s = crew_run_dir_clear(run_dir))) rc = refuse_dir(s);
+    return rc;
 }
 
 /* Trains the prepared fit, then writes its weights (marked with how far it got) and report.
@@ -1031,7 +1039,7 @@ int cli_train(int argc, char **argv)
         return rc;
     }
     crew_fit_options o;
-    char err[1024], devices[80];
+    char devices[80];
     crew_status s = load_inputs(&a, &st, &o);
     if (!lead) o.run_dir = o.checkpoint_dir = NULL; /* rank 0 owns the run directory */
     o.group = g;
@@ -1068,9 +1076,10 @@ int cli_train(int argc, char **argv)
     else
         snprintf(devices, sizeof devices, "%s:%lld", a.device_kind, (long long)a.devices);
     if ((rc = make_run_dir(&a, &o, plan, &st))) goto done;
-    run_config cfg = {a.model, a.data, devices, a.init_weights, plan};
-    if (run_dir_write_config(st.run_dir, &cfg, err, sizeof err) != 0) {
-        fprintf(stderr, "crew train: %s\n", err);
+    crew_run_config cfg = {a.model, a.data, devices, a.init_weights, NULL, plan};
+    if ((s = crew_run_dir_write_config(st.run_dir, &cfg))) {
+        fprintf(stderr, "crew train: %s\n", crew_status_message(s));
+        crew_status_free(s);
         rc = 1;
         goto done;
     }

@@ -1,6 +1,8 @@
-/* run_dir.c — the run directory: choosing it, refusing one that holds another run, clearing it
- * for --replace, creating it and writing its config.json. */
-#include "run_dir.h"
+/* run_dir.c — the run directory (crew.h, "The run directory"): choosing it, telling one that
+ * holds another run, refusing links where crew keeps its files, clearing it for a replacing run,
+ * creating it and writing its config.json. What a front end (crew train, the Python package's
+ * crew.fit) needs before crew_fit_run writes there; the words that tell a user what to do next
+ * (--resume, resume=) are the front end's. */
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -13,8 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *const run_dir_owned[] = {"config.json", "metrics.jsonl", "tb", "checkpoints", "report.html",
-                                     "weights.safetensors", NULL};
+#include "core/status.h"
+
+static const char *const owned[] = {"config.json", "metrics.jsonl", "tb", "checkpoints", "report.html",
+                                    "weights.safetensors", NULL};
+
+const char *crew_run_dir_owned(int i) { return i >= 0 && i < (int)(sizeof owned / sizeof owned[0]) ? owned[i] : NULL; }
 
 static int mkdir_p(const char *path)
 {
@@ -38,7 +44,7 @@ static int exists(const char *path)
     return lstat(path, &sb) == 0;
 }
 
-void run_dir_choose(const char *wanted, const char *model_path, char *out, size_t len)
+void crew_run_dir_choose(const char *wanted, const char *model_path, char *out, size_t len)
 {
     if (wanted) {
         snprintf(out, len, "%s", wanted);
@@ -58,183 +64,160 @@ void run_dir_choose(const char *wanted, const char *model_path, char *out, size_
     for (int n = 2; exists(out) && n < 1000 && at + 8 < len; n++) snprintf(out + at, len - at, "-%d", n);
 }
 
-/* "config.json, checkpoints/": crew's files that path holds; returns how many. */
-static int owned_present(const char *path, char *list, size_t len)
+int crew_run_dir_holds(const char *path, char *list, size_t len)
 {
     int n = 0;
     size_t used = 0;
     list[0] = '\0';
-    for (int i = 0; run_dir_owned[i]; i++) {
+    for (int i = 0; owned[i]; i++) {
         char p[1200];
         struct stat sb;
-        snprintf(p, sizeof p, "%s/%s", path, run_dir_owned[i]);
+        snprintf(p, sizeof p, "%s/%s", path, owned[i]);
         if (lstat(p, &sb) != 0) continue;
         if (used < len)
-            used += (size_t)snprintf(list + used, len - used, "%s%s%s", n ? ", " : "", run_dir_owned[i],
+            used += (size_t)snprintf(list + used, len - used, "%s%s%s", n ? ", " : "", owned[i],
                                      S_ISDIR(sb.st_mode) ? "/" : "");
         n++;
     }
     return n;
 }
 
-int run_dir_check_new(const char *path, int replace, char *err, size_t err_len)
+crew_status crew_run_dir_usable(const char *path)
 {
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        if (errno == ENOENT) return 0;
-        snprintf(err, err_len, "cannot use run directory %s: %s", path, strerror(errno));
-        return -1;
+        if (errno == ENOENT) return CREW_OK;
+        return crew_errorf(CREW_CODE_IO, "cannot use run directory %s: %s", path, strerror(errno));
     }
-    if (!S_ISDIR(sb.st_mode)) {
-        snprintf(err, err_len, "run directory %s exists and is not a directory", path);
-        return -1;
-    }
-    char held[256];
-    if (replace || owned_present(path, held, sizeof held) == 0) return 0;
-    snprintf(err, err_len,
-             "run directory %s holds another run (%s): continue it with --resume %s, or start a new one there with "
-             "--replace, which deletes those",
-             path, held, path);
-    return -1;
+    if (!S_ISDIR(sb.st_mode))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "run directory %s exists and is not a directory", path);
+    return CREW_OK;
 }
 
-int run_dir_check_resume(const char *path, char *err, size_t err_len)
+crew_status crew_run_dir_check_resume(const char *path)
 {
     struct stat sb;
-    if (stat(path, &sb) != 0) {
-        snprintf(err, err_len, "cannot resume %s: %s", path, strerror(errno));
-        return -1;
-    }
-    if (!S_ISDIR(sb.st_mode)) {
-        snprintf(err, err_len, "cannot resume %s: it is not a run directory (not a directory)", path);
-        return -1;
-    }
-    return 0;
+    if (stat(path, &sb) != 0) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cannot resume %s: %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "cannot resume %s: it is not a run directory (not a directory)",
+                           path);
+    return CREW_OK;
 }
 
-/* One line for a link where crew keeps its own files: -1. rel: the path inside the run directory. */
-static int link_refused(const char *run_dir, const char *rel, const char *path, char *err, size_t err_len)
+/* The error for a link where crew keeps its own files. rel: the path inside the run directory. */
+static crew_status link_refused(const char *run_dir, const char *rel, const char *path)
 {
     char target[1024];
     ssize_t n = readlink(path, target, sizeof target - 1);
     target[n > 0 ? (size_t)n : 0] = '\0';
-    snprintf(err, err_len,
-             "run directory %s: %s is a symbolic link (to %s): crew reads and writes only files of its own in a run "
-             "directory, never through a link; remove the link (nothing it points to is crew's)",
-             run_dir, rel, target[0] ? target : "?");
-    return -1;
+    return crew_errorf(CREW_CODE_INVALID_ARGUMENT,
+                       "run directory %s: %s is a symbolic link (to %s): crew reads and writes only files of its own "
+                       "in a run directory, never through a link; remove the link (nothing it points to is crew's)",
+                       run_dir, rel, target[0] ? target : "?");
 }
 
 /* The entries of run_dir/sub (depth 1: tb/'s files, checkpoints/' directories; depth 2: also each
  * checkpoint's files), none a link. */
-static int check_entries(const char *run_dir, const char *sub, int depth, char *err, size_t err_len)
+static crew_status check_entries(const char *run_dir, const char *sub, int depth)
 {
     char dir[1400];
     snprintf(dir, sizeof dir, "%s/%s", run_dir, sub);
     DIR *d = opendir(dir);
-    if (!d) return 0; /* missing, or unreadable: what reads it then says so */
-    int rc = 0;
+    if (!d) return CREW_OK; /* missing, or unreadable: what reads it then says so */
+    crew_status s = CREW_OK;
     struct dirent *e;
-    while (!rc && (e = readdir(d))) {
+    while (!s && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         char rel[1400], path[2900];
         struct stat sb;
         snprintf(rel, sizeof rel, "%s/%s", sub, e->d_name);
         snprintf(path, sizeof path, "%s/%s", run_dir, rel);
         if (lstat(path, &sb) != 0) continue;
-        if (S_ISLNK(sb.st_mode)) rc = link_refused(run_dir, rel, path, err, err_len);
-        else if (S_ISDIR(sb.st_mode) && depth > 1) rc = check_entries(run_dir, rel, depth - 1, err, err_len);
+        if (S_ISLNK(sb.st_mode)) s = link_refused(run_dir, rel, path);
+        else if (S_ISDIR(sb.st_mode) && depth > 1) s = check_entries(run_dir, rel, depth - 1);
     }
     closedir(d);
-    return rc;
+    return s;
 }
 
-int run_dir_check_links(const char *path, char *err, size_t err_len)
+crew_status crew_run_dir_check_links(const char *path)
 {
-    for (int i = 0; run_dir_owned[i]; i++) {
+    for (int i = 0; owned[i]; i++) {
         char p[1200];
         struct stat sb;
-        snprintf(p, sizeof p, "%s/%s", path, run_dir_owned[i]);
-        if (lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode)) return link_refused(path, run_dir_owned[i], p, err, err_len);
+        snprintf(p, sizeof p, "%s/%s", path, owned[i]);
+        if (lstat(p, &sb) == 0 && S_ISLNK(sb.st_mode)) return link_refused(path, owned[i], p);
     }
-    if (check_entries(path, "tb", 1, err, err_len) != 0) return -1;
-    return check_entries(path, "checkpoints", 2, err, err_len);
+    CREW_TRY(check_entries(path, "tb", 1));
+    return check_entries(path, "checkpoints", 2);
 }
 
-int run_dir_follow(const char *path, char *note, size_t note_len, char *err, size_t err_len)
+crew_status crew_run_dir_follow(const char *path, char *note, size_t note_len)
 {
     note[0] = '\0';
     struct stat sb;
-    if (lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode)) return 0;
+    if (lstat(path, &sb) != 0 || !S_ISLNK(sb.st_mode)) return CREW_OK;
     char target[1024], real[4096];
     ssize_t n = readlink(path, target, sizeof target - 1);
     target[n > 0 ? (size_t)n : 0] = '\0';
-    if (!realpath(path, real)) {
-        snprintf(err, err_len, "run directory %s is a symbolic link to %s, which %s", path, target,
-                 errno == ENOENT ? "does not exist (create the directory it names, or remove the link)" : strerror(errno));
-        return -1;
-    }
-    if (stat(real, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
-        snprintf(err, err_len, "run directory %s is a symbolic link to %s, which is not a directory", path, real);
-        return -1;
-    }
+    if (!realpath(path, real))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "run directory %s is a symbolic link to %s, which %s", path, target,
+                           errno == ENOENT ? "does not exist (create the directory it names, or remove the link)"
+                                           : strerror(errno));
+    if (stat(real, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "run directory %s is a symbolic link to %s, which is not a directory",
+                           path, real);
     snprintf(note, note_len, "run directory %s is a symbolic link: the run is written into %s", path, real);
-    return 0;
+    return CREW_OK;
 }
 
-static int remove_failed(const char *path, char *err, size_t err_len)
+static crew_status remove_failed(const char *path)
 {
-    snprintf(err, err_len, "--replace: cannot remove %s: %s", path, strerror(errno));
-    return -1;
+    return crew_errorf(CREW_CODE_IO, "cannot remove %s (replacing the run there): %s", path, strerror(errno));
 }
 
 /* Removes path and, when it is a directory (not a link to one), everything in it. */
-static int remove_tree(const char *path, char *err, size_t err_len)
+static crew_status remove_tree(const char *path)
 {
     struct stat sb;
-    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : remove_failed(path, err, err_len);
-    if (!S_ISDIR(sb.st_mode)) return unlink(path) == 0 ? 0 : remove_failed(path, err, err_len);
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? CREW_OK : remove_failed(path);
+    if (!S_ISDIR(sb.st_mode)) return unlink(path) == 0 ? CREW_OK : remove_failed(path);
     DIR *d = opendir(path);
-    if (!d) return remove_failed(path, err, err_len);
-    int rc = 0;
+    if (!d) return remove_failed(path);
+    crew_status s = CREW_OK;
     struct dirent *e;
-    while (!rc && (e = readdir(d))) {
+    while (!s && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
         char child[4096];
         if (snprintf(child, sizeof child, "%s/%s", path, e->d_name) >= (int)sizeof child) {
             errno = ENAMETOOLONG;
-            rc = remove_failed(path, err, err_len);
+            s = remove_failed(path);
         } else {
-            rc = remove_tree(child, err, err_len);
+            s = remove_tree(child);
         }
     }
     closedir(d);
-    if (rc) return rc;
-    return rmdir(path) == 0 ? 0 : remove_failed(path, err, err_len);
+    if (s) return s;
+    return rmdir(path) == 0 ? CREW_OK : remove_failed(path);
 }
 
-int run_dir_clear(const char *path, char *err, size_t err_len)
+crew_status crew_run_dir_clear(const char *path)
 {
-    for (int i = 0; run_dir_owned[i]; i++) {
+    for (int i = 0; owned[i]; i++) {
         char p[1200];
-        snprintf(p, sizeof p, "%s/%s", path, run_dir_owned[i]);
-        if (remove_tree(p, err, err_len) != 0) return -1;
+        snprintf(p, sizeof p, "%s/%s", path, owned[i]);
+        CREW_TRY(remove_tree(p));
     }
-    return 0;
+    return CREW_OK;
 }
 
-int run_dir_create(const char *path, char *err, size_t err_len)
+crew_status crew_run_dir_create(const char *path)
 {
     struct stat sb;
-    if (mkdir_p(path) != 0) {
-        snprintf(err, err_len, "cannot create run directory %s: %s", path, strerror(errno));
-        return -1;
-    }
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) { /* mkdir says EEXIST for a file too */
-        snprintf(err, err_len, "run directory %s exists and is not a directory", path);
-        return -1;
-    }
-    return 0;
+    if (mkdir_p(path) != 0) return crew_errorf(CREW_CODE_IO, "cannot create run directory %s: %s", path, strerror(errno));
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) /* mkdir says EEXIST for a file too */
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "run directory %s exists and is not a directory", path);
+    return CREW_OK;
 }
 
 static const char *schedule_name(crew_schedule_type s)
@@ -287,7 +270,7 @@ static cJSON *plan_json(const crew_fit_plan *p)
     return o;
 }
 
-int run_dir_write_config(const char *run_dir, const run_config *c, char *err, size_t err_len)
+crew_status crew_run_dir_write_config(const char *run_dir, const crew_run_config *c)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "crew_version", crew_version());
@@ -295,6 +278,7 @@ int run_dir_write_config(const char *run_dir, const run_config *c, char *err, si
     cJSON_AddStringToObject(root, "data", c->data_dir);
     cJSON_AddStringToObject(root, "devices", c->devices);
     if (c->init_weights) cJSON_AddStringToObject(root, "init_weights", c->init_weights);
+    if (c->front_end) cJSON_AddStringToObject(root, "front_end", c->front_end);
     cJSON_AddItemToObject(root, "plan", plan_json(c->plan));
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
@@ -308,10 +292,10 @@ int run_dir_write_config(const char *run_dir, const run_config *c, char *err, si
     int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
     if (f && fclose(f) != 0) ok = 0;
     if (ok && rename(tmp, path) != 0) ok = 0;
-    if (!ok) {
-        snprintf(err, err_len, "cannot write %s: %s", path, text ? strerror(errno) : "out of memory");
-        remove(tmp);
-    }
+    crew_status s = ok ? CREW_OK
+                       : crew_errorf(text ? CREW_CODE_IO : CREW_CODE_OUT_OF_MEMORY, "cannot write %s: %s", path,
+                                     text ? strerror(errno) : "out of memory");
+    if (!ok) remove(tmp);
     free(text);
-    return ok ? 0 : -1;
+    return s;
 }

@@ -1,0 +1,99 @@
+/* plan_text.c — a fit's plan in words (crew_fit_plan_text): the lines crew train and crew.fit
+ * print before a run starts, so that both front ends say the same. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "core/status.h"
+#include "crew.h"
+
+typedef struct text_out {
+    char *buf;
+    size_t len, used;
+} text_out;
+
+static void put(text_out *t, const char *fmt, ...) CREW_PRINTF(2, 3);
+static void put(text_out *t, const char *fmt, ...)
+{
+    if (t->used >= t->len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->used, t->len - t->used, fmt, ap);
+    va_end(ap);
+    t->used = n < 0 ? t->len : t->used + (size_t)n;
+}
+
+static const char *scaling_name(crew_lr_scaling s)
+{
+    return s == CREW_SCALE_LINEAR ? "linear" : s == CREW_SCALE_SQRT ? "sqrt" : "none";
+}
+
+/* The ways of the convolution layers, where any runs by the device's library. */
+static void convolutions(text_out *t, const crew_fit_plan *p)
+{
+    static const char *const ways[] = {"auto", "im2col", "library"}; /* crew_conv_way's order */
+    int n = 0, by_library = 0;
+    for (const char *c = p->conv_choice; *c; c++) n++, by_library += *c == 'l';
+    if (!by_library) return;
+    const char *library = crew_device_kind_conv_library(p->device_kind, NULL);
+    char how[32] = ", chosen per layer"; /* --conv auto's measurements, or a list */
+    if (p->conv != CREW_CONV_AUTO) snprintf(how, sizeof how, " (--conv %s)", (unsigned)p->conv < 3 ? ways[p->conv] : "?");
+    put(t, "      convolutions%s: %d of %d layers by %s where it runs their shape, the rest im2col + GEMM ('%s')\n", how,
+        by_library, n, library ? library : "the device's library", p->conv_choice);
+}
+
+static void pipeline(text_out *t, const crew_fit_plan *p)
+{
+    put(t, "      pipeline: %d stages x %d replica%s = %d devices, %s schedule, %d micro-batches per step "
+           "(ideal bubble %.0f%%)\n      ",
+        p->stages, p->devices, p->devices == 1 ? "" : "s", p->stages * p->devices,
+        p->pipeline_schedule == CREW_PIPELINE_GPIPE ? "GPipe" : "1F1B", p->accumulation,
+        100.0 * (double)(p->stages - 1) / (double)(p->accumulation + p->stages - 1));
+    for (int s = 0; s < p->stages; s++)
+        put(t, "%sstage %d: layers %d-%d", s ? ", " : "", s, p->stage_first[s], p->stage_first[s + 1] - 1);
+    put(t, "\n");
+    if (p->processes > 1 && p->pipeline_processes > 1)
+        put(t, "      across %d processes: each replica's stages span %d of them, %d stage%s in each; activations go "
+               "between them over MPI\n", p->processes, p->pipeline_processes, p->stages / p->pipeline_processes,
+            p->stages / p->pipeline_processes == 1 ? "" : "s");
+    else if (p->processes > 1)
+        put(t, "      across %d processes: %d whole replica%s in each; each stage's gradients summed over MPI\n",
+            p->processes, p->devices / p->processes, p->devices / p->processes == 1 ? "" : "s");
+}
+
+size_t crew_fit_plan_text(const crew_fit_plan *p, const char *devices, char *buf, size_t len)
+{
+    text_out t = {buf, len, 0};
+    if (len) buf[0] = '\0';
+    put(&t, "plan: %s (%d replica%s x %d BLAS thread%s), batch %lld per device x %d accumulation = global batch %lld\n",
+        devices, p->devices, p->devices == 1 ? "" : "s", p->threads_per_device, p->threads_per_device == 1 ? "" : "s",
+        (long long)p->batch_per_device, p->accumulation, (long long)p->global_batch);
+    put(&t, "      %lld samples: %lld steps per epoch x %d epoch%s = %lld steps; seed %llu\n", (long long)p->train_samples,
+        (long long)p->steps_per_epoch, p->epochs, p->epochs == 1 ? "" : "s", (long long)p->total_steps,
+        (unsigned long long)p->seed);
+    put(&t, "      learning rate %g (tuned for batch %lld) x %.4g (%s rule) = %g", (double)p->base_lr,
+        (long long)p->base_batch, (double)p->lr_factor, scaling_name(p->scaling), (double)p->scaled_lr);
+    if (p->warmup_steps) put(&t, ", warmup %lld steps from %g\n", (long long)p->warmup_steps, (double)p->warmup_start_lr);
+    else put(&t, ", no warmup\n");
+    if (p->stages > 1) pipeline(&t, p);
+    if (p->shard_optimizer)
+        put(&t, "      optimizer state sharded across the %d replicas (--shard-optimizer): each keeps and updates 1/%d\n"
+                "      of it; gradients reduce-scattered, parameters all-gathered, the same weights bit for bit\n",
+            p->devices, p->devices);
+    if (p->precision == CREW_PRECISION_BF16)
+        put(&t, "      precision bf16: GEMM operands rounded to bfloat16, float32 sums; attention probabilities\n"
+                "      kept in bfloat16; weights, gradients, optimizer state and other activations float32\n");
+    if (p->attention_recompute)
+        put(&t, "      attention probabilities recomputed in backward (--attention recompute): one buffer for\n"
+                "      all transformer blocks, the same bits\n");
+    convolutions(&t, p);
+    if (p->nccl)
+        put(&t, "      collectives by NCCL, each replica on a GPU of its own%s\n",
+            p->unordered_allreduce ? "" : ": crew's ordered sums from NCCL's sends, the same bits as one GPU accumulating");
+    if (p->unordered_allreduce && p->nccl)
+        put(&t, "      all-reduce: NCCL's own (--allreduce fast): the order of its sums, so the last bits of the\n"
+                "      weights, may change with the GPU count, the topology and the NCCL version\n");
+    else if (p->unordered_allreduce)
+        put(&t, "      all-reduce between the processes: MPI's own (--allreduce fast): the order of its sums, so the\n"
+                "      last bits of the weights, may change with the process count and the MPI library\n");
+    return t.used;
+}
