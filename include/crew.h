@@ -703,6 +703,13 @@ crew_status crew_measure_peak(const char *device_kind, int threads_per_device, d
  * (may be NULL) says whether the figure came from it. */
 crew_status crew_peak_cached(const char *cache_path, const char *device_kind, int threads_per_device, double *gflops,
                              int *from_cache);
+/* The figures' cache of this user: $XDG_CACHE_HOME/crew/peaks, else ~/.cache/crew/peaks (its folders
+ * made): 1 with the path in buf, 0 when neither variable names a home for it. */
+int crew_cache_path(char *buf, size_t len);
+/* A run's peak GFLOP/s (crew_fit_options.peak_gflops): one device's GEMM rate from the cache
+ * (measured once, 0.3 s, when it lacks it), times the replicas that have cores of their own, times
+ * the processes; *per_device (may be NULL) gets the one device's. 0 when it cannot be measured. */
+double crew_run_peak(const char *kind, int devices, int threads, int processes, double *per_device);
 
 /* ---------------------------------------------------------------- verification */
 
@@ -1216,6 +1223,33 @@ int crew_fit_scaling_hint(const crew_fit_result *r, const crew_fit_plan *p, char
 
 const char *crew_version(void);
 
+/* ---- crew's structs by name, for front ends in other languages (docs/PYTHON.md)
+ *
+ * What the Python package (ctypes) reads and sets of crew's structs without restating their
+ * layout: each member's name ("epochs"; a nested one "augment.flip"), type, offset and count. */
+typedef enum crew_field_type {
+    CREW_FIELD_INT = 1,         /* int, and the enums */
+    CREW_FIELD_INT64,
+    CREW_FIELD_UINT64,          /* uint64_t and size_t */
+    CREW_FIELD_FLOAT,
+    CREW_FIELD_DOUBLE,
+    CREW_FIELD_STRING,          /* const char *: the caller keeps the text alive */
+    CREW_FIELD_CHARS,           /* char[count]: NUL-terminated text in the struct */
+    CREW_FIELD_POINTER,         /* any other pointer: a dataset, a callback, user data */
+} crew_field_type;
+typedef struct crew_field {
+    const char *name;
+    crew_field_type type;
+    size_t offset;              /* from the start of the struct, in bytes */
+    int count;                  /* 1, or the elements of an array member (stage_first: 65) */
+} crew_field;
+/* The members of struct `name` (crew_struct_name lists them: "crew_fit_options", "crew_fit_plan",
+ * "crew_fit_result", "crew_step_info", "crew_epoch_info", "crew_event_info", "crew_eval_result",
+ * "crew_arrays", "crew_run_config"), with the struct's size in bytes into *size and the members'
+ * number into *n; NULL for a name it does not know. */
+const crew_field *crew_struct_fields(const char *name, size_t *size, int *n);
+const char *crew_struct_name(int i);    /* the i-th, NULL past the last */
+
 /* CPU cores this process may run on: its affinity mask (taskset, a container's cpuset), which can
  * be fewer than the machine has. At least 1. "--devices cpu" and the default loader threads use it. */
 int crew_cpu_cores(void);
@@ -1311,9 +1345,10 @@ void crew_run_lock_release(crew_run_lock *l);
 /* ---- processes: a run across processes and machines (MPI)
  *
  * The application starts MPI (MPI_Init_thread with at least MPI_THREAD_SERIALIZED: crew calls MPI
- * from one thread of a process at a time) and hands crew a communicator; crew never initialises
- * or finalises MPI itself. Every collective between processes is non-blocking MPI polled against
- * the run's deadline, so that a process that never answers is named, not waited for. */
+ * from one thread of a process at a time) and hands crew a communicator, or asks crew to
+ * (crew_mpi_start, below); crew never initialises or finalises MPI on its own. Every collective
+ * between processes is non-blocking MPI polled against the run's deadline, so that a process that
+ * never answers is named, not waited for. */
 typedef struct crew_process_group crew_process_group;
 
 /* 1 when this build has MPI (CMake found it), else 0: then crew_group_open_mpi fails saying so. */
@@ -1344,8 +1379,18 @@ crew_status crew_group_agree(const crew_process_group *g, const char *what, cons
  * never read; a file whose size changes while it is hashed is CREW_CODE_IO, naming the path):
  * what the processes of a run compare to know they read the same model and dataset. */
 crew_status crew_file_hash(const char *path, int64_t *bytes, uint64_t *xxh3);
+/* Process 0's `bytes` bytes of buf into every process's buf (a result only process 0 has: the
+ * Python package's History). */
+crew_status crew_group_broadcast(const crew_process_group *g, void *buf, size_t bytes, double timeout_s,
+                                 const char *what);
 /* Frees the group (MPI_Comm_free of its duplicate); MPI itself stays initialised. */
 void crew_group_close(crew_process_group *g);
+/* For an application with no MPI code of its own (the Python package under mpirun): starts MPI if
+ * nothing has (MPI_Init_thread, MPI_THREAD_SERIALIZED) and opens the group of MPI_COMM_WORLD; and
+ * at the end, MPI_Finalize, or with rc != 0 MPI_Abort(rc), since a process that failed alone may
+ * leave the others waiting for it for ever. crew calls neither on its own. */
+crew_status crew_mpi_start(double timeout_s, crew_process_group **out);
+void crew_mpi_stop(int rc);
 
 #ifdef __cplusplus
 }

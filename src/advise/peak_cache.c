@@ -1,10 +1,12 @@
 /* peak_cache.c — the peak cache's keys and lines (peak_cache.h). */
 #include "advise/peak_cache.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/status.h"
@@ -100,4 +102,41 @@ crew_status crew_peak_cached(const char *cache_path, const char *device_kind, in
     if (!s) crew_cache_write(cache_path, text, n, keys, gflops, 1);
     free(text);
     return s;
+}
+
+/* ---------------------------------------------------------------- the figures' cache and a run's peak */
+
+int crew_cache_path(char *buf, size_t len)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[3800];
+    if (xdg && *xdg)
+        snprintf(dir, sizeof dir, "%s", xdg);
+    else if (home && *home)
+        snprintf(dir, sizeof dir, "%s/.cache", home);
+    else
+        return 0;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return 0;
+    size_t at = (size_t)snprintf(buf, len, "%s/crew", dir);
+    if (at >= len || (mkdir(buf, 0755) != 0 && errno != EEXIST)) return 0;
+    return (size_t)snprintf(buf, len, "%s/crew/peaks", dir) < len;
+}
+
+double crew_run_peak(const char *kind, int devices, int threads, int processes, double *per_device)
+{
+    char path[4096];
+    int have = crew_cache_path(path, sizeof path), cached = 0;
+    double per = 0.0;
+    crew_status s = crew_peak_cached(have ? path : NULL, kind, threads, &per, &cached);
+    crew_status_free(s); /* a peak that cannot be measured leaves the fraction out, nothing more */
+    if (s || per <= 0.0) return 0.0;
+    char cpu[16];
+    int cores = 1;
+    crew_status d = crew_devices_parse("cpu", cpu, sizeof cpu, &cores);
+    crew_status_free(d);
+    if (d || cores < 1) cores = 1;
+    int own = cores / (threads > 0 ? threads : 1); /* replicas with cores of their own */
+    if (own < 1) own = 1;
+    if (per_device) *per_device = per;
+    return per * (double)(devices < own ? devices : own) * (double)(processes > 0 ? processes : 1);
 }

@@ -23,6 +23,22 @@ crew_status crew_group_open_mpi(const void *mpi_comm, double timeout_s, crew_pro
     return no_mpi();
 }
 
+crew_status crew_mpi_start(double timeout_s, crew_process_group **out)
+{
+    (void)timeout_s;
+    *out = NULL;
+    return no_mpi();
+}
+
+void crew_mpi_stop(int rc) { (void)rc; }
+
+crew_status crew_group_broadcast(const crew_process_group *g, void *buf, size_t bytes, double timeout_s,
+                                 const char *what)
+{
+    (void)buf, (void)bytes, (void)timeout_s, (void)what;
+    return g ? no_mpi() : CREW_OK;
+}
+
 int crew_group_rank(const crew_process_group *g) { (void)g; return 0; }
 int crew_group_size(const crew_process_group *g) { (void)g; return 1; }
 const char *crew_group_host(const crew_process_group *g) { (void)g; return ""; }

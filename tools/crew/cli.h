@@ -71,14 +71,6 @@ int cli_pipeline_replicas(const char *verb, cli_pipeline *p, int64_t devices, in
  * the global batch, unless global_given. */
 void cli_pipeline_apply(const cli_pipeline *p, int global_given, int processes, crew_fit_options *o);
 
-/* The peak of a run of `devices` replicas of `kind` at `threads` BLAS threads in each of `processes`
- * processes, GFLOP/s: one device's GEMM rate (crew_peak_cached, kept in
- * $XDG_CACHE_HOME/crew/peaks) times the replicas that have cores of their own; 0 when it cannot be
- * measured. *per_device (may be NULL): the one device's rate. */
-double cli_run_peak(const char *kind, int devices, int threads, int processes, double *per_device);
-/* The figures' cache file (peaks, layouts): $XDG_CACHE_HOME/crew/peaks, else ~/.cache/crew/peaks,
- * its directories made; 0 when there is no home for it. */
-int cli_cache_path(char *buf, size_t len);
 /* The layout of `cores` cores for the model file at per-device batch `batch` (0: the model's):
  * from the cache, else with measure 1 a short trial of each (crew_layout_cached, on a copy of
  * the model loaded from model_path), measure 2 trials anew; *found 0 when none is cached and

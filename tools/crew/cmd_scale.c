@@ -673,7 +673,7 @@ int cli_scale(int argc, char **argv)
         flop_rates fr = {.cores = shared_devices(a.kind, &own_memory)};
         crew_flops f;
         if (crew_model_flops(m, &f) == CREW_OK) fr.per_sample = f.total;
-        cli_run_peak(a.kind, 1, 1, 1, &fr.device_peak); /* the trials' devices: one BLAS thread each */
+        crew_run_peak(a.kind, 1, 1, 1, &fr.device_peak); /* the trials' devices: one BLAS thread each */
         print_trials(t, a.n_counts, &fr);
         print_layouts(&layouts, cores);
         print_model(&cm, cm.link.name[0] ? cm.link.name : "shared memory", own_memory ? "devices" : "cores");

@@ -1055,7 +1055,7 @@ int cli_train(int argc, char **argv)
     if (!s && (rc = choose_layout(&a, &st, &o, chosen, sizeof chosen, hint, sizeof hint))) goto done;
     double per_device = 0.0; /* the peak: measured once per machine (0.3 s), then from the cache */
     if (!s && lead)
-        o.peak_gflops = cli_run_peak(o.device_kind, (int)a.devices, o.threads_per_device > 0 ? o.threads_per_device : 1,
+        o.peak_gflops = crew_run_peak(o.device_kind, (int)a.devices, o.threads_per_device > 0 ? o.threads_per_device : 1,
                                      crew_group_size(g), &per_device);
     char layout[1400] = "";
     if (!s && lead && (rc = plan_layout(&a, &st, &o, layout, sizeof layout))) goto done;

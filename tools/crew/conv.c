@@ -70,7 +70,7 @@ int cli_conv_apply(const char *verb, const cli_conv *c, crew_model *m, int measu
         return 1;
     }
     char path[4096];
-    const char *cache = cli_cache_path(path, sizeof path) ? path : NULL;
+    const char *cache = crew_cache_path(path, sizeof path) ? path : NULL;
     crew_status s = crew_conv_choose(m, o->device_kind, o->batch_per_device, o->precision, cache, 1, t);
     if (s || t->n == 0) {
         free(t);

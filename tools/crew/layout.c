@@ -10,7 +10,7 @@ crew_status cli_layout(const char *model_path, const crew_dataset *train, int co
 {
     *found = *cached = 0;
     char path[4096];
-    const char *cache = cli_cache_path(path, sizeof path) ? path : NULL;
+    const char *cache = crew_cache_path(path, sizeof path) ? path : NULL;
     int64_t bytes = 0;
     uint64_t key = 0;
     crew_status s = crew_file_hash(model_path, &bytes, &key);

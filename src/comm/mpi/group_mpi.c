@@ -358,3 +358,38 @@ void crew_group_close(crew_process_group *g)
     free(g->hosts);
     free(g);
 }
+
+/* ---------------------------------------------------------------- for applications without MPI of their own */
+
+crew_status crew_mpi_start(double timeout_s, crew_process_group **out)
+{
+    *out = NULL;
+    int ready = 0, provided = 0;
+    MPI_Initialized(&ready);
+    if (!ready && MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return crew_errorf(CREW_CODE_INTERNAL, "process group: MPI_Init_thread failed");
+    MPI_Comm world = MPI_COMM_WORLD;
+    return crew_group_open_mpi(&world, timeout_s, out);
+}
+
+void crew_mpi_stop(int rc)
+{
+    int ready = 0, done = 0;
+    MPI_Initialized(&ready);
+    MPI_Finalized(&done);
+    if (!ready || done) return;
+    if (rc) MPI_Abort(MPI_COMM_WORLD, rc); /* another process may wait for this one for ever */
+    MPI_Finalize();
+}
+
+crew_status crew_group_broadcast(const crew_process_group *g, void *buf, size_t bytes, double timeout_s,
+                                 const char *what)
+{
+    if (!g || g->size == 1) return CREW_OK;
+    char *all = malloc((size_t)g->size * (bytes ? bytes : 1));
+    if (!all) return CREW_OOM();
+    crew_status s = crew_group_allgather_bytes(g, buf, all, bytes, timeout_s, what);
+    if (!s) memcpy(buf, all, bytes); /* process 0's */
+    free(all);
+    return s;
+}
