@@ -6,7 +6,7 @@ DATA    ?= data/fashion-mnist
 RUN_DIR ?= runs/demo
 MODEL   ?= examples/fashion_cnn.json
 
-.PHONY: all deps build test guard fuzz demo demo-gpt asan tsan mpich clean
+.PHONY: all deps build test guard fuzz python-test demo demo-gpt asan tsan mpich clean
 
 FUZZ_TARGETS = $(basename $(notdir $(wildcard fuzz/fuzz_*.c)))
 
@@ -20,11 +20,17 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # Every test, then every test again on the guarded backend, then every fuzz target for 10 seconds
-# (libFuzzer needs clang).
+# (libFuzzer needs clang), then the Python package's tests (pip-installed into build/venv).
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory guard
 	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory python-test
+
+# The Python package (python/crew, docs/PYTHON.md): built and installed by pip into build/venv
+# with real Keras 3 on JAX's CPU backend, then its pytest suite.
+python-test: deps
+	@scripts/python-test.sh
 
 # The test suite with every device's memory trapping host access (src/backend/cpu/cpu_guarded.c):
 # the proof that only the backend touches tensors.
@@ -80,4 +86,4 @@ tsan: deps
 	ctest --test-dir build-tsan --output-on-failure -j $(JOBS) -L threads
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-fuzz build-guard
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz build-guard build-mpich

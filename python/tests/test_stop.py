@@ -1,0 +1,53 @@
+"""Ctrl-C during crew.fit: the run stops after the step with a checkpoint, says how to resume, and
+raises KeyboardInterrupt with the interpreter still usable; resume= continues it to the weights of
+a run never stopped, bit for bit."""
+import os
+import signal
+
+import keras
+import pytest
+
+import crew
+from conftest import mlp, same_bits, weights
+
+
+class CtrlC(keras.callbacks.Callback):
+    """Sends this process SIGINT at one batch, as a user's Ctrl-C (a callback makes it one batch, not
+    a time: the test does not depend on the machine's speed)."""
+
+    def __init__(self, epoch, batch):
+        super().__init__()
+        self.at = (epoch, batch)
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        if (self.epoch, batch) == self.at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_ctrl_c_keeps_the_work_and_resume_continues_bitwise(tmp_path, fashion, capsys):
+    x, y, xt, yt = fashion
+    x, y = x[:8192], y[:8192]
+    kw = dict(epochs=3, batch_size=128, devices="cpu:2", validation_data=(xt[:1000], yt[:1000]), verbose=0)
+    whole = mlp()
+    crew.fit(whole, x, y, run_dir=tmp_path / "whole", **kw)
+
+    stopped = mlp()
+    run = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        crew.fit(stopped, x, y, run_dir=run, callbacks=[CtrlC(1, 20)], **kw)
+    err = capsys.readouterr().err
+    assert "stopping after this step" in err and f"resume={str(run)!r}" in err
+    checkpoints = sorted(os.listdir(run / "checkpoints"))
+    assert checkpoints and checkpoints[-1].startswith("step-"), checkpoints
+    assert "(none)" not in err
+
+    resumed = mlp(seed=9)  # other starting weights: a resume takes the checkpoint's
+    history = crew.fit(resumed, x, y, run_dir=run, resume=True, **kw)
+    assert same_bits(weights(resumed), weights(whole)), "the resumed run ended elsewhere than the run never stopped"
+    assert len(history.history["loss"]) >= 2  # the epochs this call ran: the interrupted one and the last
+    # the interpreter is as usable as before, and a new fit runs
+    crew.fit(mlp(), x[:512], y[:512], batch_size=128, devices="cpu:1", run_dir=tmp_path / "after", verbose=0)
