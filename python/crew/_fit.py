@@ -255,6 +255,18 @@ class _Callbacks:
             self.cancel.value = 1
 
 
+def _per_step(callbacks):
+    """Whether any callback has something to do at a step (Keras's base class does nothing there)."""
+    for c in callbacks or []:
+        for name in ("on_epoch_begin", "on_train_batch_end"):
+            mine = getattr(type(c), name, None)
+            base = next((getattr(b, name) for b in type(c).__mro__[1:] if b.__name__ == "Callback" and
+                         hasattr(b, name)), None)
+            if mine is not None and mine is not base:
+                return True
+    return False
+
+
 def fit(model, x, y=None, *, epochs=1, batch_size=None, batch_per_device=None, devices=None,
         validation_data=None, run_dir=None, seed=1, verbose=1, resume=None, replace=False, callbacks=None,
         **options):
@@ -347,7 +359,9 @@ def fit(model, x, y=None, *, epochs=1, batch_size=None, batch_per_device=None, d
             progress.event(_lib.Struct("crew_event_info", info))
 
         handlers = (_CALLBACK(on_step), _CALLBACK(on_epoch), _CALLBACK(on_event))
-        o["on_step"], o["on_epoch"], o["on_event"] = handlers
+        # A step's call into Python costs tens of microseconds: made only when something shows it.
+        o["on_step"] = handlers[0] if (verbose == 1 and lead) or _per_step(callbacks) else None
+        o["on_epoch"], o["on_event"] = handlers[1:]
 
         _lib.check(lib.crew_fit_prepare(m.handle, train.handle, o.ptr, ctypes.byref(fit_handle)))
         plan = _lib.Struct("crew_fit_plan", lib.crew_fit_get_plan(fit_handle))
@@ -388,7 +402,9 @@ def fit(model, x, y=None, *, epochs=1, batch_size=None, batch_per_device=None, d
             if lead:
                 _stop_hint(result, plan, rd.path)
             raise KeyboardInterrupt
-        return _history(m, hist, params, weights)
+        history = _history(m, hist, params, weights)
+        history.crew = {"plan": plan.dict(), "result": result.dict() if lead else None, "run_dir": rd.path if lead else None}
+        return history
     finally:
         if fit_handle:
             lib.crew_fit_free(fit_handle)
