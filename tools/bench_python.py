@@ -211,7 +211,7 @@ def main():
     p.add_argument("--max-epochs", type=int, default=8)
     p.add_argument("--cores", type=int, default=0)
     p.add_argument("--torch-python", default=None)
-    p.add_argument("--skip", default="", help="comma-separated: a, keras, torch")
+    p.add_argument("--skip", default="", help="comma-separated parts or sides left out: a, b, keras, torch")
     a = p.parse_args()
     if a.worker == "torch":
         return worker_torch(a)
@@ -228,6 +228,8 @@ def main():
         for r in rows:
             print(f"| {r[0]} | {r[1]:.0f} | {r[2]:.0f} | {r[3]:.3f} |")
         print(f"\nmedian ratio {median:.3f} (target >= 0.98: {'met' if median >= 0.98 else 'not met'})")
+    if "b" in skip:
+        return
     results = [run_worker(sys.executable, "crew", a, cores)]
     if "keras" not in skip:
         results.append(run_worker(sys.executable, "keras", a, cores))
