@@ -141,7 +141,14 @@ int crew_model_layer_count(const crew_model *m);
 void crew_model_summary(const crew_model *m, char *buf, size_t buf_len);
 
 typedef enum crew_loss { CREW_LOSS_SOFTMAX_CROSS_ENTROPY = 1 } crew_loss;
-typedef enum crew_optimizer_type { CREW_OPT_SGD = 1, CREW_OPT_ADAMW } crew_optimizer_type;
+typedef enum crew_optimizer_type {
+    CREW_OPT_SGD = 1,
+    CREW_OPT_ADAMW,
+    /* Layer-wise adaptive rates for large batches: each tensor's update scaled by a trust ratio of
+     * norms over the whole tensor (docs/MODEL_FILES.md, "Optimizers"). */
+    CREW_OPT_LAMB, /* You et al. 2019: Adam's direction plus weight decay, times ‖w‖ / ‖update‖ */
+    CREW_OPT_LARS, /* You et al. 2017: SGD with momentum on trust · ‖w‖ / (‖g‖ + wd‖w‖) times (g + wd·w) */
+} crew_optimizer_type;
 typedef enum crew_schedule_type {
     CREW_SCHED_CONSTANT = 0,
     CREW_SCHED_STEP,   /* lr * gamma^(floor(step / step_size)) */
@@ -158,12 +165,14 @@ typedef struct crew_optimizer_spec {
     float lr;            /* base learning rate, tuned for base_batch */
     int64_t base_batch;  /* the global batch lr was tuned for [the global batch: no scaling] */
     crew_lr_scaling scaling;
-    float momentum;      /* sgd */
-    int nesterov;        /* sgd */
-    double beta1, beta2;  /* adamw [0.9, 0.999]: double, as written in the model file, so that 1 − β
+    float momentum;      /* sgd, lars */
+    int nesterov;        /* sgd, lars */
+    double beta1, beta2;  /* adamw, lamb [0.9, 0.999]: double, as written in the model file, so that 1 − β
                              and 1 − βᵗ are the constants PyTorch computes from the same numbers */
-    float eps;            /* adamw [1e-8] */
-    float weight_decay;  /* decoupled for adamw; added to the gradient for sgd */
+    float eps;            /* adamw [1e-8], lamb [1e-6]; lars: in its ratio's denominator [0] */
+    float weight_decay;  /* decoupled for adamw; added to the gradient for sgd; lamb: added to the update
+                            before its trust ratio; lars: added to the gradient before its ratio */
+    float trust;          /* lars: the trust coefficient η of its ratio [0.001] */
     float clip_norm;     /* clip gradients to this global L2 norm; 0 = off */
     crew_schedule_type schedule;
     int64_t warmup_steps; /* gradual warmup to the scaled rate over this many steps; 0 = automatic:
@@ -954,6 +963,8 @@ typedef struct crew_memory_plan {
     int64_t param_bytes;          /* trainable parameters and state (batch-norm statistics) */
     int64_t gradient_bytes;
     int64_t optimizer_bytes;
+    const char *optimizer;        /* its optimizer: "AdamW", "SGD with momentum", "LAMB", "LARS", ... */
+    int optimizer_slots;          /* the values of state it keeps a parameter (AdamW and LAMB: 2) */
     int64_t activation_bytes;     /* the input and every layer's output, for one micro-batch */
     int64_t workspace_bytes;      /* layers' workspace, gradient ping-pong buffers, labels, losses */
     int64_t accumulation_bytes;   /* micro-batch gradients kept for the ordered sum */

@@ -2380,9 +2380,43 @@ static void check_adamw(const device *d, const adamw_case *ac)
     DEV_FREE(d, p_d, g_d, m_d, v_d);
 }
 
+/* Adam's direction (LAMB's first half) leaves the moments adamw_update leaves and writes
+ * m / (1 − β1ᵗ) / (√(v / (1 − β2ᵗ)) + eps), in double here; in place over the gradient too. */
+static void check_adam_direction(const device *d, const adamw_case *ac)
+{
+    const float grads[3] = {0.5f, -0.25f, 1.0f};
+    float *m_d = dev_zeros_f32(d, 1), *v_d = dev_zeros_f32(d, 1), *u_d = dev_zeros_f32(d, 1);
+    double m = 0.0, v = 0.0;
+    for (int t = 1; t <= 3; t++) {
+        const crew_optimizer_spec spec = {.type = CREW_OPT_LAMB, .lr = 1.0f, .beta1 = ac->b1, .beta2 = ac->b2,
+                                          .eps = ac->eps};
+        crew_adamw_consts k;
+        crew_adamw_consts_at(&spec, 1.0f, t, &k);
+        float *g_d = dev_f32(d, grads + t - 1, 1);
+        const int in_place = t == 2;
+        d->be.ops->adam_direction(d->be.ctx, g_d, m_d, v_d, in_place ? g_d : u_d, 1, &k);
+        EXPECT_SYNCED(d);
+        float u, mf, vf;
+        fetch(d, &u, in_place ? g_d : u_d, 1, CREW_DT_F32);
+        fetch(d, &mf, m_d, 1, CREW_DT_F32);
+        fetch(d, &vf, v_d, 1, CREW_DT_F32);
+        double g = grads[t - 1];
+        m = ac->b1 * m + (1 - ac->b1) * g;
+        v = ac->b2 * v + (1 - ac->b2) * g * g;
+        double want = m / (1 - pow(ac->b1, t)) / (sqrt(v / (1 - pow(ac->b2, t))) + ac->eps);
+        EXPECT(d, close_to(u, want, tol_for(d, adamw_p_tol)) && close_to(mf, m, tol_for(d, adamw_m_tol)) &&
+                      close_to(vf, v, tol_for(d, adamw_v_tol)),
+               "%s, adam_direction step %d%s: u = %.9g m = %.9g v = %.9g, want %.9g %.9g %.9g", ac->what, t,
+               in_place ? " (in place)" : "", u, mf, vf, want, m, v);
+        DEV_FREE(d, g_d);
+    }
+    DEV_FREE(d, m_d, v_d, u_d);
+}
+
 static void test_adamw(const device *d)
 {
     for (size_t i = 0; i < sizeof adamw_cases / sizeof adamw_cases[0]; i++) check_adamw(d, &adamw_cases[i]);
+    for (size_t i = 0; i < sizeof adamw_cases / sizeof adamw_cases[0]; i++) check_adam_direction(d, &adamw_cases[i]);
 }
 
 /* ------------------------------------------------------------------ elementwise ops */

@@ -59,14 +59,14 @@ static crew_rng rng;
 
 /* ------------------------------------------------------------------ the kernels covered */
 
-/* Every __global__ kernel of crew (grep -n __global__ -r src): 43. */
+/* Every __global__ kernel of crew (grep -n __global__ -r src): 44. */
 static const char *const all_kernels[] = {
     "k_fill", "k_axpby", "k_mul", "k_broadcast_rows", "k_col_sum", "k_act_forward", "k_act_backward", "k_dropout",
     "k_im2col", "k_col2im", "k_maxpool_forward", "k_maxpool_backward", "k_avgpool_forward", "k_avgpool_backward",
     "k_bn_col_sum", "k_col_sqdev", "k_bn_scale_sums", "k_bn_forward", "k_bn_backward_sums", "k_bn_backward",
     "k_bn_param_grads", "k_layernorm_forward", "k_layernorm_dx", "k_layernorm_params", "k_causal_softmax",
     "k_softmax_backward_rows", "k_embedding_forward", "k_embedding_bad", "k_embedding_keys", "k_embedding_runs",
-    "k_softmax_xent", "k_softmax", "k_sgd", "k_adamw", "k_sum_serial", "k_sum_squares_partial", "k_add_partials",
+    "k_softmax_xent", "k_softmax", "k_sgd", "k_adamw", "k_adam_direction", "k_sum_serial", "k_sum_squares_partial", "k_add_partials",
     "k_nonfinite_partial", "k_count", "k_to_bf16", "k_to_filter", "k_from_filter", "k_ordered_sum",
 };
 #define N_KERNELS ((int)(sizeof all_kernels / sizeof all_kernels[0]))
@@ -1154,10 +1154,24 @@ static void check_optimisers(void)
             SAME_F("k_adamw", geo, em, m, n);
             SAME_F("k_adamw", geo, ev, v, n);
             free(p), free(m), free(v), free(ep), free(em), free(ev);
+            /* LAMB's direction, into its own buffer and in place over the gradient */
+            for (int in_place = 0; in_place <= 1; in_place++) {
+                const char *g2 = named("%s, %s", geo, in_place ? "in place" : "apart");
+                float *gd = copy_of(g, n), *u = in_place ? gd : floats(n), *ge = copy_of(g, n);
+                float *ue = in_place ? ge : floats(n);
+                m = copy_of(m0, n), v = copy_of(v0, n), em = copy_of(m0, n), ev = copy_of(v0, n);
+                be.ops->adam_direction(be.ctx, gd, m, v, u, n, &ks[k]);
+                for (int64_t i = 0; i < n; i++) crew_body_adam_direction(ge, em, ev, ue, ks[k], i);
+                SAME_F("k_adam_direction", g2, ue, u, n);
+                SAME_F("k_adam_direction", g2, em, m, n);
+                SAME_F("k_adam_direction", g2, ev, v, n);
+                if (!in_place) free(u), free(ue);
+                free(gd), free(ge), free(m), free(v), free(em), free(ev);
+            }
         }
         free(p0), free(g), free(v0), free(m0);
     }
-    cover("k_sgd"), cover("k_adamw");
+    cover("k_sgd"), cover("k_adamw"), cover("k_adam_direction");
 }
 
 int main(void)

@@ -180,6 +180,49 @@ static void test_minimal_and_options(void)
     remove_tmp("nets.json");
 }
 
+/* LAMB and LARS in crew's format (their defaults and keys), and Keras's Lamb. */
+static void test_layerwise_optimizers(void)
+{
+    const char *flat = "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 3}";
+    crew_model *m = load_ok(write_tmp("lamb.json", crew_text(flat, "\"optimizer\": {\"type\": \"lamb\", "
+                                                                 "\"weight_decay\": 0.01}")));
+    if (m) {
+        const crew_optimizer_spec *o = &m->defaults.compile.optimizer;
+        CHECK(o->type == CREW_OPT_LAMB && fabsf(o->lr - 1e-3f) < 1e-9f && o->beta1 == 0.9 && o->beta2 == 0.999);
+        CHECK(fabsf(o->eps - 1e-6f) < 1e-12f && fabsf(o->weight_decay - 0.01f) < 1e-9f);
+        crew_model_free(m);
+    }
+    m = load_ok(write_tmp("lars.json", crew_text(flat, "\"optimizer\": {\"type\": \"lars\", \"lr\": 2, "
+                                                       "\"trust\": 0.002, \"weight_decay\": 5e-4}")));
+    if (m) {
+        const crew_optimizer_spec *o = &m->defaults.compile.optimizer;
+        CHECK(o->type == CREW_OPT_LARS && o->lr == 2.0f && fabsf(o->trust - 0.002f) < 1e-9f && o->momentum == 0.9f);
+        CHECK(o->eps == 0.0f && !o->nesterov);
+        crew_model_free(m);
+    }
+    expect_bad("lamb_mom.json", crew_text(flat, "\"optimizer\": {\"type\": \"lamb\", \"momentum\": 0.9}"),
+               "optimizer", "unknown key 'momentum'");
+    expect_bad("sgd_trust.json", crew_text(flat, "\"optimizer\": {\"type\": \"sgd\", \"trust\": 0.1}"), "optimizer",
+               "unknown key 'trust'");
+    expect_bad("lars_trust.json", crew_text(flat, "\"optimizer\": {\"type\": \"lars\", \"trust\": 0}"),
+               "optimizer", "trust");
+    static const char keras[] =
+        "{\"class_name\": \"Sequential\", \"config\": {\"layers\": [{\"class_name\": \"Dense\", \"config\": "
+        "{\"units\": 3}}]}, \"build_config\": {\"input_shape\": [null, 5]}, \"compile_config\": {\"loss\": "
+        "\"sparse_categorical_crossentropy\", \"optimizer\": {\"class_name\": \"Lamb\", \"config\": "
+        "{\"learning_rate\": 0.002, \"beta_1\": 0.9, \"beta_2\": 0.999, \"epsilon\": 1e-07}}}}";
+    m = load_ok(write_tmp("klamb.json", keras));
+    if (m) {
+        const crew_optimizer_spec *o = &m->defaults.compile.optimizer;
+        CHECK(m->defaults.has_compile && o->type == CREW_OPT_LAMB && fabsf(o->lr - 0.002f) < 1e-9f);
+        CHECK(fabsf(o->eps - 1e-7f) < 1e-13f);
+        crew_model_free(m);
+    }
+    remove_tmp("lamb.json");
+    remove_tmp("lars.json");
+    remove_tmp("klamb.json");
+}
+
 static void test_keras_fixtures(void)
 {
     crew_model *m = load_ok(source_path("tests/fixtures/keras/fashion_mlp.json"));
@@ -474,6 +517,7 @@ int main(void)
     test_minimal_and_options();
     test_keras_fixtures();
     test_keras_functional();
+    test_layerwise_optimizers();
     test_keras_compile_unmapped();
     test_bad_crew_files();
     test_nul_in_strings();

@@ -3,7 +3,8 @@
  * On the small CNN of the data-parallel tests (synthetic 12x12 images):
  * - N = 2, 3 and 4 sharded replicas end with parameters and optimizer moments bitwise equal to one
  *   replica accumulating the same micro-batches: AdamW clipping by the global norm (so the norm
- *   must be the whole gradient's) and SGD with momentum; one micro-batch per replica and two; the
+ *   must be the whole gradient's), SGD with momentum, LAMB and LARS (whose tensors' norms a shard
+ *   does not hold alone); one micro-batch per replica and two; the
  *   default bucket and buckets of 64 values, whose edges fall inside the shards;
  * - each replica's device holds 1/N of the optimizer state: its measured peak is the memory
  *   planner's figure for a sharded replica, and below the unsharded replica's by about
@@ -32,6 +33,11 @@ enum { SAMPLES = 448, STEPS = 12 };
 static const crew_optimizer_spec ADAMW = {.type = CREW_OPT_ADAMW, .lr = 0.01f, .weight_decay = 0.01f,
                                           .clip_norm = 0.05f};
 static const crew_optimizer_spec SGD = {.type = CREW_OPT_SGD, .lr = 0.05f, .momentum = 0.9f};
+/* The layer-wise ones: each tensor's update scaled by norms over the whole tensor, which a shard
+ * does not hold alone (LARS clipping too: its gradients are gathered once, for both). */
+static const crew_optimizer_spec LAMB = {.type = CREW_OPT_LAMB, .lr = 0.01f, .weight_decay = 0.01f};
+static const crew_optimizer_spec LARS = {.type = CREW_OPT_LARS, .lr = 0.5f, .momentum = 0.9f, .weight_decay = 5e-4f,
+                                         .clip_norm = 0.05f};
 
 typedef struct run_spec {
     const crew_optimizer_spec *opt;
@@ -221,6 +227,8 @@ int main(void)
     if (d) {
         check_bitwise(d, &ADAMW, "AdamW with clipping");
         check_bitwise(d, &SGD, "SGD with momentum");
+        check_bitwise(d, &LAMB, "LAMB with weight decay");
+        check_bitwise(d, &LARS, "LARS with clipping");
         check_memory(d);
         check_resume(d, dir);
         check_refusals(d);

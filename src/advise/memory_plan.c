@@ -37,9 +37,10 @@ void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, crew_act_stora
         c = m->compile;
     else
         crew_model_default_compile(m, &c);
-    int adam = c.optimizer.type == CREW_OPT_ADAMW, momentum = c.optimizer.momentum > 0.0f;
-    mm->slots = adam ? 2 : momentum ? 1 : 0;
-    mm->optimizer = adam ? "AdamW" : momentum ? "SGD with momentum" : "SGD";
+    static const char *const names[] = {"", "SGD", "AdamW", "LAMB", "LARS"}; /* crew_optimizer_type's order */
+    const int momentum = c.optimizer.momentum > 0.0f && c.optimizer.type == CREW_OPT_SGD;
+    mm->slots = crew_optimizer_slots(&c.optimizer);
+    mm->optimizer = momentum ? "SGD with momentum" : names[c.optimizer.type <= CREW_OPT_LARS ? c.optimizer.type : 0];
     mm->in_size = crew_shape_size(&m->input);
 }
 
@@ -220,6 +221,8 @@ static crew_status plan_as_asked(const crew_model *m, const crew_memory_options 
     p->param_bytes = c.param;
     p->gradient_bytes = c.gradient;
     p->optimizer_bytes = c.optimizer;
+    p->optimizer = mm.optimizer;
+    p->optimizer_slots = mm.slots;
     p->activation_bytes = c.activation;
     p->workspace_bytes = c.workspace;
     p->accumulation_bytes = c.accumulation;

@@ -267,6 +267,11 @@ typedef struct crew_backend_ops {
                        float momentum, int nesterov, float weight_decay);
     void (*adamw_update)(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n,
                          const crew_adamw_consts *k);
+    /* Adam's moments as adamw_update advances them, and the direction they give into u (which may
+     * be grad itself): u = (m / (1 − β1ᵗ)) / (√v / √(1 − β2ᵗ) + eps), with k.step_size = 1 / (1 − β1ᵗ);
+     * k.decay is not used. LAMB's first half (optim/optimizer.c). */
+    void (*adam_direction)(void *ctx, const float *grad, float *m, float *v, float *u, int64_t n,
+                           const crew_adamw_consts *k);
 
     /* ---- convolution by the device's own library (cuDNN on a GPU), asked for with
      * crew_device_options.conv. conv_supported: 1 when the library runs this geometry with

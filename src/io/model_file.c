@@ -284,6 +284,8 @@ static const char *const SGD_KEYS[] = {"type",     "lr",           "base_batch",
                                        "momentum", "nesterov",     "weight_decay", "clip_norm"};
 static const char *const ADAMW_KEYS[] = {"type",  "lr",  "base_batch",   "lr_scaling", "schedule",
                                          "beta1", "beta2", "eps", "weight_decay", "clip_norm"};
+static const char *const LARS_KEYS[] = {"type",     "lr",       "base_batch", "lr_scaling", "schedule", "momentum",
+                                        "nesterov", "trust",    "eps",        "weight_decay", "clip_norm"};
 
 /* The keys both optimizers share. */
 static crew_status parse_common(const crew_mf_where *w, const cJSON *v, crew_optimizer_spec *o)
@@ -311,21 +313,27 @@ static crew_status parse_optimizer(const char *file, const cJSON *v, crew_optimi
 {
     crew_mf_where w = {file, "optimizer", 0};
     if (!cJSON_IsObject(v)) return crew_mf_error(&w, "must be an object with a \"type\"");
-    static const char *const names[] = {"sgd", "adamw"};
-    static const int values[] = {CREW_OPT_SGD, CREW_OPT_ADAMW};
+    static const char *const names[] = {"sgd", "adamw", "lamb", "lars"};
+    static const int values[] = {CREW_OPT_SGD, CREW_OPT_ADAMW, CREW_OPT_LAMB, CREW_OPT_LARS};
     int type = CREW_OPT_ADAMW;
-    CREW_TRY(crew_mf_enum(&w, v, "type", 1, names, values, 2, &type));
+    CREW_TRY(crew_mf_enum(&w, v, "type", 1, names, values, 4, &type));
     o->type = (crew_optimizer_type)type;
-    if (o->type == CREW_OPT_SGD) {
-        CREW_TRY(crew_mf_known_keys(&w, v, SGD_KEYS, (int)(sizeof SGD_KEYS / sizeof *SGD_KEYS)));
-        double momentum = 0.0;
-        o->lr = 0.01f; /* Keras's SGD default */
+    if (o->type == CREW_OPT_SGD || o->type == CREW_OPT_LARS) {
+        const int lars = o->type == CREW_OPT_LARS;
+        CREW_TRY(lars ? crew_mf_known_keys(&w, v, LARS_KEYS, (int)(sizeof LARS_KEYS / sizeof *LARS_KEYS))
+                      : crew_mf_known_keys(&w, v, SGD_KEYS, (int)(sizeof SGD_KEYS / sizeof *SGD_KEYS)));
+        double momentum = lars ? 0.9 : 0.0, trust = 1e-3, eps = 0.0;
+        o->lr = lars ? 0.1f : 0.01f; /* Keras's SGD default; LARS's for its large batches */
         CREW_TRY(crew_mf_real(&w, v, "momentum", 0, 0.0, 1.0, "[)", &momentum));
         CREW_TRY(crew_mf_bool(&w, v, "nesterov", &o->nesterov));
+        CREW_TRY(crew_mf_real(&w, v, "trust", 0, 0.0, 1e3, "(]", &trust));
+        CREW_TRY(crew_mf_real(&w, v, "eps", 0, 0.0, 1.0, "[]", &eps));
         o->momentum = (float)momentum;
+        if (lars) o->trust = (float)trust, o->eps = (float)eps;
     } else {
+        const int lamb = o->type == CREW_OPT_LAMB;
         CREW_TRY(crew_mf_known_keys(&w, v, ADAMW_KEYS, (int)(sizeof ADAMW_KEYS / sizeof *ADAMW_KEYS)));
-        double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+        double b1 = 0.9, b2 = 0.999, eps = lamb ? 1e-6 : 1e-8;
         o->lr = 1e-3f;
         CREW_TRY(crew_mf_real(&w, v, "beta1", 0, 0.0, 1.0, "()", &b1));
         CREW_TRY(crew_mf_real(&w, v, "beta2", 0, 0.0, 1.0, "()", &b2));

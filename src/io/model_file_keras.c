@@ -334,7 +334,7 @@ static int keras_loss_known(const cJSON *loss)
     return !cJSON_IsObject(cfg) || is_off(cfg, "ignore_class", NAN) /* any class index is on */;
 }
 
-/* Fills o from a Keras Adam, AdamW or SGD; 0 when crew cannot run it as written. */
+/* Fills o from a Keras Adam, AdamW, Lamb or SGD; 0 when crew cannot run it as written. */
 static int keras_optimizer(const cJSON *opt, crew_optimizer_spec *o)
 {
     if (!cJSON_IsObject(opt)) return 0;
@@ -349,12 +349,14 @@ static int keras_optimizer(const cJSON *opt, crew_optimizer_spec *o)
         return 0;
     const char *c = cls->valuestring;
     *o = (crew_optimizer_spec){.lr = (float)lr, .weight_decay = (float)wd, .clip_norm = (float)clip};
-    if (strcmp(c, "Adam") == 0 || strcmp(c, "AdamW") == 0) {
+    if (strcmp(c, "Adam") == 0 || strcmp(c, "AdamW") == 0 || strcmp(c, "Lamb") == 0) {
         if (number_at(cfg, "beta_1", &b1) < 0 || number_at(cfg, "beta_2", &b2) < 0 ||
             number_at(cfg, "epsilon", &eps) < 0 || !is_off(cfg, "amsgrad", 0))
             return 0;
         if (!(b1 > 0 && b1 < 1 && b2 > 0 && b2 < 1 && eps > 0)) return 0;
-        o->type = CREW_OPT_ADAMW;
+        /* Lamb: Keras applies its weight decay before the step, outside the trust ratio; crew, as the
+         * paper, adds it to the update the ratio scales (the same without weight decay) */
+        o->type = strcmp(c, "Lamb") == 0 ? CREW_OPT_LAMB : CREW_OPT_ADAMW;
         o->beta1 = b1;
         o->beta2 = b2;
         o->eps = (float)eps;

@@ -692,3 +692,19 @@ void crew_model_set_conv_ways(crew_model *m, const crew_model *whole, const char
         l->conv_by_library = k < n && ways[k] == 'l';
     }
 }
+
+int crew_model_tensor_bounds(const crew_model *m, int64_t *bounds)
+{
+    int n = 0;
+    int64_t at = 0;
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            const crew_param *p = &m->layers[i]->params[j];
+            if (!crew_param_owned(p) || !p->trainable) continue;
+            if (bounds) bounds[n] = at;
+            at += crew_shape_size(&p->shape);
+            n++;
+        }
+    if (bounds) bounds[n] = at;
+    return n;
+}

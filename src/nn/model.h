@@ -197,5 +197,9 @@ typedef struct crew_named_param {
 } crew_named_param;
 /* Lists every parameter (trainable and state) in layer order; returns the count. */
 int crew_model_named_params(const crew_model *m, crew_named_param *out, int cap);
+/* Where each trainable tensor lies in the flat parameter buffer, in layer order (the layout's own
+ * order, assign_offsets): bounds[j] .. bounds[j + 1] (bounds [count + 1], or NULL to count them).
+ * Returns the count. What a layer-wise optimizer's norms are over. */
+int crew_model_tensor_bounds(const crew_model *m, int64_t *bounds);
 
 #endif

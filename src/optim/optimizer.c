@@ -1,21 +1,42 @@
-/* optimizer.c — SGD (momentum, Nesterov) and AdamW over the flat buffers; clipping by global
- * norm; the learning-rate schedules (constant, step, cosine) with linear warmup. */
+/* optimizer.c — SGD (momentum, Nesterov), AdamW, and the layer-wise LAMB and LARS over the flat
+ * buffers; clipping by global norm; the learning-rate schedules (constant, step, cosine) with
+ * linear warmup. */
 #include "optim/optimizer.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/status.h"
 
+const char *crew_optimizer_name(crew_optimizer_type type)
+{
+    switch (type) {
+    case CREW_OPT_SGD: return "sgd";
+    case CREW_OPT_ADAMW: return "adamw";
+    case CREW_OPT_LAMB: return "lamb";
+    case CREW_OPT_LARS: return "lars";
+    }
+    return "unknown";
+}
+
+int crew_optimizer_layerwise(const crew_optimizer_spec *spec)
+{
+    return spec->type == CREW_OPT_LAMB || spec->type == CREW_OPT_LARS;
+}
+
 crew_status crew_optimizer_spec_check(crew_optimizer_spec *s)
 {
-    if (s->type != CREW_OPT_SGD && s->type != CREW_OPT_ADAMW)
+    if (s->type < CREW_OPT_SGD || s->type > CREW_OPT_LARS)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: unknown type %d", (int)s->type);
-    if (s->type == CREW_OPT_ADAMW) {
+    if (s->type == CREW_OPT_ADAMW || s->type == CREW_OPT_LAMB) {
         if (s->beta1 == 0.0) s->beta1 = 0.9;
         if (s->beta2 == 0.0) s->beta2 = 0.999;
-        if (s->eps == 0.0f) s->eps = 1e-8f;
+        if (s->eps == 0.0f) s->eps = s->type == CREW_OPT_LAMB ? 1e-6f : 1e-8f;
     }
+    if (s->type == CREW_OPT_LARS && s->trust == 0.0f) s->trust = 1e-3f;
+    if (!(s->trust >= 0.0f && isfinite(s->trust)))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'trust' must be positive, got %g", (double)s->trust);
     if (!(s->lr > 0.0f && isfinite(s->lr)))
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer: key 'lr' must be positive, got %g", (double)s->lr);
     if (!(s->momentum >= 0.0f && s->momentum < 1.0f))
@@ -58,7 +79,17 @@ crew_status crew_optimizer_spec_check(crew_optimizer_spec *s)
 
 int crew_optimizer_slots(const crew_optimizer_spec *spec)
 {
-    return spec->type == CREW_OPT_ADAMW ? 2 : spec->momentum > 0.0f ? 1 : 0;
+    return spec->type == CREW_OPT_ADAMW || spec->type == CREW_OPT_LAMB ? 2 : spec->momentum > 0.0f ? 1 : 0;
+}
+
+crew_status crew_optimizer_set_tensors(crew_optimizer *opt, const int64_t *bounds, int n)
+{
+    free(opt->bounds);
+    opt->n_tensors = 0;
+    if (!(opt->bounds = malloc(((size_t)n + 1) * sizeof *opt->bounds))) return CREW_OOM();
+    memcpy(opt->bounds, bounds, ((size_t)n + 1) * sizeof *bounds);
+    opt->n_tensors = n;
+    return CREW_OK;
 }
 
 crew_status crew_optimizer_init(crew_optimizer *opt, const crew_optimizer_spec *spec, const crew_backend *be,
@@ -83,6 +114,9 @@ void crew_optimizer_release(crew_optimizer *opt, const crew_backend *be)
         crew_dev_free(be, opt->slot[i]);
         opt->slot[i] = NULL;
     }
+    free(opt->bounds);
+    opt->bounds = NULL;
+    opt->n_tensors = 0;
 }
 
 crew_status crew_optimizer_copy(crew_optimizer *dst, const crew_backend *dst_be, const crew_optimizer *src,
@@ -140,25 +174,102 @@ crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, flo
     return crew_optimizer_step_range(opt, be, params, grads, opt->n, 0, lr, grad_norm);
 }
 
-crew_status crew_optimizer_step_range(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
-                                      int64_t n, int64_t lo, float lr, double *grad_norm)
+/* Checks the range, then clips. The norm costs a pass over every gradient: only when clipping or
+ * the caller needs it. It runs over all n whatever the range, so that a shard clips by the same
+ * factor, to the bit, as the whole buffer would. */
+static crew_status clip(crew_optimizer *opt, const crew_backend *be, float *grads, int64_t n, int64_t lo,
+                        double *grad_norm, int whole)
 {
     const crew_backend_ops *o = be->ops;
     const crew_optimizer_spec *s = &opt->spec;
     if (lo < 0 || lo + opt->n > n)
         return crew_errorf(CREW_CODE_INTERNAL, "optimizer: the range [%lld, %lld) lies outside the %lld parameters",
                            (long long)lo, (long long)(lo + opt->n), (long long)n);
-    /* The norm costs a pass over every gradient: only when clipping or the caller needs it. It
-     * runs over all n whatever the range, so that a shard clips by the same factor, to the bit,
-     * as the whole buffer would. */
     if (s->clip_norm > 0.0f || grad_norm) {
         double sq = 0.0;
         CREW_TRY(o->sum_squares(be->ctx, grads, n, &sq));
         double norm = sqrt(sq);
         if (grad_norm) *grad_norm = norm;
-        if (s->clip_norm > 0.0f && norm > s->clip_norm)
-            o->axpby(be->ctx, opt->n, (float)(s->clip_norm / norm), grads + lo, 0.0f, grads + lo);
+        if (s->clip_norm > 0.0f && norm > s->clip_norm) {
+            const int64_t from = whole ? 0 : lo, count = whole ? n : opt->n;
+            o->axpby(be->ctx, count, (float)(s->clip_norm / norm), grads + from, 0.0f, grads + from);
+        }
     }
+    return CREW_OK;
+}
+
+crew_status crew_optimizer_layerwise_begin(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
+                                           int64_t n, int64_t lo, float lr, double *grad_norm)
+{
+    (void)lr;
+    const crew_optimizer_spec *s = &opt->spec;
+    if (!crew_optimizer_layerwise(s) || !opt->bounds || opt->bounds[opt->n_tensors] != n)
+        return crew_errorf(CREW_CODE_INTERNAL, "optimizer: %s has no tensors for its %lld parameters",
+                           crew_optimizer_name(s->type), (long long)n);
+    /* LARS's norms are over the clipped gradients of the whole tensors (a shard has them all when
+     * clipping): it clips every one, the bits the shard that owns them clips them to. */
+    CREW_TRY(clip(opt, be, grads, n, lo, grad_norm, s->type == CREW_OPT_LARS));
+    opt->t++;
+    if (s->type != CREW_OPT_LAMB || opt->n == 0) return CREW_OK;
+    /* LAMB's update, in the gradient's place: Adam's direction, then weight decay added to it */
+    crew_adamw_consts k;
+    crew_adamw_consts_at(s, 1.0f, opt->t, &k); /* step_size = 1 / (1 − β1ᵗ) */
+    be->ops->adam_direction(be->ctx, grads + lo, opt->slot[0], opt->slot[1], grads + lo, opt->n, &k);
+    if (s->weight_decay > 0.0f) be->ops->axpby(be->ctx, opt->n, s->weight_decay, params + lo, 1.0f, grads + lo);
+    return CREW_OK;
+}
+
+/* The trust ratio of a tensor from its squared norms: LAMB ‖w‖ / ‖u‖, LARS η‖w‖ / (‖g‖ + wd‖w‖ +
+ * eps), 1 when either norm is 0 (a tensor at zero, or one the step does not move), as Keras's
+ * Lamb and apex's LARC. In double, rounded to float once with the learning rate. */
+static double trust_ratio(const crew_optimizer_spec *s, double ww, double gg)
+{
+    if (!(ww > 0.0 && gg > 0.0)) return 1.0;
+    double w = sqrt(ww), g = sqrt(gg);
+    if (s->type == CREW_OPT_LAMB) return w / g;
+    return (double)s->trust * w / (g + (double)s->weight_decay * w + (double)s->eps);
+}
+
+crew_status crew_optimizer_layerwise_end(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
+                                         int64_t n, int64_t lo, float lr)
+{
+    const crew_backend_ops *o = be->ops;
+    const crew_optimizer_spec *s = &opt->spec;
+    const int64_t hi = lo + opt->n;
+    for (int j = 0; j < opt->n_tensors; j++) {
+        const int64_t a = opt->bounds[j], b = opt->bounds[j + 1];
+        const int64_t from = a > lo ? a : lo, to = b < hi ? b : hi;
+        if (from >= to) continue; /* not this shard's */
+        double ww = 0.0, gg = 0.0;
+        CREW_TRY(o->sum_squares(be->ctx, params + a, b - a, &ww));
+        CREW_TRY(o->sum_squares(be->ctx, grads + a, b - a, &gg));
+        const double ratio = trust_ratio(s, ww, gg);
+        if (s->type == CREW_OPT_LAMB) {
+            o->axpby(be->ctx, to - from, (float)(-(double)lr * ratio), grads + from, 1.0f, params + from);
+            continue;
+        }
+        /* LARS (apex's LARC): g = ratio · (g + wd·w), then SGD with momentum on it */
+        if (s->weight_decay > 0.0f) o->axpby(be->ctx, to - from, s->weight_decay, params + from, 1.0f, grads + from);
+        o->axpby(be->ctx, to - from, (float)ratio, grads + from, 0.0f, grads + from);
+        o->sgd_update(be->ctx, params + from, grads + from, opt->slot[0] ? opt->slot[0] + (from - lo) : NULL, to - from,
+                      lr, s->momentum, s->nesterov, 0.0f);
+    }
+    return CREW_OK;
+}
+
+crew_status crew_optimizer_step_range(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
+                                      int64_t n, int64_t lo, float lr, double *grad_norm)
+{
+    const crew_backend_ops *o = be->ops;
+    const crew_optimizer_spec *s = &opt->spec;
+    if (crew_optimizer_layerwise(s)) {
+        if (lo != 0 || opt->n != n)
+            return crew_errorf(CREW_CODE_INTERNAL, "optimizer: a shard of %s steps in two halves around a gather",
+                               crew_optimizer_name(s->type));
+        CREW_TRY(crew_optimizer_layerwise_begin(opt, be, params, grads, n, lo, lr, grad_norm));
+        return crew_optimizer_layerwise_end(opt, be, params, grads, n, lo, lr);
+    }
+    CREW_TRY(clip(opt, be, grads, n, lo, grad_norm, 0));
     opt->t++;
     params += lo;
     grads += lo;

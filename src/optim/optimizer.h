@@ -1,5 +1,6 @@
 /* optimizer.h — optimizer state and learning-rate schedules over the flat parameter buffer.
- * It knows buffers on a backend, not layers: the rank that trains a model owns its optimizer. */
+ * It knows buffers on a backend, not layers: the rank that trains a model owns its optimizer, and
+ * tells a layer-wise one (LAMB, LARS) where the buffer's tensors lie. */
 #ifndef CREW_OPTIM_OPTIMIZER_H
 #define CREW_OPTIM_OPTIMIZER_H
 
@@ -10,8 +11,21 @@ typedef struct crew_optimizer {
     crew_optimizer_spec spec;
     int64_t n;        /* parameters */
     int64_t t;        /* updates applied */
-    float *slot[2];   /* sgd: velocity; adamw: first and second moments. [n] each */
+    float *slot[2];   /* sgd, lars: velocity; adamw, lamb: first and second moments. [n] each */
+    /* The layer-wise optimizers' tensors (crew_optimizer_set_tensors): tensor j is [bounds[j],
+     * bounds[j + 1]) of the whole flat buffer. [n_tensors + 1], owned */
+    int64_t *bounds;
+    int n_tensors;
 } crew_optimizer;
+
+/* "sgd", "adamw", "lamb", "lars": the model file's names. */
+const char *crew_optimizer_name(crew_optimizer_type type);
+/* 1 for LAMB and LARS: each tensor's update is scaled by a ratio of norms over the whole tensor,
+ * so the optimizer needs the tensors (crew_optimizer_set_tensors), and a shard of it the whole
+ * buffer of what the norms are over (crew_optimizer_gathers). */
+int crew_optimizer_layerwise(const crew_optimizer_spec *spec);
+/* The tensors of the whole flat buffer: bounds [n + 1], from 0 to the buffer's parameters. */
+crew_status crew_optimizer_set_tensors(crew_optimizer *opt, const int64_t *bounds, int n);
 
 /* Fills unset fields with defaults and checks ranges; errors name the key. */
 crew_status crew_optimizer_spec_check(crew_optimizer_spec *spec);
@@ -44,8 +58,25 @@ crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, flo
                                 double *grad_norm);
 /* The same update for the opt->n parameters from `lo` of buffers of n (a shard of optimizer state,
  * ZeRO stage 1): the norm is over all n gradients (they must all be reduced when clipping), the
- * clipping and the update touch the range only, computing there the bits a whole update would. */
+ * clipping and the update touch the range only, computing there the bits a whole update would.
+ * A layer-wise optimizer's shard cannot: it steps in two halves around the caller's gather of the
+ * whole buffer (below). */
 crew_status crew_optimizer_step_range(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
                                       int64_t n, int64_t lo, float lr, double *grad_norm);
+
+/* A layer-wise optimizer's shard (a range of a buffer of n):
+ *   1. crew_optimizer_layerwise_begin: clipping as above (LARS clips every gradient, which it
+ *      holds whole when clipping); LAMB's moments, and its update (Adam's direction plus weight
+ *      decay) into grads over the range; LARS: nothing more;
+ *   2. the caller gathers grads whole: every range's updates (LAMB), or the reduced gradients
+ *      (LARS), as an all-gather of the shards' ranges;
+ *   3. crew_optimizer_layerwise_end: each tensor's norms over the whole tensor, then its update
+ *      over the range.
+ * Every shard computes the norms of the same whole tensors, so the weights are the bits one
+ * unsharded step leaves. crew_optimizer_step_range does both halves, with nothing to gather. */
+crew_status crew_optimizer_layerwise_begin(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
+                                           int64_t n, int64_t lo, float lr, double *grad_norm);
+crew_status crew_optimizer_layerwise_end(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
+                                         int64_t n, int64_t lo, float lr);
 
 #endif

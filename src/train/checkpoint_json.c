@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "nn/layer.h"
 #include "nn/model.h"
+#include "optim/optimizer.h"
 
 const char *const crew_checkpoint_file_names[CREW_CHECKPOINT_FILES] = {"model.safetensors", "optimizer.safetensors"};
 
@@ -91,7 +92,7 @@ static cJSON *layer_json(const crew_layer *l)
 static cJSON *optimizer_json(const crew_optimizer_spec *s)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "type", s->type == CREW_OPT_ADAMW ? "adamw" : "sgd");
+    cJSON_AddStringToObject(o, "type", crew_optimizer_name(s->type));
     add_float(o, "lr", s->lr);
     add_int(o, "base_batch", s->base_batch);
     add_int(o, "scaling", s->scaling);
@@ -101,6 +102,7 @@ static cJSON *optimizer_json(const crew_optimizer_spec *s)
     add_double(o, "beta2", s->beta2);
     add_float(o, "eps", s->eps);
     add_float(o, "weight_decay", s->weight_decay);
+    if (s->type == CREW_OPT_LARS) add_float(o, "trust", s->trust); /* a key of its own: older runs' text unchanged */
     add_float(o, "clip_norm", s->clip_norm);
     add_int(o, "schedule", s->schedule);
     add_int(o, "warmup_steps", s->warmup_steps);

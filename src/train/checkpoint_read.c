@@ -137,7 +137,7 @@ static crew_status check_optimizer(const char *path, const crew_optimizer *o, co
         if (!o->slot[i] != !t)
             return crew_errorf(CREW_CODE_BAD_INPUT, "%s holds the state of '%s' but the model is compiled with '%s'",
                                path, crew_st_metadata(f, "optimizer") ? crew_st_metadata(f, "optimizer") : "?",
-                               o->spec.type == CREW_OPT_ADAMW ? "adamw" : "sgd");
+                               crew_optimizer_name(o->spec.type));
         if (t && (t->dtype != CREW_ST_F32 || t->count != o->n))
             return crew_errorf(CREW_CODE_BAD_INPUT, "%s: tensor '%s' holds %lld values, the model has %lld parameters",
                                path, name, (long long)t->count, (long long)o->n);

@@ -27,7 +27,7 @@ static crew_status write_text(const char *path, const char *text)
     return CREW_OK;
 }
 
-static const char *optimizer_name(const crew_optimizer *o) { return o->spec.type == CREW_OPT_ADAMW ? "adamw" : "sgd"; }
+static const char *optimizer_name(const crew_optimizer *o) { return crew_optimizer_name(o->spec.type); }
 
 /* The slots come down from the device into one host buffer first. */
 static crew_status write_optimizer(const char *path, const crew_optimizer *o, const crew_backend *be)

@@ -180,6 +180,18 @@ static crew_status begin_hooks(crew_rank *r)
     return CREW_HOOK(r, rank_begins) ? r->hooks->rank_begins(r->hooks_user, &r->who) : CREW_OK;
 }
 
+/* A layer-wise optimizer (LAMB, LARS) learns where the rank's model's tensors lie (its stage's). */
+static crew_status tell_tensors(crew_rank *r)
+{
+    const int n = crew_model_tensor_bounds(r->m, NULL);
+    int64_t *bounds = malloc(((size_t)n + 1) * sizeof *bounds);
+    if (!bounds) return CREW_OOM();
+    crew_model_tensor_bounds(r->m, bounds);
+    crew_status s = crew_optimizer_set_tensors(&r->opt, bounds, n);
+    free(bounds);
+    return s;
+}
+
 /* Everything the rank owns, on its device and in host memory. */
 static crew_status set_up(crew_rank *r)
 {
@@ -191,6 +203,7 @@ static crew_status set_up(crew_rank *r)
     if (p->shard_optimizer && r->replicas > 1) CREW_TRY(crew_rank_shard_init(r));
     int64_t own = r->shard ? r->shard[r->replica + 1] - r->shard_lo : r->m->n_params;
     CREW_TRY(crew_optimizer_init(&r->opt, &r->m->compile.optimizer, r->be, own));
+    if (crew_optimizer_layerwise(&r->opt.spec)) CREW_TRY(tell_tensors(r));
     CREW_TRY(copy_start_optimizer(r));
     r->scratch_n = crew_rank_scratch_size(r->size, crew_model_named_params(run->start, NULL, 0));
     CREW_TRY(r->be->ops->alloc(r->be->ctx, CREW_DT_F64, r->scratch_n, (void **)&r->dev_scratch));

@@ -5,7 +5,8 @@
  *   1. the gradient buckets are reduce-scattered, in the ordered way (crew_stepper_shard): each
  *      replica receives the sum of its shard only, the bits an all-reduce would leave there;
  *   2. each replica updates its shard's parameters and state (crew_optimizer_step_range; when
- *      clipping, the gradients are first gathered whole so that the norm is the whole buffer's);
+ *      clipping, the gradients are first gathered whole so that the norm is the whole buffer's; a
+ *      layer-wise optimizer, LAMB or LARS, gathers what its tensors' norms are over, below);
  *   3. the parameters are all-gathered, so every replica holds them all again.
  * Elementwise updates on the same sums give the same bits wherever they run, so the weights equal
  * the unsharded run's, bit for bit, on any N. The state exists whole nowhere on a device: rank 0
@@ -76,13 +77,28 @@ crew_status crew_rank_shard_gather(crew_rank *r)
     return CREW_OK;
 }
 
+/* A layer-wise optimizer's shard (LAMB, LARS): its first half over the shard, the whole buffer its
+ * norms are over gathered (LAMB's updates, LARS's gradients), then each tensor's update over the
+ * shard from the whole tensors' norms, which every replica computes alike. */
+static crew_status layerwise_update(crew_rank *r, float *grad, float lr)
+{
+    crew_model *m = r->m;
+    CREW_TRY(crew_optimizer_layerwise_begin(&r->opt, r->be, m->params, grad, m->n_params, r->shard_lo, lr, NULL));
+    if (r->opt.spec.type == CREW_OPT_LAMB || r->opt.spec.clip_norm <= 0.0f) /* LARS with clipping has them whole */
+        CREW_TRY(crew_allgather_ranges(&r->group, grad, m->n_params, r->shard, r->run->timeout_s));
+    return crew_optimizer_layerwise_end(&r->opt, r->be, m->params, grad, m->n_params, r->shard_lo, lr);
+}
+
 crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr)
 {
     crew_model *m = r->m;
     const double timeout = r->run->timeout_s;
     if (m->compile.optimizer.clip_norm > 0.0f) /* the norm is the whole gradient's */
         CREW_TRY(crew_allgather_ranges(&r->group, grad, m->n_params, r->shard, timeout));
-    CREW_TRY(crew_optimizer_step_range(&r->opt, r->be, m->params, grad, m->n_params, r->shard_lo, lr, NULL));
+    if (crew_optimizer_layerwise(&r->opt.spec))
+        CREW_TRY(layerwise_update(r, grad, lr));
+    else
+        CREW_TRY(crew_optimizer_step_range(&r->opt, r->be, m->params, grad, m->n_params, r->shard_lo, lr, NULL));
     if (!CREW_HOOK(r, shard_allgather)) return crew_allgather_ranges(&r->group, m->params, m->n_params, r->shard, timeout);
     int64_t *bounds = malloc(((size_t)r->replicas + 1) * sizeof *bounds); /* a test seam's own ranges */
     if (!bounds) return CREW_OOM();

@@ -89,7 +89,10 @@ static void print_plan(const char *model, const crew_memory_plan *p)
     printf("\none replica:\n");
     print_line("parameters and state", p->param_bytes, "");
     print_line("gradients", p->gradient_bytes, "");
-    print_line("optimizer state", p->optimizer_bytes, "");
+    char opt[96];
+    snprintf(opt, sizeof opt, "%s: %d value%s a parameter", p->optimizer, p->optimizer_slots,
+             p->optimizer_slots == 1 ? "" : "s");
+    print_line("optimizer state", p->optimizer_bytes, opt);
     print_line("activations", p->activation_bytes, "kept for the backward pass: the input and each layer's output");
     print_line("workspace", p->workspace_bytes, "layers' workspace, gradient ping-pong buffers, labels");
     snprintf(note, sizeof note, p->accumulation > 1 ? "micro-batch gradients kept for the ordered sum" : "");
@@ -114,6 +117,9 @@ static void print_json(const char *model, const crew_memory_plan *p)
            (long long)p->device_memory_bytes, p->shared_memory ? "true" : "false", (long long)p->bytes_per_device,
            (long long)p->host_bytes, (long long)p->total_bytes, p->fits ? "true" : "false", verdict_key(p->verdict));
     crew_json_write_string(stdout, p->verdict_text);
+    printf(",\"optimizer\":");
+    crew_json_write_string(stdout, p->optimizer);
+    printf(",\"optimizer_slots\":%d", p->optimizer_slots);
     printf(",\"advised\":{\"batch_per_device\":%lld,\"accumulation\":%d,\"devices\":%d,\"bytes_per_device\":%lld},",
            (long long)p->advised_batch, p->advised_accumulation, p->advised_devices,
            (long long)p->advised_bytes_per_device);

@@ -282,6 +282,7 @@ const crew_backend_ops crew_cpu_ops = {
     .softmax = cpu_softmax,
     .sgd_update = cpu_sgd_update,
     .adamw_update = cpu_adamw_update,
+    .adam_direction = cpu_adam_direction,
     .configure = cpu_configure,
 };
 

@@ -886,6 +886,17 @@ static void guard_adamw_update(void *ctx, float *param, const float *grad, float
         crew_cpu_ops.adamw_update(c.cpu, sp, sg, sm, sv, n, k);
 }
 
+static void guard_adam_direction(void *ctx, const float *grad, float *m, float *v, float *u, int64_t n,
+                                 const crew_adamw_consts *k)
+{
+    op_call c = begin(ctx, "adam_direction");
+    const float *sg = f32(&c, "grad", grad, n);
+    float *sm = f32(&c, "m", m, n);
+    float *sv = f32(&c, "v", v, n);
+    float *su = u == grad ? (float *)sg : f32(&c, "u", u, n); /* in place: the same host view */
+    if (c.ok) crew_cpu_ops.adam_direction(c.cpu, sg, sm, sv, su, n, k);
+}
+
 static crew_status guard_configure(void *ctx, const crew_device_options *o)
 {
     guard_ctx *g = ctx;
@@ -1004,6 +1015,7 @@ static void guard_conv_backward_filter(void *ctx, const float *x, const float *d
     .softmax = guard_softmax, \
     .sgd_update = guard_sgd_update, \
     .adamw_update = guard_adamw_update, \
+    .adam_direction = guard_adam_direction, \
     .configure = guard_configure, \
     }
 

@@ -110,5 +110,7 @@ void cpu_sgd_update(void *ctx, float *param, const float *grad, float *velocity,
                     float momentum, int nesterov, float weight_decay);
 void cpu_adamw_update(void *ctx, float *param, const float *grad, float *m, float *v, int64_t n,
                       const crew_adamw_consts *k);
+void cpu_adam_direction(void *ctx, const float *grad, float *m, float *v, float *u, int64_t n,
+                        const crew_adamw_consts *k);
 
 #endif

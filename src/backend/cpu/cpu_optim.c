@@ -17,3 +17,12 @@ void cpu_adamw_update(void *ctx, float *restrict param, const float *restrict gr
     const crew_adamw_consts kc = *k; /* a copy the loop's stores cannot alias */
     for (int64_t i = 0; i < n; i++) crew_body_adamw(param, grad, m, v, kc, i);
 }
+
+/* u may be grad itself: each element is read before it is written, and nothing else reads it. */
+void cpu_adam_direction(void *ctx, const float *grad, float *restrict m, float *restrict v, float *u, int64_t n,
+                        const crew_adamw_consts *k)
+{
+    (void)ctx;
+    const crew_adamw_consts kc = *k;
+    for (int64_t i = 0; i < n; i++) crew_body_adam_direction(grad, m, v, u, kc, i);
+}

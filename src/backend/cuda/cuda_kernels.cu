@@ -711,6 +711,11 @@ __global__ void k_adamw(float *param, const float *grad, float *m, float *v, int
     FOR_EACH(i, n) crew_body_adamw(param, grad, m, v, k, i);
 }
 
+__global__ void k_adam_direction(const float *grad, float *m, float *v, float *u, int64_t n, crew_adamw_consts k)
+{
+    FOR_EACH(i, n) crew_body_adam_direction(grad, m, v, u, k, i);
+}
+
 static void cuda_sgd_update(void *ctx, float *param, const float *grad, float *velocity, int64_t n, float lr,
                             float momentum, int nesterov, float weight_decay)
 {
@@ -727,6 +732,15 @@ static void cuda_adamw_update(void *ctx, float *param, const float *grad, float 
     if (n <= 0) return;
     k_adamw LAUNCH(c, n)(param, grad, m, v, n, *k);
     cuda_launched(c, "AdamW update");
+}
+
+static void cuda_adam_direction(void *ctx, const float *grad, float *m, float *v, float *u, int64_t n,
+                                const crew_adamw_consts *k)
+{
+    cuda_ctx *c = enter(ctx);
+    if (n <= 0) return;
+    k_adam_direction LAUNCH(c, n)(grad, m, v, u, n, *k);
+    cuda_launched(c, "Adam direction (LAMB)");
 }
 
 /* ------------------------------------------------------------------ the table's compute ops */
@@ -764,4 +778,5 @@ void cuda_kernel_ops(crew_backend_ops *o)
     o->softmax = cuda_softmax;
     o->sgd_update = cuda_sgd_update;
     o->adamw_update = cuda_adamw_update;
+    o->adam_direction = cuda_adam_direction;
 }
