@@ -334,6 +334,8 @@ typedef struct crew_step_info {
     double comm_exposed_s; /* waiting for gradient all-reduces after backward ended */
     double comm_hidden_s;  /* all-reduce time that overlapped the backward pass */
     double optimizer_s;    /* metrics reduction and the update */
+    /* The gradient noise scale B_simple so far (crew_fit_result.noise_scale), NaN while unknown. */
+    double noise_scale;
 } crew_step_info;
 
 typedef struct crew_epoch_info {
@@ -488,7 +490,14 @@ typedef struct crew_fit_options {
      * buffer the model's blocks share instead of one each: a GPT's largest activation, for one
      * more q·kᵀ GEMM and softmax per block in backward [0]. */
     int attention_recompute;
+    /* The gradient noise scale (docs/METRICS.md, "The gradient noise scale"): measured every this
+     * many steps from what the replicas compute anyway, each micro-batch's gradient and the reduced
+     * one (one more pass over each, by the device, which changes no weight); -1: off; 0: every
+     * CREW_NOISE_SCALE_EVERY steps, which keeps its cost under 1% of a step for the examples
+     * (docs/PERFORMANCE.md). It needs at least 2 micro-batches a step (replicas or accumulation). */
+    int64_t noise_scale_every;
 } crew_fit_options;
+#define CREW_NOISE_SCALE_EVERY 4
 
 /* How convolution layers compute (docs/GPU.md, "Convolutions"). Each way has its own order of
  * sums, so the choice shapes the numbers; every replica of a run takes the same one per layer. */
@@ -560,6 +569,11 @@ typedef struct crew_fit_result {
     int64_t stage_peak_bytes[CREW_MAX_PIPELINE_STAGES];
     double bubble_fraction;    /* the share of a step the stages did not compute (NaN without a pipeline) */
     int bottleneck_stage;      /* the stage with the most forward and backward time (-1 without a pipeline) */
+    /* The gradient noise scale B_simple = tr(Σ) / |G|² at the end (McCandlish et al. 2018; smoothed
+     * over about the last 100 steps measured), in samples: NaN when not measured or not estimable;
+     * and in words against the global batch, or why there is none. */
+    double noise_scale;
+    char noise_text[384];
 } crew_fit_result;
 
 /* Fills opts with the model file's training settings (or the defaults above), struct_size included.
@@ -615,6 +629,8 @@ typedef struct crew_fit_plan {
     int pipeline_processes;     /* the processes each replica's stages span: 1 in one process or
                                    with whole replicas in each, R (crew_fit_options.pipeline_processes) */
     int attention_recompute;    /* crew_fit_options.attention_recompute */
+    int64_t noise_scale_every;  /* the gradient noise scale measured every this many steps; 0: not (off,
+                                   or one micro-batch a step) */
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With

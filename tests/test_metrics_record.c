@@ -81,6 +81,8 @@ static crew_status step(crew_monitor *m, int64_t s, float loss, int skipped)
     crew_step_record r = {.step = s, .epoch = (int)((s - 1) / 30), .time = 1764504000.0 + (double)s, .loss = loss,
                           .accuracy = 0.5f, .lr = 0.01f, .global_batch = 8, .step_s = 0.04, .skipped = skipped,
                           .n_replicas = 2, .replicas = t};
+    if (s == 3) /* a step that measured the gradient noise scale: |G|² 2, tr(Σ) 32 */
+        r.grad_sq_small = 10.0, r.grad_sq_big = 6.0, r.small_batch = 4;
     return crew_monitor_step(m, &r);
 }
 

@@ -467,6 +467,7 @@ def _summary(r, plan, run_dir, finished):
     print(f"{'trained' if finished else 'stopped'} after {r['steps']} steps in {r['wall_s']:.1f}s "
           f"({r['samples_per_s']:.0f} samples/s, {r['gflops']:.1f} GFLOP/s{peak}){test}")
     print(r["bottleneck"])
+    print(r["noise_text"])
     print(f"weights: {run_dir}/weights.safetensors\nreport: {run_dir}/report.html\n"
           f"run directory: {run_dir} (config.json, metrics.jsonl, tb/, checkpoints/)", flush=True)
 

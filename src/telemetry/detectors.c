@@ -115,6 +115,9 @@ crew_status crew_detect_step(crew_monitor *m, const crew_step_record *r)
 
 void crew_summarize(crew_monitor *m, crew_fit_result *res)
 {
+    res->noise_scale = m->noise.b_simple;
+    crew_noise_scale_text(&m->noise, m->plan.global_batch, m->plan.batch_per_device, m->cfg.noise_scale_every,
+                          res->noise_text, sizeof res->noise_text);
     res->gflops = m->plan.flops_per_sample * res->samples_per_s / 1e9;
     res->peak_fraction = m->plan.peak_gflops > 0 ? res->gflops / m->plan.peak_gflops : NAN;
     if (m->steps == 0 || m->sum_step <= 0) {

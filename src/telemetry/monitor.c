@@ -103,6 +103,7 @@ crew_status crew_monitor_open(const crew_monitor_config *cfg, const crew_fit_pla
     if (m->cfg.straggler_window <= 0) m->cfg.straggler_window = 50;
     if (m->cfg.input_bound_fraction <= 0) m->cfg.input_bound_fraction = 0.05;
     if (m->cfg.loss_spike_z <= 0) m->cfg.loss_spike_z = 6.0; /* minibatch losses are skewed: 4σ happens */
+    crew_noise_scale_init(&m->noise, m->cfg.noise_scale_every);
     m->win_compute = calloc((size_t)m->n, sizeof *m->win_compute);
     m->total_compute = calloc((size_t)m->n, sizeof *m->total_compute);
     if (!m->win_compute || !m->total_compute) {
@@ -147,6 +148,12 @@ static crew_status write_step_line(crew_monitor *m, const crew_step_record *r)
     json_num(f, "gflops", gflops, 1);
     json_num(f, "peak_fraction", m->plan.peak_gflops > 0 ? gflops / m->plan.peak_gflops : NAN, 1);
     if (r->skipped) crew_text_puts(f, "\"skipped\":true,");
+    if (r->small_batch > 0 && isfinite(r->grad_sq_small) && isfinite(r->grad_sq_big)) { /* the steps that measured it */
+        json_num(f, "noise_scale", m->noise.b_simple, 1);
+        json_num(f, "grad_sq_small", r->grad_sq_small, 1);
+        json_num(f, "grad_sq_big", r->grad_sq_big, 1);
+        crew_text_printf(f, "\"small_batch\":%lld,", (long long)r->small_batch);
+    }
     crew_text_puts(f, "\"replicas\":[");
     for (int i = 0; i < r->n_replicas; i++) {
         const crew_step_times *t = &r->replicas[i];
@@ -167,6 +174,7 @@ crew_status crew_monitor_step(crew_monitor *m, const crew_step_record *r)
 {
     if (m->resume_pending) CREW_TRY(crew_monitor_resume_line(m, r->step));
     m->last_step = r->step;
+    crew_noise_scale_add(&m->noise, r->grad_sq_small, r->small_batch, r->grad_sq_big, r->global_batch);
     if (m->has_file) {
         CREW_TRY(write_step_line(m, r));
         CREW_TRY(crew_monitor_tb_step(m, r));
@@ -257,6 +265,8 @@ crew_status crew_monitor_event(crew_monitor *m, crew_event_kind kind, int64_t st
 
 int crew_monitor_events(const crew_monitor *m) { return m->events; }
 
+double crew_monitor_noise_scale(const crew_monitor *m) { return m->noise.b_simple; }
+
 crew_status crew_monitor_finish(crew_monitor *m, crew_fit_result *res)
 {
     crew_summarize(m, res);
@@ -275,9 +285,12 @@ crew_status crew_monitor_finish(crew_monitor *m, crew_fit_result *res)
     json_num(f, "compute_fraction", res->compute_fraction, 1);
     json_num(f, "comm_exposed_fraction", res->comm_exposed_fraction, 1);
     json_num(f, "optimizer_fraction", res->optimizer_fraction, 1);
+    json_num(f, "noise_scale", res->noise_scale, 1);
     crew_text_printf(f, "\"skipped_updates\":%lld,\"events\":%d,\"bottleneck\":", (long long)res->skipped_updates,
                      m->events);
     crew_text_json_string(f, res->bottleneck);
+    crew_text_puts(f, ",\"noise\":");
+    crew_text_json_string(f, res->noise_text);
     crew_text_putc(f, '}');
     CREW_TRY(crew_text_end_line(f));
     return crew_monitor_tb_flush(m);

@@ -21,6 +21,7 @@ typedef struct crew_monitor_config {
     int64_t straggler_window;       /* steps per verdict [50] */
     double input_bound_fraction;    /* data waiting above this fraction of a step [0.05] */
     double loss_spike_z;            /* [6] */
+    int64_t noise_scale_every;      /* the gradient noise scale measured every this many steps; 0: not */
     void (*on_event)(void *user, const crew_event_info *e);
     void *user;
 } crew_monitor_config;
@@ -38,6 +39,8 @@ crew_status crew_monitor_event(crew_monitor *m, crew_event_kind kind, int64_t st
 /* Fills the result's time fractions and bottleneck line, and writes the summary line. */
 crew_status crew_monitor_finish(crew_monitor *m, crew_fit_result *result);
 int crew_monitor_events(const crew_monitor *m);
+/* The gradient noise scale so far (smoothed), NaN while unknown. */
+double crew_monitor_noise_scale(const crew_monitor *m);
 void crew_monitor_close(crew_monitor *m);
 
 const char *crew_event_kind_name(crew_event_kind kind);

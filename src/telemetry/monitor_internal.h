@@ -4,6 +4,7 @@
 #define CREW_TELEMETRY_MONITOR_INTERNAL_H
 
 #include "telemetry/monitor.h"
+#include "telemetry/noise_scale.h"
 #include "telemetry/text_file.h"
 
 #define CREW_LOSS_WINDOW 100
@@ -33,6 +34,7 @@ struct crew_monitor {
     /* the last losses, for spikes */
     double losses[CREW_LOSS_WINDOW];
     int64_t n_losses;
+    crew_noise_scale noise;         /* the gradient noise scale, smoothed over the steps that measured it */
     /* whole-run sums, for the summary */
     int64_t steps;
     double sum_step, sum_data, sum_compute, sum_exposed, sum_hidden, sum_optimizer;

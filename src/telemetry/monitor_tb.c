@@ -35,6 +35,8 @@ crew_status crew_monitor_tb_step(crew_monitor *m, const crew_step_record *r)
     /* the peak fraction only when the peak is known */
     int n = (int)(sizeof v / sizeof v[0]) - (m->plan.peak_gflops > 0 ? 0 : 1);
     CREW_TRY(crew_tb_scalars(m->tb, r->step, r->time, tags, v, n));
+    if (isfinite(m->noise.b_simple) && r->small_batch > 0 && isfinite(r->grad_sq_small))
+        CREW_TRY(crew_tb_scalar(m->tb, "train/noise_scale", r->step, r->time, (float)m->noise.b_simple));
     for (int i = 0; i < r->n_replicas && i < 64; i++) {
         char tag[48];
         snprintf(tag, sizeof tag, "replica/%d/compute_s", i);

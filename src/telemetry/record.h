@@ -29,6 +29,11 @@ typedef struct crew_step_record {
     int skipped;                    /* the update was skipped (non-finite gradients) */
     int n_replicas;
     const crew_step_times *replicas; /* [n_replicas] */
+    /* The gradient noise scale's inputs (noise_scale.h), NaN when the step did not measure them:
+     * the mean |G_b|² of the step's micro-batches of small_batch samples each (their mean
+     * gradients), and |G_B|² of its whole global batch. */
+    double grad_sq_small, grad_sq_big;
+    int64_t small_batch;
 } crew_step_record;
 
 /* One pass of a pipeline stage in a sampled step: seconds since the step began on the earliest

@@ -219,6 +219,14 @@ static void write_charts(FILE *f, const crew_report_data *d)
     section(f, "Loss and learning rate", how);
     crew_report_svg_loss(f, d);
     crew_report_svg_lr(f, d);
+    if (crew_report_has_noise(d)) {
+        section(f, "Gradient noise scale",
+                "B_simple = tr(&Sigma;) / |G|&sup2;, estimated from the replicas' own gradients against the reduced "
+                "one and smoothed over about 100 steps (McCandlish et al. 2018): the batch size at which the "
+                "gradient's noise equals its signal. A global batch (dashed) well below it gains nearly in proportion "
+                "from growing; well above it, little.");
+        crew_report_svg_noise(f, d);
+    }
     section(f, "Throughput",
             "Training samples per second of step time; the thin line per point, the thick one a moving average. "
             "The dashed line is the whole run's figure.");

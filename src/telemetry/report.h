@@ -50,6 +50,8 @@ typedef struct crew_report_bucket {
     double lr_sum;
     int64_t lr_n;
     double samples, samples_s;         /* global_batch and step_s summed over steps having both */
+    double noise_sum;                  /* the gradient noise scale (smoothed) of the steps that have one */
+    int64_t noise_n;
     double part_sum[CREW_PART_COUNT];  /* per step, the mean over its replicas, summed */
     double wall_sum;                   /* step_s of the same steps */
     int64_t part_n;
@@ -173,6 +175,9 @@ void crew_report_escape(FILE *f, const char *s);
  * heatmap. Every coordinate written is finite. */
 void crew_report_svg_loss(FILE *f, const crew_report_data *d);
 void crew_report_svg_lr(FILE *f, const crew_report_data *d);
+/* The gradient noise scale against step, beside the run's global batch; 0 when no step has one. */
+int crew_report_has_noise(const crew_report_data *d);
+void crew_report_svg_noise(FILE *f, const crew_report_data *d);
 void crew_report_svg_throughput(FILE *f, const crew_report_data *d);
 void crew_report_svg_breakdown(FILE *f, const crew_report_data *d);
 void crew_report_svg_heatmap(FILE *f, const crew_report_data *d);

@@ -212,6 +212,8 @@ static void add_bucket(crew_report_bucket *dst, const crew_report_bucket *src)
     dst->loss_n += src->loss_n;
     dst->lr_sum += src->lr_sum;
     dst->lr_n += src->lr_n;
+    dst->noise_sum += src->noise_sum;
+    dst->noise_n += src->noise_n;
     dst->samples += src->samples;
     dst->samples_s += src->samples_s;
     for (int p = 0; p < CREW_PART_COUNT; p++) dst->part_sum[p] += src->part_sum[p];
@@ -322,6 +324,8 @@ static crew_status read_step(read_ctx *c, const cJSON *o)
     CREW_TRY(get_int(c, o, "global_batch", 0, MAX_STEP, 0, -1, &batch));
     CREW_TRY(get_num(c, o, "loss", &loss));
     CREW_TRY(get_num(c, o, "lr", &lr));
+    double noise = NAN;
+    CREW_TRY(get_num(c, o, "noise_scale", &noise));
     CREW_TRY(get_num(c, o, "step_s", &step_s));
     CREW_TRY(get_num(c, o, "time", &time));
     const cJSON *reps = cJSON_GetObjectItemCaseSensitive(o, "replicas");
@@ -349,6 +353,10 @@ static crew_status read_step(read_ctx *c, const cJSON *o)
     if (!isnan(lr)) {
         k->lr_sum += lr;
         k->lr_n++;
+    }
+    if (isfinite(noise)) {
+        k->noise_sum += noise;
+        k->noise_n++;
     }
     if (batch > 0 && step_s > 0) {
         k->samples += (double)batch;

@@ -382,6 +382,51 @@ void crew_report_svg_lr(FILE *f, const crew_report_data *d)
     fputs("</svg>\n", f);
 }
 
+int crew_report_has_noise(const crew_report_data *d)
+{
+    for (int i = 0; i < d->buckets; i++)
+        if (d->bucket[i].noise_n) return 1;
+    return 0;
+}
+
+/* The gradient noise scale per bucket, and the global batch as a dashed line: where the run stands
+ * against it. */
+void crew_report_svg_noise(FILE *f, const crew_report_data *d)
+{
+    const double h = 220;
+    const char *what = "gradient noise scale against step";
+    int n = d->buckets;
+    double x[CREW_REPORT_BUCKETS], ns[CREW_REPORT_BUCKETS], batch[CREW_REPORT_BUCKETS];
+    frame p = {LEFT, 34, CHART_W - LEFT - 20, h - 34 - 44, 0, 0, 0, NAN};
+    for (int i = 0; i < n; i++) {
+        const crew_report_bucket *b = &d->bucket[i];
+        x[i] = crew_report_bucket_step(d, i);
+        ns[i] = b->noise_n ? b->noise_sum / (double)b->noise_n : NAN;
+        batch[i] = b->steps && b->samples > 0 ? b->samples / (double)b->steps : NAN;
+    }
+    step_range(d, &p);
+    double lo = NAN, blo = NAN, bhi = NAN;
+    value_range(ns, n, &lo, &p.yhi);
+    value_range(batch, n, &blo, &bhi);
+    if (isnan(p.yhi)) {
+        empty_chart(f, "noise", what, "no step measured it");
+        return;
+    }
+    p.yhi = fmax(robust_max(ns, n), isnan(bhi) ? 0 : bhi) * 1.08;
+    if (!(p.yhi > 0)) p.yhi = 1;
+    svg_open(f, "chart", "noise", h, what);
+    axis_y(f, &p, "samples");
+    axis_x(f, &p, "step");
+    clip_open(f, "noise", &p);
+    polyline(f, &p, x, ns, n, "stroke=\"#d95f02\" stroke-width=\"2\"");
+    polyline(f, &p, x, batch, n, "stroke=\"#333\" stroke-width=\"1.4\" stroke-dasharray=\"5 3\"");
+    fputs("</g>\n", f);
+    legend g = {p.left + 10, 18};
+    legend_item(f, &g, 'l', "#d95f02", "noise scale B_simple (smoothed)");
+    legend_item(f, &g, 'd', "#333", "the run's global batch");
+    fputs("</svg>\n", f);
+}
+
 /* Throughput per bucket (samples over step time), and its moving average over 2k+1 buckets. */
 static void throughput_series(const crew_report_data *d, double *raw, double *smooth)
 {

@@ -40,6 +40,7 @@ static const crew_field fit_options[] = {
     F(S, user), F(S, cancel), F(S, group), F(S, peak_gflops), F(S, unordered_allreduce), F(S, shard_optimizer),
     F(S, pipeline_stages), F(S, pipeline_schedule), F(S, pipeline_split), F(S, pipeline_processes),
     F(S, communicator), F(S, precision), F(S, conv), F(S, conv_choice), F(S, attention_recompute),
+    F(S, noise_scale_every),
 };
 #undef S
 #define S crew_fit_plan
@@ -51,6 +52,7 @@ static const crew_field fit_plan[] = {
     F(S, sync_batch_norm), F(S, on_nan), F(S, processes), F(S, unordered_allreduce), F(S, nccl), F(S, precision),
     F(S, conv), C(S, conv_choice), F(S, shard_optimizer), F(S, flops_per_sample), F(S, peak_gflops), F(S, stages),
     F(S, pipeline_schedule), A(S, stage_first), F(S, pipeline_processes), F(S, attention_recompute),
+    F(S, noise_scale_every),
 };
 #undef S
 #define S crew_fit_result
@@ -60,14 +62,14 @@ static const crew_field fit_result[] = {
     F(S, compute_fraction), F(S, comm_exposed_fraction), F(S, optimizer_fraction), F(S, comm_hidden_s),
     C(S, bottleneck), F(S, resumed_from_step), C(S, resume_note), C(S, last_checkpoint), F(S, gflops),
     F(S, peak_fraction), F(S, test_bits), F(S, stages), A(S, stage_peak_bytes), F(S, bubble_fraction),
-    F(S, bottleneck_stage),
+    F(S, bottleneck_stage), F(S, noise_scale), C(S, noise_text),
 };
 #undef S
 #define S crew_step_info
 static const crew_field step_info[] = {
     F(S, step), F(S, steps_total), F(S, epoch), F(S, epoch_step), F(S, epoch_steps), F(S, loss), F(S, accuracy),
     F(S, lr), F(S, step_s), F(S, elapsed_s), F(S, data_s), F(S, forward_s), F(S, backward_s),
-    F(S, comm_exposed_s), F(S, comm_hidden_s), F(S, optimizer_s),
+    F(S, comm_exposed_s), F(S, comm_hidden_s), F(S, optimizer_s), F(S, noise_scale),
 };
 #undef S
 #define S crew_epoch_info

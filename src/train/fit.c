@@ -203,6 +203,7 @@ static crew_status open_monitor(const crew_fit *f, crew_fit_result *result, crew
                               /* a pipeline's stages differ by design: no straggler verdicts between them */
                               .straggler_threshold = f->run.plan.stages > 1 ? 1e30 : o->straggler_threshold,
                               .straggler_window = o->straggler_window, .loss_spike_z = o->loss_spike_z,
+                              .noise_scale_every = f->run.plan.noise_scale_every,
                               .on_event = writer ? o->on_event : NULL, .user = o->user};
     CREW_TRY(crew_monitor_open(&mc, &f->run.plan, out));
     if (o->resume)

@@ -385,6 +385,12 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer sharding and a pipeline together are not supported yet: "
                            "a pipeline's stages already divide the optimizer state; drop one of them");
     CREW_TRY(crew_pipeline_plan(m, o, &c, p));
+    /* The gradient noise scale needs a step of at least two micro-batches to hold against it. */
+    if (o->noise_scale_every < -1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "noise_scale_every %lld: expected -1 (off), 0 (every step) or N",
+                           (long long)o->noise_scale_every);
+    p->noise_scale_every = o->noise_scale_every < 0 || p->global_batch <= p->batch_per_device ? 0
+                           : o->noise_scale_every ? o->noise_scale_every : CREW_NOISE_SCALE_EVERY;
     return plan_communicator(o, p);
 }
 

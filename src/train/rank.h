@@ -32,8 +32,9 @@
 #include "train/step.h"
 #include "train/train.h"
 
-/* Doubles per rank in the per-step metrics all-reduce: loss, correct, flags, then the times. */
-#define CREW_METRIC_FIELDS (3 + CREW_STEP_TIMES_FIELDS)
+/* Doubles per rank in the per-step metrics all-reduce: loss, correct, flags, the gradient noise
+ * scale's two sums, then the times. */
+#define CREW_METRIC_FIELDS (5 + CREW_STEP_TIMES_FIELDS)
 /* Tensors the drift check hashes one by one at most; beyond, the rest of a buffer as one. */
 #define CREW_DRIFT_TENSORS 256
 
@@ -149,6 +150,10 @@ typedef struct crew_rank_step {
     /* out */
     double loss, correct;           /* summed over every rank's micro-batches */
     int stop, checkpoint, skipped;
+    /* The gradient noise scale's sums when the step measures it (measure): Σ |g|² over every
+     * micro-batch's own gradient, and |G|² of the reduced one (telemetry/noise_scale.h) */
+    int measure;
+    double sq_small, sq_big;
 } crew_rank_step;
 crew_status crew_rank_train_step(crew_rank *r, crew_rank_step *st);
 

@@ -19,7 +19,7 @@
 #include "core/timer.h"
 #include "train/rank.h"
 
-enum { M_LOSS, M_CORRECT, M_FLAGS, M_TIMES };
+enum { M_LOSS, M_CORRECT, M_FLAGS, M_SQ_SMALL, M_SQ_BIG, M_TIMES };
 _Static_assert(M_TIMES + CREW_STEP_TIMES_FIELDS == CREW_METRIC_FIELDS, "metric row layout");
 /* M_FLAGS, a sum of: this rank's process asks to stop; rank 0 writes a checkpoint after this step,
  * or would when the run stops after it; this rank's gradients (all of them, its shard's or its
@@ -173,7 +173,7 @@ static crew_status backward(crew_rank *r, const crew_rank_step *st, int i, int m
 /* The step's passes, then the stage's gradients reduced over its replicas into *grad. */
 static crew_status gradients(crew_rank *r, const crew_rank_step *st, float **grad, crew_step_times *t, step_sums *sums)
 {
-    crew_stepper_begin(&r->stepper);
+    crew_stepper_begin(&r->stepper, st->measure);
     crew_status s = CREW_OK;
     for (int i = 0; i < 2 * r->run->plan.accumulation && !s; i++)
         s = r->ops[i].backward ? backward(r, st, i, r->ops[i].micro, t) : forward(r, st, i, r->ops[i].micro, t, sums);
@@ -193,12 +193,23 @@ static float lr_at(crew_rank *r, int64_t step)
     return crew_lr_at(&lr, step - 1);
 }
 
-/* Whether the rank's reduced gradients (its shard's, when sharded) are finite. */
-static crew_status grads_finite(crew_rank *r, const float *grad, int *finite)
+/* Whether the rank's reduced gradients (its shard's, when sharded) are finite. A step that
+ * measures the noise scale asks the same pass for their squared norm instead: in double, the sum of
+ * float32 squares is finite exactly when every value is (none can overflow it). The norm counts
+ * once in the run: from every shard, else from replica 0 of each stage alone (the others hold the
+ * same gradient). */
+static crew_status grads_finite(crew_rank *r, const float *grad, crew_rank_step *st, int *finite)
 {
     int64_t lo = r->shard ? r->shard_lo : 0, n = r->shard ? r->opt.n : r->m->n_params;
     *finite = 1;
-    return n > 0 ? r->be->ops->all_finite(r->be->ctx, grad + lo, n, finite) : CREW_OK;
+    st->sq_big = 0.0;
+    if (n <= 0) return CREW_OK;
+    if (!st->measure) return r->be->ops->all_finite(r->be->ctx, grad + lo, n, finite);
+    double sq = 0.0;
+    CREW_TRY(r->be->ops->sum_squares(r->be->ctx, grad + lo, n, &sq));
+    *finite = isfinite(sq);
+    if (r->shard || r->replica == 0) st->sq_big = sq;
+    return CREW_OK;
 }
 
 /* Without sharding and without a pipeline every rank holds the same reduced gradient, so every
@@ -260,6 +271,8 @@ static void fill_row(crew_rank *r, const crew_rank_step *st, const step_sums *su
     if (crew_run_checkpoint_due(r->run, r->sinks, st->step, 0)) flags |= FLAG_CHECKPOINT;
     if (crew_run_checkpoint_due(r->run, r->sinks, st->step, 1)) flags |= FLAG_CHECKPOINT_ON_STOP;
     row[M_FLAGS] = flags;
+    row[M_SQ_SMALL] = st->measure ? r->stepper.sq_small : 0.0;
+    row[M_SQ_BIG] = st->sq_big;
     memcpy(row + M_TIMES, t, sizeof *t);
 }
 
@@ -267,11 +280,13 @@ static void fill_row(crew_rank *r, const crew_rank_step *st, const step_sums *su
 static void read_rows(crew_rank *r, crew_rank_step *st, int *nonfinite)
 {
     int any = 0;
-    st->loss = st->correct = 0.0;
+    st->loss = st->correct = st->sq_small = st->sq_big = 0.0;
     for (int q = 0; q < r->size; q++) {
         const double *row = r->metrics + (size_t)q * CREW_METRIC_FIELDS;
         st->loss += row[M_LOSS];
         st->correct += row[M_CORRECT];
+        st->sq_small += row[M_SQ_SMALL];
+        st->sq_big += row[M_SQ_BIG];
         any |= (int)row[M_FLAGS];
         memcpy(&r->times[q], row + M_TIMES, sizeof r->times[q]);
     }
@@ -290,14 +305,22 @@ static crew_status report_step(crew_rank *r, const crew_rank_step *st, double st
     float lr = crew_lr_at(&run->lr, st->step - 1);
     crew_step_record rec = {st->step, st->epoch, crew_unix_now(), (float)(st->loss / (double)p->global_batch),
                             (float)(st->correct / (double)p->global_batch), lr, p->global_batch, step_s, st->skipped,
-                            r->size, r->times};
+                            r->size, r->times, NAN, NAN, p->batch_per_device};
+    if (st->measure) {
+        /* The loss is the global batch's mean, so a micro-batch's gradient g is its samples' summed
+         * gradients over B: its own mean gradient is (B/b)·g. The step's M = B/b micro-batches. */
+        const double B = (double)p->global_batch, b = (double)p->batch_per_device, scale = B / b;
+        rec.grad_sq_small = scale * scale * st->sq_small / (B / b);
+        rec.grad_sq_big = st->sq_big;
+    }
     crew_rank_sink_enter(r);
     crew_status s = crew_monitor_step(r->sinks->monitor, &rec);
     if (!s && run->opts->on_step) {
         const crew_step_times *t = &r->times[0];
         crew_step_info info = {st->step, p->total_steps, st->epoch, st->epoch_step + 1, p->steps_per_epoch, rec.loss,
                                rec.accuracy, lr, step_s, crew_now() - st->epoch_start, t->data_s, t->forward_s,
-                               t->backward_s, t->comm_exposed_s, t->comm_hidden_s, t->optimizer_s};
+                               t->backward_s, t->comm_exposed_s, t->comm_hidden_s, t->optimizer_s,
+                               crew_monitor_noise_scale(r->sinks->monitor)};
         run->opts->on_step(run->opts->user, &info);
     }
     crew_rank_sink_leave(r);
@@ -313,13 +336,15 @@ crew_status crew_rank_train_step(crew_rank *r, crew_rank_step *st)
     crew_step_times times = {0};
     step_sums sums = {0};
     float *grad = NULL;
+    const int64_t every = run->plan.noise_scale_every;
+    st->measure = every > 0 && (step - 1) % every == 0;
     crew_status s = gradients(r, st, &grad, &times, &sums);
     CREW_TRY(crew_rank_phase_error(r, s, step, "forward/backward and gradient all-reduce"));
     double t1 = crew_now();
     if (CREW_HOOK(r, gradient)) CREW_TRY(r->hooks->gradient(r->hooks_user, &r->who, step, &grad));
     if (run->hooks.first_grads && step == run->start_step + 1) CREW_TRY(crew_rank_capture_first_grads(r, grad));
     int finite = 1, nonfinite = 0;
-    CREW_TRY(grads_finite(r, grad, &finite));
+    CREW_TRY(grads_finite(r, grad, st, &finite));
     if (local_verdict(r) && !finite) CREW_TRY(nonfinite_verdict(r, step, &st->skipped));
     if (local_verdict(r) && finite) CREW_TRY(update(r, grad, step));
     times.optimizer_s = crew_now() - t1 + r->update_s; /* deferred: the last step's update */

@@ -74,6 +74,7 @@ void crew_stepper_release(crew_stepper *s)
     free(s->reqs);
     free(s->parts);
     free(s->bucket_bounds);
+    crew_status_free(s->measure_status);
     memset(s, 0, sizeof *s);
 }
 
@@ -163,6 +164,11 @@ static void grads_ready(void *user, int64_t lo)
     int64_t n = s->done_from - lo;
     if (n <= 0) return;
     int last = s->micro == s->accumulation - 1;
+    if (s->measure && !s->measure_status) { /* before the range is added up or reduced: this micro-batch's own */
+        double part = 0.0;
+        s->measure_status = o->sum_squares(m->be.ctx, m->grads + lo, n, &part);
+        s->sq_small += part;
+    }
     if (s->acc) { /* one replica: the running sum, in micro-batch order */
         if (s->micro == 0)
             o->copy(m->be.ctx, s->acc + lo, m->grads + lo, n);
@@ -203,10 +209,14 @@ crew_status crew_stepper_backward(crew_stepper *s, crew_model *view, int micro, 
     return CREW_OK;
 }
 
-void crew_stepper_begin(crew_stepper *s)
+void crew_stepper_begin(crew_stepper *s, int measure)
 {
     s->final = s->acc ? s->acc : s->m->grads;
     s->launched = 0;
+    s->measure = measure;
+    s->sq_small = 0.0;
+    crew_status_free(s->measure_status);
+    s->measure_status = CREW_OK;
 }
 
 void crew_stepper_hooks(crew_stepper *s, const crew_rank_hooks *hooks, void *user, crew_hook_rank *who)
@@ -230,5 +240,9 @@ crew_status crew_stepper_finish(crew_stepper *s, crew_status st, crew_step_times
             crew_status_free(w);
     }
     *grad = s->final;
+    if (!st && s->measure_status) {
+        st = s->measure_status;
+        s->measure_status = CREW_OK;
+    }
     return st;
 }

@@ -43,6 +43,12 @@ typedef struct crew_stepper {
      * part of the bucket, bucket_bounds[b · (replicas + 1) + r] .. [+ r + 1] (relative to lo[b]);
      * NULL: all-reduced */
     int64_t *bucket_bounds;
+    /* The gradient noise scale's input (telemetry/noise_scale.h), when the step measures it: the sum
+     * over this replica's micro-batches of |g|² of each one's gradient, summed as backward completes
+     * each range of it (before it is added up or reduced); the first error of those sums. */
+    int measure;
+    double sq_small;
+    crew_status measure_status;
     /* during a backward pass */
     int launched;
     int64_t done_from;          /* gradients in [done_from, n_params) are final for this micro-batch */
@@ -74,12 +80,13 @@ crew_status crew_stepper_shard(crew_stepper *s, const int64_t *bounds);
 /* The test seams the stepper consults (crew_rank_hooks.accumulates and .bucket), for rank `who`. */
 void crew_stepper_hooks(crew_stepper *s, const crew_rank_hooks *hooks, void *user, crew_hook_rank *who);
 
-/* A step, in the parts the rank program's schedule interleaves with its forward passes: begin,
+/* A step, in the parts the rank program's schedule interleaves with its forward passes: begin
+ * (measure: sum the micro-batches' squared gradient norms into sq_small),
  * then the backward pass of each of the replica's micro-batches in order (micro 0, 1, ..., on s->m
  * or a view of it: crew_model_view, whose gradients are s->m's), then finish, which waits for the
  * buckets and leaves the reduced gradient in *grad. finish takes the status of the passes (an
  * error still waits for the buckets in flight) and returns the first error. */
-void crew_stepper_begin(crew_stepper *s);
+void crew_stepper_begin(crew_stepper *s, int measure);
 crew_status crew_stepper_backward(crew_stepper *s, crew_model *view, int micro, const crew_pass *p);
 crew_status crew_stepper_finish(crew_stepper *s, crew_status passes, crew_step_times *times, float **grad);
 

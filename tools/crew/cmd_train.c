@@ -83,6 +83,9 @@ static const char *usage_text =
     "                             stage 1): gradients reduce-scattered, parameters all-gathered; the\n"
     "                             same weights, bit for bit [off]\n"
     "  --drift-check-every N      compare the replicas' parameter hashes every N steps; 0 = off [100]\n"
+    "  --noise-scale-every N      measure the gradient noise scale every N steps (one more pass over\n"
+    "                             each micro-batch's gradient and the reduced one; it needs 2 or more\n"
+    "                             micro-batches a step); 0 = off [4]\n"
     "  --straggler-threshold X    report a replica slower than the others' median by this fraction [0.2]\n"
     "  --straggler-window N       steps per straggler verdict [50]\n"
     "  --seed S                   seed for initial weights, data order and dropout [1]\n"
@@ -143,6 +146,7 @@ typedef struct train_args {
     int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, comm, precision, attention;
     cli_conv conv;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
+    int64_t noise_every;        /* --noise-scale-every; -1: not given */
     int pad_last, have_augment;
     crew_augment_options augment;
     double checkpoint_every_s;
@@ -229,6 +233,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_CHOICE_FLAG(train_args, "--attention", attention, cli_attention_ways),
     CLI_CUSTOM_FLAG("--conv", parse_conv),
     CLI_INT_FLAG(train_args, "--drift-check-every", drift_every, 0, INT64_MAX / 2),
+    CLI_INT_FLAG(train_args, "--noise-scale-every", noise_every, 0, INT64_MAX / 2),
     CLI_FLOAT_FLAG(train_args, "--straggler-threshold", straggler_threshold, 0.001, 100.0),
     CLI_INT_FLAG(train_args, "--straggler-window", straggler_window, 1, 1 << 30),
     CLI_INT_FLAG(train_args, "--loader-threads", loader_threads, 1, 256),
@@ -283,6 +288,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     a->conv.way = -1;
     a->warmup_steps = -1;
     a->drift_every = -2; /* not given */
+    a->noise_every = -1;
     a->pipe.schedule = -1;
     a->layout = -1;
     int parsed = cli_parse_args("train", usage_text, train_flags, CLI_COUNT(train_flags), argc, argv, a, &a->model);
@@ -494,6 +500,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->collective_timeout_s = a->timeout;
     if (a->on_nan >= 0) o->on_nan = (crew_nan_policy)a->on_nan;
     o->drift_check_every = a->drift_every == -2 ? 0 : a->drift_every == 0 ? -1 : a->drift_every;
+    o->noise_scale_every = a->noise_every < 0 ? 0 : a->noise_every == 0 ? -1 : a->noise_every;
     o->straggler_threshold = a->straggler_threshold;
     o->straggler_window = a->straggler_window;
     o->checkpoint_every = a->checkpoint_every;
@@ -936,6 +943,7 @@ static void print_summary(const crew_fit_result *res, const crew_fit_plan *plan,
            finished ? "trained" : "stopped by signal", (long long)res->steps, res->wall_s, res->samples_per_s,
            res->gflops, peak, (double)res->test_accuracy, (double)res->test_loss, bits);
     printf("%s\n", res->bottleneck);
+    printf("%s\n", res->noise_text);
     if (crew_fit_scaling_hint(res, plan, hint, sizeof hint)) printf("%s\n", hint);
     if (finished) printf("weights: %s\n", weights);
     else printf("weights: %s (unfinished: %lld of %lld steps)\n", weights, (long long)res->steps, (long long)plan->total_steps);
