@@ -1031,6 +1031,8 @@ typedef struct crew_scale_trial {
     double helper_cpu_s;         /* CPU time per step of the process's other threads (the loader,
                                     communication), per replica */
     double speedup, efficiency;  /* against a 1-replica trial (crew_scale_analyse); NaN without one */
+    double noise_scale;          /* the gradient noise scale the trial measured (crew_fit_result's), NaN
+                                    when it could not (one replica): the advisor's, without --from */
 } crew_scale_trial;
 
 typedef struct crew_scale_options {
@@ -1181,6 +1183,11 @@ typedef struct crew_scale_model {
     int link_fitted;             /* 2: α and β fitted to two or more counts; 1: the fallback scaled
                                     to one measured count; 0: the fallback as it is */
     char link_note[256];         /* where α and β came from, in words */
+    /* The gradient noise scale B_noise (crew_fit_result.noise_scale) and the global batch M0 of the
+     * run it was measured in, or NaN and 0: with it, each projection says what a global batch M is
+     * worth in progress (below). crew_scale_fit leaves it unknown; the caller sets it. */
+    double noise_scale;
+    int64_t noise_batch;
 } crew_scale_model;
 
 /* Fits the cost model to trials (at least one). fallback: the link to use, or to calibrate,
@@ -1205,7 +1212,24 @@ typedef struct crew_scale_point {
                                     ⌊train_samples / global_batch⌋ × step_s (the last partial global
                                     batch dropped, as training does; evaluation not included);
                                     INFINITY when not one global batch fits */
+    /* With the model's noise scale (NaN without): the statistical efficiency of this global batch M,
+     * E(M) = (B_noise + M0) / (B_noise + M), what a sample is worth in progress against one at the
+     * noise's batch M0 (Pollux, Qiao et al. 2021; from McCandlish et al. 2018's steps S = S_min
+     * (1 + B_noise / M)); goodput = samples_per_s × E(M); and the time and steps to the progress the
+     * asked epochs make at M0: epochs_s / E(M) and the steps in it. */
+    double statistical_efficiency, goodput, to_target_s, to_target_steps;
 } crew_scale_point;
+
+/* The statistical efficiency of a global batch M against M0 with the gradient noise scale B_noise
+ * measured at M0: E(M) = (B_noise + M0) / (B_noise + M) (above), what one sample at M is worth in
+ * progress against one at M0; NaN unless all three are positive. The steps to the same progress
+ * scale by (M0 / M) / E(M). */
+double crew_statistical_efficiency(double noise_scale, int64_t noise_batch, int64_t global_batch);
+
+/* A run's gradient noise scale, as its run directory's metrics.jsonl last recorded it, and the global
+ * batch it was measured at: what crew scale --from RUN_DIR projects with. A run without one is a
+ * CREW_CODE_BAD_INPUT error saying why there may be none. */
+crew_status crew_run_noise_scale(const char *run_dir, double *noise_scale, int64_t *global_batch);
 
 /* link NULL: this machine (the model's link, replicas sharing its cores); else devices with their
  * own cores connected by *link. train_samples and epochs size the run for epochs_s. */
@@ -1219,6 +1243,13 @@ typedef struct crew_scale_advice {
     int stall_devices;           /* the first projected count under 75% efficiency, or 0 */
     char reason[768];            /* the recommendation in words */
     char stall[768];             /* where scaling stalls, why, and the change that would help; or "" */
+    /* With the model's noise scale (0, NaN and "" without): the count that reaches the asked epochs'
+     * progress soonest (to_target_s; ties: fewer), its time, the last count each of whose next
+     * counts still cuts that time by 10% or more (where adding devices stops paying), and why. */
+    int goodput_devices;
+    double goodput_s;
+    int pays_until_devices;
+    char goodput_reason[768];
 } crew_scale_advice;
 
 /* counts: the projected replica counts, ascending, starting at 1. link as for crew_scale_predict.

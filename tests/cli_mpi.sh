@@ -86,6 +86,10 @@ echo "$last" | grep -q '"trials":\[{"devices":1,.*},{"devices":2,' \
   && ok || fail "scale under mpirun: $(echo "$last" | cut -c1-300)"
 "${MPIRUN[@]}" -np 2 "$CREW" scale $MODEL --data "$DATA" --link 25Gbit > "$TMP/scale2.out" 2>&1
 [ $? -eq 2 ] && grep -q "leave out --link" "$TMP/scale2.out" && ok || fail "scale --link under mpirun: $(head -n 2 "$TMP/scale2.out")"
+# --from is read by process 0 before any trial: a bad run directory ends every process at once
+"${MPIRUN[@]}" -np 2 "$CREW" scale $MODEL --data "$DATA" --from "$TMP/no-such-run" > "$TMP/scale3.out" 2>&1
+[ $? -eq 2 ] && grep -q "no-such-run/metrics.jsonl" "$TMP/scale3.out" && ok \
+  || fail "scale --from a missing run under mpirun: $(head -n 3 "$TMP/scale3.out")"
 
 # ---- resume across process counts: 4 processes -> 1 process -> 2 processes x 2 threads
 LONG=(--data "$DATA" --max-steps 24 --batch-per-device 8 --global-batch 32 --checkpoint-every 4 --quiet)

@@ -185,7 +185,8 @@ static void check_arithmetic(void)
     CHECK_MSG(strstr(text, "turned off"), "%s", text);
     crew_noise_scale_add(&ns, 12.0, 8, 6.0, 32);
     crew_noise_scale_text(&ns, 32, 8, 1, text, sizeof text);
-    CHECK_MSG(strstr(text, "B_simple = 16 samples") && strstr(text, "the global batch of 32 is 2 of it") &&
+    CHECK_MSG(strstr(text, "B_simple = 16 samples (averaged over the 1 step measured)") &&
+              strstr(text, "the global batch of 32 is 2 of it") &&
               strstr(text, "not time to a result"), "%s", text);
     crew_noise_scale_text(&ns, 1, 8, 1, text, sizeof text);
     CHECK_MSG(strstr(text, "0.062 of it") && strstr(text, "nearly proportionally more progress"), "%s", text);
@@ -193,7 +194,12 @@ static void check_arithmetic(void)
     crew_noise_scale_add(&ns, 30.0, 8, 6.0, 32); /* |G|² = (192 − 240)/24 < 0: no ratio yet */
     CHECK(isnan(ns.b_simple) && ns.steps == 1);
     crew_noise_scale_text(&ns, 32, 8, 1, text, sizeof text);
-    CHECK_MSG(strstr(text, "too large to estimate after 1 steps"), "%s", text);
+    CHECK_MSG(strstr(text, "too large to estimate (over the last steps measured, 1 in all"), "%s", text);
+    /* past the averages' time constant the text says so, and how often a step was measured */
+    crew_noise_scale_init(&ns, 4);
+    for (int i = 0; i < 30; i++) crew_noise_scale_add(&ns, 12.0, 8, 6.0, 32);
+    crew_noise_scale_text(&ns, 32, 8, 4, text, sizeof text);
+    CHECK_MSG(strstr(text, "(smoothed over about the last 100 steps; 30 measured, one in 4)"), "%s", text);
 }
 
 int main(void)

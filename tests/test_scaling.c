@@ -207,6 +207,57 @@ static void check_advice(void)
     CHECK_MSG(strstr(a.stall, "per-device batch of 64 is too small") != NULL, "%s", a.stall);
 }
 
+/* With a noise scale the projection counts progress, not samples: E(M) = (B + M0) / (B + M). */
+static void check_goodput(void)
+{
+    CHECK(crew_statistical_efficiency(200, 64, 64) == 1.0);
+    CHECK(fabs(crew_statistical_efficiency(200, 64, 1024) - 264.0 / 1224.0) < 1e-15);
+    CHECK(crew_statistical_efficiency(200, 64, 16) > 1.0); /* a smaller batch: more progress a sample */
+    CHECK(isnan(crew_statistical_efficiency(NAN, 64, 64)) && isnan(crew_statistical_efficiency(0, 64, 64)));
+    CHECK(isnan(crew_statistical_efficiency(200, 0, 64)) && isnan(crew_statistical_efficiency(200, 64, 0)));
+
+    /* a link so fast that samples per second grow with the count: only the noise scale bends time */
+    const crew_link fast = {.alpha_s = 1e-12, .bytes_per_s = 1e18};
+    crew_scale_model cm;
+    fit_ten_ms(&fast, &cm);
+    CHECK(isnan(cm.noise_scale) && cm.noise_batch == 0);
+    const int counts[] = {1, 2, 4, 8, 16, 32, 64};
+    crew_scale_point p;
+    crew_scale_advice a;
+    crew_scale_predict(&cm, &fast, 4, 60000, 10, &p); /* unknown: no progress figures */
+    CHECK(isnan(p.statistical_efficiency) && isnan(p.goodput) && isnan(p.to_target_s) && isnan(p.to_target_steps));
+    crew_scale_advise(&cm, &fast, counts, 7, 60000, 10, 3600, &a);
+    CHECK(a.goodput_devices == 0 && a.pays_until_devices == 0 && isnan(a.goodput_s) && !a.goodput_reason[0]);
+
+    cm.noise_scale = 200, cm.noise_batch = 64;
+    crew_scale_predict(&cm, &fast, 1, 60000, 10, &p); /* at the noise's own batch: samples are progress */
+    CHECK(p.statistical_efficiency == 1.0 && p.goodput == p.samples_per_s && p.to_target_s == p.epochs_s);
+    CHECK(p.to_target_steps == 10.0 * 937);
+    crew_scale_predict(&cm, &fast, 16, 60000, 10, &p); /* global batch 1024: 58 steps an epoch */
+    const double e = 264.0 / 1224.0;
+    CHECK_MSG(fabs(p.statistical_efficiency - e) < 1e-15 && fabs(p.goodput - p.samples_per_s * e) < 1e-9 * p.goodput,
+              "E %g goodput %g", p.statistical_efficiency, p.goodput);
+    CHECK(fabs(p.to_target_s - p.epochs_s / e) < 1e-12 * p.to_target_s && fabs(p.to_target_steps - 580.0 / e) < 1e-9);
+
+    /* Doubling N from n halves the time a sample takes and multiplies the samples needed by
+     * (B + 128n) / (B + 64n): with B = 200 that still cuts time by 10% or more up to 16 (from 8:
+     * 0.86), not from 16 to 32 (0.92); the time keeps falling, so 64 reaches the result soonest. */
+    crew_scale_advise(&cm, &fast, counts, 7, 60000, 10, 3600, &a);
+    CHECK_MSG(a.pays_until_devices == 16 && a.goodput_devices == 64, "pays until %d, soonest %d: %s",
+              a.pays_until_devices, a.goodput_devices, a.goodput_reason);
+    crew_scale_predict(&cm, &fast, 64, 60000, 10, &p);
+    CHECK(a.goodput_s == p.to_target_s && strstr(a.goodput_reason, "adding devices pays up to 16") &&
+          strstr(a.goodput_reason, "B_noise = 200 samples"));
+    /* a noise scale far above the batches: every doubling nearly halves the time */
+    cm.noise_scale = 1e6;
+    crew_scale_advise(&cm, &fast, counts, 7, 60000, 10, 3600, &a);
+    CHECK_MSG(a.pays_until_devices == 64, "pays until %d", a.pays_until_devices);
+    /* one far below: past it a doubling saves almost nothing: already 1 -> 2 cuts less than 10% */
+    cm.noise_scale = 1;
+    crew_scale_advise(&cm, &fast, counts, 7, 60000, 10, 3600, &a);
+    CHECK_MSG(a.pays_until_devices == 1, "pays until %d: %s", a.pays_until_devices, a.goodput_reason);
+}
+
 static void check_hint(void)
 {
     crew_fit_result r = {.steps = 100, .compute_fraction = 0.3, .optimizer_fraction = 0.05, .comm_exposed_fraction = 0.6,
@@ -451,6 +502,7 @@ int main(void)
     check_duration();
     check_percent();
     check_advice();
+    check_goodput();
     check_hint();
     check_device_link();
     char dir[] = "/tmp/crew-scaling-XXXXXX", data[400];

@@ -93,10 +93,14 @@ def verify(model, x, y=None, *, devices="cpu:2", **flags):
 
 def plan(model, *, devices=None, x=None, y=None, **flags):
     """crew plan: what one replica needs and which layout fits (docs/ADVISOR.md); its --json dict.
-    Flags as keywords: batch_per_device=64, device_memory="8G", precision="bf16"."""
+    Flags as keywords: batch_per_device=64, device_memory="8G", precision="bf16"; from_=history (a
+    crew.fit's History, or a run directory) adds its gradient noise scale against the planned
+    global batch (the dict's "noise")."""
     return run_verb("plan", model, x, y, devices=devices, **flags)
 
 
 def scale(model, x, y=None, *, devices=None, **flags):
-    """crew scale: measured scaling and whether more devices pay (docs/ADVISOR.md); its --json dict."""
+    """crew scale: measured scaling and whether more devices pay (docs/ADVISOR.md); its --json dict.
+    from_=history (a crew.fit's History, or a run directory) projects with that run's gradient noise
+    scale: each point's statistical_efficiency, goodput and to_target_s, and pays_until_devices."""
     return run_verb("scale", model, x, y, devices=devices, **flags)

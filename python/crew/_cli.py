@@ -6,7 +6,7 @@ this package (bin/crew); `crew` on the command line after pip install runs it to
 The model goes to the verb as a model file (Keras's to_json(), or crew's JSON) and the arrays as a
 dataset directory with a train split (crew prep arrays), both in a temporary directory that is gone
 afterwards. Each verb's flags are its keyword arguments: shard_optimizer=True is --shard-optimizer,
-steps=20 is --steps 20.
+steps=20 is --steps 20, from_=history (or its run directory) is --from RUN_DIR.
 """
 import json
 import os
@@ -35,8 +35,12 @@ def _flags(options):
     for key, value in options.items():
         if value is None or value is False:
             continue
-        flag = "--" + key.replace("_", "-")
-        out += [flag] if value is True else [flag, str(value)]
+        # from_ is --from (a keyword in Python); a History stands for its run directory
+        flag = "--" + key.rstrip("_").replace("_", "-")
+        run_dir = getattr(value, "crew", None)
+        if isinstance(run_dir, dict) and run_dir.get("run_dir"):
+            value = run_dir["run_dir"]
+        out += [flag] if value is True else [flag, os.fspath(value) if isinstance(value, os.PathLike) else str(value)]
     return out
 
 

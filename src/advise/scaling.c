@@ -118,6 +118,7 @@ crew_status crew_scale_fit(const crew_scale_trial *t, int n, int64_t gradient_by
 {
     if (!out) return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_scale_fit: NULL model");
     memset(out, 0, sizeof *out);
+    out->noise_scale = NAN; /* unknown until the caller sets it */
     if (!t || n < 1 || !fallback || gradient_bytes < 0 || !(fallback->bytes_per_s > 0) || !(fallback->alpha_s >= 0))
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_scale_fit needs at least one trial, the gradient bytes "
                            "and a fallback link with positive bandwidth");
@@ -181,6 +182,21 @@ void crew_scale_predict(const crew_scale_model *cm, const crew_link *link, int d
     out->speedup = one.samples_per_s > 0 ? out->samples_per_s / one.samples_per_s : NAN;
     out->efficiency = out->speedup / out->devices;
     out->epochs_s = epochs_s(out, train_samples, epochs);
+    out->statistical_efficiency = out->goodput = out->to_target_s = out->to_target_steps = NAN;
+    const double e = crew_statistical_efficiency(cm->noise_scale, cm->noise_batch, out->global_batch);
+    if (isfinite(e)) {
+        out->statistical_efficiency = e;
+        out->goodput = out->samples_per_s * e;
+        out->to_target_s = out->epochs_s / e;
+        int64_t steps = out->global_batch > 0 ? train_samples / out->global_batch : 0;
+        out->to_target_steps = steps > 0 ? (double)steps * epochs / e : INFINITY;
+    }
+}
+
+double crew_statistical_efficiency(double noise_scale, int64_t noise_batch, int64_t global_batch)
+{
+    if (!(noise_scale > 0 && isfinite(noise_scale)) || noise_batch < 1 || global_batch < 1) return NAN;
+    return (noise_scale + (double)noise_batch) / (noise_scale + (double)global_batch);
 }
 
 static void say(char *buf, size_t len, const char *fmt, ...) CREW_PRINTF(3, 4);
@@ -225,10 +241,51 @@ static void explain_stall(const crew_scale_model *cm, const crew_link *l, const 
             "(a larger batch) would help", head, cm->gradient_bytes / 1e6, 1e3 * p->comm_s, l->bytes_per_s / 1e9);
 }
 
+/* With a noise scale: the count that reaches the asked epochs' progress (at the noise's batch)
+ * soonest, and the last one each of whose successors still cuts that time by 10% or more. */
+#define GOODPUT_GAIN 0.10
+static void advise_goodput(const crew_scale_model *cm, const crew_link *link, const int *counts, int n_counts,
+                           int64_t train_samples, int epochs, crew_scale_advice *out)
+{
+    out->goodput_s = NAN;
+    if (!(cm->noise_scale > 0 && cm->noise_batch > 0) || n_counts < 1) return;
+    crew_scale_point best = {0}, p, prev = {0};
+    int have = 0, pays = 0, stopped = 0;
+    for (int i = 0; i < n_counts; i++) {
+        crew_scale_predict(cm, link, counts[i], train_samples, epochs, &p);
+        if (!isfinite(p.to_target_s)) continue;
+        if (!have || p.to_target_s < best.to_target_s) best = p;
+        if (!have) pays = p.devices;
+        else if (!stopped && p.to_target_s <= (1.0 - GOODPUT_GAIN) * prev.to_target_s) pays = p.devices;
+        else stopped = 1;
+        prev = p;
+        have = 1;
+    }
+    if (!have) return;
+    out->goodput_devices = best.devices;
+    out->goodput_s = best.to_target_s;
+    out->pays_until_devices = pays;
+    char t[32], b[32];
+    crew_format_duration(best.to_target_s, t, sizeof t);
+    snprintf(b, sizeof b, "%.3g", cm->noise_scale);
+    crew_scale_point at;
+    crew_scale_predict(cm, link, pays, train_samples, epochs, &at);
+    say(out->goodput_reason, sizeof out->goodput_reason,
+        "counting the gradient noise scale (B_noise = %s samples, measured at a global batch of %lld): %d device%s "
+        "reach the progress of %d epoch%s at that batch soonest, in about %s (a sample at their global batch of %lld "
+        "is worth %.2f of one at %lld); adding devices pays up to %d (a global batch of %lld, %.2g of the noise "
+        "scale), each count up to it cutting that time by %.0f%% or more; past it more devices buy samples per "
+        "second, not time to the result", b, (long long)cm->noise_batch, best.devices, best.devices == 1 ? "" : "s",
+        epochs, epochs == 1 ? "" : "s", t, (long long)best.global_batch, best.statistical_efficiency,
+        (long long)cm->noise_batch, pays, (long long)at.global_batch, (double)at.global_batch / cm->noise_scale,
+        100 * GOODPUT_GAIN);
+}
+
 void crew_scale_advise(const crew_scale_model *cm, const crew_link *link, const int *counts, int n_counts,
                        int64_t train_samples, int epochs, double worth_it_s, crew_scale_advice *out)
 {
     memset(out, 0, sizeof *out);
+    advise_goodput(cm, link, counts, n_counts, train_samples, epochs, out);
     const crew_link *l = link ? link : &cm->link;
     crew_scale_point one, best, p;
     crew_scale_predict(cm, link, 1, train_samples, epochs, &one);

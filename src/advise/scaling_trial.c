@@ -58,6 +58,8 @@ typedef struct trial_log {
     double last_cpu, last_wall;   /* replica 0's thread CPU clock and the wall clock at the last step */
     double last_process;          /* the process's CPU clock at the last step */
     double cpu_s, wall_s;         /* over the measured steps of every repeat */
+    double noise[64];             /* each repeat's gradient noise scale (NaN: none) */
+    int n_noise;
     double process_s;
     int64_t intervals;            /* steps the clocks were read across */
 } trial_log;
@@ -112,6 +114,7 @@ static crew_status run_repeat(crew_model *m, const crew_dataset *train, const cr
     log->repeat_samples = log->repeat_s = 0.0;
     crew_fit_result r;
     CREW_TRY(crew_model_fit(m, train, &f, &r));
+    if (log->n_noise < 64 && isfinite(r.noise_scale)) log->noise[log->n_noise++] = r.noise_scale;
     if (crew_group_rank(o->group) != 0) { /* the steps are reported on process 0 alone */
         *samples_per_s = 0.0;
         return CREW_OK;
@@ -145,6 +148,8 @@ static void summarise(trial_log *log, const double *rates, int repeats, crew_sca
     double helpers = log->process_s - out->devices * log->cpu_s;
     out->helper_cpu_s = log->intervals > 0 && helpers > 0 ? helpers / (double)log->intervals / out->devices : 0.0;
     out->speedup = out->efficiency = NAN;
+    /* the repeats' gradient noise scales (short runs, each a few measurements): their median */
+    out->noise_scale = log->n_noise ? crew_scale_median(log->noise, log->n_noise) : NAN;
 }
 
 void crew_scale_options_init(crew_scale_options *o)

@@ -51,9 +51,9 @@ void crew_noise_scale_text(const crew_noise_scale *ns, int64_t global_batch, int
         return;
     }
     if (!isfinite(ns->b_simple)) {
-        snprintf(buf, len, "gradient noise scale: too large to estimate after %lld steps (the gradients' noise drowns "
-                 "their signal): the global batch of %lld is far below it, and a larger one would make nearly "
-                 "proportionally more progress a step", (long long)ns->steps, B);
+        snprintf(buf, len, "gradient noise scale: too large to estimate (over the last steps measured, %lld in all, "
+                 "the gradients' noise drowns their signal |G|^2): the global batch of %lld is likely far below it, "
+                 "and a larger one would make nearly proportionally more progress a step", (long long)ns->steps, B);
         return;
     }
     const double ratio = (double)global_batch / ns->b_simple;
@@ -63,6 +63,17 @@ void crew_noise_scale_text(const crew_noise_scale *ns, int64_t global_batch, int
                                        "returns past the noise scale"
                                      : "past the noise scale a larger batch makes little more progress a step: more "
                                        "devices buy samples per second, not time to a result";
-    snprintf(buf, len, "gradient noise scale B_simple = %.3g samples (smoothed over about the last 100 of %lld steps "
-             "measured); the global batch of %lld is %.2g of it: %s", ns->b_simple, (long long)ns->steps, B, ratio, says);
+    /* the averages' time constant is about 100 training steps, whatever `every` is */
+    char over[96];
+    const char *one_in = every > 1 ? ", one in " : "";
+    char gap[24] = "";
+    if (every > 1) snprintf(gap, sizeof gap, "%lld", (long long)every);
+    if (ns->steps * every > 100)
+        snprintf(over, sizeof over, "smoothed over about the last 100 steps; %lld measured%s%s", (long long)ns->steps,
+                 one_in, gap);
+    else
+        snprintf(over, sizeof over, "averaged over the %lld step%s measured%s%s", (long long)ns->steps,
+                 ns->steps == 1 ? "" : "s", one_in, gap);
+    snprintf(buf, len, "gradient noise scale B_simple = %.3g samples (%s); the global batch of %lld is %.2g of it: %s",
+             ns->b_simple, over, B, ratio, says);
 }

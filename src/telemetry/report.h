@@ -122,6 +122,8 @@ typedef struct crew_report_data {
     int buckets;                     /* buckets in use: bucket i holds steps i*bucket_steps+1 .. */
     crew_report_bucket bucket[CREW_REPORT_BUCKETS];
     int64_t recent_step;             /* the step of the latest step line (epoch lines follow it) */
+    double last_noise;               /* the latest step line's gradient noise scale (NaN: none) */
+    int64_t noise_batch;             /* and that line's global batch */
     int replicas;                    /* replicas seen: the highest rank + 1 */
     int replica_rows;                /* rows allocated in compute_sum / compute_n */
     double *compute_sum;             /* [replica_rows][CREW_REPORT_BUCKETS] forward_s + backward_s */

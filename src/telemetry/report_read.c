@@ -357,6 +357,8 @@ static crew_status read_step(read_ctx *c, const cJSON *o)
     if (isfinite(noise)) {
         k->noise_sum += noise;
         k->noise_n++;
+        d->last_noise = noise;
+        d->noise_batch = batch;
     }
     if (batch > 0 && step_s > 0) {
         k->samples += (double)batch;
@@ -764,7 +766,7 @@ static crew_status scan_restarts(line_reader *lr, restart_scan *r, uint64_t *byt
 static void data_init(crew_report_data *d)
 {
     memset(d, 0, sizeof *d);
-    d->start_time = d->base_lr = d->scaled_lr = d->last_step_time = NAN;
+    d->start_time = d->base_lr = d->scaled_lr = d->last_step_time = d->last_noise = NAN;
     d->devices = d->batch_per_device = d->accumulation = d->global_batch = -1;
     d->steps_per_epoch = d->total_steps = d->epochs = d->warmup_steps = -1;
     d->sum_steps = d->sum_epochs = d->sum_skipped = -1;
@@ -869,4 +871,22 @@ void crew_report_read_config(const char *run_dir, crew_report_data *d)
     if (!d->model[0] && cJSON_IsString(model)) copy_str(d->model, sizeof d->model, model->valuestring);
     if (!d->data[0] && cJSON_IsString(data)) copy_str(d->data, sizeof d->data, data->valuestring);
     cJSON_Delete(o);
+}
+
+crew_status crew_run_noise_scale(const char *run_dir, double *noise_scale, int64_t *global_batch)
+{
+    if (!run_dir || !noise_scale || !global_batch)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crew_run_noise_scale: NULL argument");
+    char path[4200];
+    if ((size_t)snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir) >= sizeof path)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s: path too long", run_dir);
+    crew_report_data d;
+    CREW_TRY(crew_report_read(path, &d));
+    *noise_scale = d.last_noise;
+    *global_batch = d.noise_batch;
+    crew_report_data_free(&d);
+    if (!isfinite(*noise_scale) || *global_batch <= 0)
+        return crew_errorf(CREW_CODE_BAD_INPUT, "%s holds no gradient noise scale (a run of one micro-batch a step, "
+                           "--noise-scale-every 0, or one that ended before its smoothed |G|^2 was positive)", path);
+    return CREW_OK;
 }

@@ -1,5 +1,5 @@
 /* cmd_plan.c — crew plan MODEL.json [--batch-per-device B] [--device-memory SIZE] [--devices KIND:N]
- * [--precision fp32|bf16] [--json] */
+ * [--precision fp32|bf16] [--from RUN_DIR] [--json] */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 static const char *usage_text =
     "usage: crew plan MODEL.json [--batch-per-device B] [--global-batch G] [--devices KIND:N]\n"
     "                 [--device-memory SIZE] [--shard-optimizer] [--precision fp32|bf16]\n"
-    "                 [--attention store|recompute] [--data DIR] [--json]\n"
+    "                 [--attention store|recompute] [--data DIR] [--from RUN_DIR] [--json]\n"
     "\n"
     "Works out, from the model's structure alone, the memory one replica needs for training:\n"
     "parameters, gradients, optimizer state, the activations kept for the backward pass (per\n"
@@ -34,6 +34,9 @@ static const char *usage_text =
     "  --attention store|recompute  as crew train --attention: recompute keeps one buffer of attention\n"
     "                         probabilities for all transformer blocks instead of one each [store]\n"
     "  --data DIR             count the loader's sample order for DIR's training split\n"
+    "  --from RUN_DIR         that run's gradient noise scale (crew train measures it): what a sample\n"
+    "                         at the planned global batch is worth in progress against one at that\n"
+    "                         run's, and the steps to the same progress\n"
     "  --json                 end with one JSON line (docs/ADVISOR.md)\n";
 
 static const char *verdict_key(crew_memory_verdict v)
@@ -104,7 +107,33 @@ static void print_plan(const char *model, const crew_memory_plan *p)
     printf("\nverdict: %s\n", p->verdict_text);
 }
 
-static void print_json(const char *model, const crew_memory_plan *p)
+/* --from RUN_DIR: the run's noise scale B at its global batch M0, against the plan's M. */
+typedef struct plan_noise {
+    double scale;              /* B, NaN without --from */
+    int64_t batch;             /* M0 */
+    double efficiency;         /* E(M) */
+    double steps_ratio;        /* steps at M to the progress of one step at M0: (M0 / M) / E(M) */
+} plan_noise;
+
+static void noise_for(const crew_memory_plan *p, plan_noise *n)
+{
+    n->efficiency = crew_statistical_efficiency(n->scale, n->batch, p->global_batch);
+    n->steps_ratio = (double)n->batch / (double)p->global_batch / n->efficiency;
+}
+
+static void print_noise(const char *from, const crew_memory_plan *p, const plan_noise *n)
+{
+    if (!from) return;
+    printf("\nbatch against the gradient noise scale of %s: B = %.3g samples, measured at a global batch of %lld;\n"
+           "  the planned global batch of %lld is %.2g of it: a sample here is worth %.2f of one there, and the same\n"
+           "  progress takes %.2f times the steps (%.2f times the samples)%s\n", from, n->scale, (long long)n->batch,
+           (long long)p->global_batch, (double)p->global_batch / n->scale, n->efficiency, n->steps_ratio,
+           1.0 / n->efficiency,
+           (double)p->global_batch > n->scale ? "; past the noise scale more samples a step buy little progress"
+                                              : "");
+}
+
+static void print_json(const char *model, const crew_memory_plan *p, const char *from, const plan_noise *n)
 {
     printf("{\"model\":");
     crew_json_write_string(stdout, model);
@@ -135,11 +164,22 @@ static void print_json(const char *model, const crew_memory_plan *p)
                "\"workspace_bytes\":%lld,\"stage\":%d}", l->type, l->shape, (long long)l->params,
                (long long)l->weight_bytes, (long long)l->activation_bytes, (long long)l->workspace_bytes, l->stage);
     }
-    printf("]}\n");
+    printf("],\"noise\":");
+    if (!from) {
+        printf("null}\n");
+        return;
+    }
+    char b[32];
+    printf("{\"from\":");
+    crew_json_write_string(stdout, from);
+    printf(",\"noise_scale\":%s,\"noise_batch\":%lld,", cli_json_number(n->scale, b, sizeof b), (long long)n->batch);
+    printf("\"statistical_efficiency\":%s,", cli_json_number(n->efficiency, b, sizeof b));
+    printf("\"steps_ratio\":%s}}\n", cli_json_number(n->steps_ratio, b, sizeof b));
 }
 
 typedef struct plan_args {
     const char *model, *data;
+    const char *from;           /* --from RUN_DIR */
     int json;
     char kind[32];              /* --devices KIND */
     crew_memory_options o;
@@ -167,6 +207,7 @@ static const cli_flag_spec plan_flags[] = {
     CLI_CHOICE_FLAG(plan_args, "--precision", o.precision, cli_precisions),
     CLI_CHOICE_FLAG(plan_args, "--attention", o.attention_recompute, cli_attention_ways),
     CLI_STRING_FLAG(plan_args, "--data", data),
+    CLI_STRING_FLAG(plan_args, "--from", from),
     CLI_INT_FLAG(plan_args, "--batch-per-device", o.batch_per_device, 1, 1 << 20),
     CLI_INT_FLAG(plan_args, "--global-batch", o.global_batch, 1, 1 << 30),
     CLI_CUSTOM_FLAG("--devices", parse_devices),
@@ -192,7 +233,9 @@ int cli_plan(int argc, char **argv)
     crew_model *m = NULL;
     crew_dataset *train = NULL;
     crew_memory_plan p;
-    crew_status s = crew_model_load_file(a.model, &m);
+    plan_noise noise = {.scale = NAN};
+    crew_status s = a.from ? crew_run_noise_scale(a.from, &noise.scale, &noise.batch) : CREW_OK;
+    if (!s) s = crew_model_load_file(a.model, &m);
     if (!s && a.data) s = crew_dataset_open_for(m, a.data, "train", &train);
     if (!s && train) cli_note_dataset("plan", train);
     if (!s && train) a.o.train_samples = crew_dataset_size(train);
@@ -201,7 +244,9 @@ int cli_plan(int argc, char **argv)
         rc = cli_fail("plan", s);
     } else {
         print_plan(a.model, &p);
-        if (a.json) print_json(a.model, &p);
+        if (a.from) noise_for(&p, &noise);
+        print_noise(a.from, &p, &noise);
+        if (a.json) print_json(a.model, &p, a.from, &noise);
         crew_memory_plan_release(&p);
         rc = 0;
     }

@@ -36,6 +36,11 @@ static const char *usage_text =
     "  --project 1,2,4,...      counts to project to [1,2,4,8,16,32,64]\n"
     "  --price P                what a device-hour costs (2.50/h, 0.04/min): the projection says\n"
     "                           what each count's run costs, beside its device-hours\n"
+    "  --from RUN_DIR           the gradient noise scale of that run (its metrics.jsonl; crew train\n"
+    "                           measures it): the projection says what each count's global batch is\n"
+    "                           worth in progress, the time to the asked epochs' result, and up to\n"
+    "                           which count more devices cut it; without --from the trials' own\n"
+    "                           (short, so rough) measurement is used when there is one\n"
     "  --json                   end with one JSON line (docs/ADVISOR.md)\n"
     "\n"
     "Under mpirun (mpirun -np P crew scale ...) the trials are process 0 alone and all P processes\n"
@@ -59,6 +64,7 @@ typedef struct scale_args {
     char kind[32];              /* the devices' kind, --devices KIND:... */
     int precision;
     cli_conv conv;              /* as given; cli_scale puts the ways --conv auto measured in conv.ways */
+    const char *from;           /* --from RUN_DIR: the run whose gradient noise scale to project with */
 } scale_args;
 
 /* "1,2,4" into out (ascending, distinct, each in [1, 1024]). */
@@ -211,6 +217,7 @@ static int parse_conv(const char *verb, const char *v, void *args)
 static const cli_flag_spec scale_flags[] = {
     CLI_SWITCH_FLAG(scale_args, "--json", json),
     CLI_STRING_FLAG(scale_args, "--data", data),
+    CLI_STRING_FLAG(scale_args, "--from", from),
     CLI_CUSTOM_FLAG("--devices", parse_devices),
     CLI_CHOICE_FLAG(scale_args, "--precision", precision, cli_precisions),
     CLI_CUSTOM_FLAG("--conv", parse_conv),
@@ -304,34 +311,44 @@ static void print_model(const crew_scale_model *cm, const char *link_name, const
            cm->cores);
 }
 
+/* One projected count's columns; price_per_hour 0: no cost column. */
+static void print_point(const crew_scale_point *p, double price_per_hour, int noise)
+{
+    char d[32];
+    double hours = p->devices * p->epochs_s / 3600.0;
+    printf(" %11.0f %5.0f%% %9.2f %9s %9.3g", p->samples_per_s, 100 * p->efficiency, 1e3 * p->step_s,
+           crew_format_duration(p->epochs_s, d, sizeof d), hours);
+    if (price_per_hour > 0) printf(" %9.2f", hours * price_per_hour);
+    if (noise)
+        printf(" %6.2f %7.0f %9s", p->statistical_efficiency, p->goodput,
+               crew_format_duration(p->to_target_s, d, sizeof d));
+}
+
 static void print_projection(const scale_args *a, const crew_scale_model *cm, int64_t samples)
 {
     printf("\nprojection (per-device batch %lld; %lld epoch%s of %lld samples; evaluation not included):\n",
            (long long)cm->batch_per_device, (long long)a->epochs, a->epochs == 1 ? "" : "s", (long long)samples);
     const int price = a->price_per_hour > 0;
-    printf("%7s | %-*s", "", price ? 58 : 48, "this machine");
+    const int noise = cm->noise_scale > 0;
+    const int width = 48 + (price ? 10 : 0) + (noise ? 24 : 0);
+    printf("%7s | %-*s", "", width, "this machine");
     if (a->have_link) printf(" | %s", a->link_label);
-    printf("\n%7s | %11s %6s %9s %9s %9s", "devices", "samples/s", "eff", "step ms", "time", "dev-hours");
-    if (price) printf(" %9s", "cost");
-    if (a->have_link) {
-        printf(" | %11s %6s %9s %9s %9s", "samples/s", "eff", "step ms", "time", "dev-hours");
+    printf("\n%7s |", "devices");
+    for (int block = 0; block < 1 + a->have_link; block++) {
+        printf("%s %11s %6s %9s %9s %9s", block ? " |" : "", "samples/s", "eff", "step ms", "time", "dev-hours");
         if (price) printf(" %9s", "cost");
+        if (noise) printf(" %6s %7s %9s", "E(M)", "goodput", "to result");
     }
     printf("\n");
-    char d[32];
     for (int i = 0; i < a->n_project; i++) {
         crew_scale_point p, q;
         crew_scale_predict(cm, NULL, a->project[i], samples, (int)a->epochs, &p);
-        double hours = p.devices * p.epochs_s / 3600.0;
-        printf("%7d | %11.0f %5.0f%% %9.2f %9s %9.3g", p.devices, p.samples_per_s, 100 * p.efficiency, 1e3 * p.step_s,
-               crew_format_duration(p.epochs_s, d, sizeof d), hours);
-        if (price) printf(" %9.2f", hours * a->price_per_hour);
+        printf("%7d |", p.devices);
+        print_point(&p, price ? a->price_per_hour : 0, noise);
         if (a->have_link) {
             crew_scale_predict(cm, &a->link, a->project[i], samples, (int)a->epochs, &q);
-            hours = q.devices * q.epochs_s / 3600.0;
-            printf(" | %11.0f %5.0f%% %9.2f %9s %9.3g", q.samples_per_s, 100 * q.efficiency, 1e3 * q.step_s,
-                   crew_format_duration(q.epochs_s, d, sizeof d), hours);
-            if (price) printf(" %9.2f", hours * a->price_per_hour);
+            printf(" |");
+            print_point(&q, price ? a->price_per_hour : 0, noise);
         }
         printf("\n");
     }
@@ -340,6 +357,11 @@ static void print_projection(const scale_args *a, const crew_scale_model *cm, in
     if (a->have_link)
         printf("; --link: %.2f GB/s, %.1f us latency, every device computing like one replica here", a->link.bytes_per_s / 1e9,
                1e6 * a->link.alpha_s);
+    if (noise)
+        printf(";\n E(M): what a sample at that global batch M is worth in progress against one at %lld, (B + %lld) / "
+               "(B + M) with B the noise scale; goodput: samples/s x E(M); to result: the time to the progress the "
+               "epochs make at %lld, a conservative figure: against real runs B_simple understated what a larger "
+               "batch is worth, docs/ADVISOR.md", (long long)cm->noise_batch, (long long)cm->noise_batch, (long long)cm->noise_batch);
     printf(")\n");
 }
 
@@ -388,6 +410,10 @@ static void print_json_point(const crew_scale_point *p, double price_per_hour)
     json_num("comm_s", p->comm_s, 1);
     json_num("sync_s", p->sync_s, 1);
     json_num("shared_cores_s", p->shared_cores_s, 1);
+    json_num("statistical_efficiency", p->statistical_efficiency, 1);
+    json_num("goodput", p->goodput, 1);
+    json_num("to_target_s", p->to_target_s, 1);
+    json_num("to_target_steps", p->to_target_steps, 1);
     json_num("epochs_s", p->epochs_s, 0);
     printf("}");
 }
@@ -424,7 +450,7 @@ static void print_json_layouts(const crew_layout_choice *c)
 
 static void print_json(const scale_args *a, const crew_scale_trial *t, int n, const flop_rates *fr,
                        const crew_scale_model *cm, int64_t samples, const crew_scale_advice *adv,
-                       const crew_scale_advice *here, const crew_layout_choice *layouts)
+                       const crew_scale_advice *here, const crew_layout_choice *layouts, const char *noise_source)
 {
     printf("{\"model\":");
     crew_json_write_string(stdout, a->model);
@@ -476,6 +502,14 @@ static void print_json(const scale_args *a, const crew_scale_trial *t, int n, co
     crew_json_write_string(stdout, adv->stall);
     printf(",\"machine_stall_devices\":%d,\"machine_stall\":", here->stall_devices);
     crew_json_write_string(stdout, here->stall);
+    printf(",");
+    json_num("noise_scale", cm->noise_scale, 1);
+    printf("\"noise_batch\":%lld,\"noise_source\":", (long long)cm->noise_batch);
+    crew_json_write_string(stdout, noise_source);
+    printf(",\"goodput_devices\":%d,", adv->goodput_devices);
+    json_num("goodput_s", adv->goodput_s, 1);
+    printf("\"pays_until_devices\":%d,\"goodput_reason\":", adv->pays_until_devices);
+    crew_json_write_string(stdout, adv->goodput_reason);
     printf("}\n");
 }
 
@@ -494,6 +528,20 @@ static void on_repeat(void *user, int devices, int repeat, double samples_per_s)
             samples_per_s);
 }
 
+/* Process 0's outcome s of `what`, told to the group's others (waiting up to timeout_s): every
+ * process returns an error when it failed, process 0 its own. */
+static crew_status share_outcome(const crew_process_group *g, const char *what, crew_status s, double timeout_s)
+{
+    char how[200] = "ok";
+    if (s) snprintf(how, sizeof how, "failed: %.180s", crew_status_message(s));
+    crew_status agreed = crew_group_agree(g, what, how, timeout_s);
+    if (s) {
+        crew_status_free(agreed);
+        return s;
+    }
+    return agreed;
+}
+
 /* Under mpirun: the trial of process 0 alone (the others wait for it, then learn how it went),
  * and the trial of every process with one replica each. */
 static crew_status measure_processes(const crew_scale_options *o, const crew_process_group *g, crew_model *m,
@@ -501,14 +549,7 @@ static crew_status measure_processes(const crew_scale_options *o, const crew_pro
 {
     crew_status s = CREW_OK;
     if (crew_group_rank(g) == 0) s = crew_scale_measure(m, train, o, 1, &t[0]);
-    char how[200] = "ok";
-    if (s) snprintf(how, sizeof how, "failed: %.180s", crew_status_message(s));
-    crew_status agreed = crew_group_agree(g, "the trial of process 0 alone", how, 3600.0);
-    if (s) {
-        crew_status_free(agreed);
-        return s;
-    }
-    TRY(agreed);
+    TRY(share_outcome(g, "the trial of process 0 alone", s, 3600.0));
     crew_scale_options across = *o;
     across.group = g;
     return crew_scale_measure(m, train, &across, 1, &t[1]);
@@ -570,6 +611,52 @@ static crew_status measure(const scale_args *a, crew_model *m, crew_dataset *tra
     return crew_scale_fit(t, a->n_counts, grad_bytes, &shared, (int)cores, speed, cm);
 }
 
+/* --from RUN_DIR's noise scale, read by process 0 before any trial runs (a bad directory fails
+ * at once, on every process). */
+static crew_status read_from(const scale_args *a, const crew_process_group *g, double *noise, int64_t *batch)
+{
+    *noise = NAN, *batch = 0;
+    if (!a->from) return CREW_OK;
+    crew_status s = crew_group_rank(g) == 0 ? crew_run_noise_scale(a->from, noise, batch) : CREW_OK;
+    return g ? share_outcome(g, "reading --from", s, 600.0) : s;
+}
+
+/* The noise scale the projection counts: --from's, else that of the trial with the most replicas
+ * that measured one. Says where it came from in source ("" for none). */
+static void choose_noise(const scale_args *a, double from_noise, int64_t from_batch, const crew_scale_trial *t,
+                         crew_scale_model *cm, char *source, size_t len)
+{
+    source[0] = 0;
+    if (a->from) {
+        cm->noise_scale = from_noise, cm->noise_batch = from_batch;
+        snprintf(source, len, "run %s", a->from);
+        return;
+    }
+    for (int i = a->n_counts - 1; i >= 0; i--)
+        if (isfinite(t[i].noise_scale) && t[i].noise_scale > 0) {
+            cm->noise_scale = t[i].noise_scale, cm->noise_batch = t[i].global_batch;
+            snprintf(source, len, "trial of %d replica%s", t[i].devices, t[i].devices == 1 ? "" : "s");
+            return;
+        }
+}
+
+static void print_noise(const scale_args *a, const crew_scale_model *cm, const char *source)
+{
+    if (!source[0]) {
+        printf("\ngradient noise scale: not measured (a trial needs two or more replicas, or micro-batches, to "
+               "measure it; --from RUN_DIR takes a run's): the projection counts samples, not progress\n");
+        return;
+    }
+    printf("\ngradient noise scale: B = %.3g samples, measured at a global batch of %lld (%s", cm->noise_scale,
+           (long long)cm->noise_batch, source);
+    if (a->from)
+        printf(": its last measurement. B grows as training goes on: a run's late figure plans its late epochs)\n");
+    else
+        printf(": %lld repeat%s of %lld steps from the seed, a rough early figure; B grows as training goes on, and "
+               "--from RUN_DIR takes a real run's)\n", (long long)a->repeats, a->repeats == 1 ? "" : "s",
+               (long long)a->steps);
+}
+
 int cli_scale(int argc, char **argv)
 {
     scale_args a;
@@ -592,7 +679,10 @@ int cli_scale(int argc, char **argv)
         a.counts[0] = 1, a.counts[1] = crew_group_size(g), a.n_counts = 2;
     }
     if (lead) cli_warn_slow_blas("scale");
-    crew_status s = crew_model_load_file(a.model, &m);
+    double from_noise;
+    int64_t from_batch;
+    crew_status s = read_from(&a, g, &from_noise, &from_batch);
+    if (!s) s = crew_model_load_file(a.model, &m);
     if (!s) s = crew_dataset_open_for(m, a.data, "train", &train);
     if (!s && lead) cli_note_dataset("scale", train);
     if (!s && !a.epochs) {
@@ -661,6 +751,8 @@ int cli_scale(int argc, char **argv)
         rc = 0; /* the verdict is process 0's */
     } else {
         int64_t samples = crew_dataset_size(train);
+        char noise_source[4200];
+        choose_noise(&a, from_noise, from_batch, t, &cm, noise_source, sizeof noise_source);
         crew_scale_advice adv, here;
         crew_scale_advise(&cm, a.have_link ? &a.link : NULL, a.project, a.n_project, samples, (int)a.epochs,
                           a.worth_it_s, &adv);
@@ -681,12 +773,14 @@ int cli_scale(int argc, char **argv)
             printf("  %s:0's copies of the gradients' size from pinned host memory: up %.2f GB/s (%.1f us for one "
                    "value), down %.2f GB/s (%.1f us)\n", a.kind, copies[0].bytes_per_s / 1e9, 1e6 * copies[0].alpha_s,
                    copies[1].bytes_per_s / 1e9, 1e6 * copies[1].alpha_s);
+        print_noise(&a, &cm, noise_source);
         print_projection(&a, &cm, samples);
         printf("\nrecommendation%s%s%s: %s\n", a.have_link ? " (" : "", a.have_link ? a.link_label : "",
                a.have_link ? ")" : "", adv.reason);
         if (adv.stall[0]) printf("%s\n", adv.stall);
         if (a.have_link && here.stall[0]) printf("on this machine, %s\n", here.stall);
-        if (a.json) print_json(&a, t, a.n_counts, &fr, &cm, samples, &adv, &here, &layouts);
+        if (adv.goodput_reason[0]) printf("time to the result%s: %s\n", a.have_link ? " (over the link)" : "", adv.goodput_reason);
+        if (a.json) print_json(&a, t, a.n_counts, &fr, &cm, samples, &adv, &here, &layouts, noise_source);
         rc = 0;
     }
     crew_dataset_free(train);
