@@ -13,6 +13,7 @@ import ctypes
 import json
 import os
 import platform
+import signal
 import sys
 import threading
 
@@ -431,9 +432,15 @@ def _save(m, run_dir, result, plan):
 
 
 def _run(fit_handle, result, cancel):
-    """crew_fit_run on a thread of its own; a KeyboardInterrupt here asks it to stop after the step.
-    The wait is on an Event, not on Thread.join: a join that KeyboardInterrupt breaks can leave
-    is_alive() False for a thread that still runs (CPython 3.11), and the fit would be freed under it."""
+    """crew_fit_run on a thread of its own, while this thread waits; Ctrl-C asks it to stop after the
+    step. On the main thread with Python's default SIGINT handler in place, a handler of our own
+    stands in for it during the run: it sets the cancel flag and raises nothing, so no
+    KeyboardInterrupt can land anywhere else (between two lines of this loop, or late, in the code
+    that runs after the fit); crew.fit raises it once the run has stopped. Elsewhere (another
+    thread, a handler of the user's) a KeyboardInterrupt caught around the wait does the same. The
+    wait is on an Event, not on Thread.join: a join that KeyboardInterrupt breaks can leave
+    is_alive() False for a thread that still runs (CPython 3.11), and the fit would be freed under it;
+    it wakes every 0.1 s, so that a signal another thread received is handled within that."""
     done = threading.Event()
     box = {}
 
@@ -443,18 +450,31 @@ def _run(fit_handle, result, cancel):
         finally:
             done.set()
 
-    t = threading.Thread(target=work, name="crew-fit", daemon=True)
-    t.start()
-    while True:
-        try:
-            if done.wait(0.1):
-                break
-        except KeyboardInterrupt:
-            if not cancel.value:
-                print("\ncrew: stopping after this step, with a checkpoint (a step is never cut short)",
-                      file=sys.stderr, flush=True)
+    def interrupted(*_):
+        if not cancel.value:
+            print("\ncrew: stopping after this step, with a checkpoint (a step is never cut short)",
+                  file=sys.stderr, flush=True)
+        cancel.value = 1
+
+    ours = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if ours:
+        signal.signal(signal.SIGINT, interrupted)
+    try:
+        t = threading.Thread(target=work, name="crew-fit", daemon=True)
+        t.start()
+        while not done.is_set():
+            try:
+                while not done.wait(0.1):
+                    pass
+            except KeyboardInterrupt:
+                interrupted()
+    finally:
+        if not done.is_set():  # something escaped the wait: stop the run, and never free it under the thread
             cancel.value = 1
-    t.join()
+            done.wait()
+        if ours:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     return box.get("status")
 
 
