@@ -37,7 +37,17 @@ class CtrlC(keras.callbacks.Callback):
                 self.said += self.capsys.readouterr().err
 
 
-def test_ctrl_c_keeps_the_work_and_resume_continues_bitwise(tmp_path, fashion, capsys):
+@pytest.fixture
+def ctrl_c_reaches_python():
+    """Python's own Ctrl-C handler, as at a terminal: a process started in the background by a
+    shell without job control (nohup ... &, some CI runners) inherits SIGINT ignored, and Python
+    then leaves it so."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_keeps_the_work_and_resume_continues_bitwise(tmp_path, fashion, capsys, ctrl_c_reaches_python):
     x, y, xt, yt = fashion
     x, y = x[:8192], y[:8192]
     kw = dict(epochs=3, batch_size=128, devices="cpu:2", validation_data=(xt[:1000], yt[:1000]), verbose=0)
