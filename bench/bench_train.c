@@ -29,6 +29,8 @@ typedef struct bench_args {
     const char *model, *data, *init_weights, *save_init;
     int64_t batch, steps;
     int devices, threads, repeats, json;
+    int prefetch, loader_threads; /* 0: the library's choice */
+    double bucket_mb; /* 0: the library's choice */
 } bench_args;
 
 typedef struct bench_stats {
@@ -40,9 +42,9 @@ typedef struct bench_stats {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench_train MODEL.json DATA_DIR --batch B --steps S [--devices N]\n"
+    fprintf(f, "usage: bench_train MODEL.json DATA_DIR --batch B --steps S [--devices N] [--bucket-mb MB]\n"
                "                   [--threads-per-device T] [--init-weights FILE] [--save-init FILE]\n"
-               "                   [--repeats R] [--json]\n"
+               "                   [--prefetch D] [--loader-threads K] [--repeats R] [--json]\n"
                "  --batch B               global batch (a multiple of N; each replica takes B/N)\n"
                "  --steps S               optimizer steps per timed fit\n"
                "  --devices N             data-parallel replicas, one thread each [1]\n"
@@ -77,6 +79,15 @@ static int parse_args(int argc, char **argv, bench_args *a)
             i++;
             if (!strcmp(arg, "--init-weights")) { a->init_weights = v; continue; }
             if (!strcmp(arg, "--save-init")) { a->save_init = v; continue; }
+            if (!strcmp(arg, "--bucket-mb")) {
+                char *end = NULL;
+                a->bucket_mb = strtod(v, &end);
+                if (end == v || *end || !(a->bucket_mb > 0) || a->bucket_mb > 1e6) {
+                    fprintf(stderr, "bench_train: --bucket-mb must be a positive number of MiB, got '%s'\n", v);
+                    return -1;
+                }
+                continue;
+            }
             n = parse_count(v, (int64_t)1 << 30);
             if (n < 0) { fprintf(stderr, "bench_train: %s must be a positive integer, got '%s'\n", arg, v); return -1; }
             if (!strcmp(arg, "--batch")) a->batch = n;
@@ -84,6 +95,8 @@ static int parse_args(int argc, char **argv, bench_args *a)
             else if (!strcmp(arg, "--devices") && n <= 1024) a->devices = (int)n;
             else if (!strcmp(arg, "--threads-per-device") && n <= 1024) a->threads = (int)n;
             else if (!strcmp(arg, "--repeats") && n <= MAX_REPEATS) a->repeats = (int)n;
+            else if (!strcmp(arg, "--prefetch") && n <= 1024) a->prefetch = (int)n;
+            else if (!strcmp(arg, "--loader-threads") && n <= 256) a->loader_threads = (int)n;
             else { fprintf(stderr, "bench_train: unknown option or value out of range: %s %s\n", arg, v); return -1; }
             continue;
         }
@@ -133,6 +146,9 @@ static crew_status one_fit(crew_model *m, const crew_dataset *train, const bench
     o.epochs = 1000000; /* max_steps decides; a run longer than an epoch simply continues */
     o.max_steps = steps;
     o.test = NULL;
+    if (a->bucket_mb > 0) o.bucket_mb = a->bucket_mb;
+    if (a->prefetch > 0) o.prefetch = a->prefetch;
+    if (a->loader_threads > 0) o.loader_threads = a->loader_threads;
     return crew_model_fit(m, train, &o, res);
 }
 

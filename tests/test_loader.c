@@ -13,7 +13,11 @@
  * - a rank's loader serves only its range of micro-batches, and the ranks' loaders together hand
  *   out exactly what one loader of every micro-batch does;
  * - augmentations are a function of (seed, epoch, sample) alone, and crop/flip move pixels as
- *   documented. */
+ *   documented;
+ * - a CPU replica reads its inputs in the loader's slots (no copy) and holds them until the step
+ *   ends: at prefetch 1, 2 micro-batches a replica and augmentations on, its parameters are
+ *   bitwise those of the guarded CPU kind, which uploads every micro-batch (a slot given back or
+ *   refilled under the passes would change them). */
 #include <string.h>
 
 #include "check.h"
@@ -76,6 +80,34 @@ static crew_model *train(const crew_dataset *d, int threads, int prefetch, int d
     if (f) CHECK_OK(crew_fit_run(f, r));
     crew_fit_free(f);
     return m;
+}
+
+static crew_model *train_on(const crew_dataset *d, const char *kind, int prefetch)
+{
+    crew_model *m = small_model();
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    o.device_kind = kind;
+    o.devices = 2;
+    o.batch_per_device = 8;
+    o.global_batch = 32; /* 2 micro-batches a replica */
+    o.max_steps = 30;
+    o.epochs = 1000;
+    o.loader_threads = 2;
+    o.prefetch = prefetch;
+    o.augment = (crew_augment_options){.crop_padding = 2, .flip = 1};
+    crew_fit_result r;
+    CHECK_OK(crew_model_fit(m, d, &o, &r));
+    return m;
+}
+
+static void test_inputs_in_place(const crew_dataset *d)
+{
+    crew_model *plain = train_on(d, "cpu", 1), *guarded = train_on(d, "cpu-guarded", 1);
+    CHECK_MSG(mv_equal(plain, guarded), "inputs read in place (cpu) and uploaded (cpu-guarded) give different "
+              "parameters");
+    crew_model_free(plain);
+    crew_model_free(guarded);
 }
 
 static void test_independent_of_threads(const crew_dataset *d)
@@ -386,6 +418,7 @@ int main(void)
     CHECK_OK(crew_dataset_open(data, "train", &d));
     if (d) {
         test_independent_of_threads(d);
+        test_inputs_in_place(d);
         test_input_bound_detector();
         test_input_bound(d);
         test_last_batch(d);

@@ -96,6 +96,12 @@ typedef struct crew_backend_ops {
      *   values are in host. Returns the device's pending error, if any. */
     crew_status (*upload)(void *ctx, crew_queue *q, void *dst, const void *host, int64_t n, crew_dtype t);
     crew_status (*download)(void *ctx, void *host, const void *src, int64_t n, crew_dtype t);
+    /* in_place: the device address at which this device's ops read n elements of type t of host
+     *   staging memory (host_alloc's) where they lie, instead of an upload: a micro-batch the loader
+     *   prepared becomes the model's input without a copy. host must stay as it is until the ops
+     *   that read it have run. NULL in the table where the device cannot read host memory (a GPU)
+     *   or must not (the guarded backend, whose ops take only its own allocations). */
+    void *(*in_place)(void *ctx, void *host, int64_t n, crew_dtype t);
 
     /* ---- queues.
      * queue_wait: work enqueued on `waiter` from now on runs after all work enqueued on `on` so

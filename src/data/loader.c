@@ -193,8 +193,8 @@ crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options 
                            "range of a step", range->first, range->first + range->count, micro, (long long)batch);
     if (o->threads < 1 || o->threads > 256)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader threads must be in [1, 256], got %d", o->threads);
-    if (o->prefetch < 1 || o->prefetch > 1024)
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "prefetch depth must be in [1, 1024], got %d", o->prefetch);
+    if (o->prefetch < 1 || o->prefetch > 4096) /* the run's depth is at most 1024, plus a step held (run.h) */
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "prefetch depth must be in [1, 4096], got %d", o->prefetch);
     if (o->augment.crop_padding < 0 || o->augment.crop_padding > 1024)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "crop padding must be in [0, 1024], got %d", o->augment.crop_padding);
     crew_loader *l = calloc(1, sizeof *l);

@@ -213,6 +213,10 @@ static crew_status set_up(crew_rank *r)
         crew_model_buffers(r->m, r->rows, &n);
         CREW_TRY(crew_dev_alloc_f32(r->be, n.act_input, &r->input_alt));
         r->input_own = r->m->act[0];
+    } else if (r->stages == 1 && crew_run_inputs_in_place(run, r->be)) { /* no copy at all */
+        if (!(r->held = calloc((size_t)p->accumulation, sizeof *r->held))) return CREW_OOM();
+        r->in_place = 1;
+        r->input_own = r->m->act[0];
     }
     r->metrics = calloc((size_t)r->size * CREW_METRIC_FIELDS, sizeof *r->metrics);
     r->times = calloc((size_t)r->size, sizeof *r->times);
@@ -237,6 +241,7 @@ static void tear_down(crew_rank *r)
     crew_stepper_release(&r->stepper);
     if (r->copy_q) r->be->ops->queue_destroy(r->be->ctx, r->copy_q);
     crew_dev_free(r->be, r->input_alt);
+    free(r->held);
     crew_dev_free(r->be, r->dev_scratch);
     crew_optimizer_release(&r->opt, r->be);
     crew_rank_shard_release(r);

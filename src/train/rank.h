@@ -71,6 +71,13 @@ typedef struct crew_rank {
      * buffer, put back after each step. uploads: micro-batches uploaded so far (the parity). */
     float *input_alt, *input_own;
     uint64_t uploads;
+    /* On a device whose ops read host memory (the CPU; crew_run_inputs_in_place), without a
+     * pipeline, the model reads each micro-batch's input in the loader's slot instead of a copy:
+     * the step holds its slots (held[0 .. n_held), its micro-batches' loader coordinates) until its
+     * backward passes are over, and input_own is put back after it. */
+    int in_place;
+    struct crew_rank_held { int epoch; int64_t step; int index; } *held; /* [accumulation] */
+    int n_held;
     /* Host values all-reduced between steps (metrics, evaluation sums, drift hashes) travel through
      * device memory, as every collective's buffers do. */
     int64_t scratch_n;

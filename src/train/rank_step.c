@@ -49,7 +49,9 @@ static const char *rank_name(const crew_rank *r, char *buf, size_t len)
 /* Micro-batch `micro` of the step from the loader's host memory into the slot, on the rank's copy
  * queue: the input on the first stage, the labels on the last, the sample ids (dropout's masks) on
  * every stage; the compute queue waits for them, and the loader's slot is given back once the
- * copies are done. */
+ * copies are done. A rank whose device reads host memory (r->in_place) reads the input where the
+ * loader left it instead, and keeps the slot until the step ends (release_held): the copy of a
+ * micro-batch written by another core cost the MLP a tenth of its step. */
 static crew_status load(crew_rank *r, crew_model *m, const crew_rank_step *st, int micro, crew_step_times *t)
 {
     const crew_backend_ops *o = r->be->ops;
@@ -75,7 +77,12 @@ static crew_status load(crew_rank *r, crew_model *m, const crew_rank_step *st, i
         crew_model_set_input(m, r->uploads++ % 2 ? r->input_alt : r->input_own);
     else
         s = o->queue_wait(ctx, r->copy_q, NULL);
-    if (!s && crew_rank_first_stage(r)) s = o->upload(ctx, r->copy_q, m->act[0], lb.x, r->rows * r->in_values, CREW_DT_F32);
+    if (r->in_place) {
+        crew_model_set_input(m, o->in_place(ctx, (float *)lb.x, r->rows * r->in_values, CREW_DT_F32));
+        r->held[r->n_held++] = (struct crew_rank_held){st->epoch, epoch_step, index};
+    } else if (!s && crew_rank_first_stage(r)) {
+        s = o->upload(ctx, r->copy_q, m->act[0], lb.x, r->rows * r->in_values, CREW_DT_F32);
+    }
     if (!s && crew_rank_last_stage(r))
         s = o->upload(ctx, r->copy_q, m->labels, lb.y, r->rows * crew_model_positions(m), CREW_DT_I32);
     if (!s) s = o->upload(ctx, r->copy_q, m->sample_ids, ids, r->rows, CREW_DT_I64);
@@ -83,9 +90,19 @@ static crew_status load(crew_rank *r, crew_model *m, const crew_rank_step *st, i
     if (!s && ordered) s = o->queue_wait(ctx, NULL, r->copy_q);
     if (!s && ordered) s = o->sync(ctx, r->copy_q); /* the loader may refill the slot from here on */
     if (!s && r->input_alt) s = o->queue_wait(ctx, r->copy_q, NULL); /* the next copy: after these passes */
-    crew_loader_release(r->loader, st->epoch, epoch_step, index);
+    if (!r->in_place) crew_loader_release(r->loader, st->epoch, epoch_step, index);
     t->data_s += crew_now() - t0;
     return s;
+}
+
+/* The slots whose inputs the step's passes read in place, given back once they have run (the
+ * CPU's ops have run when they return), and the model's own input buffer put back. */
+static void release_held(crew_rank *r)
+{
+    for (int i = 0; i < r->n_held; i++)
+        crew_loader_release(r->loader, r->held[i].epoch, r->held[i].step, r->held[i].index);
+    r->n_held = 0;
+    crew_model_set_input(r->m, r->input_own);
 }
 
 /* Synchronised batch norm: the statistics summed over this stage of every replica, which run the
@@ -180,6 +197,7 @@ static crew_status gradients(crew_rank *r, const crew_rank_step *st, float **gra
     if (!s && CREW_HOOK(r, passes_done)) r->hooks->passes_done(r->hooks_user, &r->who, t);
     s = crew_stepper_finish(&r->stepper, s, t, grad);
     if (r->input_alt) crew_model_set_input(r->m, r->input_own); /* the model's own buffer between steps */
+    if (r->in_place) release_held(r);
     return s;
 }
 

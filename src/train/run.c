@@ -30,13 +30,19 @@ static void staging_free(void *user, void *p)
     be->ops->host_free(be->ctx, p);
 }
 
+int crew_run_inputs_in_place(const crew_run *run, const crew_backend *device)
+{
+    return device && device->ops->in_place && run->plan.stages <= 1;
+}
+
 crew_status crew_run_open_loader(const crew_run *run, int rank, int size, const crew_backend *device,
                                  crew_loader **out)
 {
     const crew_fit_options *o = run->opts;
     int k = run->plan.accumulation;
+    int prefetch = (o->prefetch > 0 ? o->prefetch : 2) + crew_run_inputs_in_place(run, device);
     crew_loader_options lo = {.threads = loader_threads(run, rank, size),
-                              .prefetch = o->prefetch > 0 ? o->prefetch : 2,
+                              .prefetch = prefetch,
                               .augment = crew_augment_of(&o->augment, run->hooks.loader_slow_s),
                               .pad_last = o->pad_last_batch,
                               .reverse_rows = run->hooks.reverse_batch_rows,

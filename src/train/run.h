@@ -74,6 +74,11 @@ typedef struct crew_rank_ctx {
  * stop it (crew_loader_shutdown) when the rank never returns. */
 crew_status crew_run_open_loader(const crew_run *run, int rank, int size, const crew_backend *device,
                                   struct crew_loader **out);
+/* Whether the ranks on `device` read their micro-batches' inputs where the loader left them (the
+ * backend's in_place) instead of copying them: data-parallel ranks (no pipeline) on a device whose
+ * ops read host memory. Such a rank holds a step's loader slots until the step ends, so its loader
+ * keeps one step more in its ring than the prefetch depth. */
+int crew_run_inputs_in_place(const crew_run *run, const crew_backend *device);
 
 /* An epoch's figures from its steps' summed loss and right answers over the global batches (the
  * test figures NaN until evaluated). */

@@ -149,6 +149,16 @@ static void *cpu_host_alias(void *ctx, const void *p, int64_t n, crew_dtype t)
     return (void *)p;
 }
 
+/* The CPU's device memory is host memory, and its ops run when called: the loader's slot is read
+ * where it lies. */
+static void *cpu_in_place(void *ctx, void *host, int64_t n, crew_dtype t)
+{
+    (void)ctx;
+    (void)n;
+    (void)t;
+    return host;
+}
+
 static crew_status cpu_sum(void *ctx, const float *x, int64_t n, double *out)
 {
     (void)ctx;
@@ -253,6 +263,7 @@ const crew_backend_ops crew_cpu_ops = {
     .queue_wait = cpu_queue_wait,
     .sync = cpu_sync,
     .host_alias = cpu_host_alias,
+    .in_place = cpu_in_place,
     .sum = cpu_sum,
     .sum_squares = cpu_sum_squares,
     .all_finite = cpu_all_finite,

@@ -629,6 +629,7 @@ static crew_backend_ops make_cuda_ops(void)
     o.queue_wait = cuda_queue_wait;
     o.sync = cuda_sync;
     /* .host_alias: a GPU's memory is not the host's; its communicator stages through the host */
+    /* .in_place: its kernels read device memory only; the loader's micro-batches are uploaded */
     o.sum = cuda_sum;
     o.sum_squares = cuda_sum_squares;
     o.all_finite = cuda_all_finite;
