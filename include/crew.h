@@ -390,7 +390,8 @@ typedef struct crew_fit_options {
     const char *device_kind;    /* the kind of device each replica runs on (crew_device_kinds) [cpu] */
     int devices;                /* replicas, one per device [1] */
     int threads_per_device;     /* CPU kinds: BLAS threads per replica [1] */
-    double bucket_mb;           /* gradient bucket size for overlapped all-reduce [25, as PyTorch DDP] */
+    double bucket_mb;           /* gradient bucket size for overlapped all-reduce [0: the planner's choice,
+                                   crew_fit_plan.bucket_mb] */
     int sync_batch_norm;        /* batch statistics over all replicas: -1 auto (on when devices > 1), 0, 1 */
     double collective_timeout_s;/* a replica missing a collective for this long fails the run [300] */
     uint64_t seed;              /* [model file's, else 1] */
@@ -631,6 +632,15 @@ typedef struct crew_fit_plan {
     int attention_recompute;    /* crew_fit_options.attention_recompute */
     int64_t noise_scale_every;  /* the gradient noise scale measured every this many steps; 0: not (off,
                                    or one micro-batch a step) */
+    /* The gradient buckets of the replicas' all-reduce: their size (crew_fit_options.bucket_mb, or
+     * the planner's choice when it is 0) and how many the model's (a pipeline's largest stage's)
+     * gradients make; 0 buckets with one replica. One bucket is reduced by the replicas' own threads
+     * after the backward pass; several, each on a communication thread as soon as backward has
+     * completed it. bucket_auto: 1 when the planner chose (docs/PERFORMANCE.md says by what
+     * measurement). */
+    double bucket_mb;
+    int buckets;
+    int bucket_auto;
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With

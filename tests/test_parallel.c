@@ -11,6 +11,9 @@
  * - the full-batch judgement: each tensor against 30 × its own rounding spread (crew_verify_judge
  *   on hand-made differences), so a bias before batch norm, whose gradient is rounding noise,
  *   passes verify without excusing the other tensors; a given tolerance is applied as it is;
+ * - the planner's gradient buckets: one, reduced by the replicas after backward, where every core
+ *   computes a replica; PyTorch DDP's 25 MB where cores are left over; --bucket-mb as asked; none
+ *   with one replica; and the plan's text says which;
  * - impossible combinations are clear errors. */
 #include <math.h>
 #include <stdio.h>
@@ -241,6 +244,58 @@ static void check_errors(const crew_dataset *d)
     crew_model_free(m);
 }
 
+static void plan_with(crew_model *m, const crew_dataset *d, int devices, int threads, double bucket_mb,
+                      crew_fit_plan *plan, char *text, size_t len)
+{
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    o.devices = devices;
+    o.threads_per_device = threads;
+    o.batch_per_device = 8;
+    o.bucket_mb = bucket_mb;
+    memset(plan, 0, sizeof *plan);
+    text[0] = '\0';
+    CHECK_OK(crew_model_plan_fit(m, d, &o, plan));
+    crew_fit_plan_text(plan, "cpu", text, len);
+}
+
+static void check_bucket_plan(const crew_dataset *d)
+{
+    crew_model *m = cnn(0);
+    crew_fit_plan plan;
+    char text[4096];
+    const int cores = crew_cpu_cores(), busy = cores > 2 ? cores : 2;
+    CHECK_OK(crew_model_layout(m));
+    const int64_t n = m->n_params;
+    /* every core computes: one bucket that holds every gradient, no communication thread */
+    plan_with(m, d, busy, 1, 0, &plan, text, sizeof text);
+    CHECK_MSG(plan.bucket_auto == 1 && plan.buckets == 1 && plan.bucket_mb * 1024 * 1024 / 4 >= (double)n &&
+              plan.bucket_mb * 1024 * 1024 / 4 < (double)n + 256, "%d bucket(s) of %g MiB for %lld values", plan.buckets,
+              plan.bucket_mb, (long long)n);
+    CHECK_MSG(strstr(text, "gradients all-reduced in one bucket by the replicas' own threads after backward: every core"),
+              "%s", text);
+    plan_with(m, d, 2, busy, 0, &plan, text, sizeof text); /* the cores busy with BLAS threads: the same */
+    CHECK(plan.bucket_auto == 1 && plan.buckets == 1 && plan.bucket_mb < 25.0);
+    if (cores > 2) { /* cores left over: DDP's buckets, reduced on a communication thread */
+        plan_with(m, d, 2, 1, 0, &plan, text, sizeof text);
+        CHECK_MSG(plan.bucket_auto == 1 && plan.bucket_mb == 25.0 && plan.buckets == 1 && strstr(text, "25 MiB (as PyTorch DDP)"),
+                  "%g MiB: %s", plan.bucket_mb, text);
+    }
+    /* asked for: 64 values a bucket */
+    const double mb = 64.0 * 4 / (1024 * 1024);
+    plan_with(m, d, 2, 1, mb, &plan, text, sizeof text);
+    CHECK_MSG(plan.bucket_auto == 0 && plan.bucket_mb == mb && plan.buckets == (int)((n + 63) / 64), "%d buckets",
+              plan.buckets);
+    char want[128];
+    snprintf(want, sizeof want, "gradients all-reduced in %d buckets of %g MiB (--bucket-mb), each on a communication",
+             plan.buckets, mb);
+    CHECK_MSG(strstr(text, want), "wanted '%s' in:\n%s", want, text);
+    /* one replica: nothing to reduce, nothing said */
+    plan_with(m, d, 1, 1, 0, &plan, text, sizeof text);
+    CHECK(plan.buckets == 0 && !strstr(text, "gradients"));
+    crew_model_free(m);
+}
+
 int main(void)
 {
     char dir[64] = "/tmp/crew-test-parallel-XXXXXX", data[300];
@@ -255,6 +310,7 @@ int main(void)
         check_sync_batch_norm(d);
         check_verify_batch_norm(d);
         check_errors(d);
+        check_bucket_plan(d);
     }
     crew_dataset_free(d);
     syn_remove(dir);

@@ -57,7 +57,7 @@ static void resolve_knobs(crew_run *run)
 {
     const crew_fit_options *o = run->opts;
     run->timeout_s = o->collective_timeout_s > 0 ? o->collective_timeout_s : DEFAULT_TIMEOUT_S;
-    run->bucket_mb = o->bucket_mb > 0 ? o->bucket_mb : CREW_DEFAULT_BUCKET_MB;
+    run->bucket_mb = run->plan.bucket_mb > 0 ? run->plan.bucket_mb : CREW_DEFAULT_BUCKET_MB;
     run->sync_bn = o->sync_batch_norm < 0 ? run->plan.devices > 1 : o->sync_batch_norm;
     run->drift_every = o->drift_check_every < 0 ? 0 : o->drift_check_every ? o->drift_check_every : DEFAULT_DRIFT_EVERY;
     if (run->plan.devices == 1) run->drift_every = 0; /* one replica cannot drift from itself */

@@ -10,6 +10,7 @@
 #include "core/options.h"
 #include "core/status.h"
 #include "train/pipeline.h"
+#include "train/step.h"
 #include "data/dataset.h"
 #include "nn/model.h"
 #include "train/checkpoint.h"
@@ -298,6 +299,47 @@ static crew_status plan_communicator(const crew_fit_options *o, crew_fit_plan *p
     return CREW_OK;
 }
 
+/* The gradient buckets. Asked for: as asked. Else, where every core of this process's machine runs
+ * a replica's compute (the CPU kinds, in one process, replicas × BLAS threads ≥ cores), one bucket
+ * reduced by the replicas themselves after backward: a communication thread there takes its time
+ * from a core that computes, and the extra hand-offs of several buckets made both example models
+ * slower on 2 cores at every bucket size tried (docs/PERFORMANCE.md, "Where the all-reduce runs").
+ * Elsewhere (GPUs, spare cores, processes) PyTorch DDP's 25 MB, reduced while backward runs. */
+/* The trainable values of layers [first, last), each tied parameter counted once (by its owner). */
+static int64_t stage_values(const crew_model *m, int first, int last)
+{
+    int64_t n = 0;
+    for (int i = first; i < last; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            const crew_param *q = &m->layers[i]->params[j];
+            if (q->trainable && !q->tied) n += crew_shape_size(&q->shape);
+        }
+    return n;
+}
+
+static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fit_plan *p)
+{
+    const crew_device_kind *k = crew_device_kind_find(p->device_kind);
+    const int processes = crew_group_size(o->group);
+    int64_t n = m->n_params; /* with a pipeline: its largest stage's */
+    if (p->stages > 1) {
+        n = 0;
+        for (int s = 0; s < p->stages; s++) {
+            int64_t v = stage_values(m, p->stage_first[s], p->stage_first[s + 1]);
+            n = v > n ? v : n;
+        }
+    }
+    const int host_cores = k && !k->memory_bytes; /* the CPU kinds: each device is the host's cores */
+    p->bucket_auto = o->bucket_mb <= 0;
+    if (!p->bucket_auto)
+        p->bucket_mb = o->bucket_mb;
+    else if (host_cores && processes == 1 && p->devices * p->threads_per_device >= crew_cpu_cores())
+        p->bucket_mb = crew_one_bucket_mb(n);
+    else
+        p->bucket_mb = CREW_DEFAULT_BUCKET_MB;
+    p->buckets = p->devices > 1 ? crew_bucket_count(n, p->bucket_mb) : 0;
+}
+
 crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, const crew_fit_options *o,
                                    crew_fit_plan *p)
 {
@@ -391,7 +433,9 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
                            (long long)o->noise_scale_every);
     p->noise_scale_every = o->noise_scale_every < 0 || p->global_batch <= p->batch_per_device ? 0
                            : o->noise_scale_every ? o->noise_scale_every : CREW_NOISE_SCALE_EVERY;
-    return plan_communicator(o, p);
+    CREW_TRY(plan_communicator(o, p));
+    plan_buckets(m, o, p);
+    return CREW_OK;
 }
 
 crew_lr_plan crew_lr_plan_of(const crew_fit_plan *p, const crew_optimizer_spec *s)

@@ -60,6 +60,26 @@ static void pipeline(text_out *t, const crew_fit_plan *p)
             p->processes, p->devices / p->processes, p->devices / p->processes == 1 ? "" : "s");
 }
 
+/* Where the replicas' gradients are summed: one bucket after backward, or several beside it. */
+static void buckets(text_out *t, const crew_fit_plan *p)
+{
+    if (p->buckets < 1) return;
+    const char *stage = p->stages > 1 ? " per stage" : "", *how = p->shard_optimizer ? "reduce-scattered" : "all-reduced";
+    if (p->buckets == 1 && p->bucket_auto) {
+        put(t, "      gradients %s in one bucket%s by the replicas' own threads after backward: every core\n"
+               "      computes, so a communication thread would take time from them\n", how, stage);
+        return;
+    }
+    char size[48];
+    snprintf(size, sizeof size, "%g MiB (%s)", p->bucket_mb, p->bucket_auto ? "as PyTorch DDP" : "--bucket-mb");
+    if (p->buckets == 1)
+        put(t, "      gradients %s in one bucket%s of %s by the replicas' own threads after backward\n", how, stage,
+            size);
+    else
+        put(t, "      gradients %s in %d buckets%s of %s, each on a communication thread as soon as\n"
+               "      backward has completed it\n", how, p->buckets, stage, size);
+}
+
 size_t crew_fit_plan_text(const crew_fit_plan *p, const char *devices, char *buf, size_t len)
 {
     text_out t = {buf, len, 0};
@@ -86,6 +106,7 @@ size_t crew_fit_plan_text(const crew_fit_plan *p, const char *devices, char *buf
         put(&t, "      attention probabilities recomputed in backward (--attention recompute): one buffer for\n"
                 "      all transformer blocks, the same bits\n");
     convolutions(&t, p);
+    buckets(&t, p);
     if (p->nccl)
         put(&t, "      collectives by NCCL, each replica on a GPU of its own%s\n",
             p->unordered_allreduce ? "" : ": crew's ordered sums from NCCL's sends, the same bits as one GPU accumulating");

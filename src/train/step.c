@@ -2,6 +2,7 @@
  * buckets all-reduced while the backward pass continues. */
 #include "train/step.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,12 @@ int64_t crew_bucket_values(double bucket_mb)
 {
     int64_t per = (int64_t)(bucket_mb * BYTES_PER_MB / sizeof(float));
     return per < 1 ? 1 : per;
+}
+
+double crew_one_bucket_mb(int64_t n_params)
+{
+    double kib = ceil((double)(n_params > 0 ? n_params : 1) * sizeof(float) / 1024.0);
+    return kib / 1024.0;
 }
 
 int crew_bucket_count(int64_t n_params, double bucket_mb)

@@ -62,6 +62,8 @@ typedef struct crew_stepper {
 /* Values per bucket of `bucket_mb` MiB, and the buckets n_params values make. */
 int64_t crew_bucket_values(double bucket_mb);
 int crew_bucket_count(int64_t n_params, double bucket_mb);
+/* The smallest bucket size (in MiB, a multiple of 1/1024) that holds n_params values in one bucket. */
+double crew_one_bucket_mb(int64_t n_params);
 
 crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
                               int64_t batch, int accumulation, double bucket_mb, int sync_bn);
