@@ -1941,6 +1941,7 @@ static const attn_case attn_cases[] = {
     {2, 6, 1, 8, 1.0f},   /* one head: C = d */
     {1, 1, 1, 1, 1.0f},   /* the smallest: every size 1 */
     {2, 9, 2, 4, 200.0f}, /* scores past 88, where expf overflows float: the row's max must come off */
+    {1, 40, 2, 4, 1.0f},  /* T past the CPU's 32-row blocks of the causal products, not a multiple of them */
 };
 
 /* The sizes of one case's arrays. */
