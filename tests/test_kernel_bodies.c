@@ -595,7 +595,8 @@ static crew_window window_of(const window_case *w)
 static const window_case window_cases[] = {
     {1, 5, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1},   /* "same", one channel */
     {2, 7, 6, 3, 3, 2, 2, 3, 1, 0, 0, 1},   /* strides 2 and 3, padding on one side each */
-    {1, 4, 4, 5, 2, 2, 2, 2, 0, 0, 0, 0},   /* pooling's tiling */
+    {1, 4, 4, 5, 2, 2, 2, 2, 0, 0, 0, 0},   /* pooling's tiling (the CPU's one-pass max-pool gradient) */
+    {2, 5, 7, 3, 2, 2, 2, 2, 0, 0, 0, 0},   /* the same windows with a row and a column left over */
     {3, 9, 8, 2, 5, 4, 3, 2, 2, 1, 1, 2},   /* windows larger than the stride */
     {1, 7, 5, 7, 1, 1, 3, 2, 0, 0, 0, 0},   /* 1x1 taps that skip cells: col2im's zeros */
     {2, 2, 2, 3, 2, 2, 1, 1, 2, 2, 2, 2},   /* windows wholly in the padding */

@@ -104,13 +104,40 @@ void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, c
             }
 }
 
+/* Windows that tile the input exactly (stride = kernel, no padding, no cells left over: every
+ * pooling of the examples) hold each input cell once: one pass writes every dx, the window's
+ * gradient where its maximum was and 0 elsewhere, instead of zeroing dx and then adding into it.
+ * 0.0f + dy is what the zeroed sum held, so the bits are the same (-0 included). */
+static int tiles_input(const crew_window *g)
+{
+    return g->stride_h == g->k_h && g->stride_w == g->k_w && g->pad_top == 0 && g->pad_left == 0 &&
+           g->out_h * g->k_h == g->in_h && g->out_w * g->k_w == g->in_w;
+}
+
 void cpu_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g)
 {
     (void)ctx;
-    const int64_t n_in = crew_window_in_cells(g), n_out = crew_window_out_cells(g);
-    memset(dx, 0, (size_t)n_in * sizeof(float));
-    for (int64_t i = 0; i < n_out; i++)
-        if (argmax[i] >= 0) dx[argmax[i]] += dy[i];
+    const int64_t n_in = crew_window_in_cells(g), n_out = crew_window_out_cells(g), c = g->in_c;
+    if (!tiles_input(g)) {
+        memset(dx, 0, (size_t)n_in * sizeof(float));
+        for (int64_t i = 0; i < n_out; i++)
+            if (argmax[i] >= 0) dx[argmax[i]] += dy[i];
+        return;
+    }
+    for (int64_t b = 0; b < g->batch; b++)
+        for (int64_t oh = 0; oh < g->out_h; oh++)
+            for (int64_t ow = 0; ow < g->out_w; ow++) {
+                const int64_t o = ((b * g->out_h + oh) * g->out_w + ow) * c;
+                const float *dyo = dy + o;
+                const int32_t *ao = argmax + o;
+                for (int64_t kh = 0; kh < g->k_h; kh++)
+                    for (int64_t kw = 0; kw < g->k_w; kw++) {
+                        const int64_t cell = crew_window_cell(g, b, oh, ow, kh, kw);
+                        float *d = dx + cell * c;
+                        const int32_t base = (int32_t)(cell * c);
+                        for (int64_t i = 0; i < c; i++) d[i] = ao[i] == base + (int32_t)i ? 0.0f + dyo[i] : 0.0f;
+                    }
+            }
 }
 
 void cpu_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g)
