@@ -279,6 +279,15 @@ static void gather_affine(const crew_dataset *d, const char *src, int64_t size, 
     }
 }
 
+/* The samples are read in a random order, each a few cache lines from memory (or from the page
+ * cache through the mapping): asking for the next one while this one is converted hides most of
+ * the wait, which was most of the loader's time. */
+static void prefetch_sample(const crew_dataset *d, int64_t j, int64_t bytes)
+{
+    const char *p = (const char *)d->x.data + j * bytes;
+    for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 0);
+}
+
 void crew_dataset_gather(const crew_dataset *d, const int64_t *idx, int64_t n, float *x, int32_t *y)
 {
     if (d->tokens) {
@@ -288,6 +297,7 @@ void crew_dataset_gather(const crew_dataset *d, const int64_t *idx, int64_t n, f
     int64_t size = crew_shape_size(&d->sample), bytes = (int64_t)crew_npy_dtype_size(d->x.dtype);
     for (int64_t i = 0; i < n; i++) {
         int64_t j = idx[i];
+        if (x && i + 1 < n) prefetch_sample(d, idx[i + 1], size * bytes);
         if (x && d->lut) gather_lut(d, (const uint8_t *)d->x.data + j * size, size, x + i * size);
         else if (x) gather_affine(d, (const char *)d->x.data + bytes * j * size, size, x + i * size);
         if (y) y[i] = (int32_t)label_at(&d->y, j);
