@@ -30,6 +30,7 @@ typedef struct bench_args {
     int64_t batch, steps;
     int devices, threads, repeats, json;
     int prefetch, loader_threads; /* 0: the library's choice */
+    int shard_optimizer;
     double bucket_mb; /* 0: the library's choice */
 } bench_args;
 
@@ -44,7 +45,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_train MODEL.json DATA_DIR --batch B --steps S [--devices N] [--bucket-mb MB]\n"
                "                   [--threads-per-device T] [--init-weights FILE] [--save-init FILE]\n"
-               "                   [--prefetch D] [--loader-threads K] [--repeats R] [--json]\n"
+               "                   [--prefetch D] [--loader-threads K] [--shard-optimizer] [--repeats R] [--json]\n"
                "  --batch B               global batch (a multiple of N; each replica takes B/N)\n"
                "  --steps S               optimizer steps per timed fit\n"
                "  --devices N             data-parallel replicas, one thread each [1]\n"
@@ -73,6 +74,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
         const char *arg = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int64_t n = 0;
         if (!strcmp(arg, "--json")) { a->json = 1; continue; }
+        if (!strcmp(arg, "--shard-optimizer")) { a->shard_optimizer = 1; continue; }
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) { usage(stdout); exit(0); }
         if (arg[0] == '-' && arg[1] == '-') {
             if (!v) { fprintf(stderr, "bench_train: %s needs a value\n", arg); return -1; }
@@ -149,6 +151,7 @@ static crew_status one_fit(crew_model *m, const crew_dataset *train, const bench
     if (a->bucket_mb > 0) o.bucket_mb = a->bucket_mb;
     if (a->prefetch > 0) o.prefetch = a->prefetch;
     if (a->loader_threads > 0) o.loader_threads = a->loader_threads;
+    o.shard_optimizer = a->shard_optimizer;
     return crew_model_fit(m, train, &o, res);
 }
 

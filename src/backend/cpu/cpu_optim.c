@@ -1,13 +1,17 @@
 /* cpu_optim.c — optimiser updates, one pass over the flat parameter buffer: the bodies of
- * backend/body/optim.h (their arithmetic is explained there), which the CUDA kernels run too. */
+ * backend/body/optim.h (their arithmetic is explained there), which the CUDA kernels run too,
+ * with subnormals flushed to zero (cpu_denormals.h says why). */
 #include "backend/body/optim.h"
+#include "backend/cpu/cpu_denormals.h"
 #include "backend/cpu/cpu_ops.h"
 
 void cpu_sgd_update(void *ctx, float *restrict param, const float *restrict grad, float *restrict velocity, int64_t n,
                     float lr, float momentum, int nesterov, float weight_decay)
 {
     (void)ctx;
+    cpu_fp_mode was = cpu_flush_denormals();
     for (int64_t i = 0; i < n; i++) crew_body_sgd(param, grad, velocity, lr, momentum, nesterov, weight_decay, i);
+    cpu_restore_fp_mode(was);
 }
 
 void cpu_adamw_update(void *ctx, float *restrict param, const float *restrict grad, float *restrict m,
@@ -15,7 +19,9 @@ void cpu_adamw_update(void *ctx, float *restrict param, const float *restrict gr
 {
     (void)ctx;
     const crew_adamw_consts kc = *k; /* a copy the loop's stores cannot alias */
+    cpu_fp_mode was = cpu_flush_denormals();
     for (int64_t i = 0; i < n; i++) crew_body_adamw(param, grad, m, v, kc, i);
+    cpu_restore_fp_mode(was);
 }
 
 /* u may be grad itself: each element is read before it is written, and nothing else reads it. */
@@ -24,5 +30,7 @@ void cpu_adam_direction(void *ctx, const float *grad, float *restrict m, float *
 {
     (void)ctx;
     const crew_adamw_consts kc = *k;
+    cpu_fp_mode was = cpu_flush_denormals();
     for (int64_t i = 0; i < n; i++) crew_body_adam_direction(grad, m, v, u, kc, i);
+    cpu_restore_fp_mode(was);
 }
