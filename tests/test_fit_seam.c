@@ -63,11 +63,15 @@ typedef struct run_spec {
     const char *checkpoints;    /* checkpoint directory, or NULL */
     int resume;
     int64_t stop_after;         /* cancel after this step (0: run to the end) */
+    int epochs;                 /* whole epochs instead of STEPS steps (0: STEPS) */
+    int stop_epoch;             /* cancel at the end of this 1-based epoch, from on_epoch (0: not) */
+    int64_t steps_done;         /* out: the steps the fit ran */
 } run_spec;
 
 typedef struct stopper {
     volatile int cancel;
     int64_t after;
+    int epoch;
 } stopper;
 
 static void on_step(void *user, const crew_step_info *info)
@@ -76,8 +80,15 @@ static void on_step(void *user, const crew_step_info *info)
     if (st->after && info->step == st->after) st->cancel = 1;
 }
 
+/* What Keras's EarlyStopping does through crew.fit: the flag set from the epoch's callback. */
+static void on_epoch(void *user, const crew_epoch_info *info)
+{
+    stopper *st = user;
+    if (st->epoch && info->epoch + 1 == st->epoch) st->cancel = 1;
+}
+
 /* Trains a fresh model as the spec says; returns it (NULL when the fit failed: *status says). */
-static crew_model *train(const crew_dataset *d, const run_spec *r, crew_status *status)
+static crew_model *train(const crew_dataset *d, run_spec *r, crew_status *status)
 {
     crew_model *m = small_cnn();
     crew_fit_options o;
@@ -93,15 +104,18 @@ static crew_model *train(const crew_dataset *d, const run_spec *r, crew_status *
     o.loader_threads = 2;
     o.checkpoint_dir = r->checkpoints;
     o.resume = r->resume;
-    stopper st = {.after = r->stop_after};
+    if (r->epochs) o.epochs = r->epochs, o.max_steps = 0;
+    stopper st = {.after = r->stop_after, .epoch = r->stop_epoch};
     o.cancel = &st.cancel;
     o.on_step = on_step;
+    o.on_epoch = on_epoch;
     o.user = &st;
     crew_fit *f = NULL;
-    crew_fit_result res;
+    crew_fit_result res = {0};
     crew_status s = crew_fit_prepare(m, d, &o, &f);
     if (!s && r->faults) fault_hooks_set(f, r->faults);
     if (!s) s = crew_fit_run(f, &res);
+    r->steps_done = res.steps;
     crew_fit_free(f);
     *status = s;
     if (s) {
@@ -111,7 +125,7 @@ static crew_model *train(const crew_dataset *d, const run_spec *r, crew_status *
     return m;
 }
 
-static crew_model *train_ok(const crew_dataset *d, const run_spec *r)
+static crew_model *train_ok(const crew_dataset *d, run_spec *r)
 {
     crew_status s;
     crew_model *m = train(d, r, &s);
@@ -120,7 +134,7 @@ static crew_model *train_ok(const crew_dataset *d, const run_spec *r)
     return m;
 }
 
-static void check_same(const crew_dataset *d, const run_spec *a, const run_spec *b, const char *what)
+static void check_same(const crew_dataset *d, run_spec *a, run_spec *b, const char *what)
 {
     crew_model *ma = train_ok(d, a), *mb = train_ok(d, b);
     if (ma && mb) CHECK_MSG(mv_equal(ma, mb), "%s: the weights differ", what);
@@ -160,8 +174,40 @@ static void test_resume_across_kinds(const crew_dataset *d)
     CHECK(system(cmd) == 0);
 }
 
+/* A stop asked for by the epoch's callback ends the run at that epoch's end, before the next
+ * epoch's first step, on every replica, with the stop checkpoint of that step; resumed, the run
+ * ends with the uninterrupted run's bits. */
+static void test_stop_at_epoch_end(const crew_dataset *d)
+{
+    char dir[] = "/tmp/crew-test-seam-XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK_MSG(0, "mkdtemp failed");
+        return;
+    }
+    const int64_t per_epoch = SAMPLES / 32;
+    run_spec whole = {.kind = "cpu", .devices = 2, .global = 32, .epochs = 3};
+    run_spec first = {.kind = "cpu", .devices = 2, .global = 32, .checkpoints = dir, .epochs = 3, .stop_epoch = 1};
+    run_spec rest = {.kind = "cpu", .devices = 2, .global = 32, .checkpoints = dir, .resume = 1, .epochs = 3};
+    crew_model *ref = train_ok(d, &whole), *stopped = train_ok(d, &first);
+    CHECK_MSG(first.steps_done == per_epoch, "stopped at the end of epoch 1 after %lld steps, not its %lld",
+              (long long)first.steps_done, (long long)per_epoch);
+    char path[160];
+    snprintf(path, sizeof path, "%s/step-%08lld/COMPLETE", dir, (long long)per_epoch);
+    CHECK_MSG(access(path, F_OK) == 0, "no stop checkpoint %s", path);
+    crew_model *resumed = train_ok(d, &rest);
+    CHECK_MSG(whole.steps_done == rest.steps_done, "the uninterrupted run ended at step %lld, the resumed one at %lld",
+              (long long)whole.steps_done, (long long)rest.steps_done);
+    if (ref && resumed) CHECK_MSG(mv_equal(ref, resumed), "stopped at an epoch's end and resumed: weights differ");
+    crew_model_free(ref);
+    crew_model_free(stopped);
+    crew_model_free(resumed);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    CHECK(system(cmd) == 0);
+}
+
 /* The signal that ended a child training with the given faults, or 0 when it exited. */
-static int child_death(const crew_dataset *d, const run_spec *r)
+static int child_death(const crew_dataset *d, run_spec *r)
 {
     fflush(NULL);
     pid_t pid = fork();
@@ -284,6 +330,7 @@ int main(void)
     if (d) {
         test_kinds_agree(d);
         test_resume_across_kinds(d);
+        test_stop_at_epoch_end(d);
         test_planted_host_access(d);
         test_planted_unordered_copy(d);
         test_unknown_kind(d);

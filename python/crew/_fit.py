@@ -217,10 +217,10 @@ class _Callbacks:
     Keras's fit calls them, from crew's rank-0 thread: on_train_begin, on_epoch_begin,
     on_train_batch_end (logs: the epoch's running loss and accuracy), on_epoch_end (logs: the epoch's
     loss, accuracy, val_loss, val_accuracy), on_train_end. A callback that sets
-    model.stop_training (EarlyStopping) ends the run as a finished one: crew stops a run after a step
-    every replica agrees on, so set at the end of an epoch it stops after the next epoch's first
-    step, which the History leaves out. An exception in a callback stops the run too, and crew.fit
-    raises it once the run has stopped."""
+    model.stop_training (EarlyStopping) ends the run as a finished one: set at the end of an epoch, it
+    stops the run there, before the next epoch's first step (the replicas agree on it at the epoch's
+    end); set during an epoch, after the step every replica agrees on. An exception in a callback
+    stops the run too, and crew.fit raises it once the run has stopped."""
 
     def __init__(self, callbacks, keras_model, params, cancel):
         self.items = list(callbacks or [])
@@ -347,7 +347,7 @@ def fit(model, x, y=None, *, epochs=1, batch_size=None, batch_per_device=None, d
         def on_epoch(user, info):
             e = _lib.Struct("crew_epoch_info", info).dict()
             if calls.stop_requested and e["epoch"] > calls.stop_epoch:
-                return  # the one step of an epoch begun after a callback stopped the run: not an epoch of it
+                return  # an epoch begun after a callback stopped the run (none since crew stops at the epoch's end)
             logs = {"accuracy": e["train_accuracy"], "loss": e["train_loss"]}
             if val is not None:
                 logs.update(val_accuracy=e["test_accuracy"], val_loss=e["test_loss"])

@@ -139,6 +139,8 @@ def test_keras_callbacks_and_early_stopping(tmp_path, fashion):
     assert batches[0][1] == 0 and batches[7][1] == 7 and len(batches) >= 16
     assert seen[8] == ("epoch", 0, ["accuracy", "loss", "val_accuracy", "val_loss"])
     assert len(h.history["loss"]) == 2, "EarlyStopping ends the run after its epoch, as in Keras"
+    steps = [json.loads(line)["step"] for line in open(tmp_path / "cb" / "metrics.jsonl") if '"type":"step"' in line]
+    assert steps[-1] == 16, f"the run stopped after step {steps[-1]}, not at the end of epoch 2 (step 16)"
 
     class Broken(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):

@@ -182,6 +182,11 @@ crew_status crew_rank_compare_replicas(crew_rank *r, int64_t step);
 crew_status crew_rank_whole(crew_rank *r, int64_t step, int with_opt, crew_model **m, const crew_optimizer **opt);
 crew_status crew_rank_whole_init(crew_rank *r);
 void crew_rank_whole_release(crew_rank *r);
+/* Whether this rank's process asks to stop: the first rank of each process reads the caller's
+ * flag (a signal handler or a callback may set it), rank 0 inside its sink section (the caller's
+ * memory); every other rank says no. The ranks agree on it through a collective (a step's metrics,
+ * or the epoch's end). */
+int crew_rank_cancel_requested(const crew_rank *r);
 /* A checkpoint after `step` (every rank calls it, when rank 0 said one is due). */
 crew_status crew_rank_write_checkpoint(crew_rank *r, int64_t step);
 /* verify's first-step hook: the reduced gradient of the run's first step, whole, into the caller's memory. */

@@ -71,6 +71,20 @@ static crew_status finish_epoch(crew_rank *r, crew_epoch_info *info, int64_t ste
     return s;
 }
 
+/* A stop asked for at the epoch's end (a callback of on_epoch: Keras's EarlyStopping; a Ctrl-C
+ * during the evaluation) takes effect before the next epoch's first step, not after it: the ranks
+ * agree on it by one small all-reduce an epoch, and rank 0 says whether the stop checkpoint is due,
+ * as after a step (none when the epoch's last step wrote one). */
+static crew_status stop_at_epoch_end(crew_rank *r, int64_t step, int written, int *stopped)
+{
+    double v[2] = {crew_rank_cancel_requested(r) ? 1.0 : 0.0,
+                   !written && crew_run_checkpoint_due(r->run, r->sinks, step, 1) ? 1.0 : 0.0};
+    CREW_TRY(crew_rank_phase_error(r, crew_rank_allreduce_host(r, v, 2), step, "the stop at the epoch's end"));
+    if (v[0] <= 0.0) return CREW_OK;
+    *stopped = 1;
+    return v[1] > 0.0 ? crew_rank_write_checkpoint(r, step) : CREW_OK;
+}
+
 static crew_status run_epoch(crew_rank *r, int epoch, int64_t *step, int *stopped)
 {
     const crew_fit_plan *p = &r->run->plan;
@@ -79,6 +93,7 @@ static crew_status run_epoch(crew_rank *r, int epoch, int64_t *step, int *stoppe
     CREW_TRY(crew_loader_start_epoch(r->loader, epoch, from));
     double start = crew_now(), loss = 0.0, correct = 0.0;
     int64_t steps = 0;
+    int written = 0; /* the last step wrote a checkpoint */
     for (int64_t es = from; es < p->steps_per_epoch && *step < p->total_steps && !*stopped; es++) {
         crew_rank_step st = {.epoch = epoch, .epoch_step = es, .step = *step + 1, .epoch_start = start};
         CREW_TRY(crew_rank_train_step(r, &st));
@@ -92,6 +107,7 @@ static crew_status run_epoch(crew_rank *r, int epoch, int64_t *step, int *stoppe
             crew_rank_sink_leave(r);
         }
         *stopped = st.stop;
+        written = st.checkpoint;
         if (st.checkpoint) CREW_TRY(crew_rank_write_checkpoint(r, *step));
     }
     crew_epoch_info info = crew_run_epoch_info(r->run, epoch, steps, crew_now() - start, loss, correct);
@@ -100,7 +116,8 @@ static crew_status run_epoch(crew_rank *r, int epoch, int64_t *step, int *stoppe
         r->sinks->train_s += info.wall_s;
         crew_rank_sink_leave(r);
     }
-    return finish_epoch(r, &info, *step);
+    CREW_TRY(finish_epoch(r, &info, *step));
+    return *stopped || *step >= p->total_steps ? CREW_OK : stop_at_epoch_end(r, *step, written, stopped);
 }
 
 crew_status crew_rank_train(crew_rank *r)

@@ -267,9 +267,7 @@ static crew_status update(crew_rank *r, float *grad, int64_t step)
 
 /* ------------------------------------------------------------------ the step */
 
-/* Whether this rank's process asks to stop: the first rank of each process reads the caller's
- * flag (a signal handler may set it), rank 0 inside its sink section (the caller's memory). */
-static int cancel_requested(const crew_rank *r)
+int crew_rank_cancel_requested(const crew_rank *r)
 {
     if (!r->local_lead || !r->run->opts->cancel) return 0;
     crew_rank_sink_enter(r);
@@ -285,7 +283,7 @@ static void fill_row(crew_rank *r, const crew_rank_step *st, const step_sums *su
     double *row = r->metrics + (size_t)r->rank * CREW_METRIC_FIELDS;
     row[M_LOSS] = sums->loss;
     row[M_CORRECT] = sums->correct;
-    int flags = (cancel_requested(r) ? FLAG_STOP : 0) | (finite ? 0 : FLAG_NONFINITE);
+    int flags = (crew_rank_cancel_requested(r) ? FLAG_STOP : 0) | (finite ? 0 : FLAG_NONFINITE);
     if (crew_run_checkpoint_due(r->run, r->sinks, st->step, 0)) flags |= FLAG_CHECKPOINT;
     if (crew_run_checkpoint_due(r->run, r->sinks, st->step, 1)) flags |= FLAG_CHECKPOINT_ON_STOP;
     row[M_FLAGS] = flags;
