@@ -432,11 +432,14 @@ typedef struct crew_fit_options {
      * batch normalization. docs/CHECKPOINTS.md. */
     int resume;
     void *user;
-    volatile int *cancel;       /* when it becomes non-zero the run stops after the step; read with a relaxed
-                                   atomic load, so set it with an atomic store (a signal handler may) */
+    volatile int *cancel;       /* when it becomes non-zero the run stops after the step (or, set during an
+                                   epoch's end, before the next epoch); read with a relaxed atomic load, so
+                                   set it with an atomic store (a signal handler may) */
     /* Processes (crew_process_group, below): this process runs `devices` replicas of the run's
      * devices × processes, numbered process by process. Process 0 owns the outputs (monitor,
-     * checkpoints, the trained values); the others write nothing. NULL: this process alone. */
+     * checkpoints, the result); the others write nothing. Every process's model ends with the
+     * trained values (without a pipeline across processes; with one, process 0's alone). NULL: this
+     * process alone. */
     const struct crew_process_group *group;
     /* The run's devices' peak, GFLOP/s (crew_measure_peak, times the replicas); each step then
      * records its FLOP rate as a fraction of it. 0: unknown, only the rate is recorded. */

@@ -392,8 +392,13 @@ def fit(model, x, y=None, *, epochs=1, batch_size=None, batch_per_device=None, d
         if status and lead and result["last_checkpoint"]:
             print(f"crew: the last checkpoint is {result['last_checkpoint']}", file=sys.stderr)
         _lib.check(status)
-        shared = _group.share(group, {"history": hist, "stopped": stopped, "asked": asked})
+        shared = _group.share(group, {"history": hist, "stopped": stopped, "asked": asked,
+                                      "steps": result["steps"] if lead else 0})
         hist, stopped, asked = shared["history"], shared["stopped"], shared["asked"]
+        if not lead and shared["steps"] > 0:  # libcrew put the trained values into every process's model
+            weights = m.get()
+            if m.keras is not None:
+                m.to_keras(weights)
         if calls.error is not None:
             raise calls.error
         calls.call("on_train_end", {})

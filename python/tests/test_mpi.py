@@ -1,6 +1,7 @@
 """`mpirun -np 2 python train.py` with crew.fit(..., devices="cpu:1") trains as 2 processes: rank 0
-writes the run directory and gets the trained weights, every rank returns the same History, and
-the weights are those of 2 replicas in one process, bit for bit (crew's ordered all-reduce)."""
+writes the run directory, every rank returns the same History and ends with the trained weights in
+its Keras model, and they are those of 2 replicas in one process, bit for bit (crew's ordered
+all-reduce)."""
 import json
 import os
 import shutil
@@ -22,8 +23,7 @@ model = mlp()
 h = crew.fit(model, x[:4096], y[:4096], epochs=2, batch_size=128, devices="cpu:1",
              validation_data=(xt[:1000], yt[:1000]), run_dir={run!r}, verbose=0)
 rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
-if rank == 0:
-    crew.save_weights(model, {weights!r})
+crew.save_weights(model, {weights!r} + f".{{rank}}")
 print("HISTORY", rank, json.dumps(h.history), flush=True)
 """
 
@@ -54,7 +54,9 @@ def test_two_processes_train_as_two_replicas(tmp_path, fashion):
     threads = mlp()
     h = crew.fit(threads, x[:4096], y[:4096], epochs=2, batch_size=128, devices="cpu:2",
                  validation_data=(xt[:1000], yt[:1000]), run_dir=tmp_path / "threads", verbose=0)
-    from_mpi = mlp()
-    crew.load_weights(from_mpi, tmp_path / "mpi.safetensors")
+    from_mpi, rank1 = mlp(), mlp()
+    crew.load_weights(from_mpi, tmp_path / "mpi.safetensors.0")
+    crew.load_weights(rank1, tmp_path / "mpi.safetensors.1")
     assert same_bits(weights(threads), weights(from_mpi)), "2 processes and 2 threads ended with other weights"
+    assert same_bits(weights(from_mpi), weights(rank1)), "rank 1's Keras model did not get the trained weights"
     assert h.history == histories[0]

@@ -376,7 +376,8 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
         /* Global rank 0 alone has the sinks: on process 0 of a group. */
         r->ctx = (crew_rank_ctx){.rank = l->first + i, .size = l->size, .run = &l->run,
                                  .sinks = l->first + i == 0 ? sinks : NULL, .stage = (l->first + i) % stages,
-                                 .replica = (l->first + i) / stages};
+                                 .replica = (l->first + i) / stages,
+                                 .own_model = i == 0 && l->first != 0 && sinks ? sinks->model : NULL};
         s = open_rank(l, r, i);
     }
     if (!s && run->plan.nccl) s = open_nccl(l, &id);

@@ -262,6 +262,7 @@ crew_status crew_rank_main(const crew_rank_ctx *ctx)
     const int stages = p->stages > 1 ? p->stages : 1, processes = p->processes > 1 ? p->processes : 1;
     crew_rank r = {.rank = ctx->rank, .size = ctx->size, .stage = ctx->stage, .stages = stages,
                    .replica = ctx->replica, .replicas = p->devices, .run = ctx->run, .sinks = ctx->sinks,
+                   .own_model = ctx->own_model,
                    .be = &ctx->device, .world = ctx->comm, .group = stages > 1 ? ctx->stage_comm : ctx->comm,
                    .loader = ctx->loader, .gathered_step = -1};
     r.local_lead = ctx->rank % (ctx->size / processes) == 0;

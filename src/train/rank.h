@@ -44,6 +44,7 @@ typedef struct crew_rank {
     int local_lead;                 /* 1 on the first rank of its process: it reads the process's cancel flag */
     const crew_run *run;
     crew_run_sinks *sinks;          /* global rank 0 only */
+    crew_model *own_model;          /* crew_rank_ctx.own_model */
     const crew_backend *be;         /* the rank's device (the context's) */
     crew_comm world;                /* every rank of the run */
     crew_comm group;                /* this stage of every replica: the world when stages == 1 */

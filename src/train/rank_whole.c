@@ -187,7 +187,8 @@ crew_status crew_rank_finish(crew_rank *r, int64_t step)
     crew_model *m;
     const crew_optimizer *opt;
     CREW_TRY(crew_rank_whole(r, step, moments != NULL, &m, &opt));
-    if (!r->sinks) return CREW_OK;
+    if (!r->sinks) /* another process's caller gets them too, where its replica holds them all */
+        return r->own_model && r->stages == 1 ? crew_model_copy_values(r->own_model, r->m) : CREW_OK;
     crew_rank_sink_enter(r);
     crew_model *caller = r->sinks->model;
     r->sinks->result->steps = step;

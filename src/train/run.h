@@ -62,6 +62,10 @@ typedef struct crew_rank_ctx {
     struct crew_loader *loader;     /* this rank's micro-batches of every step (crew_run_open_loader) */
     const crew_run *run;
     crew_run_sinks *sinks;          /* rank 0: the run's outputs; NULL on every other rank */
+    /* The first rank of a process other than process 0: that process's caller's model, into which it
+     * copies the trained values at the end (without a pipeline every replica holds all of them), so
+     * that every process's caller ends with the weights; NULL on every other rank. */
+    crew_model *own_model;
     /* A pipeline (run->plan.stages > 1, pipeline.h): this rank is stage `stage` of replica
      * `replica`, and stage_comm joins it to the same stage of the other replicas (rank `replica`
      * of plan.devices). Without one: stage 0, replica = rank, stage_comm unused. */
