@@ -299,12 +299,6 @@ static crew_status plan_communicator(const crew_fit_options *o, crew_fit_plan *p
     return CREW_OK;
 }
 
-/* The gradient buckets. Asked for: as asked. Else, where every core of this process's machine runs
- * a replica's compute (the CPU kinds, in one process, replicas × BLAS threads ≥ cores), one bucket
- * reduced by the replicas themselves after backward: a communication thread there takes its time
- * from a core that computes, and the extra hand-offs of several buckets made both example models
- * slower on 2 cores at every bucket size tried (docs/PERFORMANCE.md, "Where the all-reduce runs").
- * Elsewhere (GPUs, spare cores, processes) PyTorch DDP's 25 MB, reduced while backward runs. */
 /* The trainable values of layers [first, last), each tied parameter counted once (by its owner). */
 static int64_t stage_values(const crew_model *m, int first, int last)
 {
@@ -317,10 +311,16 @@ static int64_t stage_values(const crew_model *m, int first, int last)
     return n;
 }
 
+/* The gradient buckets. Asked for: as asked. Else, where every core of this process's machine runs
+ * a replica's compute (the CPU kinds, in one process, ranks × BLAS threads ≥ cores), one bucket
+ * reduced by the replicas themselves after backward: a communication thread there takes its time
+ * from a core that computes, and the extra hand-offs of several buckets made both example models
+ * slower on 2 cores at every bucket size tried (docs/PERFORMANCE.md, "Where the all-reduce runs").
+ * Elsewhere (GPUs, spare cores, processes) PyTorch DDP's 25 MB, reduced while backward runs. */
 static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fit_plan *p)
 {
     const crew_device_kind *k = crew_device_kind_find(p->device_kind);
-    const int processes = crew_group_size(o->group);
+    const int processes = crew_group_size(o->group), ranks = p->devices * (p->stages > 1 ? p->stages : 1);
     int64_t n = m->n_params; /* with a pipeline: its largest stage's */
     if (p->stages > 1) {
         n = 0;
@@ -333,7 +333,7 @@ static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fi
     p->bucket_auto = o->bucket_mb <= 0;
     if (!p->bucket_auto)
         p->bucket_mb = o->bucket_mb;
-    else if (host_cores && processes == 1 && p->devices * p->threads_per_device >= crew_cpu_cores())
+    else if (host_cores && processes == 1 && ranks * p->threads_per_device >= crew_cpu_cores())
         p->bucket_mb = crew_one_bucket_mb(n);
     else
         p->bucket_mb = CREW_DEFAULT_BUCKET_MB;
