@@ -2168,11 +2168,14 @@ static void check_attention(const device *d, const attn_case *ac)
     char shape[96];
     snprintf(shape, sizeof shape, "batch %lld, T %lld, heads %lld, head_dim %lld, q in +-%g", (long long)ac->batch,
              (long long)ac->T, (long long)ac->heads, (long long)ac->d, (double)ac->q_scale);
-    float *qkv = fbuf(z.n_qkv), *dy = fbuf(z.n_y), *att_f = fbuf(z.n_att), *garbage = fbuf(z.n_qkv);
+    /* garbage prefills every output: as long as the longest of them (att's [T, T] blocks outgrow qkv's
+     * [T, 3C] once T > 3C / heads) */
+    const int64_t n_garbage = z.n_att > z.n_qkv ? z.n_att : z.n_qkv;
+    float *qkv = fbuf(z.n_qkv), *dy = fbuf(z.n_y), *att_f = fbuf(z.n_att), *garbage = fbuf(n_garbage);
     double *qkv_r = dbuf(z.n_qkv), *dy_r = dbuf(z.n_y), *want_att = dbuf(z.n_att), *mag_att = dbuf(z.n_att);
     double *want_y = dbuf(z.n_y), *mag_y = dbuf(z.n_y), *want_dqkv = dbuf(z.n_qkv), *mag_dqkv = dbuf(z.n_qkv);
     attention_inputs(ac, qkv, dy);
-    fill_uniform(garbage, z.n_qkv, 5.0f, 6.0f, 3001 + 16 * (uint64_t)(ac - attn_cases) + 2);
+    fill_uniform(garbage, n_garbage, 5.0f, 6.0f, 3001 + 16 * (uint64_t)(ac - attn_cases) + 2);
     for (int64_t j = 0; j < z.n_qkv; j++) qkv_r[j] = qkv[j];
     for (int64_t j = 0; j < z.n_y; j++) dy_r[j] = dy[j];
     double max_score = attention_ref_forward(ac, qkv_r, want_att, want_y, mag_att, mag_y);

@@ -8,11 +8,13 @@ For the MLP and the CNN of examples/ it runs (each a median of --repeats timed r
 same initial weights):
 
   crew  --devices 2                          2 replicas x 1 OpenBLAS thread, B/2 per replica
+  crew  --devices 2 --shard-optimizer        the same, the optimizer sharded (the same bits)
   crew  --devices 1 --threads-per-device 2   1 replica, 2 OpenBLAS threads
   crew  --devices 1                          1 replica, 1 thread
   torch 2 threads, torch 1 thread            tools/bench_torch.py, same weights, optimizer, data
   crew  --devices 2 at batch 2B              for the data-parallel scaling efficiency, in --rounds
-                                             rounds paired with crew --devices 1 on one core
+                                             rounds paired with crew --devices 1 on one core, in
+                                             the faster of the two 2-replica layouts above
   2 x crew --devices 1, one per core, at once   the ceiling: what 2 replicas that cost each other
                                              nothing would reach (in the same rounds)
 
@@ -56,7 +58,8 @@ MODELS = [
 # throughput against the ceiling of two independent one-replica processes, one per core.
 TARGETS = {"mlp_ratio": 1.5, "cnn_ratio": 1.0, "cnn_dp_efficiency": 0.90,
            "mlp_ratio_best": 3.0, "cnn_ratio_best": 2.0, "dp_vs_ceiling": 0.95}
-FIGURES = ["crew_1", "crew_dp2", "crew_blas2", "torch_2", "torch_1", "crew_dp2_fixed", "crew_1_one_core"]
+FIGURES = ["crew_1", "crew_dp2", "crew_dp2_shard", "crew_blas2", "torch_2", "torch_1", "crew_dp2_fixed",
+           "crew_1_one_core"]
 
 
 def parse_args():
@@ -256,6 +259,9 @@ def bench_model(a, bench, name, model, batch, steps, init):
     # The first run writes the initial weights every other run (and PyTorch) starts from.
     r["crew_1"] = crew("--batch", str(batch), "--devices", "1", "--save-init", init)
     r["crew_dp2"] = crew("--batch", str(batch), "--devices", "2", "--init-weights", init)
+    # The optimizer sharded across the 2 replicas (the same bits; crew train's measured layout picks it
+    # where it is faster): the replicas' layout of the paired rounds below is the faster of the two.
+    r["crew_dp2_shard"] = crew("--batch", str(batch), "--devices", "2", "--shard-optimizer", "--init-weights", init)
     r["crew_blas2"] = crew("--batch", str(batch), "--devices", "1", "--threads-per-device", "2",
                            "--init-weights", init)
     r["torch_2"] = torch(2)
@@ -263,9 +269,12 @@ def bench_model(a, bench, name, model, batch, steps, init):
     # Fixed per-device batch: N replicas x `batch` on N cores against 1 replica x `batch` on ONE core
     # (so the baseline's loader threads share its core instead of borrowing another).
     base_args = common_one + ["--batch", str(batch), "--devices", "1", "--init-weights", init]
+    sharded = r["crew_dp2_shard"]["samples_per_s"] > r["crew_dp2"]["samples_per_s"]
+    r["dp_layout"] = "optimizer sharded" if sharded else "replicas"
     dp2 = paired_efficiency(a, one + [bench] + base_args,
                             two + [bench] + common_one + ["--batch", str(2 * batch), "--devices", "2",
-                                                          "--init-weights", init], 2,
+                                                          "--init-weights", init]
+                            + (["--shard-optimizer"] if sharded else []), 2,
                             [pinned([c]) + [bench] + base_args for c in a.cores])
     r["crew_dp2_fixed"], r["crew_1_one_core"] = dp2["replicas_run"], dp2["baseline_run"]
     r["dp_efficiency"], r["dp_efficiency_rounds"] = dp2["efficiency"], dp2["rounds"]
@@ -284,7 +293,7 @@ def bench_model(a, bench, name, model, batch, steps, init):
                  efficiency_rounds=e["rounds"])
         r["scaling"].append(f)
     sps = lambda k: r[k]["samples_per_s"]  # noqa: E731
-    r["crew_best_2"] = "crew_dp2" if sps("crew_dp2") >= sps("crew_blas2") else "crew_blas2"
+    r["crew_best_2"] = max(("crew_dp2", "crew_dp2_shard", "crew_blas2"), key=sps)
     r["ratio_2_threads"] = sps(r["crew_best_2"]) / sps("torch_2")
     r["ratio_1_thread"] = sps("crew_1") / sps("torch_1")
     r["torch_best"] = "torch_2" if sps("torch_2") >= sps("torch_1") else "torch_1"
@@ -354,14 +363,14 @@ def judge(results):
 
 
 def figure_rows(results):
-    head = ["model", "batch", "crew 2 dev x 1 thr", "crew 1 dev x 2 thr", "torch 2 thr",
+    head = ["model", "batch", "crew 2 dev x 1 thr", "crew 2 dev, sharded", "crew 1 dev x 2 thr", "torch 2 thr",
             "crew/torch 2 thr", "crew 1 thr", "torch 1 thr", "crew/torch 1 thr", "DP eff.", "ceiling",
             "DP/ceiling", "other procs"]
     rows = []
     for r in results.values():
         s = lambda k: f"{r[k]['samples_per_s']:.0f}"  # noqa: E731
         best = lambda k: ("**" + s(k) + "**") if r["crew_best_2"] == k else s(k)  # noqa: E731
-        rows.append([f"{r['model']} ({r['steps']} steps)", str(r["batch"]), best("crew_dp2"), best("crew_blas2"),
+        rows.append([f"{r['model']} ({r['steps']} steps)", str(r["batch"]), best("crew_dp2"), best("crew_dp2_shard"), best("crew_blas2"),
                      s("torch_2"), f"{r['ratio_2_threads']:.2f}x", s("crew_1"), s("torch_1"),
                      f"{r['ratio_1_thread']:.2f}x", f"{r['dp_efficiency']:.2f}", f"{r['ceiling']:.2f}",
                      f"{r['dp_vs_ceiling']:.2f}",
@@ -375,8 +384,10 @@ def print_markdown(info, results, targets, command):
           f"{info['load_before']} / {info['load_after']}.  ")
     print(f"Command: `{command}`. Figures are samples/s, median of {info['repeats']} timed runs "
           f"(bold: crew's better 2-thread layout), every run on {info['cores_used']}, the one-core "
-          f"baseline on the first; DP eff. at a fixed per-device batch, the median of {info['rounds']} paired "
-          f"rounds (one replica on one core, then two on two); ceiling: two independent one-replica "
+          f"baseline on the first; sharded: the optimizer sharded across the 2 replicas (--shard-optimizer); "
+          f"DP eff. at a fixed per-device batch, the median of {info['rounds']} paired "
+          f"rounds (one replica on one core, then two on two, in the faster of the two 2-replica layouts: "
+          + ", ".join(f"{r['model']} {r['dp_layout']}" for r in results.values()) + "); ceiling: two independent one-replica "
           f"processes side by side, one per core, against one alone, and DP/ceiling the 2 replicas "
           f"against those two (medians of the same rounds); other procs: the "
           f"most CPU other processes used during any of the row's figures.\n")
