@@ -2240,10 +2240,11 @@ static void check_attention_bf16(const device *fp32, const attn_case *ac)
     char shape[96];
     snprintf(shape, sizeof shape, "bf16 att, batch %lld, T %lld, heads %lld, head_dim %lld, q in +-%g", (long long)B,
              (long long)T, (long long)H, (long long)hd, (double)ac->q_scale);
-    float *qkv = fbuf(z.n_qkv), *dy = fbuf(z.n_y), *garbage = fbuf(z.n_qkv), *widened = fbuf(z.n_att);
+    const int64_t n_garbage = z.n_att > z.n_qkv ? z.n_att : z.n_qkv; /* as long as the longest output */
+    float *qkv = fbuf(z.n_qkv), *dy = fbuf(z.n_y), *garbage = fbuf(n_garbage), *widened = fbuf(z.n_att);
     uint16_t *garbage16 = hbuf(CREW_DT_BF16, z.n_att);
     attention_inputs(ac, qkv, dy);
-    fill_uniform(garbage, z.n_qkv, 5.0f, 6.0f, 3999);
+    fill_uniform(garbage, n_garbage, 5.0f, 6.0f, 3999);
     for (int64_t j = 0; j < z.n_att; j++) garbage16[j] = crew_bf16_bits(garbage[j]);
 
     float *qkv_d = dev_f32(d, qkv, z.n_qkv), *dy_d = dev_f32(d, dy, z.n_y);
