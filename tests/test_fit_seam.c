@@ -153,25 +153,36 @@ static void test_kinds_agree(const crew_dataset *d)
     check_same(d, &plain2, &guard2, "2 ranks x 2 micro-batches, cpu vs cpu-guarded");
 }
 
-/* Cancelled at step 3 on 2 guarded ranks, resumed on 2 plain ranks: the uninterrupted run's bits. */
-static void test_resume_across_kinds(const crew_dataset *d)
+/* A checkpoint directory of a test's own (dir: a mkdtemp template); 0 when none could be made. */
+static int temp_dir(char *dir)
 {
-    char dir[] = "/tmp/crew-test-seam-XXXXXX";
-    if (!mkdtemp(dir)) {
-        CHECK_MSG(0, "mkdtemp failed");
-        return;
-    }
-    run_spec whole = {.kind = "cpu", .devices = 2, .global = 32};
-    run_spec first = {.kind = "cpu-guarded", .devices = 2, .global = 32, .checkpoints = dir, .stop_after = 3};
-    run_spec rest = {.kind = "cpu", .devices = 2, .global = 32, .checkpoints = dir, .resume = 1};
-    crew_model *ref = train_ok(d, &whole), *stopped = train_ok(d, &first), *resumed = train_ok(d, &rest);
-    if (ref && resumed) CHECK_MSG(mv_equal(ref, resumed), "cancelled on cpu-guarded:2, resumed on cpu:2: weights differ");
-    crew_model_free(ref);
+    if (mkdtemp(dir)) return 1;
+    CHECK_MSG(0, "mkdtemp failed");
+    return 0;
+}
+
+/* The end of a stop-and-resume test: its three runs' models freed, its directory removed. */
+static void done_with(const char *dir, crew_model *whole, crew_model *stopped, crew_model *resumed)
+{
+    crew_model_free(whole);
     crew_model_free(stopped);
     crew_model_free(resumed);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     CHECK(system(cmd) == 0);
+}
+
+/* Cancelled at step 3 on 2 guarded ranks, resumed on 2 plain ranks: the uninterrupted run's bits. */
+static void test_resume_across_kinds(const crew_dataset *d)
+{
+    char dir[] = "/tmp/crew-test-seam-XXXXXX";
+    if (!temp_dir(dir)) return;
+    run_spec whole = {.kind = "cpu", .devices = 2, .global = 32};
+    run_spec first = {.kind = "cpu-guarded", .devices = 2, .global = 32, .checkpoints = dir, .stop_after = 3};
+    run_spec rest = {.kind = "cpu", .devices = 2, .global = 32, .checkpoints = dir, .resume = 1};
+    crew_model *ref = train_ok(d, &whole), *stopped = train_ok(d, &first), *resumed = train_ok(d, &rest);
+    if (ref && resumed) CHECK_MSG(mv_equal(ref, resumed), "cancelled on cpu-guarded:2, resumed on cpu:2: weights differ");
+    done_with(dir, ref, stopped, resumed);
 }
 
 /* A stop asked for by the epoch's callback ends the run at that epoch's end, before the next
@@ -180,10 +191,7 @@ static void test_resume_across_kinds(const crew_dataset *d)
 static void test_stop_at_epoch_end(const crew_dataset *d)
 {
     char dir[] = "/tmp/crew-test-seam-XXXXXX";
-    if (!mkdtemp(dir)) {
-        CHECK_MSG(0, "mkdtemp failed");
-        return;
-    }
+    if (!temp_dir(dir)) return;
     const int64_t per_epoch = SAMPLES / 32;
     run_spec whole = {.kind = "cpu", .devices = 2, .global = 32, .epochs = 3};
     run_spec first = {.kind = "cpu", .devices = 2, .global = 32, .checkpoints = dir, .epochs = 3, .stop_epoch = 1};
@@ -198,12 +206,7 @@ static void test_stop_at_epoch_end(const crew_dataset *d)
     CHECK_MSG(whole.steps_done == rest.steps_done, "the uninterrupted run ended at step %lld, the resumed one at %lld",
               (long long)whole.steps_done, (long long)rest.steps_done);
     if (ref && resumed) CHECK_MSG(mv_equal(ref, resumed), "stopped at an epoch's end and resumed: weights differ");
-    crew_model_free(ref);
-    crew_model_free(stopped);
-    crew_model_free(resumed);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    CHECK(system(cmd) == 0);
+    done_with(dir, ref, stopped, resumed);
 }
 
 /* The signal that ended a child training with the given faults, or 0 when it exited. */
