@@ -249,27 +249,27 @@ static void advise_goodput(const crew_scale_model *cm, const crew_link *link, co
 {
     out->goodput_s = NAN;
     if (!(cm->noise_scale > 0 && cm->noise_batch > 0) || n_counts < 1) return;
-    crew_scale_point best = {0}, p, prev = {0};
-    int have = 0, pays = 0, stopped = 0;
+    crew_scale_point best = {0}, at = {0}, p, prev = {0}; /* at: the last count that pays */
+    int have = 0, stopped = 0;
     for (int i = 0; i < n_counts; i++) {
         crew_scale_predict(cm, link, counts[i], train_samples, epochs, &p);
         if (!isfinite(p.to_target_s)) continue;
         if (!have || p.to_target_s < best.to_target_s) best = p;
-        if (!have) pays = p.devices;
-        else if (!stopped && p.to_target_s <= (1.0 - GOODPUT_GAIN) * prev.to_target_s) pays = p.devices;
-        else stopped = 1;
+        if (!have || (!stopped && p.to_target_s <= (1.0 - GOODPUT_GAIN) * prev.to_target_s))
+            at = p;
+        else
+            stopped = 1;
         prev = p;
         have = 1;
     }
     if (!have) return;
+    const int pays = at.devices;
     out->goodput_devices = best.devices;
     out->goodput_s = best.to_target_s;
     out->pays_until_devices = pays;
     char t[32], b[32];
     crew_format_duration(best.to_target_s, t, sizeof t);
     snprintf(b, sizeof b, "%.3g", cm->noise_scale);
-    crew_scale_point at;
-    crew_scale_predict(cm, link, pays, train_samples, epochs, &at);
     say(out->goodput_reason, sizeof out->goodput_reason,
         "counting the gradient noise scale (B_noise = %s samples, measured at a global batch of %lld): %d device%s "
         "reach the progress of %d epoch%s at that batch soonest, in about %s (a sample at their global batch of %lld "
