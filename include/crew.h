@@ -500,7 +500,32 @@ typedef struct crew_fit_options {
      * CREW_NOISE_SCALE_EVERY steps, which keeps its cost under 1% of a step for the examples
      * (docs/PERFORMANCE.md). It needs at least 2 micro-batches a step (replicas or accumulation). */
     int64_t noise_scale_every;
+    /* What the data-parallel replicas shard among themselves (a crew_shard_level; docs/
+     * ARCHITECTURE.md "Sharding"): the optimizer state (ZeRO-1, as shard_optimizer = 1, which
+     * still works), the gradients too (ZeRO-2: each replica keeps the summed gradient of its shard
+     * only) or the parameters too (ZeRO-3: each keeps its shard's parameters and gathers a unit of
+     * layers just before the unit runs, forward and backward). The same bits as without, on any
+     * replica count; checkpoints are the ordinary ones. Data parallelism only (no pipeline); no
+     * effect with one replica [CREW_SHARD_NONE]. */
+    int shard;
+    /* ZeRO-2/3: the layers are gathered and their gradients reduce-scattered in units of about
+     * this many MiB of parameters (a layer is never split; a tied parameter's unit stays gathered
+     * through the step); 0: CREW_SHARD_UNIT_MB. */
+    double shard_unit_mb;
 } crew_fit_options;
+
+/* What data-parallel replicas shard (crew_fit_options.shard). */
+typedef enum crew_shard_level {
+    CREW_SHARD_NONE = 0,
+    CREW_SHARD_OPTIMIZER,       /* ZeRO-1: optimizer state */
+    CREW_SHARD_GRADIENTS,       /* ZeRO-2: optimizer state and gradients */
+    CREW_SHARD_PARAMETERS,      /* ZeRO-3: optimizer state, gradients and parameters */
+} crew_shard_level;
+#define CREW_SHARD_UNIT_MB 0.25
+/* "none", "optimizer", "gradients", "parameters"; NULL for another value. */
+const char *crew_shard_level_name(int level);
+/* The level of a name above; -1 for another. */
+int crew_shard_level_parse(const char *name);
 #define CREW_NOISE_SCALE_EVERY 4
 
 /* How convolution layers compute (docs/GPU.md, "Convolutions"). Each way has its own order of
@@ -644,6 +669,14 @@ typedef struct crew_fit_plan {
     double bucket_mb;
     int buckets;
     int bucket_auto;
+    /* What the replicas shard (crew_fit_options.shard and shard_optimizer, as resolved: NONE with
+     * one replica; shard_optimizer above is 1 from OPTIMIZER on), and with GRADIENTS or PARAMETERS
+     * the units of layers they gather and reduce-scatter: their size and count, and the unit a tied
+     * parameter keeps gathered through each step (-1: none). */
+    int shard;
+    double shard_unit_mb;
+    int shard_units;
+    int shard_pinned_unit;
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With
@@ -961,6 +994,10 @@ typedef struct crew_memory_options {
      * attention probabilities in bfloat16, half their bytes */
     int precision;
     int attention_recompute;     /* the run's (crew_fit_options.attention_recompute) [0] */
+    /* What the replicas shard (a crew_shard_level; optimizer_sharding = 1 is CREW_SHARD_OPTIMIZER)
+     * and ZeRO-2/3's unit size (crew_fit_options.shard_unit_mb) [none, 0: the default] */
+    int shard;
+    double shard_unit_mb;
 } crew_memory_options;
 
 typedef struct crew_memory_layer {
@@ -977,7 +1014,7 @@ typedef struct crew_memory_layer {
 typedef enum crew_memory_verdict {
     CREW_MEMORY_FITS = 0,         /* data parallelism as asked */
     CREW_MEMORY_SMALLER_BATCH,    /* a smaller per-device batch plus accumulation, same global batch */
-    CREW_MEMORY_SHARD_OPTIMIZER,  /* optimizer state sharded across advised_devices replicas */
+    CREW_MEMORY_SHARD_OPTIMIZER,  /* sharding across advised_devices replicas: what advised_shard says */
     CREW_MEMORY_MODEL_PARALLEL,   /* the layers split into advised_devices pipeline stages */
     CREW_MEMORY_TOO_LARGE,        /* one layer alone exceeds a device */
 } crew_memory_verdict;
@@ -1015,6 +1052,9 @@ typedef struct crew_memory_plan {
      * attention probabilities (which changes no bit) fits better: then every figure above is the
      * recomputing run's, and verdict_text says so. */
     int attention_recompute;
+    /* With CREW_MEMORY_SHARD_OPTIMIZER: what the replicas shard (a crew_shard_level, from
+     * CREW_SHARD_OPTIMIZER on), the lightest that fits */
+    int advised_shard;
 } crew_memory_plan;
 
 void crew_memory_options_init(crew_memory_options *o); /* every field at its default */

@@ -318,7 +318,7 @@ static void check_reserve_matches_plan(crew_model *m, const char *what)
 {
     crew_backend be = counting_backend();
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m, storage_of(m));
+    crew_mem_model_init(&mm, m, storage_of(m), 0.0);
     const int64_t rows[] = {1, 3, 37, 128, 5}; /* up and down: each reserve replaces the last */
     for (int i = 0; i < m->n_layers; i++) {
         crew_layer *l = m->layers[i];
@@ -356,13 +356,13 @@ static void check_model_reserve_matches_plan(crew_model *m, const char *what)
     crew_status s = crew_model_layout(m);
     CHECK_OK(s);
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m, storage_of(m));
+    crew_mem_model_init(&mm, m, storage_of(m), 0.0);
     int64_t base = counter.live;
     const int64_t rows[] = {1, 3, 37, 128}; /* reserve only grows; each replaces the last */
     for (size_t r = 0; !s && r < sizeof rows / sizeof *rows; r++) {
         CHECK_OK(crew_model_reserve(m, rows[r]));
         crew_mem_costs c;
-        crew_mem_replica(&mm, rows[r], 1, 1, 1, &c);
+        crew_mem_replica(&mm, rows[r], 1, 1, CREW_SHARD_NONE, &c);
         int64_t scratch = crew_mem_alloc_bytes(crew_rank_scratch_size(1, crew_model_named_params(m, NULL, 0)),
                                                (int64_t)sizeof(double));
         int64_t planned = c.gradient + c.activation + c.workspace - scratch;

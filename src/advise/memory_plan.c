@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "nn/layer.h"
 #include "train/rank.h"
+#include "train/step.h"
 
 #define F32 ((int64_t)sizeof(float))
 
@@ -21,11 +22,28 @@ int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem)
     return (n * elem + 63) / 64 * 64;
 }
 
-void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, crew_act_storage store)
+/* The widest unit but the pinned one, and the pinned one (crew_model_units). */
+static void unit_sizes(crew_mem_model *mm, double unit_mb)
+{
+    const int64_t target = crew_bucket_values(unit_mb > 0.0 ? unit_mb : CREW_SHARD_UNIT_MB);
+    const int n = crew_model_units(mm->m, target, NULL, 0);
+    crew_unit *u = malloc((size_t)n * sizeof *u + 1);
+    if (!u) return; /* counted as none: a plan off by the units, not a failure */
+    crew_model_units(mm->m, target, u, n);
+    for (int i = 0; i < n; i++) {
+        int64_t len = u[i].hi - u[i].lo;
+        if (u[i].pinned) mm->unit_pinned = len;
+        else if (len > mm->unit_widest) mm->unit_widest = len;
+    }
+    free(u);
+}
+
+void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, crew_act_storage store, double unit_mb)
 {
     memset(mm, 0, sizeof *mm);
     mm->m = m;
     mm->store = store;
+    unit_sizes(mm, unit_mb);
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             const crew_param *p = &m->layers[i]->params[j];
@@ -95,14 +113,38 @@ int64_t crew_mem_scratch_bytes(const int64_t n[CREW_LAYER_MAX_WORK])
     return bytes;
 }
 
-void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int accumulation, int shards,
+/* ZeRO-2/3 (rank_units.c on replica 0): its shard of the summed gradient (a buffer of the widest
+ * shard), the running unit's gradient and the pinned unit's; under ZeRO-3 its shard of the
+ * parameters and the gathered units; the optimizer state of its shard. */
+static void sharded_weights(const crew_mem_model *mm, int devices, int shard, crew_mem_costs *out)
+{
+    int64_t own = 0, widest = 0, prev = 0; /* replica 0's shard, and the widest (crew_shard_bounds) */
+    for (int q = 1; q <= devices; q++) {
+        int64_t at = mm->n_params * q / devices;
+        at = q == devices ? mm->n_params : at - at % CREW_SHARD_ALIGN;
+        if (q == 1) own = at;
+        if (at - prev > widest) widest = at - prev;
+        prev = at;
+    }
+    const int64_t units = crew_mem_alloc_bytes(mm->unit_widest, F32) +
+                          (mm->unit_pinned ? crew_mem_alloc_bytes(mm->unit_pinned, F32) : 0);
+    out->gradient = crew_mem_alloc_bytes(widest, F32) + units;
+    out->param = crew_mem_alloc_bytes(mm->n_state, F32) +
+                 (shard >= CREW_SHARD_PARAMETERS ? crew_mem_alloc_bytes(own, F32) + units
+                                                 : crew_mem_alloc_bytes(mm->n_params, F32));
+    if (mm->slots) out->optimizer = mm->slots * crew_mem_alloc_bytes(own, F32);
+}
+
+void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int accumulation, int shard,
                       crew_mem_costs *out)
 {
     const crew_model *m = mm->m;
     memset(out, 0, sizeof *out);
+    const int shards = shard >= CREW_SHARD_OPTIMIZER && devices > 1 ? devices : 1;
     out->param = crew_mem_alloc_bytes(mm->n_params, F32) + crew_mem_alloc_bytes(mm->n_state, F32);
     out->gradient = crew_mem_alloc_bytes(mm->n_params, F32);
     if (mm->slots) out->optimizer = mm->slots * crew_mem_alloc_bytes((mm->n_params + shards - 1) / shards, F32);
+    if (shard >= CREW_SHARD_GRADIENTS && devices > 1) sharded_weights(mm, devices, shard, out);
     /* crew_model_reserve's buffers, each its own allocation: the input's activation here, the
      * layers' outputs with the layers; the ping-pong buffers, labels, sample ids and row losses
      * count as workspace, with the rank's scratch for the small all-reduces. */
@@ -208,16 +250,22 @@ void crew_memory_options_init(crew_memory_options *o)
     o->struct_size = sizeof *o;
 }
 
+int crew_memory_shard_level(const crew_memory_options *o)
+{
+    if (o->shard > CREW_SHARD_NONE && o->shard <= CREW_SHARD_PARAMETERS) return o->shard;
+    return o->optimizer_sharding ? CREW_SHARD_OPTIMIZER : CREW_SHARD_NONE;
+}
+
 /* The plan for options o as they are. */
 static crew_status plan_as_asked(const crew_model *m, const crew_memory_options *o, crew_memory_plan *p)
 {
     memset(p, 0, sizeof *p);
     CREW_TRY(resolve(m, o, p));
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m, crew_act_storage_for(o->precision, o->attention_recompute));
-    int shards = o->optimizer_sharding ? p->devices : 1;
+    crew_mem_model_init(&mm, m, crew_act_storage_for(o->precision, o->attention_recompute), o->shard_unit_mb);
+    const int shard = crew_memory_shard_level(o), shards = shard && p->devices > 1 ? p->devices : 1;
     crew_mem_costs c;
-    crew_mem_replica(&mm, p->batch_per_device, p->devices, p->accumulation, shards, &c);
+    crew_mem_replica(&mm, p->batch_per_device, p->devices, p->accumulation, shard, &c);
     p->param_bytes = c.param;
     p->gradient_bytes = c.gradient;
     p->optimizer_bytes = c.optimizer;

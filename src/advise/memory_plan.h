@@ -32,10 +32,14 @@ typedef struct crew_mem_model {
     const char *optimizer;       /* "AdamW", "SGD with momentum", "SGD" */
     int64_t in_size;             /* values per input sample */
     crew_act_storage store;      /* how the run's layers keep their activations (crew_layer.store) */
+    /* ZeRO-2/3's units (crew_model_units at the run's unit size): the widest but the pinned one,
+     * and the pinned one's values (0: none) */
+    int64_t unit_widest, unit_pinned;
 } crew_mem_model;
 
-/* store: the run's activation storage (crew_act_storage_for) */
-void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, crew_act_storage store);
+/* store: the run's activation storage (crew_act_storage_for); unit_mb: ZeRO-2/3's unit size
+ * (crew_fit_options.shard_unit_mb; 0: the default) */
+void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, crew_act_storage store, double unit_mb);
 
 /* Bytes of a backend buffer of n elements of `elem` bytes: the CPU backend rounds to 64. */
 int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem);
@@ -53,9 +57,14 @@ void crew_mem_layer_scratch(const crew_mem_model *mm, int i, int64_t rows, int64
 int64_t crew_mem_scratch_bytes(const int64_t n[CREW_LAYER_MAX_WORK]);
 
 /* One replica with micro-batches of `batch`, accumulating `accumulation` of them per step, one of
- * `devices` replicas; its optimizer state split `shards` ways. */
-void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int accumulation, int shards,
+ * `devices` replicas, sharding what `shard` says (a crew_shard_level: from OPTIMIZER on, the
+ * optimizer state is split `devices` ways; GRADIENTS and PARAMETERS count the units' buffers, as
+ * train/rank_units.c allocates them on replica 0). */
+void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int accumulation, int shard,
                       crew_mem_costs *out);
+/* What the options shard: crew_memory_options.shard, else OPTIMIZER with optimizer_sharding. */
+int crew_memory_shard_level(const crew_memory_options *o);
+
 /* The host memory of the `devices` ranks' loaders: `prefetch` global batches of samples in all,
  * and each loader's two epochs' sample orders of train_samples (0: unknown, not counted); and the
  * caller's copy of the weights. */

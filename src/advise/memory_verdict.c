@@ -4,7 +4,8 @@
  *   1. the asked per-device batch fits;
  *   2. a smaller per-device batch that divides it, with gradient accumulation keeping the global
  *      batch (accumulation has its own cost: several replicas keep k − 1 micro-batch gradients);
- *   3. optimizer-state sharding (ZeRO stage 1): each of N replicas keeps 1/N of the optimizer state;
+ *   3. sharding: each of N replicas keeps 1/N of the optimizer state (ZeRO-1), of the gradients too
+ *      (ZeRO-2), of the parameters too (ZeRO-3), the fewest replicas and then the lightest level;
  *   4. model parallelism: the layer list cut into k contiguous stages, one per device, the
  *      largest stage as small as it can be;
  * rungs 3 and 4 both keep the asked global batch; sharding (data parallelism) is the verdict when
@@ -20,6 +21,7 @@
 
 #include "advise/memory_plan.h"
 #include "core/status.h"
+#include "optim/optimizer.h"
 
 #define MAX_SHARDS 1024
 #define CREW_MAX_STAGES 1024
@@ -29,22 +31,25 @@ typedef struct ladder {
     crew_memory_plan *p;
     int64_t mem;         /* one device's memory */
     int64_t host;        /* host memory: the loaders' buffers, the caller's weights */
-    int shards;          /* as asked: 1, or the replicas with --shard-optimizer */
+    int shard;           /* as asked: a crew_shard_level */
     int64_t rows;        /* model parallelism: the micro-batch being tried */
     int64_t *weights;    /* [layers] a layer's parameters, gradients and optimizer state */
     int64_t *width;      /* [layers + 1] per-sample values: width[i] into layer i, width[n] out of the last */
 } ladder;
 
 /* A replica on this machine (shared: every replica and the loader count) or on a device of its own. */
-static int replica_fits(const ladder *l, int64_t batch, int devices, int accumulation, int shards, int own_device,
+static int replica_fits(const ladder *l, int64_t batch, int devices, int accumulation, int shard, int own_device,
                         int64_t *bytes)
 {
     crew_mem_costs c;
-    crew_mem_replica(l->mm, batch, devices, accumulation, shards, &c);
+    crew_mem_replica(l->mm, batch, devices, accumulation, shard, &c);
     *bytes = c.total;
     if (l->p->shared_memory && !own_device) return (int64_t)devices * c.total + l->host <= l->mem;
     return c.total <= l->mem;
 }
+
+/* Whether the plan as asked shards anything (one replica shards nothing). */
+static int p_sharded(const ladder *l) { return l->shard > CREW_SHARD_NONE && l->p->devices > 1; }
 
 static void say(crew_memory_plan *p, const char *fmt, ...) CREW_PRINTF(2, 3);
 static void say(crew_memory_plan *p, const char *fmt, ...)
@@ -55,8 +60,11 @@ static void say(crew_memory_plan *p, const char *fmt, ...)
     va_end(ap);
 }
 
-static void fits_as_asked(const ladder *l, int sharded)
+static void fits_as_asked(const ladder *l)
 {
+    static const char *const with[] = {"", " and sharded optimizer state", " and sharded gradients (ZeRO-2)",
+                                       " and sharded parameters (ZeRO-3)"};
+    const char *sharded = p_sharded(l) ? with[l->shard] : "";
     crew_memory_plan *p = l->p;
     char per[32], mem[32], total[32], share[32];
     crew_format_bytes(p->bytes_per_device, per, sizeof per);
@@ -69,12 +77,12 @@ static void fits_as_asked(const ladder *l, int sharded)
     p->advised_bytes_per_device = p->bytes_per_device;
     if (p->shared_memory)
         say(p, "fits with data parallelism%s: each replica needs %s at a per-device batch of %lld; %d replica%s and "
-            "%s host memory need %s of this machine's %s (%s)", sharded ? " and sharded optimizer state" : "", per,
+            "%s host memory need %s of this machine's %s (%s)", sharded, per,
             (long long)p->batch_per_device, p->devices, p->devices > 1 ? "s" : "", p->devices > 1 ? "their" : "its", total,
             mem, crew_format_percent(100.0 * (double)p->total_bytes / (double)p->device_memory_bytes, share, sizeof share));
     else
         say(p, "fits with data parallelism%s: each replica needs %s of the device's %s (%s) at a per-device "
-            "batch of %lld", sharded ? " and sharded optimizer state" : "", per, mem,
+            "batch of %lld", sharded, per, mem,
             crew_format_percent(100.0 * (double)p->bytes_per_device / (double)p->device_memory_bytes, share, sizeof share),
             (long long)p->batch_per_device);
 }
@@ -105,7 +113,7 @@ static int smaller_batch(const ladder *l)
         int64_t b = d[i];
         if (b >= p->batch_per_device) continue;
         int k = (int)(per_replica / b);
-        if (!replica_fits(l, b, p->devices, k, l->shards, 0, &bytes)) continue;
+        if (!replica_fits(l, b, p->devices, k, l->shard, 0, &bytes)) continue;
         char need[32], mem[32];
         crew_format_bytes(bytes, need, sizeof need);
         crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
@@ -122,48 +130,63 @@ static int smaller_batch(const ladder *l)
     return 0;
 }
 
-/* Rung 3: the fewest replicas whose shares of the optimizer state make one fit, each on a device of
- * its own, keeping the asked global batch: n replicas of micro-batches of b (a divisor of the
- * asked per-device batch), accumulating k, with n · b · k the global batch. */
+/* Rung 3: sharding. The fewest replicas, and at that count the least sharding (the optimizer
+ * state; the gradients too; the parameters too), that make one fit, each on a device of its own,
+ * keeping the asked global batch: n replicas of micro-batches of b (a divisor of the asked
+ * per-device batch), accumulating k, with n · b · k the global batch. Fewer replicas come first
+ * (the asked count is the user's), then the lighter level: ZeRO-1 and ZeRO-2 move what data
+ * parallelism moves, ZeRO-3 about 1.5 times it (each unit's parameters gathered twice a step). */
 typedef struct shard_choice {
-    int n, k;
+    int n, k, level;
     int64_t b, bytes;
 } shard_choice;
 
 static int find_sharding(const ladder *l, shard_choice *out)
 {
     crew_memory_plan *p = l->p;
-    if (!l->mm->slots) return 0; /* plain SGD keeps no optimizer state */
     int64_t bytes = 0, d[4096];
     int nd = divisors(p->batch_per_device, d, 4096);
+    /* LAMB and LARS shard their optimizer state only (rank_units.c needs whole tensors for them) */
+    const int top = crew_optimizer_layerwise(&l->mm->m->compile.optimizer) ? CREW_SHARD_OPTIMIZER : CREW_SHARD_PARAMETERS;
     for (int n = p->devices > 1 ? p->devices : 2; n <= MAX_SHARDS && n <= p->global_batch; n++)
-        for (int i = 0; i < nd; i++) {
-            int64_t b = d[i];
-            if (p->global_batch % ((int64_t)n * b) != 0) continue;
-            int k = (int)(p->global_batch / ((int64_t)n * b));
-            if (!replica_fits(l, b, n, k, n, 1, &bytes)) continue;
-            *out = (shard_choice){n, k, b, bytes};
-            return 1;
-        }
+        for (int level = l->mm->slots ? CREW_SHARD_OPTIMIZER : CREW_SHARD_GRADIENTS; level <= top; level++)
+            for (int i = 0; i < nd; i++) {
+                int64_t b = d[i];
+                if (p->global_batch % ((int64_t)n * b) != 0) continue;
+                int k = (int)(p->global_batch / ((int64_t)n * b));
+                if (!replica_fits(l, b, n, k, level, 1, &bytes)) continue;
+                *out = (shard_choice){n, k, level, b, bytes};
+                return 1;
+            }
     return 0;
 }
 
 static void sharding(const ladder *l, const shard_choice *c)
 {
+    static const char *const what[] = {"", "optimizer-state sharding (ZeRO-1)", "gradient sharding (ZeRO-2)",
+                                       "parameter sharding (ZeRO-3)"};
+    static const char *const keeps[] = {"", "the %s state", "the gradients and %s state",
+                                        "the parameters, gradients and %s state"};
+    static const char *const traffic[] = {"", "the same traffic as data parallelism", "the same traffic as data "
+                                          "parallelism", "about 1.5x the traffic of data parallelism (each unit's "
+                                          "parameters gathered before forward and backward)"};
     crew_memory_plan *p = l->p;
-    char need[32], mem[32];
+    char need[32], mem[32], kept[64];
     crew_format_bytes(c->bytes, need, sizeof need);
     crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
+    snprintf(kept, sizeof kept, keeps[c->level], l->mm->optimizer);
     p->verdict = CREW_MEMORY_SHARD_OPTIMIZER;
+    p->advised_shard = c->level;
     p->advised_batch = c->b;
     p->advised_accumulation = c->k;
     p->advised_devices = c->n;
     p->advised_bytes_per_device = c->bytes;
     for (int i = 0; i < p->n_layers; i++) p->layers[i].stage = 0;
-    say(p, "fits with optimizer-state sharding across %d replicas: each keeps 1/%d of the %s state and needs %s of "
-        "%s%s, at a per-device batch of %lld%s, which keeps the global batch of %lld (crew train --shard-optimizer "
-        "on %d replicas)", c->n, c->n, l->mm->optimizer, need, mem, p->shared_memory ? " (each on a machine like this one)" : "",
-        (long long)c->b, c->k > 1 ? " with accumulation" : "", (long long)p->global_batch, c->n);
+    say(p, "fits with %s across %d replicas: each keeps 1/%d of %s and needs %s of %s%s, at a per-device batch of "
+        "%lld%s, which keeps the global batch of %lld; %s%s (crew train --shard %s on %d replicas)", what[c->level],
+        c->n, c->n, kept, need, mem, p->shared_memory ? " (each on a machine like this one)" : "", (long long)c->b,
+        c->k > 1 ? " with accumulation" : "", (long long)p->global_batch, traffic[c->level],
+        c->level > CREW_SHARD_OPTIMIZER ? ", no lighter sharding fits" : "", crew_shard_level_name(c->level), c->n);
 }
 
 /* A layer's bytes in a stage; with several micro-batches per step its gradients are summed in a
@@ -314,8 +337,8 @@ static void too_large(ladder *l)
 crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options *o, crew_memory_plan *p)
 {
     const crew_model *m = mm->m;
-    ladder l = {mm, p, p->device_memory_bytes, p->host_bytes, o->optimizer_sharding ? p->devices : 1,
-                p->batch_per_device, NULL, NULL};
+    ladder l = {mm, p, p->device_memory_bytes, p->host_bytes, crew_memory_shard_level(o), p->batch_per_device, NULL,
+                NULL};
     l.weights = malloc((size_t)m->n_layers * sizeof *l.weights);
     l.width = malloc(((size_t)m->n_layers + 1) * sizeof *l.width);
     if (!l.weights || !l.width) {
@@ -329,7 +352,7 @@ crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options
     }
     l.width[m->n_layers] = crew_shape_size(&m->layers[m->n_layers - 1]->out);
     if (p->fits)
-        fits_as_asked(&l, o->optimizer_sharding);
+        fits_as_asked(&l);
     else if (!smaller_batch(&l)) {
         /* Sharding and a pipeline both keep the global batch. Sharding, which is data
          * parallelism, wins when it needs no more devices than were asked for or than the

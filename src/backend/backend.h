@@ -71,6 +71,17 @@ typedef struct crew_adamw_consts {
 
 struct crew_device_options; /* below: what a device is opened with */
 
+/* sum_squares's running sums (backend.h's sum_squares_lanes) and their fixed pairwise tree. */
+#define CREW_SQ_LANES 16
+static inline double crew_sq_lanes_fold(const double *lanes)
+{
+    double l[CREW_SQ_LANES];
+    for (int k = 0; k < CREW_SQ_LANES; k++) l[k] = lanes[k];
+    for (int width = CREW_SQ_LANES / 2; width >= 1; width /= 2)
+        for (int k = 0; k < width; k++) l[k] += l[k + width];
+    return l[0];
+}
+
 typedef struct crew_backend_ops {
     const char *name;           /* the backend's name, for messages: "cpu", "cpu-guarded" */
 
@@ -129,6 +140,13 @@ typedef struct crew_backend_ops {
      * same bits on every device (its n is a micro-batch's rows: a GPU may run it serially) */
     crew_status (*sum)(void *ctx, const float *x, int64_t n, double *out);
     crew_status (*sum_squares)(void *ctx, const float *x, int64_t n, double *out);
+    /* sum_squares in parts: adds x[i]² (in double) to lanes[i mod CREW_SQ_LANES], in order of i,
+     * continuing the lanes' sums; crew_sq_lanes_fold(lanes) then gives sum_squares's bits, so a
+     * buffer cut at multiples of CREW_SQ_LANES and summed piece after piece through the same lanes
+     * gives the whole buffer's norm (the ranks of a sharded gradient hand the lanes on: the
+     * clipping norm of ZeRO-2/3). NULL where sum_squares is not made of these lanes (a GPU's grid):
+     * the caller then gathers the buffer whole. */
+    crew_status (*sum_squares_lanes)(void *ctx, const float *x, int64_t n, double *lanes);
     /* *out = 1 when no value is NaN or infinite */
     crew_status (*all_finite)(void *ctx, const float *x, int64_t n, int *out);
     /* A 64-bit hash of the bytes of n elements (the drift check): equal bytes give equal hashes

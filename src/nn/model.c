@@ -299,7 +299,8 @@ static void point_params(crew_model *m)
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             crew_param *p = &m->layers[i]->params[j];
-            p->value = (p->trainable ? m->params : m->state) + p->offset;
+            float *base = p->trainable ? m->params : m->state;
+            p->value = base ? base + p->offset : NULL; /* NULL: params_elsewhere, or nothing to hold */
             if (m->grads && p->trainable) p->grad = m->grads + p->offset;
         }
     for (int i = 0; i < m->n_layers; i++) /* tied parameters: their owners are laid out by now */
@@ -337,7 +338,7 @@ crew_status crew_model_layout(crew_model *m)
     assign_offsets(m);
     /* The gradients come with the activations (crew_model_reserve): the caller's model, which only
      * holds the weights a run starts from and ends with, needs none. */
-    crew_status s = crew_dev_alloc_f32(&m->be, m->n_params, &m->params);
+    crew_status s = m->params_elsewhere ? CREW_OK : crew_dev_alloc_f32(&m->be, m->n_params, &m->params);
     if (!s) s = crew_dev_alloc_f32(&m->be, m->n_state, &m->state);
     if (s) return crew_error_prefix(s, "the buffers of %lld parameters: ", (long long)m->n_params);
     point_params(m);
@@ -515,7 +516,7 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
     crew_model_buffer_sizes n;
     crew_model_buffers(m, max_rows, &n);
     m->max_rows = 0; /* until every buffer below is in place */
-    if (!m->grads) {
+    if (!m->grads && !m->grads_elsewhere) {
         CREW_TRY(crew_dev_alloc_f32(be, m->n_params, &m->grads));
         for (int i = 0; i < m->n_layers; i++)
             for (int j = 0; j < m->layers[i]->n_params; j++) {
@@ -578,7 +579,8 @@ crew_status crew_model_forward(crew_model *m, const crew_pass *p)
                            (long long)m->max_rows);
     for (int i = 0; i < m->n_compute; i++) {
         crew_layer *l = m->layers[i];
-        crew_status s = l->ops->forward(l, p, m->act[i], m->act[i + 1]);
+        crew_status s = m->visit ? m->visit(m->visit_user, i, CREW_VISIT_FORWARD) : CREW_OK;
+        if (!s) s = l->ops->forward(l, p, m->act[i], m->act[i + 1]);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
     }
     return CREW_OK;
@@ -612,7 +614,9 @@ crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_re
         float *dx = l->needs_input_grad ? m->dbuf[1 - cur] : NULL;
         /* the top layer's: over the logits, where the loss wrote it (crew_model_loss_in_place) */
         const float *dy = i == m->n_compute - 1 && crew_model_loss_in_place(m) ? m->act[i + 1] : m->dbuf[cur];
-        crew_status s = l->ops->backward(l, p, m->act[i], m->act[i + 1], dy, dx);
+        crew_status s = m->visit ? m->visit(m->visit_user, i, CREW_VISIT_BACKWARD) : CREW_OK;
+        if (!s) s = l->ops->backward(l, p, m->act[i], m->act[i + 1], dy, dx);
+        if (!s && m->visit) s = m->visit(m->visit_user, i, CREW_VISIT_BACKWARD_DONE);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
         cur = 1 - cur;
         if (ready && has_trainable(l)) ready(user, l->params[0].offset);

@@ -23,6 +23,14 @@ typedef struct crew_model_defaults {
     crew_augment_options augment;
 } crew_model_defaults;
 
+/* What is about to happen to layer `layer` (its index in the model) in a pass (crew_model.visit). */
+typedef enum crew_visit {
+    CREW_VISIT_FORWARD,         /* its forward pass is next */
+    CREW_VISIT_BACKWARD,        /* its backward pass is next */
+    CREW_VISIT_BACKWARD_DONE,   /* its backward pass wrote its parameters' gradients */
+} crew_visit;
+typedef crew_status (*crew_layer_visit_fn)(void *user, int layer, crew_visit what);
+
 struct crew_model {
     char name[64];
     crew_shape input;               /* one sample, e.g. (28, 28, 1) */
@@ -72,6 +80,15 @@ struct crew_model {
     /* 1: a pipeline stage before the last, whose output's gradient the next stage sends into
      * dbuf[0]; 0: the model computes its loss itself (crew_model_loss_in_place). */
     int output_grad;
+
+    /* Sharded replicas (ZeRO-2/3, train/rank_units.c). params_elsewhere: the model has no
+     * parameter buffer (params NULL) and grads_elsewhere no gradient buffer (grads NULL); whoever
+     * set them points each parameter's value and grad at memory of its own (a unit's gathered
+     * values, a unit's gradient) before its layer runs, through `visit`. Set before
+     * crew_model_layout and crew_model_reserve. */
+    int params_elsewhere, grads_elsewhere;
+    crew_layer_visit_fn visit;      /* NULL: none */
+    void *visit_user;
 };
 
 /* Lays out the parameter buffers on the model's backend; a model without one opens a device of
@@ -171,6 +188,10 @@ crew_status crew_model_append_layer(crew_model *m, const crew_layer_spec *spec, 
  * contiguous slices of full's buffers from crew_model_stage_offsets. Tied parameters must stay
  * in one stage, and the last stage keeps full's trailing softmax. */
 crew_status crew_model_stage(const crew_model *full, int first, int end, const crew_backend *be, crew_model **out);
+/* The same with no parameter buffer (params_elsewhere: a replica whose parameters are sharded,
+ * ZeRO-3); its state buffer is copied. */
+crew_status crew_model_stage_unbuffered(const crew_model *full, int first, int end, const crew_backend *be,
+                                        crew_model **out);
 /* The same stage's layers only, counted (crew_model_count) but with no buffers: for the memory
  * planner. */
 crew_status crew_model_stage_layers(const crew_model *full, int first, int end, crew_model **out);
@@ -186,6 +207,20 @@ void crew_model_stage_offsets(const crew_model *full, int first, int64_t *params
 crew_status crew_model_view(crew_model *m, int64_t max_rows, crew_model **out);
 /* After crew_model_backward of a model with input_grad: d loss / d input, [rows, input size]. */
 float *crew_model_input_grad(const crew_model *m);
+
+/* Units of a sharded replica (model_units.c, ZeRO-2/3): layers [first, end) whose owned trainable
+ * parameters are [lo, hi) of the flat buffer, grown from the first layer until they hold at least
+ * `target` values. pinned: the unit holds a parameter another layer ties to (a GPT's token
+ * table, which the lm_head reads at the other end of the pass), so it stays gathered through
+ * the step. Returns the count (out may be NULL with cap 0). The model must be counted or laid out. */
+typedef struct crew_unit {
+    int first, end;
+    int64_t lo, hi;
+    int pinned;
+} crew_unit;
+int crew_model_units(const crew_model *m, int64_t target, crew_unit *out, int cap);
+/* The unit that holds layer `layer` (-1: none). */
+int crew_model_unit_of(const crew_unit *units, int n, int layer);
 
 /* Layer i's training FLOPs per sample (forward and backward; model_flops.c). */
 double crew_model_layer_flops(const crew_model *m, int i);

@@ -81,7 +81,8 @@ crew_status crew_model_stage_layers(const crew_model *full, int first, int end, 
     return CREW_OK;
 }
 
-crew_status crew_model_stage(const crew_model *full, int first, int end, const crew_backend *be, crew_model **out)
+static crew_status stage_as(const crew_model *full, int first, int end, const crew_backend *be, int unbuffered,
+                            crew_model **out)
 {
     *out = NULL;
     crew_model *m;
@@ -91,11 +92,12 @@ crew_status crew_model_stage(const crew_model *full, int first, int end, const c
         m->be = *be;
         m->has_backend = 1;
     }
+    m->params_elsewhere = unbuffered;
     s = crew_model_layout(m);
     if (!s && full->initialized) {
         int64_t po, so;
         crew_model_stage_offsets(full, first, &po, &so);
-        s = crew_dev_transfer_f32(&m->be, m->params, &full->be, full->params + po, m->n_params);
+        if (!unbuffered) s = crew_dev_transfer_f32(&m->be, m->params, &full->be, full->params + po, m->n_params);
         if (!s) s = crew_dev_transfer_f32(&m->be, m->state, &full->be, full->state + so, m->n_state);
         m->initialized = 1;
     }
@@ -105,4 +107,15 @@ crew_status crew_model_stage(const crew_model *full, int first, int end, const c
     }
     *out = m;
     return CREW_OK;
+}
+
+crew_status crew_model_stage(const crew_model *full, int first, int end, const crew_backend *be, crew_model **out)
+{
+    return stage_as(full, first, end, be, 0, out);
+}
+
+crew_status crew_model_stage_unbuffered(const crew_model *full, int first, int end, const crew_backend *be,
+                                        crew_model **out)
+{
+    return stage_as(full, first, end, be, 1, out);
 }

@@ -257,10 +257,11 @@ crew_status crew_optimizer_layerwise_end(crew_optimizer *opt, const crew_backend
     return CREW_OK;
 }
 
+static void update_values(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr);
+
 crew_status crew_optimizer_step_range(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
                                       int64_t n, int64_t lo, float lr, double *grad_norm)
 {
-    const crew_backend_ops *o = be->ops;
     const crew_optimizer_spec *s = &opt->spec;
     if (crew_optimizer_layerwise(s)) {
         if (lo != 0 || opt->n != n)
@@ -270,9 +271,30 @@ crew_status crew_optimizer_step_range(crew_optimizer *opt, const crew_backend *b
         return crew_optimizer_layerwise_end(opt, be, params, grads, n, lo, lr);
     }
     CREW_TRY(clip(opt, be, grads, n, lo, grad_norm, 0));
+    update_values(opt, be, params + lo, grads + lo, lr);
+    return CREW_OK;
+}
+
+crew_status crew_optimizer_step_shard(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
+                                      float lr, double norm)
+{
+    const crew_optimizer_spec *s = &opt->spec;
+    if (crew_optimizer_layerwise(s))
+        return crew_errorf(CREW_CODE_INTERNAL, "optimizer: %s's shard needs whole tensors", crew_optimizer_name(s->type));
+    if (s->clip_norm > 0.0f && !(norm >= 0.0))
+        return crew_errorf(CREW_CODE_INTERNAL, "optimizer: a shard clipped without the gradient's norm");
+    if (s->clip_norm > 0.0f && norm > s->clip_norm) /* the factor, and so the bits, of clip() */
+        be->ops->axpby(be->ctx, opt->n, (float)(s->clip_norm / norm), grads, 0.0f, grads);
+    update_values(opt, be, params, grads, lr);
+    return CREW_OK;
+}
+
+/* The elementwise update of opt->n values (after clipping), counted. */
+static void update_values(crew_optimizer *opt, const crew_backend *be, float *params, float *grads, float lr)
+{
+    const crew_backend_ops *o = be->ops;
+    const crew_optimizer_spec *s = &opt->spec;
     opt->t++;
-    params += lo;
-    grads += lo;
     if (s->type == CREW_OPT_SGD) {
         o->sgd_update(be->ctx, params, grads, opt->slot[0], opt->n, lr, s->momentum, s->nesterov, s->weight_decay);
     } else {
@@ -280,5 +302,4 @@ crew_status crew_optimizer_step_range(crew_optimizer *opt, const crew_backend *b
         crew_adamw_consts_at(s, lr, opt->t, &k);
         o->adamw_update(be->ctx, params, grads, opt->slot[0], opt->slot[1], opt->n, &k);
     }
-    return CREW_OK;
 }

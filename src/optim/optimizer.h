@@ -64,6 +64,12 @@ crew_status crew_optimizer_step(crew_optimizer *opt, const crew_backend *be, flo
 crew_status crew_optimizer_step_range(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
                                       int64_t n, int64_t lo, float lr, double *grad_norm);
 
+/* The same update of a shard held on its own (ZeRO-2/3: params and grads point at the shard's
+ * opt->n values), clipped by the whole gradient's L2 norm, which the caller computed (the shards'
+ * lanes of sum_squares handed on; unused without clipping). Not for a layer-wise optimizer. */
+crew_status crew_optimizer_step_shard(crew_optimizer *opt, const crew_backend *be, float *params, float *grads,
+                                      float lr, double norm);
+
 /* A layer-wise optimizer's shard (a range of a buffer of n):
  *   1. crew_optimizer_layerwise_begin: clipping as above (LARS clips every gradient, which it
  *      holds whole when clipping); LAMB's moments, and its update (Adam's direction plus weight

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
@@ -13,6 +14,7 @@
 #include "train/step.h"
 #include "data/dataset.h"
 #include "nn/model.h"
+#include "optim/optimizer.h"
 #include "train/checkpoint.h"
 #include "train/train.h"
 
@@ -273,6 +275,8 @@ static crew_status plan_convolutions(const crew_model *m, const crew_fit_options
     return CREW_OK;
 }
 
+static crew_status plan_sharding(crew_model *m, const crew_fit_options *o, crew_fit_plan *p);
+
 /* NCCL (crew_communicator) where the kind has it, every rank of a process has a GPU of its own
  * (NCCL refuses two ranks on one GPU) and there is no pipeline (its point-to-point messages stay
  * on the host's communicator); AUTO takes it for more than one replica only. */
@@ -422,10 +426,7 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
     p->flops_per_sample = f.total;
     p->peak_gflops = o->peak_gflops;
     p->unordered_allreduce = o->unordered_allreduce != 0 && crew_group_size(o->group) > 1;
-    p->shard_optimizer = o->shard_optimizer != 0 && p->devices > 1;
-    if (o->shard_optimizer && o->pipeline_stages > 1)
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "optimizer sharding and a pipeline together are not supported yet: "
-                           "a pipeline's stages already divide the optimizer state; drop one of them");
+    CREW_TRY(plan_sharding(m, o, p));
     CREW_TRY(crew_pipeline_plan(m, o, &c, p));
     /* The gradient noise scale needs a step of at least two micro-batches to hold against it. */
     if (o->noise_scale_every < -1)
@@ -435,6 +436,53 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
                            : o->noise_scale_every ? o->noise_scale_every : CREW_NOISE_SCALE_EVERY;
     CREW_TRY(plan_communicator(o, p));
     plan_buckets(m, o, p);
+    return CREW_OK;
+}
+
+const char *crew_shard_level_name(int level)
+{
+    static const char *const names[] = {"none", "optimizer", "gradients", "parameters"};
+    return level >= 0 && level <= CREW_SHARD_PARAMETERS ? names[level] : NULL;
+}
+
+int crew_shard_level_parse(const char *name)
+{
+    for (int l = 0; l <= CREW_SHARD_PARAMETERS; l++)
+        if (name && !strcmp(name, crew_shard_level_name(l))) return l;
+    return -1;
+}
+
+/* What the replicas shard (shard_optimizer = 1 is the optimizer level), and for gradients and
+ * parameters the units they gather and reduce-scatter. */
+static crew_status plan_sharding(crew_model *m, const crew_fit_options *o, crew_fit_plan *p)
+{
+    int level = o->shard ? o->shard : o->shard_optimizer ? CREW_SHARD_OPTIMIZER : CREW_SHARD_NONE;
+    if (!crew_shard_level_name(level))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "shard %d: expected none, optimizer, gradients or parameters", level);
+    if (level && o->pipeline_stages > 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "sharding (%s) and a pipeline together are not supported yet: a "
+                           "pipeline's stages already divide the model; drop one of them", crew_shard_level_name(level));
+    if (!(o->shard_unit_mb >= 0.0) || o->shard_unit_mb > 1e6)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "shard_unit_mb %g: expected 0 (the default) or a size in MiB",
+                           o->shard_unit_mb);
+    p->shard = p->devices > 1 ? level : CREW_SHARD_NONE;
+    p->shard_optimizer = p->shard >= CREW_SHARD_OPTIMIZER;
+    p->shard_unit_mb = p->shard_units = 0;
+    p->shard_pinned_unit = -1;
+    if (p->shard < CREW_SHARD_GRADIENTS) return CREW_OK;
+    if (crew_optimizer_layerwise(&m->compile.optimizer))
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "%s with sharded %s is not built yet (its trust ratios need whole "
+                           "tensors); --shard optimizer keeps it sharded", crew_optimizer_name(m->compile.optimizer.type),
+                           crew_shard_level_name(p->shard));
+    p->shard_unit_mb = o->shard_unit_mb > 0.0 ? o->shard_unit_mb : CREW_SHARD_UNIT_MB;
+    const int n = crew_model_units(m, crew_bucket_values(p->shard_unit_mb), NULL, 0);
+    crew_unit *u = malloc((size_t)n * sizeof *u);
+    if (!u) return CREW_OOM();
+    crew_model_units(m, crew_bucket_values(p->shard_unit_mb), u, n);
+    p->shard_units = n;
+    for (int i = 0; i < n; i++)
+        if (u[i].pinned) p->shard_pinned_unit = i;
+    free(u);
     return CREW_OK;
 }
 

@@ -63,7 +63,7 @@ static void pipeline(text_out *t, const crew_fit_plan *p)
 /* Where the replicas' gradients are summed: one bucket after backward, or several beside it. */
 static void buckets(text_out *t, const crew_fit_plan *p)
 {
-    if (p->buckets < 1) return;
+    if (p->buckets < 1 || p->shard >= CREW_SHARD_GRADIENTS) return; /* sharding()'s units say it */
     const char *stage = p->stages > 1 ? " per stage" : "", *how = p->shard_optimizer ? "reduce-scattered" : "all-reduced";
     if (p->buckets == 1 && p->bucket_auto) {
         put(t, "      gradients %s in one bucket%s by the replicas' own threads after backward: every core\n"
@@ -78,6 +78,28 @@ static void buckets(text_out *t, const crew_fit_plan *p)
     else
         put(t, "      gradients %s in %d buckets%s of %s, each on a communication thread as soon as\n"
                "      backward has completed it\n", how, p->buckets, stage, size);
+}
+
+/* What the replicas shard (ZeRO-1/2/3), and how the units move. */
+static void sharding(text_out *t, const crew_fit_plan *p)
+{
+    if (p->shard == CREW_SHARD_OPTIMIZER)
+        put(t, "      optimizer state sharded across the %d replicas (--shard optimizer, ZeRO-1): each keeps and\n"
+               "      updates 1/%d of it; gradients reduce-scattered, parameters all-gathered, the same weights bit\n"
+               "      for bit\n", p->devices, p->devices);
+    if (p->shard < CREW_SHARD_GRADIENTS) return;
+    const int zero3 = p->shard == CREW_SHARD_PARAMETERS;
+    put(t, "      %s sharded across the %d replicas (--shard %s, ZeRO-%d): each keeps 1/%d;\n"
+           "      %d units of about %g MiB of layers%s, each unit's gradient reduce-scattered as backward\n"
+           "      completes it%s; the same weights bit for bit\n",
+        zero3 ? "parameters, gradients and optimizer state" : "gradients and optimizer state", p->devices,
+        crew_shard_level_name(p->shard), zero3 ? 3 : 2, p->devices, p->shard_units, p->shard_unit_mb,
+        p->shard_pinned_unit >= 0 ? " (one, holding a tied weight, kept through the step)" : "",
+        zero3 ? ", each unit's parameters all-gathered before it runs, forward and backward" : ", parameters "
+        "all-gathered after the update");
+    if (p->accumulation > 1)
+        put(t, "      with %d micro-batches a replica, the earlier micro-batches' gradients are kept whole for the\n"
+               "      ordered sum\n", p->accumulation);
 }
 
 size_t crew_fit_plan_text(const crew_fit_plan *p, const char *devices, char *buf, size_t len)
@@ -95,10 +117,7 @@ size_t crew_fit_plan_text(const crew_fit_plan *p, const char *devices, char *buf
     if (p->warmup_steps) put(&t, ", warmup %lld steps from %g\n", (long long)p->warmup_steps, (double)p->warmup_start_lr);
     else put(&t, ", no warmup\n");
     if (p->stages > 1) pipeline(&t, p);
-    if (p->shard_optimizer)
-        put(&t, "      optimizer state sharded across the %d replicas (--shard-optimizer): each keeps and updates 1/%d\n"
-                "      of it; gradients reduce-scattered, parameters all-gathered, the same weights bit for bit\n",
-            p->devices, p->devices);
+    sharding(&t, p);
     if (p->precision == CREW_PRECISION_BF16)
         put(&t, "      precision bf16: GEMM operands rounded to bfloat16, float32 sums; attention probabilities\n"
                 "      kept in bfloat16; weights, gradients, optimizer state and other activations float32\n");

@@ -45,7 +45,10 @@ static crew_status broadcast_start(crew_rank *r)
     crew_model *m = r->m;
     const double timeout = r->run->timeout_s;
     const crew_backend *be = r->be;
-    CREW_TRY(crew_broadcast(&r->world, m->params, m->n_params, CREW_COMM_F32, 0, timeout));
+    if (crew_rank_holds_params(r))
+        CREW_TRY(crew_broadcast(&r->world, m->params, m->n_params, CREW_COMM_F32, 0, timeout));
+    else /* ZeRO-3: each rank its shard of rank 0's */
+        CREW_TRY(crew_rank_units_start(r));
     CREW_TRY(crew_broadcast(&r->world, m->state, m->n_state, CREW_COMM_F32, 0, timeout));
     for (int i = 0; i < 2 && !r->shard; i++)
         if (r->opt.slot[i]) CREW_TRY(crew_broadcast(&r->world, r->opt.slot[i], r->opt.n, CREW_COMM_F32, 0, timeout));
@@ -153,8 +156,12 @@ static crew_status build_models(crew_rank *r, const int *first)
     r->slot = calloc((size_t)r->n_slots, sizeof *r->slot);
     if (!r->ops || !r->slot) return CREW_OOM();
     crew_pipeline_ops(schedule, r->stages, r->stage, k, r->ops);
-    CREW_TRY(crew_model_stage(run->start, first[r->stage], first[r->stage + 1], r->be, &r->slot[0]));
+    if (p->shard >= CREW_SHARD_PARAMETERS) /* ZeRO-3: the parameters live in shards and gathered units */
+        CREW_TRY(crew_model_stage_unbuffered(run->start, first[r->stage], first[r->stage + 1], r->be, &r->slot[0]));
+    else
+        CREW_TRY(crew_model_stage(run->start, first[r->stage], first[r->stage + 1], r->be, &r->slot[0]));
     r->m = r->slot[0];
+    r->m->grads_elsewhere = p->shard >= CREW_SHARD_GRADIENTS; /* ZeRO-2/3: in the units' buffers */
     crew_model_set_conv_ways(r->m, run->start, p->conv_choice); /* before the views, which copy them */
     crew_act_storage store = crew_act_storage_for(p->precision, p->attention_recompute);
     crew_model_set_storage(r->m, &store);
@@ -201,6 +208,7 @@ static crew_status set_up(crew_rank *r)
     CREW_TRY(stage_bounds(r, first));
     CREW_TRY(build_models(r, first));
     if (p->shard_optimizer && r->replicas > 1) CREW_TRY(crew_rank_shard_init(r));
+    if (p->shard >= CREW_SHARD_GRADIENTS && r->replicas > 1) CREW_TRY(crew_rank_units_init(r));
     int64_t own = r->shard ? r->shard[r->replica + 1] - r->shard_lo : r->m->n_params;
     CREW_TRY(crew_optimizer_init(&r->opt, &r->m->compile.optimizer, r->be, own));
     if (crew_optimizer_layerwise(&r->opt.spec)) CREW_TRY(tell_tensors(r));
@@ -228,6 +236,10 @@ static crew_status set_up(crew_rank *r)
         CREW_TRY(crew_comm_worker_start(&r->worker, r->group, run->timeout_s));
         r->has_worker = 1;
     }
+    if (r->units) { /* the units reduce; the stepper only says whether batch norm is synchronised */
+        r->stepper.sync_bn = run->sync_bn && r->replicas > 1;
+        return begin_hooks(r);
+    }
     CREW_TRY(crew_stepper_init(&r->stepper, r->m, r->has_worker ? &r->worker : NULL, r->replica, r->replicas, r->rows,
                                p->accumulation, run->bucket_mb, run->sync_bn));
     if (r->shard) CREW_TRY(crew_stepper_shard(&r->stepper, r->shard));
@@ -244,6 +256,7 @@ static void tear_down(crew_rank *r)
     free(r->held);
     crew_dev_free(r->be, r->dev_scratch);
     crew_optimizer_release(&r->opt, r->be);
+    crew_rank_units_release(r);
     crew_rank_shard_release(r);
     crew_rank_whole_release(r);
     crew_rank_timeline_release(r);

@@ -90,6 +90,8 @@ typedef struct crew_rank {
     /* optimizer sharding (rank_shard.c); shard NULL: off */
     int64_t *shard;                 /* [replicas + 1] replica q's shard is parameters shard[q] .. shard[q + 1] */
     int64_t shard_lo;
+    /* gradient and parameter sharding (ZeRO-2/3, rank_units.c); NULL: off */
+    struct crew_rank_units *units;
     /* the whole model on global rank 0 (rank_whole.c): the optimizer state of every stage or shard in
      * host memory (the caller's model's device; the caller's model holds the values), gathered
      * through staging, [staging_n] on rank 0's device */
@@ -207,6 +209,35 @@ crew_status crew_rank_shard_scatter_start(crew_rank *r);
 crew_status crew_rank_shard_gather(crew_rank *r);
 crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr);
 crew_status crew_rank_shard_gather_grad(crew_rank *r, float *grad);
+
+/* Gradient and parameter sharding (rank_units.c, ZeRO-2/3), on top of the optimizer's (the shard
+ * bounds are rank_shard.c's). The replica's model has no gradient buffer (and under ZeRO-3 no
+ * parameter buffer): its layers work in units (crew_model_units), each unit's gradient is
+ * reduce-scattered as soon as the last micro-batch's backward pass has completed it, and under
+ * ZeRO-3 each unit's parameters are all-gathered just before it runs, forward and backward.
+ *   init: before crew_model_reserve's buffers are used (after build_models: r->m laid out with
+ *         params_elsewhere under ZeRO-3 and grads_elsewhere); points the layers at the units' buffers
+ *   start: each rank's shard of rank 0's starting parameters (ZeRO-3)
+ *   begin/micro/finish: around a step's passes (micro: before each backward pass); finish leaves
+ *         the rank's shard of the summed gradient
+ *   update: the shard's update, the clipping norm from every shard's lanes (rank_shard.c's update
+ *         then all-gathers the parameters under ZeRO-2)
+ *   gather_params: every shard's parameters into rank 0's caller model (ZeRO-3; every rank calls it)
+ *   grads_to_host: the summed gradient, whole, into rank 0's host memory (verify's first step) */
+crew_status crew_rank_units_init(crew_rank *r);
+void crew_rank_units_release(crew_rank *r);
+crew_status crew_rank_units_start(crew_rank *r);
+void crew_rank_units_begin(crew_rank *r, int measure, crew_step_times *times);
+void crew_rank_units_micro(crew_rank *r, int micro);
+crew_status crew_rank_units_finish(crew_rank *r, crew_status passes, float **grad, double *sq_small);
+crew_status crew_rank_units_update(crew_rank *r, float lr);
+crew_status crew_rank_units_gather_params(crew_rank *r, float *host_params);
+crew_status crew_rank_units_grads_to_host(crew_rank *r, float *host);
+/* Where another rank's shard passes through on its way to or from rank 0 (start, checkpoints, the
+ * end): a buffer of the largest shard that holds nothing between steps. */
+float *crew_rank_pass_through(const crew_rank *r);
+/* 1 when the rank's replica holds every parameter (not under ZeRO-3). */
+int crew_rank_holds_params(const crew_rank *r);
 
 /* rank_timeline.c: a pipeline's timeline (whether `step`'s is written; the stages of replica 0
  * send their passes' times to rank 0, which writes it), and at the end of every run the device

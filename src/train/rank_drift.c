@@ -82,8 +82,12 @@ static crew_status diverged(crew_rank *r, const tensor_names *t, int slots, int6
 }
 
 /* Whether tensor p is compared between replicas: unsynchronised batch-norm statistics follow each
- * replica's own micro-batches by design. */
-static int compared(const crew_rank *r, const crew_param *p) { return p->trainable || r->run->sync_bn; }
+ * replica's own micro-batches by design, and a ZeRO-3 replica holds no whole parameter. */
+static int compared(const crew_rank *r, const crew_param *p)
+{
+    if (p->trainable) return crew_rank_holds_params(r); /* ZeRO-3: each rank holds its own shard */
+    return r->run->sync_bn;
+}
 
 /* ------------------------------------------------------------------ the drift check */
 

@@ -31,7 +31,8 @@ crew_status crew_rank_phase_error(crew_rank *r, crew_status s, int64_t step, con
 }
 
 /* The test set's loss and accuracy after `step`. Without a pipeline every replica evaluates its
- * share and the sums are all-reduced; a pipeline's stages hold parts of the model, so rank 0
+ * share and the sums are all-reduced; a pipeline's stages (and ZeRO-3's shards) hold parts of the
+ * model, so rank 0
  * evaluates the whole model, gathered into the caller's, on the host, while the others wait at
  * the next collective. */
 static crew_status evaluate(crew_rank *r, const crew_dataset *d, int64_t step, crew_epoch_info *info)
@@ -39,7 +40,7 @@ static crew_status evaluate(crew_rank *r, const crew_dataset *d, int64_t step, c
     int64_t n = crew_dataset_size(d);
     double sums[2] = {0.0, 0.0};
     crew_model *m = r->m;
-    if (r->stages == 1) {
+    if (r->stages == 1 && crew_rank_holds_params(r)) {
         int64_t lo = n * r->rank / r->size, hi = n * (r->rank + 1) / r->size;
         /* Evaluation reuses the training batch size: the activations are already sized for it. */
         CREW_TRY(crew_eval_range(m, d, lo, hi, r->rows, &sums[0], &sums[1]));

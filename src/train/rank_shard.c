@@ -32,11 +32,6 @@ void crew_rank_shard_release(crew_rank *r) { free(r->shard); }
 
 static int64_t shard_len(const crew_rank *r, int q) { return r->shard[q + 1] - r->shard[q]; }
 
-/* Where another rank's shard passes through: the gradient buffer, which holds nothing between
- * steps (the start, a checkpoint and the end come between steps), so sharding needs no memory of
- * its own. */
-static float *pass_through(const crew_rank *r) { return r->m->grads; }
-
 /* Rank 0's starting state (a resumed run's, host memory of the caller's model), each shard sent
  * to its owner; every rank joins every broadcast, in rank order. */
 crew_status crew_rank_shard_scatter_start(crew_rank *r)
@@ -48,7 +43,7 @@ crew_status crew_rank_shard_scatter_start(crew_rank *r)
         for (int q = 0; q < r->replicas; q++) {
             int64_t at = r->shard[q], n = shard_len(r, q);
             if (n == 0) continue;
-            float *into = q == r->replica ? r->opt.slot[i] : pass_through(r);
+            float *into = q == r->replica ? r->opt.slot[i] : crew_rank_pass_through(r);
             if (r->replica == 0 && run->start_opt && run->start_opt->slot[i])
                 CREW_TRY(crew_dev_transfer_f32(r->be, into, &run->start->be, run->start_opt->slot[i] + at, n));
             if (q != 0) CREW_TRY(crew_broadcast(&r->group, into, n, CREW_COMM_F32, 0, timeout));
@@ -67,7 +62,7 @@ crew_status crew_rank_shard_gather(crew_rank *r)
         for (int q = 0; q < r->replicas; q++) {
             int64_t n = shard_len(r, q);
             if (n == 0) continue;
-            float *buf = q == r->replica ? r->opt.slot[i] : pass_through(r);
+            float *buf = q == r->replica ? r->opt.slot[i] : crew_rank_pass_through(r);
             if (q != 0) CREW_TRY(crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, timeout));
             if (r->sinks)
                 CREW_TRY(crew_dev_transfer_f32(&r->sinks->model->be, r->whole_opt.slot[i] + r->shard[q], r->be, buf, n));
@@ -93,12 +88,17 @@ crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr)
 {
     crew_model *m = r->m;
     const double timeout = r->run->timeout_s;
-    if (m->compile.optimizer.clip_norm > 0.0f) /* the norm is the whole gradient's */
-        CREW_TRY(crew_allgather_ranges(&r->group, grad, m->n_params, r->shard, timeout));
-    if (crew_optimizer_layerwise(&r->opt.spec))
-        CREW_TRY(layerwise_update(r, grad, lr));
-    else
-        CREW_TRY(crew_optimizer_step_range(&r->opt, r->be, m->params, grad, m->n_params, r->shard_lo, lr, NULL));
+    if (r->units) { /* ZeRO-2/3: the gradient exists as shards only */
+        CREW_TRY(crew_rank_units_update(r, lr));
+        if (!crew_rank_holds_params(r)) return CREW_OK; /* ZeRO-3: the parameters stay sharded */
+    } else {
+        if (m->compile.optimizer.clip_norm > 0.0f) /* the norm is the whole gradient's */
+            CREW_TRY(crew_allgather_ranges(&r->group, grad, m->n_params, r->shard, timeout));
+        if (crew_optimizer_layerwise(&r->opt.spec))
+            CREW_TRY(layerwise_update(r, grad, lr));
+        else
+            CREW_TRY(crew_optimizer_step_range(&r->opt, r->be, m->params, grad, m->n_params, r->shard_lo, lr, NULL));
+    }
     if (!CREW_HOOK(r, shard_allgather)) return crew_allgather_ranges(&r->group, m->params, m->n_params, r->shard, timeout);
     int64_t *bounds = malloc(((size_t)r->replicas + 1) * sizeof *bounds); /* a test seam's own ranges */
     if (!bounds) return CREW_OOM();
@@ -111,5 +111,6 @@ crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr)
 
 crew_status crew_rank_shard_gather_grad(crew_rank *r, float *grad)
 {
+    if (r->units) return crew_errorf(CREW_CODE_INTERNAL, "a sharded gradient gathered whole on the device");
     return crew_allgather_ranges(&r->group, grad, r->m->n_params, r->shard, r->run->timeout_s);
 }

@@ -179,7 +179,12 @@ static crew_status backward(crew_rank *r, const crew_rank_step *st, int i, int m
     crew_pass pass = pass_of(r, m, st);
     double t0 = crew_now();
     if (r->tl) r->tl[2 * i] = t0;
-    CREW_TRY(crew_stepper_backward(&r->stepper, m, micro, &pass));
+    if (r->units) { /* ZeRO-2/3: the units reduce as the model visits its layers (rank_units.c) */
+        crew_rank_units_micro(r, micro);
+        CREW_TRY(crew_model_backward(m, &pass, NULL, NULL));
+    } else {
+        CREW_TRY(crew_stepper_backward(&r->stepper, m, micro, &pass));
+    }
     t->backward_s += crew_now() - t0;
     if (!crew_rank_first_stage(r))
         CREW_TRY(send_after(r, crew_model_input_grad(m), r->rows * r->in_values, r->rank - 1, TAG_BACKWARD(micro)));
@@ -190,12 +195,18 @@ static crew_status backward(crew_rank *r, const crew_rank_step *st, int i, int m
 /* The step's passes, then the stage's gradients reduced over its replicas into *grad. */
 static crew_status gradients(crew_rank *r, const crew_rank_step *st, float **grad, crew_step_times *t, step_sums *sums)
 {
-    crew_stepper_begin(&r->stepper, st->measure);
+    if (r->units)
+        crew_rank_units_begin(r, st->measure, t);
+    else
+        crew_stepper_begin(&r->stepper, st->measure);
     crew_status s = CREW_OK;
     for (int i = 0; i < 2 * r->run->plan.accumulation && !s; i++)
         s = r->ops[i].backward ? backward(r, st, i, r->ops[i].micro, t) : forward(r, st, i, r->ops[i].micro, t, sums);
     if (!s && CREW_HOOK(r, passes_done)) r->hooks->passes_done(r->hooks_user, &r->who, t);
-    s = crew_stepper_finish(&r->stepper, s, t, grad);
+    if (r->units)
+        s = crew_rank_units_finish(r, s, grad, &r->stepper.sq_small);
+    else
+        s = crew_stepper_finish(&r->stepper, s, t, grad);
     if (r->input_alt) crew_model_set_input(r->m, r->input_own); /* the model's own buffer between steps */
     if (r->in_place) release_held(r);
     return s;
@@ -218,7 +229,8 @@ static float lr_at(crew_rank *r, int64_t step)
  * same gradient). */
 static crew_status grads_finite(crew_rank *r, const float *grad, crew_rank_step *st, int *finite)
 {
-    int64_t lo = r->shard ? r->shard_lo : 0, n = r->shard ? r->opt.n : r->m->n_params;
+    /* ZeRO-2/3's gradient is its shard alone; ZeRO-1's the shard's range of a whole buffer */
+    int64_t lo = r->shard && !r->units ? r->shard_lo : 0, n = r->shard ? r->opt.n : r->m->n_params;
     *finite = 1;
     st->sq_big = 0.0;
     if (n <= 0) return CREW_OK;

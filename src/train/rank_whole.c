@@ -101,9 +101,19 @@ static crew_status gather_stages(crew_rank *r, int with_opt)
 static crew_status gather_shards(crew_rank *r, int with_opt)
 {
     if (with_opt) CREW_TRY(crew_rank_shard_gather(r));
-    if (!r->sinks) return CREW_OK;
+    crew_model *w = r->sinks ? r->sinks->model : NULL;
+    crew_status s = CREW_OK;
+    if (!crew_rank_holds_params(r)) { /* ZeRO-3: the parameters from their owners, the state from rank 0 */
+        crew_rank_sink_enter(r);
+        s = crew_rank_units_gather_params(r, w ? w->params : NULL);
+        if (!s && w) s = crew_dev_transfer_f32(&w->be, w->state, r->be, r->m->state, r->m->n_state);
+        if (w) w->initialized = 1;
+        crew_rank_sink_leave(r);
+        return s;
+    }
+    if (!w) return CREW_OK;
     crew_rank_sink_enter(r);
-    crew_status s = crew_model_copy_values(r->sinks->model, r->m);
+    s = crew_model_copy_values(w, r->m);
     crew_rank_sink_leave(r);
     return s;
 }
@@ -151,6 +161,12 @@ crew_status crew_rank_write_checkpoint(crew_rank *r, int64_t step)
 crew_status crew_rank_capture_first_grads(crew_rank *r, float *grad)
 {
     float *host = r->run->hooks.first_grads;
+    if (r->units) { /* the shards straight into rank 0's host memory, every rank joining */
+        crew_rank_sink_enter(r);
+        crew_status s = crew_rank_units_grads_to_host(r, host);
+        crew_rank_sink_leave(r);
+        return s;
+    }
     if (r->shard) CREW_TRY(crew_rank_shard_gather_grad(r, grad)); /* every rank joins */
     if (r->replica != 0) return CREW_OK;
     const int64_t n = r->m->n_params;
@@ -188,7 +204,8 @@ crew_status crew_rank_finish(crew_rank *r, int64_t step)
     const crew_optimizer *opt;
     CREW_TRY(crew_rank_whole(r, step, moments != NULL, &m, &opt));
     if (!r->sinks) /* another process's caller gets them too, where its replica holds them all */
-        return r->own_model && r->stages == 1 ? crew_model_copy_values(r->own_model, r->m) : CREW_OK;
+        return r->own_model && r->stages == 1 && crew_rank_holds_params(r) ? crew_model_copy_values(r->own_model, r->m)
+                                                                              : CREW_OK;
     crew_rank_sink_enter(r);
     crew_model *caller = r->sinks->model;
     r->sinks->result->steps = step;

@@ -29,6 +29,8 @@ static const char *usage_text =
     "                         memory, shared by its CPU replicas]\n"
     "  --shard-optimizer      plan for optimizer state sharded across the replicas, as crew train\n"
     "                         --shard-optimizer runs it (--optimizer-sharding: the same)\n"
+    "  --shard optimizer|gradients|parameters  plan for what crew train --shard shards (ZeRO-1/2/3)\n"
+    "  --shard-unit-mb X      ZeRO-2/3's units, as crew train --shard-unit-mb [0.25]\n"
     "  --precision fp32|bf16  the run's, as crew train --precision: bf16 keeps a GPT block's attention\n"
     "                         probabilities in bfloat16 [fp32]\n"
     "  --attention store|recompute  as crew train --attention: recompute keeps one buffer of attention\n"
@@ -39,12 +41,14 @@ static const char *usage_text =
     "                         run's, and the steps to the same progress\n"
     "  --json                 end with one JSON line (docs/ADVISOR.md)\n";
 
-static const char *verdict_key(crew_memory_verdict v)
+static const char *verdict_key(const crew_memory_plan *p)
 {
-    switch (v) {
+    switch (p->verdict) {
     case CREW_MEMORY_FITS: return "data_parallel";
     case CREW_MEMORY_SMALLER_BATCH: return "smaller_batch";
-    case CREW_MEMORY_SHARD_OPTIMIZER: return "optimizer_sharding";
+    case CREW_MEMORY_SHARD_OPTIMIZER:
+        return p->advised_shard == CREW_SHARD_PARAMETERS ? "parameter_sharding"
+               : p->advised_shard == CREW_SHARD_GRADIENTS ? "gradient_sharding" : "optimizer_sharding";
     case CREW_MEMORY_MODEL_PARALLEL: return "model_parallel";
     case CREW_MEMORY_TOO_LARGE: return "too_large";
     }
@@ -144,14 +148,15 @@ static void print_json(const char *model, const crew_memory_plan *p, const char 
            "\"total_bytes\":%lld,\"fits\":%s,\"verdict_kind\":\"%s\",\"verdict\":",
            p->devices, (long long)p->batch_per_device, (long long)p->global_batch, p->accumulation,
            (long long)p->device_memory_bytes, p->shared_memory ? "true" : "false", (long long)p->bytes_per_device,
-           (long long)p->host_bytes, (long long)p->total_bytes, p->fits ? "true" : "false", verdict_key(p->verdict));
+           (long long)p->host_bytes, (long long)p->total_bytes, p->fits ? "true" : "false", verdict_key(p));
     crew_json_write_string(stdout, p->verdict_text);
     printf(",\"optimizer\":");
     crew_json_write_string(stdout, p->optimizer);
     printf(",\"optimizer_slots\":%d", p->optimizer_slots);
-    printf(",\"advised\":{\"batch_per_device\":%lld,\"accumulation\":%d,\"devices\":%d,\"bytes_per_device\":%lld},",
-           (long long)p->advised_batch, p->advised_accumulation, p->advised_devices,
-           (long long)p->advised_bytes_per_device);
+    printf(",\"advised\":{\"batch_per_device\":%lld,\"accumulation\":%d,\"devices\":%d,\"bytes_per_device\":%lld,"
+           "\"shard\":\"%s\"},", (long long)p->advised_batch, p->advised_accumulation, p->advised_devices,
+           (long long)p->advised_bytes_per_device,
+           crew_shard_level_name(p->verdict == CREW_MEMORY_SHARD_OPTIMIZER ? p->advised_shard : CREW_SHARD_NONE));
     printf("\"breakdown\":{\"parameters\":%lld,\"gradients\":%lld,\"optimizer\":%lld,\"activations\":%lld,"
            "\"workspace\":%lld,\"accumulation\":%lld},\"layers\":[",
            (long long)p->param_bytes, (long long)p->gradient_bytes, (long long)p->optimizer_bytes,
@@ -200,10 +205,14 @@ static int parse_device_memory(const char *verb, const char *v, void *args)
     return cli_parse_size(verb, "--device-memory", v, &((plan_args *)args)->o.device_memory_bytes);
 }
 
+static const char *const shard_levels[] = {"none", "optimizer", "gradients", "parameters", NULL}; /* crew_shard_level's */
+
 static const cli_flag_spec plan_flags[] = {
     CLI_SWITCH_FLAG(plan_args, "--json", json),
     CLI_SWITCH_FLAG(plan_args, "--shard-optimizer", o.optimizer_sharding),
     CLI_SWITCH_FLAG(plan_args, "--optimizer-sharding", o.optimizer_sharding),
+    CLI_CHOICE_FLAG(plan_args, "--shard", o.shard, shard_levels),
+    CLI_FLOAT_FLAG(plan_args, "--shard-unit-mb", o.shard_unit_mb, 1e-6, 1e6),
     CLI_CHOICE_FLAG(plan_args, "--precision", o.precision, cli_precisions),
     CLI_CHOICE_FLAG(plan_args, "--attention", o.attention_recompute, cli_attention_ways),
     CLI_STRING_FLAG(plan_args, "--data", data),

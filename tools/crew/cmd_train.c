@@ -80,9 +80,15 @@ static const char *usage_text =
     "                             no pipeline), the host's (threads, MPI, GPU buffers through host\n"
     "                             copies), or NCCL where it can (auto); the same bits either way\n"
     "                             unless --allreduce fast [auto]\n"
-    "  --shard-optimizer          each replica keeps and updates 1/N of the optimizer state (ZeRO\n"
-    "                             stage 1): gradients reduce-scattered, parameters all-gathered; the\n"
-    "                             same weights, bit for bit [off]\n"
+    "  --shard optimizer|gradients|parameters\n"
+    "                             what each of N replicas keeps 1/N of: the optimizer state (ZeRO-1:\n"
+    "                             gradients reduce-scattered, parameters all-gathered), the summed\n"
+    "                             gradients too (ZeRO-2), or the parameters too (ZeRO-3: each unit of\n"
+    "                             layers gathered just before it runs); the same weights, bit for bit\n"
+    "                             [none]\n"
+    "  --shard-optimizer          the same as --shard optimizer\n"
+    "  --shard-unit-mb X          ZeRO-2/3: gather and reduce-scatter the layers in units of about X MiB\n"
+    "                             of parameters [0.25]\n"
     "  --drift-check-every N      compare the replicas' parameter hashes every N steps; 0 = off [100]\n"
     "  --noise-scale-every N      measure the gradient noise scale every N steps (one more pass over\n"
     "                             each micro-batch's gradient and the reduced one; it needs 2 or more\n"
@@ -144,7 +150,8 @@ typedef struct train_args {
     int64_t log_every;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int64_t replicas;           /* devices / pipeline stages */
-    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, comm, precision, attention;
+    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, shard, comm, precision, attention;
+    double shard_unit_mb;
     cli_conv conv;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
     int64_t noise_every;        /* --noise-scale-every; -1: not given */
@@ -199,6 +206,7 @@ static const char *const nan_policies[] = {"stop", "skip", NULL}; /* crew_nan_po
 static const char *const allreduce_kinds[] = {"ordered", "fast", NULL}; /* crew_fit_options.unordered_allreduce */
 static const char *const layouts[] = {"replicas", "auto", NULL};
 static const char *const comms[] = {"auto", "host", "nccl", NULL}; /* crew_communicator's order */
+static const char *const shard_levels[] = {"none", "optimizer", "gradients", "parameters", NULL}; /* crew_shard_level's */
 
 /* Every flag but --help. --devices is only stored here: it is checked after MODEL.json and --data,
  * so a command missing those says so first. */
@@ -229,6 +237,8 @@ static const cli_flag_spec train_flags[] = {
     CLI_CHOICE_FLAG(train_args, "--on-nan", on_nan, nan_policies),
     CLI_CHOICE_FLAG(train_args, "--allreduce", allreduce, allreduce_kinds),
     CLI_SWITCH_FLAG(train_args, "--shard-optimizer", shard_optimizer),
+    CLI_CHOICE_FLAG(train_args, "--shard", shard, shard_levels),
+    CLI_FLOAT_FLAG(train_args, "--shard-unit-mb", shard_unit_mb, 1e-6, 1e6),
     CLI_CHOICE_FLAG(train_args, "--comm", comm, comms),
     CLI_CHOICE_FLAG(train_args, "--precision", precision, cli_precisions),
     CLI_CHOICE_FLAG(train_args, "--attention", attention, cli_attention_ways),
@@ -292,6 +302,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     a->noise_every = -1;
     a->pipe.schedule = -1;
     a->layout = -1;
+    a->shard = -1;
     int parsed = cli_parse_args("train", usage_text, train_flags, CLI_COUNT(train_flags), argc, argv, a, &a->model);
     if (parsed) return parsed;
     if (!a->model) return cli_usage_error("train", "missing MODEL.json");
@@ -431,6 +442,8 @@ static void print_replica_memory(const crew_model *m, const crew_fit_result *r, 
     mo.devices = plan->devices;
     mo.global_batch = plan->global_batch;
     mo.optimizer_sharding = plan->shard_optimizer;
+    mo.shard = plan->shard;
+    mo.shard_unit_mb = plan->shard_unit_mb;
     mo.device_kind = plan->device_kind;
     mo.precision = plan->precision;
     mo.attention_recompute = plan->attention_recompute;
@@ -445,6 +458,11 @@ static void print_replica_memory(const crew_model *m, const crew_fit_result *r, 
            crew_format_bytes(r->stage_peak_bytes[0], a, sizeof a), crew_format_bytes(mp.bytes_per_device, b, sizeof b),
            mp.bytes_per_device > 0 ? 100.0 * ((double)r->stage_peak_bytes[0] / (double)mp.bytes_per_device - 1.0) : 0.0,
            crew_format_bytes(mp.optimizer_bytes, c, sizeof c), plan->shard_optimizer ? " (sharded)" : "");
+    if (plan->shard >= CREW_SHARD_GRADIENTS) {
+        char g[32], q[32];
+        printf("              gradients %s and parameters %s per replica (sharded, with the units' buffers)\n",
+               crew_format_bytes(mp.gradient_bytes, g, sizeof g), crew_format_bytes(mp.param_bytes, q, sizeof q));
+    }
     crew_memory_plan_release(&mp);
 }
 
@@ -495,6 +513,8 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->sync_batch_norm = a->sync_bn;
     o->unordered_allreduce = a->allreduce == 1;
     o->shard_optimizer = a->shard_optimizer;
+    if (a->shard >= 0) o->shard = a->shard;
+    o->shard_unit_mb = a->shard_unit_mb;
     o->communicator = a->comm;
     if (a->precision >= 0) o->precision = a->precision;
     o->attention_recompute = a->attention;
@@ -660,6 +680,8 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     mo.device_memory_bytes = a->device_memory;
     mo.train_samples = crew_dataset_size(st->train);
     mo.optimizer_sharding = a->shard_optimizer;
+    mo.shard = a->shard > 0 ? a->shard : CREW_SHARD_NONE;
+    mo.shard_unit_mb = a->shard_unit_mb;
     mo.device_kind = a->device_kind;
     mo.precision = o->precision;
     mo.attention_recompute = o->attention_recompute;
@@ -682,14 +704,17 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
         break;
     case CREW_MEMORY_SHARD_OPTIMIZER:
         if (p.advised_devices != (int)a->devices) { /* the replica count is the user's to choose */
-            rc = cli_usage_error("train", "the model %s; run it with --devices %s:%d --shard-optimizer, or split its "
-                                 "layers with --pipeline K", p.verdict_text, o->device_kind, p.advised_devices);
+            rc = cli_usage_error("train", "the model %s; run it with --devices %s:%d --shard %s, or split its "
+                                 "layers with --pipeline K", p.verdict_text, o->device_kind, p.advised_devices,
+                                 crew_shard_level_name(p.advised_shard));
             break;
         }
-        o->shard_optimizer = 1;
+        o->shard = p.advised_shard;
         o->batch_per_device = p.advised_batch;
         o->global_batch = p.global_batch;
-        snprintf(why, len, "data parallel with optimizer state sharded across the %d replicas: the model %s",
+        snprintf(why, len, "data parallel with %s sharded across the %d replicas: the model %s",
+                 p.advised_shard == CREW_SHARD_PARAMETERS  ? "parameters, gradients and optimizer state"
+                 : p.advised_shard == CREW_SHARD_GRADIENTS ? "gradients and optimizer state" : "optimizer state",
                  p.advised_devices, p.verdict_text);
         break;
     default: /* nothing fits */

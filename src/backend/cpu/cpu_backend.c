@@ -170,18 +170,24 @@ static crew_status cpu_sum(void *ctx, const float *x, int64_t n, double *out)
  * same bits on every machine whatever its vector width, and sixteen independent chains of adds
  * instead of one, whose add-after-add latency made a norm cost a step's fifth on a small model
  * (the noise scale takes one a micro-batch; clipping and LAMB's trust ratios their own). */
-#define SQ_LANES 16
-static crew_status cpu_sum_squares(void *ctx, const float *x, int64_t n, double *out)
+static crew_status cpu_sum_squares_lanes(void *ctx, const float *x, int64_t n, double *lanes)
 {
     (void)ctx;
-    double lane[SQ_LANES] = {0.0};
+    double lane[CREW_SQ_LANES]; /* a local copy the compiler keeps in registers */
+    memcpy(lane, lanes, sizeof lane);
     int64_t i = 0;
-    for (; i + SQ_LANES <= n; i += SQ_LANES)
-        for (int k = 0; k < SQ_LANES; k++) lane[k] += crew_body_square(x[i + k]);
+    for (; i + CREW_SQ_LANES <= n; i += CREW_SQ_LANES)
+        for (int k = 0; k < CREW_SQ_LANES; k++) lane[k] += crew_body_square(x[i + k]);
     for (int k = 0; i < n; i++, k++) lane[k] += crew_body_square(x[i]);
-    for (int width = SQ_LANES / 2; width >= 1; width /= 2)
-        for (int k = 0; k < width; k++) lane[k] += lane[k + width];
-    *out = lane[0];
+    memcpy(lanes, lane, sizeof lane);
+    return CREW_OK;
+}
+
+static crew_status cpu_sum_squares(void *ctx, const float *x, int64_t n, double *out)
+{
+    double lane[CREW_SQ_LANES] = {0.0};
+    CREW_TRY(cpu_sum_squares_lanes(ctx, x, n, lane));
+    *out = crew_sq_lanes_fold(lane);
     return CREW_OK;
 }
 
@@ -266,6 +272,7 @@ const crew_backend_ops crew_cpu_ops = {
     .in_place = cpu_in_place,
     .sum = cpu_sum,
     .sum_squares = cpu_sum_squares,
+    .sum_squares_lanes = cpu_sum_squares_lanes,
     .all_finite = cpu_all_finite,
     .hash = cpu_hash,
     .copy = cpu_copy,

@@ -491,6 +491,13 @@ static crew_status guard_sum_squares(void *ctx, const float *x, int64_t n, doubl
     return settle(c.g, c.ok ? crew_cpu_ops.sum_squares(c.cpu, sx, n, out) : CREW_OK);
 }
 
+static crew_status guard_sum_squares_lanes(void *ctx, const float *x, int64_t n, double *lanes)
+{
+    op_call c = begin(ctx, "sum_squares_lanes");
+    const float *sx = f32(&c, "x", x, n);
+    return settle(c.g, c.ok ? crew_cpu_ops.sum_squares_lanes(c.cpu, sx, n, lanes) : CREW_OK);
+}
+
 static crew_status guard_all_finite(void *ctx, const float *x, int64_t n, int *out)
 {
     op_call c = begin(ctx, "all_finite");
@@ -978,6 +985,7 @@ static void guard_conv_backward_filter(void *ctx, const float *x, const float *d
     .sync = guard_sync, \
     .sum = guard_sum, \
     .sum_squares = guard_sum_squares, \
+    .sum_squares_lanes = guard_sum_squares_lanes, \
     .all_finite = guard_all_finite, \
     .hash = guard_hash, \
     .copy = guard_copy, \

@@ -1,0 +1,386 @@
+/* rank_units.c — gradient and parameter sharding (ZeRO stages 2 and 3) in the data-parallel rank
+ * program, on top of the optimizer's (rank_shard.c: the same shards, crew_shard_bounds).
+ *
+ * The replica works in units of layers (crew_model_units: a transformer block, a conv layer, small
+ * layers grouped), each of whose parameters is a contiguous range [lo, hi) of the flat buffer.
+ *   - Gradients (ZeRO-2 and 3): the model has no gradient buffer. A unit's layers write their
+ *     gradients into one buffer of the largest unit; when the last micro-batch's backward pass has
+ *     completed the unit, its gradient is reduce-scattered in the ordered way (the unit's part of
+ *     each shard to the shard's owner: the bits an all-reduce leaves there) and the rank keeps its
+ *     part in its shard of the summed gradient. With accumulation (k > 1) the earlier micro-batches'
+ *     gradients are kept whole until then: crew's ordered sum adds every replica's micro-batches in
+ *     global order, which a running sum per shard cannot (docs/ARCHITECTURE.md, "Sharding").
+ *   - Parameters (ZeRO-3): the model has no parameter buffer either. Each rank keeps its shard's
+ *     parameters; a unit's are all-gathered into one buffer of the largest unit just before its
+ *     first layer runs, forward and backward (the last unit of the forward pass is still there when
+ *     backward begins).
+ *   - A tied parameter (a GPT's token table, which the lm_head reads and adds a gradient to at the
+ *     other end of the pass) keeps its unit, the pinned unit, in buffers of its own, gathered at
+ *     the first forward layer and reduced after the unit's last backward layer.
+ *   - The update: every shard's squared gradient norm through the backend's sum_squares lanes,
+ *     handed from rank to rank in shard order, so that clipping uses the whole buffer's norm to the
+ *     bit; each rank updates its shard (crew_optimizer_step_shard); under ZeRO-2 the parameters
+ *     are then all-gathered as ZeRO-1 does, under ZeRO-3 they stay sharded.
+ * The units' collectives run on the rank's own thread in layer order, the same on every replica.
+ * Elementwise updates on the same sums give the same bits, so every level equals the unsharded run
+ * on any replica count (tests/test_shard.c). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status.h"
+#include "core/timer.h"
+#include "train/rank.h"
+
+typedef struct crew_rank_units {
+    int params;                 /* 1: ZeRO-3 */
+    crew_unit *unit;            /* [n] */
+    int n;
+    int pinned;                 /* the unit a tied parameter keeps gathered; -1: none */
+    int *complete_at;           /* [n] the layer after whose backward pass the unit's gradient is complete */
+    int64_t *bounds;            /* [n × (replicas + 1)] each shard's part of each unit, relative to the unit's lo */
+    int64_t widest;             /* values of the largest unit but the pinned one */
+    float *grad_shard;          /* [the largest shard] the rank's shard of the summed gradient; between
+                                   steps, another rank's shard passing through */
+    float *unit_grads;          /* [widest] the running unit's gradient */
+    float *pinned_grads;        /* [the pinned unit's] */
+    float *param_shard;         /* ZeRO-3: [the rank's shard] its parameters */
+    float *unit_params;         /* ZeRO-3: [widest] the gathered unit */
+    float *pinned_params;       /* ZeRO-3: [the pinned unit's] */
+    float **saved;              /* k > 1: [k − 1][n_params] the earlier micro-batches' gradients, whole */
+    float **parts;              /* [k] one unit's inputs of the ordered reduce-scatter */
+    int k;
+    /* during a step */
+    int gathered;               /* ZeRO-3: the unit in unit_params (-1: none) */
+    int pinned_gathered;
+    int micro;
+    int measure;
+    double sq_small;
+    int64_t done_from;          /* the gradients from here to the end are this micro-batch's, complete */
+    crew_step_times *times;
+} crew_rank_units;
+
+int crew_rank_holds_params(const crew_rank *r) { return !r->units || !r->units->params; }
+
+float *crew_rank_pass_through(const crew_rank *r) { return r->units ? r->units->grad_shard : r->m->grads; }
+
+static int64_t unit_len(const crew_unit *u) { return u->hi - u->lo; }
+static int64_t shard_len(const crew_rank *r, int q) { return r->shard[q + 1] - r->shard[q]; }
+static const int64_t *unit_bounds(const crew_rank *r, int u)
+{
+    return r->units->bounds + (size_t)u * (size_t)(r->replicas + 1);
+}
+
+/* The unit's gradient buffer, and (ZeRO-3) its parameters' */
+static float *grads_of(const crew_rank_units *x, int u) { return u == x->pinned ? x->pinned_grads : x->unit_grads; }
+static float *params_of(const crew_rank_units *x, int u) { return u == x->pinned ? x->pinned_params : x->unit_params; }
+
+static int has_trainable(const crew_layer *l) { return l->n_params && l->params[0].trainable && !l->params[0].tied; }
+
+/* ------------------------------------------------------------------ set-up */
+
+/* Every parameter's value (ZeRO-3) and gradient pointed at its unit's buffers, at its place
+ * relative to the unit's start; the tied ones then at their owners'. */
+static void point_layers(crew_rank *r)
+{
+    crew_rank_units *x = r->units;
+    crew_model *m = r->m;
+    for (int u = 0; u < x->n; u++)
+        for (int i = x->unit[u].first; i < x->unit[u].end; i++)
+            for (int j = 0; j < m->layers[i]->n_params; j++) {
+                crew_param *p = &m->layers[i]->params[j];
+                if (!p->trainable || p->tied) continue;
+                p->grad = grads_of(x, u) + (p->offset - x->unit[u].lo);
+                if (x->params) p->value = params_of(x, u) + (p->offset - x->unit[u].lo);
+            }
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            crew_param *p = &m->layers[i]->params[j];
+            if (!p->tied) continue;
+            const crew_param *owner = &m->layers[p->tie_layer]->params[p->tie_param];
+            p->value = owner->value;
+            p->grad = owner->grad;
+        }
+}
+
+static crew_status visit(void *user, int layer, crew_visit what);
+
+static crew_status alloc_units(crew_rank *r)
+{
+    crew_rank_units *x = r->units;
+    const crew_fit_plan *p = &r->run->plan;
+    const int w = r->replicas + 1;
+    x->n = crew_model_units(r->m, crew_bucket_values(p->shard_unit_mb), NULL, 0);
+    x->unit = calloc((size_t)x->n + 1, sizeof *x->unit);
+    x->complete_at = calloc((size_t)x->n + 1, sizeof *x->complete_at);
+    x->bounds = calloc((size_t)x->n * (size_t)w + 1, sizeof *x->bounds);
+    x->parts = calloc((size_t)x->k, sizeof *x->parts);
+    if (!x->unit || !x->complete_at || !x->bounds || !x->parts) return CREW_OOM();
+    crew_model_units(r->m, crew_bucket_values(p->shard_unit_mb), x->unit, x->n);
+    x->pinned = -1;
+    for (int u = 0; u < x->n; u++) {
+        const crew_unit *un = &x->unit[u];
+        if (un->pinned) x->pinned = u;
+        else if (unit_len(un) > x->widest) x->widest = unit_len(un);
+        x->complete_at[u] = -1; /* the unit's first layer with parameters of its own */
+        for (int i = un->end - 1; i >= un->first; i--)
+            if (has_trainable(r->m->layers[i])) x->complete_at[u] = i;
+        for (int q = 0; q < w; q++) {
+            int64_t at = r->shard[q] < un->lo ? un->lo : r->shard[q] > un->hi ? un->hi : r->shard[q];
+            x->bounds[(size_t)u * w + q] = at - un->lo;
+        }
+    }
+    int64_t widest_shard = 0;
+    for (int q = 0; q < r->replicas; q++)
+        if (shard_len(r, q) > widest_shard) widest_shard = shard_len(r, q);
+    const crew_backend *be = r->be;
+    const int64_t pinned = x->pinned >= 0 ? unit_len(&x->unit[x->pinned]) : 0;
+    CREW_TRY(crew_dev_alloc_f32(be, widest_shard, &x->grad_shard));
+    CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads));
+    if (pinned) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_grads));
+    if (x->params) {
+        CREW_TRY(crew_dev_alloc_f32(be, shard_len(r, r->replica), &x->param_shard));
+        CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_params));
+        if (pinned) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_params));
+    }
+    if (x->k > 1) {
+        if (!(x->saved = calloc((size_t)x->k - 1, sizeof *x->saved))) return CREW_OOM();
+        for (int j = 0; j < x->k - 1; j++) CREW_TRY(crew_dev_alloc_f32(be, r->m->n_params, &x->saved[j]));
+    }
+    return CREW_OK;
+}
+
+crew_status crew_rank_units_init(crew_rank *r)
+{
+    const crew_fit_plan *p = &r->run->plan;
+    if (!(r->units = calloc(1, sizeof *r->units))) return CREW_OOM();
+    r->units->params = p->shard >= CREW_SHARD_PARAMETERS;
+    r->units->k = p->accumulation;
+    if (r->m->compile.optimizer.clip_norm > 0.0f && !r->be->ops->sum_squares_lanes)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "clipping with sharded %s on %s: the device has no sum_squares "
+                           "lanes to hand on for the whole gradient's norm yet; --shard optimizer clips sharded",
+                           crew_shard_level_name(p->shard), p->device_kind);
+    CREW_TRY(alloc_units(r));
+    r->units->gathered = -1;
+    point_layers(r);
+    r->m->visit = visit;
+    r->m->visit_user = r;
+    return CREW_OK;
+}
+
+void crew_rank_units_release(crew_rank *r)
+{
+    crew_rank_units *x = r->units;
+    if (!x) return;
+    const crew_backend *be = r->be;
+    crew_dev_free(be, x->grad_shard);
+    crew_dev_free(be, x->unit_grads);
+    crew_dev_free(be, x->pinned_grads);
+    crew_dev_free(be, x->param_shard);
+    crew_dev_free(be, x->unit_params);
+    crew_dev_free(be, x->pinned_params);
+    for (int j = 0; x->saved && j < x->k - 1; j++) crew_dev_free(be, x->saved[j]);
+    free(x->saved);
+    free(x->parts);
+    free(x->unit);
+    free(x->complete_at);
+    free(x->bounds);
+    free(x);
+    r->units = NULL;
+    if (r->m) r->m->visit = NULL;
+}
+
+/* ------------------------------------------------------------------ shards to and from rank 0 */
+
+/* Rank 0's host values (from, the whole buffer's; NULL elsewhere) into every rank's shard `mine`:
+ * each shard is broadcast from rank 0 in turn, every rank joining, through the pass-through
+ * buffer of the ranks it is not for. */
+static crew_status scatter_from(crew_rank *r, const crew_backend *host, const float *from, float *mine)
+{
+    for (int q = 0; q < r->replicas; q++) {
+        int64_t n = shard_len(r, q);
+        if (n == 0) continue;
+        float *into = q == r->replica ? mine : crew_rank_pass_through(r);
+        if (r->replica == 0) CREW_TRY(crew_dev_transfer_f32(r->be, into, host, from + r->shard[q], n));
+        CREW_TRY(crew_broadcast(&r->group, into, n, CREW_COMM_F32, 0, r->run->timeout_s));
+    }
+    return CREW_OK;
+}
+
+/* Every rank's shard `mine` into rank 0's host buffer `into` (the whole buffer's; NULL elsewhere):
+ * each owner broadcasts its own in turn. */
+static crew_status gather_to(crew_rank *r, const crew_backend *host, float *into, float *mine)
+{
+    for (int q = 0; q < r->replicas; q++) {
+        int64_t n = shard_len(r, q);
+        if (n == 0) continue;
+        float *buf = q == r->replica ? mine : crew_rank_pass_through(r);
+        if (q != 0) CREW_TRY(crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, r->run->timeout_s));
+        if (r->replica == 0) CREW_TRY(crew_dev_transfer_f32(host, into + r->shard[q], r->be, buf, n));
+    }
+    return CREW_OK;
+}
+
+crew_status crew_rank_units_start(crew_rank *r)
+{
+    if (!r->units->params) return CREW_OK;
+    const crew_model *start = r->run->start;
+    return scatter_from(r, &start->be, r->replica == 0 ? start->params : NULL, r->units->param_shard);
+}
+
+crew_status crew_rank_units_gather_params(crew_rank *r, float *host_params)
+{
+    const crew_backend *host = r->sinks ? &r->sinks->model->be : NULL;
+    return gather_to(r, host, host_params, r->units->param_shard);
+}
+
+crew_status crew_rank_units_grads_to_host(crew_rank *r, float *host)
+{
+    for (int q = 0; q < r->replicas; q++) {
+        int64_t n = shard_len(r, q);
+        if (n == 0) continue;
+        float *buf = q == r->replica ? r->units->grad_shard : crew_rank_pass_through(r);
+        if (q != 0) CREW_TRY(crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, r->run->timeout_s));
+        if (r->replica == 0) CREW_TRY(crew_dev_download_f32(r->be, host + r->shard[q], buf, n));
+    }
+    return CREW_OK;
+}
+
+/* ------------------------------------------------------------------ the passes */
+
+/* ZeRO-3: unit u's parameters gathered into its buffer: the rank's part from its shard, the rest
+ * from their owners. */
+static crew_status gather_unit(crew_rank *r, int u)
+{
+    crew_rank_units *x = r->units;
+    const crew_unit *un = &x->unit[u];
+    const int64_t *b = unit_bounds(r, u);
+    const int64_t lo = b[r->replica], n = b[r->replica + 1] - lo;
+    float *buf = params_of(x, u);
+    double t0 = crew_now();
+    if (n > 0) r->be->ops->copy(r->be->ctx, buf + lo, x->param_shard + (un->lo + lo - r->shard_lo), n);
+    crew_status s = crew_allgather_ranges(&r->group, buf, unit_len(un), b, r->run->timeout_s);
+    if (x->times) x->times->comm_exposed_s += crew_now() - t0;
+    return s;
+}
+
+/* Unit u's gradient of the last micro-batch is complete: reduce-scattered in the ordered way with
+ * the earlier micro-batches' (kept whole), the rank's part into its shard of the sum. */
+static crew_status reduce_unit(crew_rank *r, int u)
+{
+    crew_rank_units *x = r->units;
+    const crew_unit *un = &x->unit[u];
+    float *g = grads_of(x, u);
+    for (int j = 0; j < x->k - 1; j++) x->parts[j] = x->saved[j] + un->lo;
+    x->parts[x->k - 1] = g;
+    crew_comm_request req = {.buf = g, .n = unit_len(un), .parts = x->parts, .k = x->k, .bounds = unit_bounds(r, u),
+                             .type = CREW_COMM_F32, .op = CREW_REDUCE_SUM};
+    double t0 = crew_now();
+    crew_status s = CREW_OK;
+    if (!CREW_HOOK(r, bucket) || r->hooks->bucket(r->hooks_user, &r->who, u, x->n, &req))
+        s = crew_comm_request_run(&r->group, &req, r->run->timeout_s);
+    if (x->times) x->times->comm_exposed_s += crew_now() - t0;
+    const int64_t lo = req.bounds[r->replica], n = req.bounds[r->replica + 1] - lo;
+    if (!s && n > 0) r->be->ops->copy(r->be->ctx, x->grad_shard + (un->lo + lo - r->shard_lo), g + lo, n);
+    return s;
+}
+
+/* After layer i's backward pass: its gradients are this micro-batch's (their squared norm, when
+ * the step measures the noise scale, over the same ranges the unsharded stepper takes); the
+ * unit's gradient, once complete, kept for the ordered sum or reduced. */
+static crew_status backward_done(crew_rank *r, int i, int u)
+{
+    crew_rank_units *x = r->units;
+    const crew_unit *un = &x->unit[u];
+    const crew_layer *l = r->m->layers[i];
+    if (!has_trainable(l)) return CREW_OK;
+    const int64_t lo = l->params[0].offset;
+    if (x->measure && x->done_from > lo) {
+        double part = 0.0;
+        CREW_TRY(r->be->ops->sum_squares(r->be->ctx, grads_of(x, u) + (lo - un->lo), x->done_from - lo, &part));
+        x->sq_small += part;
+    }
+    x->done_from = lo;
+    if (i != x->complete_at[u]) return CREW_OK;
+    if (x->micro < x->k - 1) {
+        r->be->ops->copy(r->be->ctx, x->saved[x->micro] + un->lo, grads_of(x, u), unit_len(un));
+        return CREW_OK;
+    }
+    return reduce_unit(r, u);
+}
+
+static crew_status visit(void *user, int layer, crew_visit what)
+{
+    crew_rank *r = user;
+    crew_rank_units *x = r->units;
+    const int u = crew_model_unit_of(x->unit, x->n, layer);
+    if (u < 0) return crew_errorf(CREW_CODE_INTERNAL, "layer %d belongs to no unit", layer);
+    if (what == CREW_VISIT_BACKWARD_DONE) return backward_done(r, layer, u);
+    if (!x->params) return CREW_OK;
+    if (u == x->pinned) {
+        if (x->pinned_gathered) return CREW_OK;
+        x->pinned_gathered = 1;
+        return gather_unit(r, u);
+    }
+    if (x->gathered == u) return CREW_OK;
+    x->gathered = u;
+    return gather_unit(r, u);
+}
+
+void crew_rank_units_begin(crew_rank *r, int measure, crew_step_times *times)
+{
+    crew_rank_units *x = r->units;
+    x->times = times;
+    x->measure = measure;
+    x->sq_small = 0.0;
+    x->micro = 0;
+    x->done_from = r->m->n_params;
+}
+
+/* Before each backward pass of the step (micro-batch `micro` of the rank's). */
+void crew_rank_units_micro(crew_rank *r, int micro)
+{
+    crew_rank_units *x = r->units;
+    x->micro = micro;
+    x->done_from = r->m->n_params;
+}
+
+crew_status crew_rank_units_finish(crew_rank *r, crew_status passes, float **grad, double *sq_small)
+{
+    crew_rank_units *x = r->units;
+    x->times = NULL;
+    x->gathered = -1; /* the parameters change with the update: gathered anew next time */
+    x->pinned_gathered = 0;
+    *grad = x->grad_shard;
+    *sq_small = x->sq_small;
+    return passes;
+}
+
+/* ------------------------------------------------------------------ the update */
+
+/* The whole summed gradient's L2 norm, to the bit of sum_squares over it: every rank adds its
+ * shard into the sixteen lanes in shard order, each handing them on by a broadcast. */
+static crew_status whole_norm(crew_rank *r, double *norm)
+{
+    const crew_backend *be = r->be;
+    double lanes[CREW_SQ_LANES] = {0.0};
+    for (int q = 0; q < r->replicas; q++) {
+        if (q == r->replica && shard_len(r, q) > 0)
+            CREW_TRY(be->ops->sum_squares_lanes(be->ctx, r->units->grad_shard, shard_len(r, q), lanes));
+        CREW_TRY(be->ops->upload(be->ctx, NULL, r->dev_scratch, lanes, CREW_SQ_LANES, CREW_DT_F64));
+        CREW_TRY(crew_broadcast(&r->group, r->dev_scratch, CREW_SQ_LANES, CREW_COMM_F64, q, r->run->timeout_s));
+        CREW_TRY(be->ops->download(be->ctx, lanes, r->dev_scratch, CREW_SQ_LANES, CREW_DT_F64));
+    }
+    *norm = sqrt(crew_sq_lanes_fold(lanes));
+    return CREW_OK;
+}
+
+crew_status crew_rank_units_update(crew_rank *r, float lr)
+{
+    crew_rank_units *x = r->units;
+    crew_model *m = r->m;
+    double norm = -1.0;
+    if (m->compile.optimizer.clip_norm > 0.0f) CREW_TRY(whole_norm(r, &norm));
+    float *params = x->params ? x->param_shard : m->params + r->shard_lo;
+    return crew_optimizer_step_shard(&r->opt, r->be, params, x->grad_shard, lr, norm);
+}
