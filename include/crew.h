@@ -998,6 +998,7 @@ typedef struct crew_memory_options {
      * and ZeRO-2/3's unit size (crew_fit_options.shard_unit_mb) [none, 0: the default] */
     int shard;
     double shard_unit_mb;
+    int no_sharding;             /* 1: never advise sharding (the user said --shard none) [0] */
 } crew_memory_options;
 
 typedef struct crew_memory_layer {

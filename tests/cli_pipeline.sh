@@ -80,17 +80,17 @@ resume_on topipe "--devices cpu:4" --devices cpu:4 --pipeline 4
 cmp -s "$TMP/long/weights.safetensors" "$TMP/topipe/weights.safetensors" && ok || fail "data parallelism resumed as 4 stages: weights differ"
 
 # A model that does not fit: examples/fashion_wide_mlp.json needs 62 MiB as one replica; in
-# 48 MB devices the planner says it needs a pipeline, crew train --device-memory runs the split it
+# 48 MB devices, sharding ruled out (--shard none; ZeRO-2 would fit), the planner says it needs a pipeline, crew train --device-memory runs the split it
 # finds, and every stage's measured device memory is within 10% of its plan (on 2 and 4 stages).
 WIDE=examples/fashion_wide_mlp.json
-"$CREW" plan $WIDE --device-memory 48MB --json > "$TMP/wide-plan.out" && \
+"$CREW" plan $WIDE --device-memory 48MB --shard none --json > "$TMP/wide-plan.out" && \
   [ "$(json_field "$TMP/wide-plan.out" verdict_kind)" = model_parallel ] && ok || fail "wide MLP plan: $(tail -n 1 "$TMP/wide-plan.out")"
 within_plan() { # $1: output of crew train; every "stage S (...): device memory ... planned ... (+P%)" within 10%
   local n; n=$(grep -c '^stage [0-9]* (layers .*): device memory .* at its peak, planned .* ([+-][0-9.]*%)$' "$1")
   [ "$n" -ge 2 ] && ! sed -n 's/^stage .*(\([+-][0-9.]*\)%)$/\1/p' "$1" | awk '{ if ($1 > 10 || $1 < -10) bad = 1 } END { exit !bad }' \
     && ok || fail "stage memory against the plan ($2): $(grep '^stage' "$1")"
 }
-"$CREW" train $WIDE --data "$DATA" --devices cpu:2 --device-memory 48MB --max-steps 6 --run-dir "$TMP/wide2" \
+"$CREW" train $WIDE --data "$DATA" --devices cpu:2 --device-memory 48MB --shard none --max-steps 6 --run-dir "$TMP/wide2" \
   > "$TMP/wide2.out" 2>&1 || fail "wide MLP with --device-memory 48MB: $(tail -n 3 "$TMP/wide2.out")"
 grep -q "layout (--device-memory): a pipeline of 2 stages x 1 replica, .* of 45.8 MiB: the model needs model parallelism" \
   "$TMP/wide2.out" && ok || fail "the layout line: $(grep -i layout "$TMP/wide2.out")"

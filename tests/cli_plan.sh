@@ -25,14 +25,19 @@ plan examples/fashion_mlp.json --devices cpu:4 --device-memory 5M && \
 plan examples/gpt2_124m.json --devices cpu:8 --device-memory 8GB && grep -q "7.43 GiB of the device's 7.45 GiB (99.7%)" "$TMP/out" \
     && ok || fail "GPT-2 124M in 8 GB: $(grep '^verdict' "$TMP/out")"
 # The verdict keeps the asked global batch; sharding (data parallelism) wins unless it takes more
-# devices than asked for and than a pipeline: a 4-layer 1024-wide MLP at batch 64 in 34 MB needs
-# 2 pipeline stages (sharding would take 4 replicas of 16); in 40 MB sharding over 2 replicas of
-# 32 ties with 2 stages, and data parallelism wins the tie.
+# devices than asked for and than a pipeline: a 4-layer 1024-wide MLP at batch 64 in 32 MB needs
+# 2 pipeline stages (ZeRO-3 would take 4 replicas of 16); in 34 MB ZeRO-3 over 2 replicas of 32
+# ties with 2 stages, and data parallelism wins the tie, with the pipeline's bubble said; in 40 MB
+# the optimizer state alone sharded over 2 replicas does (the lightest level that fits).
 printf '{"input_shape": [784], "layers": [{"type": "dense", "units": 1024, "activation": "relu"},
   {"type": "dense", "units": 1024, "activation": "relu"}, {"type": "dense", "units": 1024, "activation": "relu"},
   {"type": "dense", "units": 10}], "optimizer": {"type": "adamw"}, "training": {"batch_per_device": 64}}' > "$TMP/mlp4.json"
-plan "$TMP/mlp4.json" --device-memory 34MB && [ "$(json_field "$TMP/out" verdict_kind)" = model_parallel ] \
-    && grep -q "over 2 pipeline stages.*keep the global batch of 64" "$TMP/out" && ok || fail "MLP4 in 34MB: $(tail -2 "$TMP/out")"
+plan "$TMP/mlp4.json" --device-memory 32MB && [ "$(json_field "$TMP/out" verdict_kind)" = model_parallel ] \
+    && grep -q "over 2 pipeline stages.*keep the global batch of 64" "$TMP/out" && ok || fail "MLP4 in 32MB: $(tail -2 "$TMP/out")"
+plan "$TMP/mlp4.json" --device-memory 34MB && [ "$(json_field "$TMP/out" verdict_kind)" = parameter_sharding ] \
+    && grep -q '"shard":"parameters"' "$TMP/out" \
+    && grep -q "parameter sharding (ZeRO-3) across 2 replicas.*1.5x the traffic.*a pipeline of 2 stages would idle 50%" "$TMP/out" \
+    && ok || fail "MLP4 in 34MB: $(tail -2 "$TMP/out")"
 plan "$TMP/mlp4.json" --device-memory 40MB && [ "$(json_field "$TMP/out" verdict_kind)" = optimizer_sharding ] \
     && grep -q "across 2 replicas.*keeps the global batch of 64" "$TMP/out" && ok || fail "MLP4 in 40MB: $(tail -2 "$TMP/out")"
 plan examples/fashion_mlp.json --devices cpu:2 --global-batch 1024 && grep -q '"global_batch":1024,"accumulation":4,' "$TMP/out" \

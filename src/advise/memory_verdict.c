@@ -32,6 +32,7 @@ typedef struct ladder {
     int64_t mem;         /* one device's memory */
     int64_t host;        /* host memory: the loaders' buffers, the caller's weights */
     int shard;           /* as asked: a crew_shard_level */
+    int no_sharding;     /* crew_memory_options.no_sharding */
     int64_t rows;        /* model parallelism: the micro-batch being tried */
     int64_t *weights;    /* [layers] a layer's parameters, gradients and optimizer state */
     int64_t *width;      /* [layers + 1] per-sample values: width[i] into layer i, width[n] out of the last */
@@ -139,11 +140,13 @@ static int smaller_batch(const ladder *l)
 typedef struct shard_choice {
     int n, k, level;
     int64_t b, bytes;
+    int stages, micro;   /* the pipeline that would also fit (0: none): its stages and micro-batches a step */
 } shard_choice;
 
 static int find_sharding(const ladder *l, shard_choice *out)
 {
     crew_memory_plan *p = l->p;
+    if (l->no_sharding) return 0;
     int64_t bytes = 0, d[4096];
     int nd = divisors(p->batch_per_device, d, 4096);
     /* LAMB and LARS shard their optimizer state only (rank_units.c needs whole tensors for them) */
@@ -155,7 +158,7 @@ static int find_sharding(const ladder *l, shard_choice *out)
                 if (p->global_batch % ((int64_t)n * b) != 0) continue;
                 int k = (int)(p->global_batch / ((int64_t)n * b));
                 if (!replica_fits(l, b, n, k, level, 1, &bytes)) continue;
-                *out = (shard_choice){n, k, level, b, bytes};
+                *out = (shard_choice){n, k, level, b, bytes, 0, 0};
                 return 1;
             }
     return 0;
@@ -171,7 +174,11 @@ static void sharding(const ladder *l, const shard_choice *c)
                                           "parallelism", "about 1.5x the traffic of data parallelism (each unit's "
                                           "parameters gathered before forward and backward)"};
     crew_memory_plan *p = l->p;
-    char need[32], mem[32], kept[64];
+    char need[32], mem[32], kept[64], pipe[160] = "";
+    if (c->stages > 1) /* 1F1B's bubble: (K − 1) / (M + K − 1) of each step idle */
+        snprintf(pipe, sizeof pipe, "; a pipeline of %d stages would idle %.0f%% of each step in its bubble (%d "
+                 "micro-batch%s a step)", c->stages, 100.0 * (c->stages - 1) / (c->micro + c->stages - 1), c->micro,
+                 c->micro == 1 ? "" : "es");
     crew_format_bytes(c->bytes, need, sizeof need);
     crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
     snprintf(kept, sizeof kept, keeps[c->level], l->mm->optimizer);
@@ -183,10 +190,11 @@ static void sharding(const ladder *l, const shard_choice *c)
     p->advised_bytes_per_device = c->bytes;
     for (int i = 0; i < p->n_layers; i++) p->layers[i].stage = 0;
     say(p, "fits with %s across %d replicas: each keeps 1/%d of %s and needs %s of %s%s, at a per-device batch of "
-        "%lld%s, which keeps the global batch of %lld; %s%s (crew train --shard %s on %d replicas)", what[c->level],
+        "%lld%s, which keeps the global batch of %lld; %s%s%s (crew train --shard %s on %d replicas)", what[c->level],
         c->n, c->n, kept, need, mem, p->shared_memory ? " (each on a machine like this one)" : "", (long long)c->b,
         c->k > 1 ? " with accumulation" : "", (long long)p->global_batch, traffic[c->level],
-        c->level > CREW_SHARD_OPTIMIZER ? ", no lighter sharding fits" : "", crew_shard_level_name(c->level), c->n);
+        c->level > CREW_SHARD_OPTIMIZER ? ", no lighter sharding fits" : "", pipe, crew_shard_level_name(c->level),
+        c->n);
 }
 
 /* A layer's bytes in a stage; with several micro-batches per step its gradients are summed in a
@@ -337,8 +345,8 @@ static void too_large(ladder *l)
 crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options *o, crew_memory_plan *p)
 {
     const crew_model *m = mm->m;
-    ladder l = {mm, p, p->device_memory_bytes, p->host_bytes, crew_memory_shard_level(o), p->batch_per_device, NULL,
-                NULL};
+    ladder l = {mm, p, p->device_memory_bytes, p->host_bytes, crew_memory_shard_level(o), o->no_sharding != 0,
+                p->batch_per_device, NULL, NULL};
     l.weights = malloc((size_t)m->n_layers * sizeof *l.weights);
     l.width = malloc(((size_t)m->n_layers + 1) * sizeof *l.width);
     if (!l.weights || !l.width) {
@@ -359,8 +367,11 @@ crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options
          * pipeline's stages; else the pipeline, which needs fewer. */
         shard_choice sc;
         int shard = find_sharding(&l, &sc), piped = model_parallel(&l);
-        if (shard && (!piped || sc.n <= p->devices || sc.n <= p->advised_devices))
+        if (shard && (!piped || sc.n <= p->devices || sc.n <= p->advised_devices)) {
+            sc.stages = piped ? p->advised_devices : 0; /* the pipeline it beats, for the verdict */
+            sc.micro = piped ? p->advised_accumulation : 0;
             sharding(&l, &sc);
+        }
         else if (!piped)
             too_large(&l);
     }

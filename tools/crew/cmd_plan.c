@@ -29,7 +29,8 @@ static const char *usage_text =
     "                         memory, shared by its CPU replicas]\n"
     "  --shard-optimizer      plan for optimizer state sharded across the replicas, as crew train\n"
     "                         --shard-optimizer runs it (--optimizer-sharding: the same)\n"
-    "  --shard optimizer|gradients|parameters  plan for what crew train --shard shards (ZeRO-1/2/3)\n"
+    "  --shard none|optimizer|gradients|parameters  plan for what crew train --shard shards\n"
+    "                         (ZeRO-1/2/3); none: the verdict never advises sharding\n"
     "  --shard-unit-mb X      ZeRO-2/3's units, as crew train --shard-unit-mb [0.25]\n"
     "  --precision fp32|bf16  the run's, as crew train --precision: bf16 keeps a GPT block's attention\n"
     "                         probabilities in bfloat16 [fp32]\n"
@@ -186,6 +187,7 @@ typedef struct plan_args {
     const char *model, *data;
     const char *from;           /* --from RUN_DIR */
     int json;
+    int shard_given;            /* --shard was given */
     char kind[32];              /* --devices KIND */
     crew_memory_options o;
 } plan_args;
@@ -205,13 +207,23 @@ static int parse_device_memory(const char *verb, const char *v, void *args)
     return cli_parse_size(verb, "--device-memory", v, &((plan_args *)args)->o.device_memory_bytes);
 }
 
-static const char *const shard_levels[] = {"none", "optimizer", "gradients", "parameters", NULL}; /* crew_shard_level's */
+/* --shard LEVEL: a crew_shard_level's name; "none" (given) keeps the verdict from advising sharding. */
+static int parse_shard(const char *verb, const char *v, void *args)
+{
+    static const char *const levels[] = {"none", "optimizer", "gradients", "parameters", NULL}; /* crew_shard_level's */
+    plan_args *a = args;
+    int level = cli_parse_choice(verb, "--shard", v, levels);
+    if (level < 0) return 0;
+    a->o.shard = level;
+    a->shard_given = 1;
+    return 1;
+}
 
 static const cli_flag_spec plan_flags[] = {
     CLI_SWITCH_FLAG(plan_args, "--json", json),
     CLI_SWITCH_FLAG(plan_args, "--shard-optimizer", o.optimizer_sharding),
     CLI_SWITCH_FLAG(plan_args, "--optimizer-sharding", o.optimizer_sharding),
-    CLI_CHOICE_FLAG(plan_args, "--shard", o.shard, shard_levels),
+    CLI_CUSTOM_FLAG("--shard", parse_shard),
     CLI_FLOAT_FLAG(plan_args, "--shard-unit-mb", o.shard_unit_mb, 1e-6, 1e6),
     CLI_CHOICE_FLAG(plan_args, "--precision", o.precision, cli_precisions),
     CLI_CHOICE_FLAG(plan_args, "--attention", o.attention_recompute, cli_attention_ways),
@@ -231,6 +243,7 @@ static int parse_args(int argc, char **argv, plan_args *a)
     int parsed = cli_parse_args("plan", usage_text, plan_flags, CLI_COUNT(plan_flags), argc, argv, a, &a->model);
     if (parsed) return parsed;
     if (!a->model) return cli_usage_error("plan", "missing MODEL.json");
+    a->o.no_sharding = a->shard_given && a->o.shard == CREW_SHARD_NONE && !a->o.optimizer_sharding;
     return 0;
 }
 

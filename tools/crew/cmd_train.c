@@ -84,8 +84,8 @@ static const char *usage_text =
     "                             what each of N replicas keeps 1/N of: the optimizer state (ZeRO-1:\n"
     "                             gradients reduce-scattered, parameters all-gathered), the summed\n"
     "                             gradients too (ZeRO-2), or the parameters too (ZeRO-3: each unit of\n"
-    "                             layers gathered just before it runs); the same weights, bit for bit\n"
-    "                             [none]\n"
+    "                             layers gathered just before it runs); the same weights, bit for bit;\n"
+    "                             none also keeps --device-memory from choosing sharding [none]\n"
     "  --shard-optimizer          the same as --shard optimizer\n"
     "  --shard-unit-mb X          ZeRO-2/3: gather and reduce-scatter the layers in units of about X MiB\n"
     "                             of parameters [0.25]\n"
@@ -682,6 +682,7 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     mo.optimizer_sharding = a->shard_optimizer;
     mo.shard = a->shard > 0 ? a->shard : CREW_SHARD_NONE;
     mo.shard_unit_mb = a->shard_unit_mb;
+    mo.no_sharding = a->shard == CREW_SHARD_NONE && !a->shard_optimizer; /* --shard none: the user's word */
     mo.device_kind = a->device_kind;
     mo.precision = o->precision;
     mo.attention_recompute = o->attention_recompute;
