@@ -451,7 +451,7 @@ typedef struct crew_fit_options {
      * its name. The plan says so. 0: crew's ordered all-reduce, bitwise the same for any split of
      * the work [0]. No effect in one process on the host's communicator. */
     int unordered_allreduce;
-    /* 1: optimizer-state sharding (ZeRO stage 1, docs/ARCHITECTURE.md "Optimizer sharding"): each
+    /* 1: optimizer-state sharding (ZeRO stage 1, docs/ARCHITECTURE.md "Sharding"): each
      * of the replicas keeps the optimizer state of 1/devices of the parameters and updates only
      * those; gradients are reduce-scattered and parameters all-gathered instead of the gradients
      * all-reduced. The same bits as without, on any replica count; checkpoints are the ordinary
@@ -864,11 +864,11 @@ typedef struct crew_verify_options {
 /* One N-replica run held bitwise to its one-replica reference. */
 typedef struct crew_verify_path {
     int accumulation;               /* k: micro-batches per replica per step */
-    int buckets;                    /* gradient buckets its all-reduce used */
+    int buckets;                    /* gradient buckets its all-reduce used (sharded gradients: its units) */
     int64_t global_batch;
     int bitwise_equal;              /* with (b) of the same micro-batches */
     double max_rel_diff;            /* max |a − b| / max |b| over each tensor */
-    int sharded;                    /* 1: the replicas' optimizer state sharded */
+    int sharded;                    /* what the replicas shard (a crew_shard_level; 0: nothing) */
 } crew_verify_path;
 
 #define CREW_VERIFY_MAX_PATHS 6

@@ -2,6 +2,7 @@
 # cli_mpi.sh — crew train under mpirun, on one machine (tests/cli_mpi_netns.sh: across two hosts):
 # - 2, 3 and 4 processes, and 2 processes x 2 threads, end with weights bitwise equal to one
 #   replica accumulating the same micro-batches, and to the same number of threads in one process;
+#   so do 2 processes sharding the optimizer state, the gradients and the parameters (ZeRO-1/2/3);
 # - a run killed mid-way on 4 processes, resumed on 1 process, killed again and resumed on
 #   2 processes x 2 threads, ends bitwise equal to the uninterrupted run;
 # - a process stopped for good (SIGSTOP) is named within the collective deadline, the run exits 1
@@ -49,6 +50,16 @@ cmp -s "$TMP/one/weights.safetensors" "$TMP/four/weights.safetensors" && ok \
   > "$TMP/mpi2x2s.out" 2>&1 || fail "mpirun -np 2 --shard-optimizer: $(tail -n 3 "$TMP/mpi2x2s.out")"
 cmp -s "$TMP/four/weights.safetensors" "$TMP/mpi2x2s/weights.safetensors" && ok \
   || fail "2 processes x 2 sharded threads: weights differ from 4 threads"
+# Gradients and parameters sharded across the processes (ZeRO-2 and 3: each unit reduce-scattered
+# and gathered through the MPI communicator), 2 processes of 1 and of 2 threads: the same weights.
+for level in gradients parameters; do
+  for t in 1 2; do
+    "${MPIRUN[@]}" -np 2 "$CREW" train $MODEL "${COMMON[@]}" --devices cpu:$t --shard $level --run-dir "$TMP/mpi2x$t-$level" \
+      > "$TMP/mpi2x$t-$level.out" 2>&1 || fail "mpirun -np 2 --devices cpu:$t --shard $level: $(tail -n 3 "$TMP/mpi2x$t-$level.out")"
+    cmp -s "$TMP/one/weights.safetensors" "$TMP/mpi2x$t-$level/weights.safetensors" && ok \
+      || fail "2 processes x $t threads sharding $level: weights differ from one replica accumulating"
+  done
+done
 
 # --allreduce fast: MPI's own all-reduce between the processes, and the plan says what that costs.
 # With one micro-batch per process, two processes' sum has one order only (a + b = b + a), so here

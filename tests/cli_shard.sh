@@ -3,7 +3,8 @@
 # - the MLP and the CNN at every level on 2 and 4 replicas (threads) end with weights bitwise equal
 #   to one replica accumulating the same micro-batches; with accumulation too;
 # - gpt_tiny (a tied token table, clipping by the global norm, 6 units) at ZeRO-2 and ZeRO-3 on 2 and
-#   4 replicas, and on cpu-remote (a GPU's staged path), equals the unsharded run;
+#   4 replicas, on cpu-remote (a GPU's staged path) and across 2 MPI processes (with the MLP; when
+#   this crew has MPI), equals the unsharded run;
 # - gpt_tiny on 4 replicas with --shard parameters: replica 0's measured device peak is the plan's
 #   within 1%, and holds a quarter of the parameters, gradients and optimizer state, one unit's
 #   parameters and gradient (and the tied table's unit) beside the activations;
@@ -50,6 +51,22 @@ same "$TMP/gpt-2" "$TMP/gpt-4" && ok || fail "gpt_tiny: 2 and 4 replicas differ"
 "$CREW" train $GPT "${G[@]}" --devices cpu-remote:2 --global-batch 32 --shard parameters --run-dir "$TMP/gpt-remote" \
   > /dev/null 2> "$TMP/err" || fail "gpt_tiny on cpu-remote:2, --shard parameters: $(cat "$TMP/err")"
 same "$TMP/gpt-2" "$TMP/gpt-remote" && ok || fail "gpt_tiny: ZeRO-3 on cpu-remote differs from the CPU's unsharded run"
+
+# --- across 2 MPI processes (the MPI communicator's ordered all-reduce and broadcasts): the MLP
+# and gpt_tiny at ZeRO-2 and 3 equal the unsharded run (the CNN: cli_mpi.sh)
+if "$CREW" --version | grep -q '^MPI: Open MPI\|^MPI: MPICH' && command -v mpirun > /dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  MPIRUN=(timeout -k 5 300 mpirun --oversubscribe --bind-to none)
+  for level in gradients parameters; do
+    "${MPIRUN[@]}" -np 2 "$CREW" train $GPT "${G[@]}" --devices cpu:1 --global-batch 32 --shard $level \
+      --run-dir "$TMP/gpt-mpi-$level" > "$TMP/out" 2>&1 || fail "gpt_tiny, 2 processes, --shard $level: $(tail -n 3 "$TMP/out")"
+    same "$TMP/gpt-2" "$TMP/gpt-mpi-$level" && ok || fail "gpt_tiny: 2 processes sharding $level differ from unsharded"
+    "${MPIRUN[@]}" -np 2 "$CREW" train examples/fashion_mlp.json --data "$DATA" --max-steps 6 --batch-per-device 8 \
+      --global-batch 64 --quiet --shard $level --run-dir "$TMP/mlp-mpi-$level" > "$TMP/out" 2>&1 \
+      || fail "the MLP, 2 processes, --shard $level: $(tail -n 3 "$TMP/out")"
+    same "$TMP/fashion_mlp-one" "$TMP/mlp-mpi-$level" && ok || fail "the MLP: 2 processes sharding $level differ"
+  done
+fi
 
 # --- ZeRO-3's memory on 4 replicas: the plan's within 1%, and what it holds
 "$CREW" train $GPT --data "$TMP/text" --max-steps 2 --devices cpu:4 --shard parameters --run-dir "$TMP/gpt-mem" \

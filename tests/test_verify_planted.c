@@ -168,10 +168,10 @@ static crew_status plant_gradient(void *user, crew_hook_rank *r, int64_t step, f
 {
     (void)step;
     const crew_backend_ops *o = r->be->ops;
-    int64_t n = r->m->n_params;
+    int64_t n = r->grad_n; /* the whole buffer, or a ZeRO-2/3 shard */
     if (bug_of(user) == PLANT_DECAY_PER_MICRO) { /* wd·p in each of the N·k micro-batches, where the update adds it once */
         float extra = (float)(r->replicas * r->accumulation - 1) * r->m->compile.optimizer.weight_decay;
-        o->axpby(r->be->ctx, n, extra, r->m->params, 1.0f, *grad);
+        o->axpby(r->be->ctx, n, extra, r->grad_params, 1.0f, *grad);
     }
     if (bug_of(user) == PLANT_AVERAGED_TWICE && r->replicas > 1)
         o->axpby(r->be->ctx, n, 1.0f / (float)r->replicas, *grad, 0.0f, *grad);
@@ -374,8 +374,9 @@ int main(void)
                               name);
                 if (b == PLANT_NONE) { /* the JSON's account of what ran */
                     const int bn = which == BATCH_NORM_CNN;
-                    CHECK_MSG(r.paths == 5 && r.replicas_compared == n && r.replica_checks == (bn ? 6 : 5) * r.steps &&
-                                  r.path[2].accumulation == 2 && r.path[1].buckets > 1 && r.path[4].sharded,
+                    CHECK_MSG(r.paths == 6 && r.replicas_compared == n && r.replica_checks == (bn ? 7 : 6) * r.steps &&
+                                  r.path[2].accumulation == 2 && r.path[1].buckets > 1 &&
+                                  r.path[4].sharded == CREW_SHARD_OPTIMIZER && r.path[5].sharded == CREW_SHARD_PARAMETERS,
                               "paths %d, replicas %d, checks %lld", r.paths, r.replicas_compared,
                               (long long)r.replica_checks);
                     /* a slice of the data whose steps cross two epoch boundaries */

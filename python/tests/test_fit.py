@@ -3,7 +3,8 @@
 - a Keras MLP and a Keras CNN trained by crew.fit end with the weights (so the test accuracy) of
   `crew train` on the same arrays (crew prep arrays), seed and starting weights, bit for bit, and
   Keras's own model.evaluate agrees with crew's evaluation;
-- 2 replicas equal 1 replica accumulating 2 micro-batches, bit for bit;
+- 2 replicas equal 1 replica accumulating 2 micro-batches, bit for bit, and 2 replicas sharding their
+  gradients or parameters (shard=) equal 2 unsharded ones;
 - a Functional model, a model file, the History Keras returns, Keras callbacks;
 - the run directory holds what crew train leaves there.
 """
@@ -62,6 +63,19 @@ def test_replicas_equal_one_accumulating(tmp_path, fashion):
     assert same_bits(weights(two), weights(one))
     plan = json.loads((tmp_path / "one" / "config.json").read_text())["plan"]
     assert plan["accumulation_steps"] == 2 and plan["global_batch"] == 64 and plan["batch_per_device"] == 32
+
+
+@pytest.mark.parametrize("shard", ["gradients", "parameters"])
+def test_sharded_replicas_equal_unsharded(tmp_path, fashion, shard):
+    """shard= is crew train's --shard: ZeRO-2 and 3 keep the weights of the unsharded run, bit for bit."""
+    x, y, _, _ = fashion
+    sharded, plain = mlp(), mlp()
+    crew.fit(sharded, x[:3200], y[:3200], epochs=1, batch_size=64, devices="cpu:2", shard=shard,
+             run_dir=tmp_path / "sharded", verbose=0)
+    crew.fit(plain, x[:3200], y[:3200], epochs=1, batch_size=64, devices="cpu:2", run_dir=tmp_path / "plain", verbose=0)
+    assert same_bits(weights(sharded), weights(plain))
+    plan = json.loads((tmp_path / "sharded" / "config.json").read_text())["plan"]
+    assert plan["shard"] == shard and plan["shard_units"] >= 2
 
 
 def test_history_and_run_directory(tmp_path, fashion, capsys):

@@ -40,6 +40,12 @@ typedef struct crew_hook_rank {
     int64_t steps_per_epoch;
     double timeout_s;          /* the collectives' deadline */
     void *state;               /* the hooks' own, per rank (rank_begins may set it, rank_ends frees it) */
+    /* What the gradient hook's *grad holds (set before each call): values for the parameters
+     * [grad_lo, grad_lo + grad_n) of the flat buffer, whose values are at grad_params (device
+     * memory). The whole buffer (grad_lo 0) but under ZeRO-2/3, whose gradient is the rank's shard
+     * alone; under ZeRO-1 the whole buffer, of which the shard holds the reduced sums. */
+    int64_t grad_lo, grad_n;
+    float *grad_params;
 } crew_hook_rank;
 
 /* The named points. Every member may be NULL (the point does nothing); `user` is the fit hooks'

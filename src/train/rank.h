@@ -220,8 +220,8 @@ crew_status crew_rank_shard_gather_grad(crew_rank *r, float *grad);
  *   start: each rank's shard of rank 0's starting parameters (ZeRO-3)
  *   begin/micro/finish: around a step's passes (micro: before each backward pass); finish leaves
  *         the rank's shard of the summed gradient
- *   update: the shard's update, the clipping norm from every shard's lanes (rank_shard.c's update
- *         then all-gathers the parameters under ZeRO-2)
+ *   update: the shard's update from grad (finish's, or a test seam's), the clipping norm from every
+ *         shard's lanes (rank_shard.c's update then all-gathers the parameters under ZeRO-2)
  *   gather_params: every shard's parameters into rank 0's caller model (ZeRO-3; every rank calls it)
  *   grads_to_host: the summed gradient, whole, into rank 0's host memory (verify's first step) */
 crew_status crew_rank_units_init(crew_rank *r);
@@ -230,12 +230,15 @@ crew_status crew_rank_units_start(crew_rank *r);
 void crew_rank_units_begin(crew_rank *r, int measure, crew_step_times *times);
 void crew_rank_units_micro(crew_rank *r, int micro);
 crew_status crew_rank_units_finish(crew_rank *r, crew_status passes, float **grad, double *sq_small);
-crew_status crew_rank_units_update(crew_rank *r, float lr);
+crew_status crew_rank_units_update(crew_rank *r, float *grad, float lr);
 crew_status crew_rank_units_gather_params(crew_rank *r, float *host_params);
 crew_status crew_rank_units_grads_to_host(crew_rank *r, float *host);
 /* Where another rank's shard passes through on its way to or from rank 0 (start, checkpoints, the
  * end): a buffer of the largest shard that holds nothing between steps. */
 float *crew_rank_pass_through(const crew_rank *r);
+/* What the step's reduced gradient holds: values for parameters [*lo, *lo + *n), whose values are
+ * at *params on the device (the whole buffer, or under ZeRO-2/3 the rank's shard). */
+void crew_rank_grad_range(const crew_rank *r, int64_t *lo, int64_t *n, float **params);
 /* 1 when the rank's replica holds every parameter (not under ZeRO-3). */
 int crew_rank_holds_params(const crew_rank *r);
 

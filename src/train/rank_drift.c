@@ -192,12 +192,14 @@ static crew_status first_difference(crew_rank *r, int slots, int *found)
     int64_t most = m->n_params > m->n_state ? m->n_params : m->n_state;
     float *through = m->grads, *own_buf = NULL; /* the gradient buffer holds nothing at the end */
     crew_status s = CREW_OK;
-    if (m->n_state > m->n_params) s = crew_dev_alloc_f32(r->be, m->n_state, &own_buf), through = own_buf;
+    /* sharded gradients leave no whole buffer to pass through (the run's peak is recorded by now) */
+    if (m->n_state > m->n_params || !through) s = crew_dev_alloc_f32(r->be, most, &own_buf), through = own_buf;
     float *hm = malloc((size_t)(most > 0 ? most : 1) * sizeof *hm), *ht = malloc((size_t)(most > 0 ? most : 1) * sizeof *ht);
     if (!s && (!hm || !ht)) s = CREW_OOM();
     int64_t k = -1;
     *found = 0;
-    if (!s) s = compare_buffer(r, m->params, m->n_params, through, hm, ht, &k);
+    if (!s && crew_rank_holds_params(r)) /* ZeRO-3: each replica holds its own shard, nothing to compare */
+        s = compare_buffer(r, m->params, m->n_params, through, hm, ht, &k);
     if (!s && k >= 0) *found = 1 + slot_of(r, k, 1, slots);
     if (!s && r->run->sync_bn) s = compare_buffer(r, m->state, m->n_state, through, hm, ht, &k);
     if (!s && k >= 0 && !*found) *found = 1 + slot_of(r, k, 0, slots);

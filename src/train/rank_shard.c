@@ -89,7 +89,7 @@ crew_status crew_rank_shard_update(crew_rank *r, float *grad, float lr)
     crew_model *m = r->m;
     const double timeout = r->run->timeout_s;
     if (r->units) { /* ZeRO-2/3: the gradient exists as shards only */
-        CREW_TRY(crew_rank_units_update(r, lr));
+        CREW_TRY(crew_rank_units_update(r, grad, lr));
         if (!crew_rank_holds_params(r)) return CREW_OK; /* ZeRO-3: the parameters stay sharded */
     } else {
         if (m->compile.optimizer.clip_norm > 0.0f) /* the norm is the whole gradient's */

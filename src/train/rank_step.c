@@ -369,7 +369,10 @@ crew_status crew_rank_train_step(crew_rank *r, crew_rank_step *st)
     crew_status s = gradients(r, st, &grad, &times, &sums);
     CREW_TRY(crew_rank_phase_error(r, s, step, "forward/backward and gradient all-reduce"));
     double t1 = crew_now();
-    if (CREW_HOOK(r, gradient)) CREW_TRY(r->hooks->gradient(r->hooks_user, &r->who, step, &grad));
+    if (CREW_HOOK(r, gradient)) {
+        crew_rank_grad_range(r, &r->who.grad_lo, &r->who.grad_n, &r->who.grad_params);
+        CREW_TRY(r->hooks->gradient(r->hooks_user, &r->who, step, &grad));
+    }
     if (run->hooks.first_grads && step == run->start_step + 1) CREW_TRY(crew_rank_capture_first_grads(r, grad));
     int finite = 1, nonfinite = 0;
     CREW_TRY(grads_finite(r, grad, st, &finite));

@@ -62,6 +62,14 @@ typedef struct crew_rank_units {
 
 int crew_rank_holds_params(const crew_rank *r) { return !r->units || !r->units->params; }
 
+void crew_rank_grad_range(const crew_rank *r, int64_t *lo, int64_t *n, float **params)
+{
+    crew_rank_units *x = r->units;
+    *lo = x ? r->shard_lo : 0;
+    *n = x ? r->opt.n : r->m->n_params;
+    *params = !x ? r->m->params : x->params ? x->param_shard : r->m->params + r->shard_lo;
+}
+
 float *crew_rank_pass_through(const crew_rank *r) { return r->units ? r->units->grad_shard : r->m->grads; }
 
 static int64_t unit_len(const crew_unit *u) { return u->hi - u->lo; }
@@ -234,16 +242,24 @@ crew_status crew_rank_units_gather_params(crew_rank *r, float *host_params)
     return gather_to(r, host, host_params, r->units->param_shard);
 }
 
+/* Mid-step, when the shard of the summed gradient is still to be used: the others' pass through a
+ * buffer of their own (verify's first step only). */
 crew_status crew_rank_units_grads_to_host(crew_rank *r, float *host)
 {
-    for (int q = 0; q < r->replicas; q++) {
+    int64_t widest = 0;
+    for (int q = 0; q < r->replicas; q++)
+        if (shard_len(r, q) > widest) widest = shard_len(r, q);
+    float *through = NULL;
+    crew_status s = crew_dev_alloc_f32(r->be, widest, &through);
+    for (int q = 0; q < r->replicas && !s; q++) {
         int64_t n = shard_len(r, q);
         if (n == 0) continue;
-        float *buf = q == r->replica ? r->units->grad_shard : crew_rank_pass_through(r);
-        if (q != 0) CREW_TRY(crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, r->run->timeout_s));
-        if (r->replica == 0) CREW_TRY(crew_dev_download_f32(r->be, host + r->shard[q], buf, n));
+        float *buf = q == r->replica ? r->units->grad_shard : through;
+        if (q != 0) s = crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, r->run->timeout_s);
+        if (!s && r->replica == 0) s = crew_dev_download_f32(r->be, host + r->shard[q], buf, n);
     }
-    return CREW_OK;
+    crew_dev_free(r->be, through);
+    return s;
 }
 
 /* ------------------------------------------------------------------ the passes */
@@ -360,13 +376,13 @@ crew_status crew_rank_units_finish(crew_rank *r, crew_status passes, float **gra
 
 /* The whole summed gradient's L2 norm, to the bit of sum_squares over it: every rank adds its
  * shard into the sixteen lanes in shard order, each handing them on by a broadcast. */
-static crew_status whole_norm(crew_rank *r, double *norm)
+static crew_status whole_norm(crew_rank *r, const float *grad, double *norm)
 {
     const crew_backend *be = r->be;
     double lanes[CREW_SQ_LANES] = {0.0};
     for (int q = 0; q < r->replicas; q++) {
         if (q == r->replica && shard_len(r, q) > 0)
-            CREW_TRY(be->ops->sum_squares_lanes(be->ctx, r->units->grad_shard, shard_len(r, q), lanes));
+            CREW_TRY(be->ops->sum_squares_lanes(be->ctx, grad, shard_len(r, q), lanes));
         CREW_TRY(be->ops->upload(be->ctx, NULL, r->dev_scratch, lanes, CREW_SQ_LANES, CREW_DT_F64));
         CREW_TRY(crew_broadcast(&r->group, r->dev_scratch, CREW_SQ_LANES, CREW_COMM_F64, q, r->run->timeout_s));
         CREW_TRY(be->ops->download(be->ctx, lanes, r->dev_scratch, CREW_SQ_LANES, CREW_DT_F64));
@@ -375,12 +391,12 @@ static crew_status whole_norm(crew_rank *r, double *norm)
     return CREW_OK;
 }
 
-crew_status crew_rank_units_update(crew_rank *r, float lr)
+crew_status crew_rank_units_update(crew_rank *r, float *grad, float lr)
 {
     crew_rank_units *x = r->units;
     crew_model *m = r->m;
     double norm = -1.0;
-    if (m->compile.optimizer.clip_norm > 0.0f) CREW_TRY(whole_norm(r, &norm));
+    if (m->compile.optimizer.clip_norm > 0.0f) CREW_TRY(whole_norm(r, grad, &norm));
     float *params = x->params ? x->param_shard : m->params + r->shard_lo;
-    return crew_optimizer_step_shard(&r->opt, r->be, params, x->grad_shard, lr, norm);
+    return crew_optimizer_step_shard(&r->opt, r->be, params, grad, lr, norm);
 }

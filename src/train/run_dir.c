@@ -267,6 +267,11 @@ static cJSON *plan_json(const crew_fit_plan *p)
     cJSON_AddBoolToObject(o, "pad_last_batch", p->pad_last_batch != 0);
     cJSON_AddBoolToObject(o, "sync_batch_norm", p->sync_batch_norm != 0);
     cJSON_AddStringToObject(o, "on_nan", p->on_nan == CREW_ON_NAN_SKIP ? "skip" : "stop");
+    cJSON_AddStringToObject(o, "shard", crew_shard_level_name(p->shard)); /* what the replicas shard */
+    if (p->shard >= CREW_SHARD_GRADIENTS) {
+        cJSON_AddNumberToObject(o, "shard_unit_mb", p->shard_unit_mb);
+        cJSON_AddNumberToObject(o, "shard_units", p->shard_units);
+    }
     return o;
 }
 

@@ -50,6 +50,7 @@
 #include "core/options.h"
 #include "core/rng.h"
 #include "core/status.h"
+#include "optim/optimizer.h"
 #include "data/dataset.h"
 #include "train/step.h"
 #include "train/train.h"
@@ -76,7 +77,7 @@ typedef struct run_spec {
     int grouped;                /* joins the process group */
     int column;                 /* its column of the losses table, or COL_NONE */
     const char *kind;           /* another device kind (--against), or NULL: the asked one */
-    int shard;                  /* 1: the optimizer state sharded (else as the options say) */
+    int shard;                  /* a crew_shard_level (NONE: as the options say); ZeRO-2/3 in units of bucket_mb */
     int64_t sum_block;          /* every sum over the batch in blocks of this many terms (crew_device_options.sum_block) */
 } run_spec;
 
@@ -138,7 +139,8 @@ static crew_status run_one(verify_ctx *v, const run_spec *r, crew_verify_values 
     o.global_batch = r->global_batch;
     o.bucket_mb = r->bucket_mb;
     o.sync_batch_norm = r->sync_bn;
-    if (r->shard) o.shard_optimizer = 1;
+    if (r->shard) o.shard = r->shard;
+    if (r->shard >= CREW_SHARD_GRADIENTS) o.shard_unit_mb = r->bucket_mb;
     o.group = r->grouped ? v->opts->group : NULL;
     if (r->grouped) { /* the N-replica runs: as pipelines when asked */
         o.pipeline_stages = v->opts->pipeline_stages;
@@ -263,7 +265,16 @@ static void plan_runs(verify_ctx *v, int n, int total, int64_t batch, int k, int
     const int piped = v->opts->pipeline_stages > 1 || v->opts->pipeline_split;
     if (total > 1 && !v->opts->shard_optimizer && !piped) { /* ZeRO-1, which the planner may choose: held bitwise too */
         w->path_spec[w->n_paths] = (run_spec){"N replicas, k micro-batches, verify's buckets, sharded optimizer", n, batch,
-                                              g[0], 0, own_mb, bn ? 0 : -1, 1, COL_NONE, NULL, 1, 0};
+                                              g[0], 0, own_mb, bn ? 0 : -1, 1, COL_NONE, NULL, CREW_SHARD_OPTIMIZER, 0};
+        w->path_ref[w->n_paths++] = 0;
+    }
+    /* ZeRO-3 (which holds ZeRO-2's gradient path too), in units of verify's bucket size, whose edges
+     * fall inside the shards: its units gathered and reduce-scattered, the clipping norm handed on
+     * from shard to shard. Not for LAMB and LARS, which shard their optimizer state only. */
+    if (total > 1 && !piped && !crew_optimizer_layerwise(&v->m->compile.optimizer)) {
+        w->path_spec[w->n_paths] = (run_spec){"N replicas, k micro-batches, sharded parameters (ZeRO-3) in small units", n,
+                                              batch, g[0], 0, own_mb, bn ? 0 : -1, 1, COL_NONE, NULL,
+                                              CREW_SHARD_PARAMETERS, 0};
         w->path_ref[w->n_paths++] = 0;
     }
     w->has_d = !v->res->fixed_tolerance;
@@ -484,9 +495,12 @@ static crew_status verify(crew_model *m, const crew_dataset *train, const crew_v
     res->paths = w.n_paths;
     for (int i = 0; i < w.n_paths; i++)
         res->path[i] = (crew_verify_path){.accumulation = w.path_ref[i] ? k2 : k,
-                                          .buckets = crew_bucket_count(m->n_params, w.path_spec[i].bucket_mb),
+                                          .buckets = w.path_spec[i].shard >= CREW_SHARD_GRADIENTS /* its units */
+                                                         ? crew_model_units(m, crew_bucket_values(w.path_spec[i].bucket_mb), NULL, 0)
+                                                         : crew_bucket_count(m->n_params, w.path_spec[i].bucket_mb),
                                           .global_batch = w.path_spec[i].global_batch,
-                                          .sharded = w.path_spec[i].shard || given.shard_optimizer};
+                                          .sharded = w.path_spec[i].shard   ? w.path_spec[i].shard
+                                                     : given.shard_optimizer ? CREW_SHARD_OPTIMIZER : CREW_SHARD_NONE};
     res->other_blocks_ok = 1;
     crew_status s = CREW_OK;
     if (!group) { /* references first: they set the deadline */

@@ -15,7 +15,8 @@ static const char *usage_text =
     "Proves that N replicas compute what one computes, from the same weights and data, K steps\n"
     "(default 20):\n"
     "  paths: N replicas with 1 and with 2 micro-batches per replica, each with the run's gradient\n"
-    "    buckets and with several small ones, and with the optimizer state sharded; each must end\n"
+    "    buckets and with several small ones, with the optimizer state sharded, and with the\n"
+    "    parameters sharded (ZeRO-3, in small units; not for LAMB and LARS); each must end\n"
     "    bitwise equal (parameters, optimizer moments) to one replica accumulating the same\n"
     "    micro-batches. Every replica's values are compared by hash after every step and value by\n"
     "    value at the end. With batch norm the paths normalise each micro-batch alone.\n"
@@ -44,7 +45,7 @@ static const char *usage_text =
     "names it. --deadline S: seconds a replica may wait [20 x the slowest reference step, >= 10].\n"
     "Exit status 0 only when everything holds (1 otherwise). With --json the last line is one\n"
     "JSON object: devices, steps, global_batch, accumulation, buckets, paths [{k, buckets,\n"
-    "global_batch, sharded, bitwise_equal, max_rel_diff}], replicas_compared, replica_checks, bitwise_equal,\n"
+    "global_batch, sharded, shard, bitwise_equal, max_rel_diff}], replicas_compared, replica_checks, bitwise_equal,\n"
     "batch_norm_synced, first_step_ok, first_step_ratio, first_step_decided_by, reference_ok,\n"
     "reference_replicas, reference_batch (0: no reference in other blocks),\n"
     "max_rel_diff_full_batch, tolerance, rounding_spread, decided_by, decided_by_diff,\n"
@@ -98,9 +99,13 @@ static void print_paths(const crew_verify_result *r)
            r->batch_norm_synced ? "" : ", state");
     for (int i = 0; i < r->paths; i++) {
         const crew_verify_path *p = &r->path[i];
-        printf("  %d micro-batch%s per replica, %d gradient bucket%s, global batch %lld%s: %s", p->accumulation,
-               p->accumulation == 1 ? "" : "es", p->buckets, p->buckets == 1 ? "" : "s", (long long)p->global_batch,
-               p->sharded ? ", optimizer sharded" : "", p->bitwise_equal ? "bitwise equal\n" : "NOT bitwise equal");
+        printf("  %d micro-batch%s per replica, %d %s%s, global batch %lld%s: %s", p->accumulation,
+               p->accumulation == 1 ? "" : "es", p->buckets, p->sharded >= CREW_SHARD_GRADIENTS ? "unit" : "gradient bucket",
+               p->buckets == 1 ? "" : "s", (long long)p->global_batch,
+               p->sharded == CREW_SHARD_PARAMETERS ? ", parameters sharded (ZeRO-3)"
+               : p->sharded == CREW_SHARD_GRADIENTS ? ", gradients sharded (ZeRO-2)"
+               : p->sharded ? ", optimizer sharded" : "",
+               p->bitwise_equal ? "bitwise equal\n" : "NOT bitwise equal");
         if (!p->bitwise_equal) printf(" (max relative difference %.3g)\n", p->max_rel_diff);
     }
     if (r->batch_norm_synced)
@@ -177,9 +182,11 @@ static void print_json(const crew_verify_result *r)
     printf("{\"devices\":%d,\"steps\":%lld,\"global_batch\":%lld,\"accumulation\":%d,\"buckets\":%d,\"paths\":[", r->devices,
            (long long)r->steps, (long long)r->global_batch, r->accumulation, r->buckets);
     for (int i = 0; i < r->paths; i++)
-        printf("%s{\"k\":%d,\"buckets\":%d,\"global_batch\":%lld,\"sharded\":%s,\"bitwise_equal\":%s,\"max_rel_diff\":%s}",
+        printf("%s{\"k\":%d,\"buckets\":%d,\"global_batch\":%lld,\"sharded\":%s,\"shard\":\"%s\",\"bitwise_equal\":%s,"
+               "\"max_rel_diff\":%s}",
                i ? "," : "", r->path[i].accumulation, r->path[i].buckets, (long long)r->path[i].global_batch,
-               r->path[i].sharded ? "true" : "false", r->path[i].bitwise_equal ? "true" : "false",
+               r->path[i].sharded ? "true" : "false", crew_shard_level_name(r->path[i].sharded),
+               r->path[i].bitwise_equal ? "true" : "false",
                cli_json_number(r->path[i].max_rel_diff, b1, sizeof b1));
     printf("],\"replicas_compared\":%d,\"replica_checks\":%lld,\"bitwise_equal\":%s,\"max_rel_diff_accum\":%s,"
            "\"batch_norm_synced\":%s,\"first_step_ok\":%s,\"first_step_ratio\":%s,\"first_step_decided_by\":",
