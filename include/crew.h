@@ -512,6 +512,12 @@ typedef struct crew_fit_options {
      * this many MiB of parameters (a layer is never split; a tied parameter's unit stays gathered
      * through the step); 0: CREW_SHARD_UNIT_MB. */
     double shard_unit_mb;
+    /* ZeRO-2/3: the units' collectives on the replica's communication thread, overlapping its
+     * compute (the next unit's parameters gathered while this one runs, each unit's gradient
+     * reduce-scattered while the layers before it run backward), for one more unit's buffers; 1 on,
+     * -1 off, 0 the planner's choice: off where every core computes a replica (a communication
+     * thread there only takes time from them), else on. The same bits either way. */
+    int shard_overlap;
 } crew_fit_options;
 
 /* What data-parallel replicas shard (crew_fit_options.shard). */
@@ -677,6 +683,7 @@ typedef struct crew_fit_plan {
     double shard_unit_mb;
     int shard_units;
     int shard_pinned_unit;
+    int shard_overlap;          /* 1: the units' collectives overlap compute (crew_fit_options.shard_overlap) */
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With
@@ -999,6 +1006,7 @@ typedef struct crew_memory_options {
     int shard;
     double shard_unit_mb;
     int no_sharding;             /* 1: never advise sharding (the user said --shard none) [0] */
+    int shard_overlap;           /* 1: ZeRO-2/3's units double-buffered (crew_fit_plan.shard_overlap) [0] */
 } crew_memory_options;
 
 typedef struct crew_memory_layer {

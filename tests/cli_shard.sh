@@ -3,8 +3,9 @@
 # - the MLP and the CNN at every level on 2 and 4 replicas (threads) end with weights bitwise equal
 #   to one replica accumulating the same micro-batches; with accumulation too;
 # - gpt_tiny (a tied token table, clipping by the global norm, 6 units) at ZeRO-2 and ZeRO-3 on 2 and
-#   4 replicas, on cpu-remote (a GPU's staged path) and across 2 MPI processes (with the MLP; when
-#   this crew has MPI), equals the unsharded run;
+#   4 replicas, with its collectives overlapping compute (--shard-overlap on), on cpu-remote (a
+#   GPU's staged path) and across 2 MPI processes (with the MLP; when this crew has MPI), equals the
+#   unsharded run;
 # - gpt_tiny on 4 replicas with --shard parameters: replica 0's measured device peak is the plan's
 #   within 1%, and holds a quarter of the parameters, gradients and optimizer state, one unit's
 #   parameters and gradient (and the tied table's unit) beside the activations;
@@ -48,7 +49,11 @@ for n in 2 4; do
   done
 done
 same "$TMP/gpt-2" "$TMP/gpt-4" && ok || fail "gpt_tiny: 2 and 4 replicas differ"
-"$CREW" train $GPT "${G[@]}" --devices cpu-remote:2 --global-batch 32 --shard parameters --run-dir "$TMP/gpt-remote" \
+# the units' collectives on the communication thread, overlapping compute: the same bits
+"$CREW" train $GPT "${G[@]}" --devices cpu:4 --global-batch 32 --shard parameters --shard-overlap on --run-dir "$TMP/gpt-4-ov" \
+  > /dev/null 2> "$TMP/err" || fail "gpt_tiny, --shard-overlap on: $(cat "$TMP/err")"
+same "$TMP/gpt-4" "$TMP/gpt-4-ov" && ok || fail "gpt_tiny: ZeRO-3 with its collectives overlapping compute differs"
+"$CREW" train $GPT "${G[@]}" --devices cpu-remote:2 --global-batch 32 --shard parameters --shard-overlap on --run-dir "$TMP/gpt-remote" \
   > /dev/null 2> "$TMP/err" || fail "gpt_tiny on cpu-remote:2, --shard parameters: $(cat "$TMP/err")"
 same "$TMP/gpt-2" "$TMP/gpt-remote" && ok || fail "gpt_tiny: ZeRO-3 on cpu-remote differs from the CPU's unsharded run"
 
@@ -109,4 +114,5 @@ grep -q "layout (--device-memory): data parallel with parameters, gradients and 
 expect_exit 2 "--shard" -- "$CREW" train examples/fashion_mlp.json --data "$DATA" --shard everything
 expect_exit 2 "--shard-unit-mb" -- "$CREW" train examples/fashion_mlp.json --data "$DATA" --shard parameters --shard-unit-mb 0
 expect_exit 2 "--shard" -- "$CREW" plan examples/fashion_mlp.json --shard half
+expect_exit 2 "--shard-overlap" -- "$CREW" train examples/fashion_mlp.json --data "$DATA" --shard parameters --shard-overlap maybe
 report

@@ -7,9 +7,11 @@
  *   must be the whole gradient's), SGD with momentum, LAMB and LARS (whose tensors' norms a shard
  *   does not hold alone; ZeRO-1 only); one micro-batch per replica and two; ZeRO-1 with the
  *   default bucket and buckets of 64 values, whose edges fall inside the shards; ZeRO-2 and 3 with
- *   the default units and units of 64 values (a layer each, cut by the shards);
+ *   the default units on the replicas' threads, and units of 64 values (a layer each, cut by the
+ *   shards) with their collectives on the communication thread (--shard-overlap on);
  * - each replica's device holds 1/N of the optimizer state (and of the gradients, and of the
- *   parameters): its measured peak is the memory planner's figure for each level, within 1%;
+ *   parameters): its measured peak is the memory planner's figure for each level (ZeRO-3 with
+ *   overlap: two buffers of a unit), within 1%;
  * - a sharded run's checkpoint is an ordinary one: stopped at step 6 on one layout and level, it
  *   resumes on another replica count and level (ZeRO-3 to ZeRO-2, unsharded to ZeRO-3, ZeRO-2 to
  *   unsharded, ...) and ends bitwise equal to the uninterrupted run;
@@ -47,6 +49,7 @@ typedef struct run_spec {
     double bucket_mb;           /* 0: the default; ZeRO-2/3: the units' size */
     const char *checkpoints;    /* NULL: none */
     int resume, stop_at;        /* stop_at: cancel after this step (0: run to the end) */
+    int overlap;                /* ZeRO-2/3: crew_fit_options.shard_overlap */
 } run_spec;
 
 typedef struct run_out {
@@ -85,6 +88,7 @@ static run_out run(const crew_dataset *d, const run_spec *rs)
     if (rs->shard >= CREW_SHARD_GRADIENTS) {
         o.shard_unit_mb = rs->bucket_mb;
         o.bucket_mb = 0.0;
+        o.shard_overlap = rs->overlap;
     }
     o.checkpoint_dir = rs->checkpoints;
     o.checkpoint_every = rs->checkpoints ? 3 : 0;
@@ -125,13 +129,14 @@ static void check_bitwise(const crew_dataset *d, const crew_optimizer_spec *opt,
 {
     const double small = 64 * 4.0 / (1024 * 1024); /* 64 values a bucket or unit */
     for (int64_t global = 24; global <= 48; global += 24) {
-        run_out one = run(d, &(run_spec){opt, 1, 0, global, 0, NULL, 0, 0});
+        run_out one = run(d, &(run_spec){opt, 1, 0, global, 0, NULL, 0, 0, 0});
         CHECK(one.plan.shard_optimizer == 0 && one.plan.shard == 0); /* nothing to shard with one replica */
         for (int level = CREW_SHARD_OPTIMIZER; level <= top; level++)
             for (int n = 2; n <= 4; n++) {
                 if (global % (8 * n)) continue;
                 for (int b = 0; b < 2; b++) {
-                    run_out sh = run(d, &(run_spec){opt, n, level, global, b ? small : 0, NULL, 0, 0});
+                    /* ZeRO-2/3 in small units with their collectives beside compute, the default ones without */
+                    run_out sh = run(d, &(run_spec){opt, n, level, global, b ? small : 0, NULL, 0, 0, b ? 1 : -1});
                     CHECK(sh.plan.shard_optimizer == 1 && sh.plan.shard == level && sh.res.steps == STEPS);
                     CHECK_MSG(mv_equal(one.m, sh.m), "%s, global batch %lld: %d replicas sharding %s%s differ from one "
                               "replica", name, (long long)global, n, crew_shard_level_name(level),
@@ -155,8 +160,9 @@ static void check_memory(const crew_dataset *d)
         run_out r[4];
         int64_t peak[4];
         for (int level = 0; level < 4; level++) {
+            /* ZeRO-3 with overlap: two buffers of a unit, which the plan counts too */
             r[level] = run(d, &(run_spec){&ADAMW, n, level, 8 * n, level >= CREW_SHARD_GRADIENTS ? unit_mb : 0, NULL,
-                                          0, 0});
+                                          0, 0, level == CREW_SHARD_PARAMETERS ? 1 : -1});
             peak[level] = r[level].res.stage_peak_bytes[0];
             crew_memory_options mo;
             crew_memory_options_init(&mo);
@@ -165,6 +171,7 @@ static void check_memory(const crew_dataset *d)
             mo.global_batch = 8 * n;
             mo.shard = level;
             mo.shard_unit_mb = unit_mb;
+            mo.shard_overlap = level == CREW_SHARD_PARAMETERS;
             crew_memory_plan planned;
             CHECK_OK(crew_model_plan_memory(r[0].m, &mo, &planned));
             printf("%d replicas sharding %s: device peak %lld, planned %lld\n", n, crew_shard_level_name(level),
@@ -204,10 +211,10 @@ static void check_resume(const crew_dataset *d, const char *tmp)
         char dir[400];
         snprintf(dir, sizeof dir, "%s/checkpoints-%d", tmp, i);
         int64_t g = cases[i].global;
-        run_out ref = run(d, &(run_spec){&ADAMW, 1, 0, g, 0, NULL, 0, 0});
-        run_out first = run(d, &(run_spec){&ADAMW, cases[i].first, cases[i].first_shard, g, 0, dir, 0, 6});
+        run_out ref = run(d, &(run_spec){&ADAMW, 1, 0, g, 0, NULL, 0, 0, 0});
+        run_out first = run(d, &(run_spec){&ADAMW, cases[i].first, cases[i].first_shard, g, 0, dir, 0, 6, 1});
         CHECK_MSG(first.res.steps == 6, "the first part ran %lld steps, wanted 6", (long long)first.res.steps);
-        run_out rest = run(d, &(run_spec){&ADAMW, cases[i].later, cases[i].later_shard, g, 0, dir, 1, 0});
+        run_out rest = run(d, &(run_spec){&ADAMW, cases[i].later, cases[i].later_shard, g, 0, dir, 1, 0, 0});
         CHECK_MSG(rest.res.steps == STEPS, "the resumed run ended at step %lld", (long long)rest.res.steps);
         CHECK_MSG(mv_equal(ref.m, rest.m) && same_moments(&ref, &rest),
                   "stopped on %d replicas sharding %s and resumed on %d sharding %s: not the uninterrupted run's "

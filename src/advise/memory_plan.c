@@ -126,7 +126,7 @@ static void sharded_weights(const crew_mem_model *mm, int devices, int shard, cr
         if (at - prev > widest) widest = at - prev;
         prev = at;
     }
-    const int64_t units = crew_mem_alloc_bytes(mm->unit_widest, F32) +
+    const int64_t units = (mm->unit_overlap ? 2 : 1) * crew_mem_alloc_bytes(mm->unit_widest, F32) +
                           (mm->unit_pinned ? crew_mem_alloc_bytes(mm->unit_pinned, F32) : 0);
     out->gradient = crew_mem_alloc_bytes(widest, F32) + units;
     out->param = crew_mem_alloc_bytes(mm->n_state, F32) +
@@ -263,6 +263,7 @@ static crew_status plan_as_asked(const crew_model *m, const crew_memory_options 
     CREW_TRY(resolve(m, o, p));
     crew_mem_model mm;
     crew_mem_model_init(&mm, m, crew_act_storage_for(o->precision, o->attention_recompute), o->shard_unit_mb);
+    mm.unit_overlap = o->shard_overlap != 0;
     const int shard = crew_memory_shard_level(o), shards = shard && p->devices > 1 ? p->devices : 1;
     crew_mem_costs c;
     crew_mem_replica(&mm, p->batch_per_device, p->devices, p->accumulation, shard, &c);

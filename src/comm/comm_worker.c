@@ -9,6 +9,7 @@
 
 crew_status crew_comm_request_run(const crew_comm *comm, const crew_comm_request *r, double timeout_s)
 {
+    if (r->gather) return crew_allgather_ranges(comm, r->buf, r->n, r->bounds, timeout_s);
     if (r->bounds) return crew_reduce_scatter_ordered(comm, r->parts, r->k, r->buf, r->n, r->bounds, timeout_s);
     if (r->k > 1) return comm->ops->allreduce_ordered(comm->ctx, comm->rank, r->parts, r->k, r->buf, r->n, timeout_s);
     return crew_allreduce(comm, r->buf, r->n, r->type, r->op, timeout_s);

@@ -22,6 +22,8 @@ typedef struct crew_comm_request {
     /* optimizer sharding: [size + 1] this rank receives only buf[bounds[rank] .. bounds[rank + 1])
      * of the ordered sum of parts (crew_reduce_scatter_ordered); NULL: all of it */
     const int64_t *bounds;
+    /* 1: not a reduction but the all-gather of the ranges `bounds` of buf (float32; ZeRO-3's units) */
+    int gather;
     crew_comm_type type;
     crew_reduce_op op;
     /* filled by the worker */

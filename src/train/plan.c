@@ -321,10 +321,18 @@ static int64_t stage_values(const crew_model *m, int first, int last)
  * from a core that computes, and the extra hand-offs of several buckets made both example models
  * slower on 2 cores at every bucket size tried (docs/PERFORMANCE.md, "Where the all-reduce runs").
  * Elsewhere (GPUs, spare cores, processes) PyTorch DDP's 25 MB, reduced while backward runs. */
-static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fit_plan *p)
+/* Every core of this machine computes a replica (the CPU kinds, in one process): a communication
+ * thread would only take time from them (docs/PERFORMANCE.md, "Where the all-reduce runs"). */
+static int every_core_computes(const crew_fit_options *o, const crew_fit_plan *p)
 {
     const crew_device_kind *k = crew_device_kind_find(p->device_kind);
-    const int processes = crew_group_size(o->group), ranks = p->devices * (p->stages > 1 ? p->stages : 1);
+    const int ranks = p->devices * (p->stages > 1 ? p->stages : 1);
+    const int host_cores = k && !k->memory_bytes; /* the CPU kinds: each device is the host's cores */
+    return host_cores && crew_group_size(o->group) == 1 && ranks * p->threads_per_device >= crew_cpu_cores();
+}
+
+static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fit_plan *p)
+{
     int64_t n = m->n_params; /* with a pipeline: its largest stage's */
     if (p->stages > 1) {
         n = 0;
@@ -333,11 +341,10 @@ static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fi
             n = v > n ? v : n;
         }
     }
-    const int host_cores = k && !k->memory_bytes; /* the CPU kinds: each device is the host's cores */
     p->bucket_auto = o->bucket_mb <= 0;
     if (!p->bucket_auto)
         p->bucket_mb = o->bucket_mb;
-    else if (host_cores && processes == 1 && ranks * p->threads_per_device >= crew_cpu_cores())
+    else if (every_core_computes(o, p))
         p->bucket_mb = crew_one_bucket_mb(n);
     else
         p->bucket_mb = CREW_DEFAULT_BUCKET_MB;
@@ -483,6 +490,10 @@ static crew_status plan_sharding(crew_model *m, const crew_fit_options *o, crew_
     for (int i = 0; i < n; i++)
         if (u[i].pinned) p->shard_pinned_unit = i;
     free(u);
+    if (o->shard_overlap < -1 || o->shard_overlap > 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "shard_overlap %d: expected -1 (off), 0 (the planner's) or 1 (on)",
+                           o->shard_overlap);
+    p->shard_overlap = o->shard_overlap ? o->shard_overlap > 0 : !every_core_computes(o, p);
     return CREW_OK;
 }
 

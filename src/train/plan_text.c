@@ -97,6 +97,10 @@ static void sharding(text_out *t, const crew_fit_plan *p)
         p->shard_pinned_unit >= 0 ? " (one, holding a tied weight, kept through the step)" : "",
         zero3 ? ", each unit's parameters all-gathered before it runs, forward and backward" : ", parameters "
         "all-gathered after the update");
+    put(t, "      %s\n", p->shard_overlap ? "the units' collectives on a communication thread, overlapping compute (two "
+                                            "buffers of a unit)"
+                                          : "the units' collectives on the replicas' own threads: every core computes "
+                                            "(--shard-overlap on: beside them)");
     if (p->accumulation > 1)
         put(t, "      with %d micro-batches a replica, the earlier micro-batches' gradients are kept whole for the\n"
                "      ordered sum\n", p->accumulation);

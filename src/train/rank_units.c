@@ -42,17 +42,26 @@ typedef struct crew_rank_units {
     int64_t widest;             /* values of the largest unit but the pinned one */
     float *grad_shard;          /* [the largest shard] the rank's shard of the summed gradient; between
                                    steps, another rank's shard passing through */
-    float *unit_grads;          /* [widest] the running unit's gradient */
+    /* The units but the pinned one take turns in one buffer, or with overlap in two (slot[u]: 0 and 1
+     * alternately in layer order), so that the next unit's collective runs while this one computes. */
+    int overlap;
+    int *slot;                  /* [n] */
+    float *unit_grads[2];       /* [widest] the running unit's gradient */
     float *pinned_grads;        /* [the pinned unit's] */
     float *param_shard;         /* ZeRO-3: [the rank's shard] its parameters */
-    float *unit_params;         /* ZeRO-3: [widest] the gathered unit */
+    float *unit_params[2];      /* ZeRO-3: [widest] the gathered units */
     float *pinned_params;       /* ZeRO-3: [the pinned unit's] */
     float **saved;              /* k > 1: [k − 1][n_params] the earlier micro-batches' gradients, whole */
-    float **parts;              /* [k] one unit's inputs of the ordered reduce-scatter */
+    float **parts[3];           /* [k] the inputs of the reduce-scatters in flight: slot 0, 1, the pinned unit */
     int k;
-    /* during a step */
-    int gathered;               /* ZeRO-3: the unit in unit_params (-1: none) */
+    /* during a step: what each slot holds, and the collectives in flight on the communication thread
+     * (overlap), each with the unit it is for (-1: none) */
+    int held[2];                /* ZeRO-3: the unit whose parameters the slot's buffer holds */
     int pinned_gathered;
+    crew_comm_request gather[2];
+    int gathering[2];
+    crew_comm_request reduce[3]; /* slot 0, 1, the pinned unit */
+    int reducing[3];
     int micro;
     int measure;
     double sq_small;
@@ -80,8 +89,16 @@ static const int64_t *unit_bounds(const crew_rank *r, int u)
 }
 
 /* The unit's gradient buffer, and (ZeRO-3) its parameters' */
-static float *grads_of(const crew_rank_units *x, int u) { return u == x->pinned ? x->pinned_grads : x->unit_grads; }
-static float *params_of(const crew_rank_units *x, int u) { return u == x->pinned ? x->pinned_params : x->unit_params; }
+static float *grads_of(const crew_rank_units *x, int u)
+{
+    return u == x->pinned ? x->pinned_grads : x->unit_grads[x->slot[u]];
+}
+static float *params_of(const crew_rank_units *x, int u)
+{
+    return u == x->pinned ? x->pinned_params : x->unit_params[x->slot[u]];
+}
+/* The reduce-scatter slot of unit u: its buffers' slot, or 2 for the pinned unit. */
+static int reduce_slot(const crew_rank_units *x, int u) { return u == x->pinned ? 2 : x->slot[u]; }
 
 static int has_trainable(const crew_layer *l) { return l->n_params && l->params[0].trainable && !l->params[0].tied; }
 
@@ -122,14 +139,17 @@ static crew_status alloc_units(crew_rank *r)
     x->unit = calloc((size_t)x->n + 1, sizeof *x->unit);
     x->complete_at = calloc((size_t)x->n + 1, sizeof *x->complete_at);
     x->bounds = calloc((size_t)x->n * (size_t)w + 1, sizeof *x->bounds);
-    x->parts = calloc((size_t)x->k, sizeof *x->parts);
-    if (!x->unit || !x->complete_at || !x->bounds || !x->parts) return CREW_OOM();
+    x->slot = calloc((size_t)x->n + 1, sizeof *x->slot);
+    for (int i = 0; i < 3; i++) x->parts[i] = calloc((size_t)x->k, sizeof *x->parts[i]);
+    if (!x->unit || !x->complete_at || !x->bounds || !x->slot || !x->parts[0] || !x->parts[1] || !x->parts[2])
+        return CREW_OOM();
     crew_model_units(r->m, crew_bucket_values(p->shard_unit_mb), x->unit, x->n);
     x->pinned = -1;
-    for (int u = 0; u < x->n; u++) {
+    for (int u = 0, turn = 0; u < x->n; u++) {
         const crew_unit *un = &x->unit[u];
         if (un->pinned) x->pinned = u;
         else if (unit_len(un) > x->widest) x->widest = unit_len(un);
+        if (!un->pinned) x->slot[u] = x->overlap ? turn++ % 2 : 0;
         x->complete_at[u] = -1; /* the unit's first layer with parameters of its own */
         for (int i = un->end - 1; i >= un->first; i--)
             if (has_trainable(r->m->layers[i])) x->complete_at[u] = i;
@@ -144,11 +164,11 @@ static crew_status alloc_units(crew_rank *r)
     const crew_backend *be = r->be;
     const int64_t pinned = x->pinned >= 0 ? unit_len(&x->unit[x->pinned]) : 0;
     CREW_TRY(crew_dev_alloc_f32(be, widest_shard, &x->grad_shard));
-    CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads));
+    for (int i = 0; i <= x->overlap; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads[i]));
     if (pinned) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_grads));
     if (x->params) {
         CREW_TRY(crew_dev_alloc_f32(be, shard_len(r, r->replica), &x->param_shard));
-        CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_params));
+        for (int i = 0; i <= x->overlap; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_params[i]));
         if (pinned) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_params));
     }
     if (x->k > 1) {
@@ -164,12 +184,14 @@ crew_status crew_rank_units_init(crew_rank *r)
     if (!(r->units = calloc(1, sizeof *r->units))) return CREW_OOM();
     r->units->params = p->shard >= CREW_SHARD_PARAMETERS;
     r->units->k = p->accumulation;
+    r->units->overlap = p->shard_overlap && r->replicas > 1; /* the communication thread starts after set-up */
     if (r->m->compile.optimizer.clip_norm > 0.0f && !r->be->ops->sum_squares_lanes)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "clipping with sharded %s on %s: the device has no sum_squares "
                            "lanes to hand on for the whole gradient's norm yet; --shard optimizer clips sharded",
                            crew_shard_level_name(p->shard), p->device_kind);
     CREW_TRY(alloc_units(r));
-    r->units->gathered = -1;
+    for (int i = 0; i < 3; i++) r->units->reducing[i] = -1;
+    for (int i = 0; i < 2; i++) r->units->held[i] = r->units->gathering[i] = -1;
     point_layers(r);
     r->m->visit = visit;
     r->m->visit_user = r;
@@ -182,14 +204,17 @@ void crew_rank_units_release(crew_rank *r)
     if (!x) return;
     const crew_backend *be = r->be;
     crew_dev_free(be, x->grad_shard);
-    crew_dev_free(be, x->unit_grads);
+    for (int i = 0; i < 2; i++) {
+        crew_dev_free(be, x->unit_grads[i]);
+        crew_dev_free(be, x->unit_params[i]);
+    }
     crew_dev_free(be, x->pinned_grads);
     crew_dev_free(be, x->param_shard);
-    crew_dev_free(be, x->unit_params);
     crew_dev_free(be, x->pinned_params);
     for (int j = 0; x->saved && j < x->k - 1; j++) crew_dev_free(be, x->saved[j]);
     free(x->saved);
-    free(x->parts);
+    for (int i = 0; i < 3; i++) free(x->parts[i]);
+    free(x->slot);
     free(x->unit);
     free(x->complete_at);
     free(x->bounds);
@@ -264,41 +289,130 @@ crew_status crew_rank_units_grads_to_host(crew_rank *r, float *host)
 
 /* ------------------------------------------------------------------ the passes */
 
-/* ZeRO-3: unit u's parameters gathered into its buffer: the rank's part from its shard, the rest
- * from their owners. */
-static crew_status gather_unit(crew_rank *r, int u)
+/* A unit's collective: with overlap on the communication thread (submitted now, waited for
+ * later: wait_request), else at once on the rank's own thread. With overlap every collective of
+ * the units goes through that thread, so that the communicator is never used by two threads of
+ * the rank at once and the order of the collectives stays the program's on every rank. */
+static crew_status start_request(crew_rank *r, crew_comm_request *req, int wait)
+{
+    if (!r->units->overlap) return crew_comm_request_run(&r->group, req, r->run->timeout_s);
+    crew_comm_worker_submit(&r->worker, req);
+    return wait ? crew_comm_worker_wait(&r->worker, req) : CREW_OK;
+}
+
+static void timed(crew_rank_units *x, double t0)
+{
+    if (x->times) x->times->comm_exposed_s += crew_now() - t0;
+}
+
+/* ZeRO-3: unit u's parameters gathered into its buffer (the rank's part from its shard, the rest
+ * from their owners), waited for unless `ahead` (a prefetch, waited for by gather_wait). */
+static crew_status gather_unit(crew_rank *r, int u, int ahead)
 {
     crew_rank_units *x = r->units;
     const crew_unit *un = &x->unit[u];
     const int64_t *b = unit_bounds(r, u);
     const int64_t lo = b[r->replica], n = b[r->replica + 1] - lo;
     float *buf = params_of(x, u);
-    double t0 = crew_now();
     if (n > 0) r->be->ops->copy(r->be->ctx, buf + lo, x->param_shard + (un->lo + lo - r->shard_lo), n);
-    crew_status s = crew_allgather_ranges(&r->group, buf, unit_len(un), b, r->run->timeout_s);
-    if (x->times) x->times->comm_exposed_s += crew_now() - t0;
+    crew_comm_request *req = &x->gather[u == x->pinned ? 0 : x->slot[u]], local;
+    if (!ahead) req = &local; /* the pinned unit's, and every one without overlap: waited for at once */
+    *req = (crew_comm_request){.buf = buf, .n = unit_len(un), .bounds = b, .type = CREW_COMM_F32, .gather = 1};
+    double t0 = crew_now();
+    crew_status s = start_request(r, req, !ahead);
+    if (!ahead) timed(x, t0);
+    return s;
+}
+
+/* The prefetch in flight into slot i, waited for (its time is what compute did not hide). */
+static crew_status gather_wait(crew_rank *r, int i)
+{
+    crew_rank_units *x = r->units;
+    if (x->gathering[i] < 0) return CREW_OK;
+    double t0 = crew_now();
+    crew_status s = crew_comm_worker_wait(&r->worker, &x->gather[i]);
+    timed(x, t0);
+    x->held[i] = x->gathering[i];
+    x->gathering[i] = -1;
+    return s;
+}
+
+/* The unit after u in the pass's direction (forward: +1) but the pinned one; -1: none. */
+static int next_unit(const crew_rank_units *x, int u, int dir)
+{
+    for (int v = u + dir; v >= 0 && v < x->n; v += dir)
+        if (v != x->pinned) return v;
+    return -1;
+}
+
+/* ZeRO-3: unit u's parameters in place before its layer runs, and with overlap the next unit's
+ * gathered meanwhile into the other buffer (which the unit before this one has finished with). A
+ * unit still in its buffer from earlier in the step is not gathered again. */
+static crew_status ensure_gathered(crew_rank *r, int u, int dir)
+{
+    crew_rank_units *x = r->units;
+    if (u == x->pinned) {
+        if (!x->pinned_gathered) CREW_TRY(gather_unit(r, u, 0));
+        x->pinned_gathered = 1;
+    } else {
+        const int i = x->slot[u];
+        if (x->gathering[i] >= 0) CREW_TRY(gather_wait(r, i));
+        if (x->held[i] != u) {
+            x->held[i] = u;
+            CREW_TRY(gather_unit(r, u, 0));
+        }
+    }
+    const int v = x->overlap ? next_unit(x, u, dir) : -1;
+    if (v < 0 || x->held[x->slot[v]] == v || x->gathering[x->slot[v]] == v) return CREW_OK;
+    if (u != x->pinned && x->slot[v] == x->slot[u]) return CREW_OK; /* its buffer is this unit's */
+    CREW_TRY(gather_wait(r, x->slot[v])); /* none in flight there but in odd orders; never two at once */
+    x->held[x->slot[v]] = -1;
+    x->gathering[x->slot[v]] = v;
+    return gather_unit(r, v, 1);
+}
+
+/* The reduce-scatter in flight from slot i, waited for, and the rank's part of it taken into its
+ * shard of the summed gradient. */
+static crew_status reduce_wait(crew_rank *r, int i)
+{
+    crew_rank_units *x = r->units;
+    const int u = x->reducing[i];
+    if (u < 0) return CREW_OK;
+    x->reducing[i] = -1;
+    crew_comm_request *req = &x->reduce[i];
+    double t0 = crew_now();
+    crew_status s = x->overlap && req->n ? crew_comm_worker_wait(&r->worker, req) : req->status;
+    timed(x, t0);
+    const int64_t lo = req->bounds[r->replica], n = req->bounds[r->replica + 1] - lo, at = x->unit[u].lo + lo;
+    if (!s && n > 0) r->be->ops->copy(r->be->ctx, x->grad_shard + (at - r->shard_lo), (float *)req->buf + lo, n);
     return s;
 }
 
 /* Unit u's gradient of the last micro-batch is complete: reduce-scattered in the ordered way with
- * the earlier micro-batches' (kept whole), the rank's part into its shard of the sum. */
+ * the earlier micro-batches' (kept whole), the rank's part into its shard of the sum, at once or,
+ * with overlap, when the buffer is next needed (reduce_wait). */
 static crew_status reduce_unit(crew_rank *r, int u)
 {
     crew_rank_units *x = r->units;
     const crew_unit *un = &x->unit[u];
-    float *g = grads_of(x, u);
-    for (int j = 0; j < x->k - 1; j++) x->parts[j] = x->saved[j] + un->lo;
-    x->parts[x->k - 1] = g;
-    crew_comm_request req = {.buf = g, .n = unit_len(un), .parts = x->parts, .k = x->k, .bounds = unit_bounds(r, u),
-                             .type = CREW_COMM_F32, .op = CREW_REDUCE_SUM};
+    const int i = reduce_slot(x, u);
+    float *g = grads_of(x, u), **parts = x->parts[i];
+    for (int j = 0; j < x->k - 1; j++) parts[j] = x->saved[j] + un->lo;
+    parts[x->k - 1] = g;
+    crew_comm_request *req = &x->reduce[i];
+    *req = (crew_comm_request){.buf = g, .n = unit_len(un), .parts = parts, .k = x->k, .bounds = unit_bounds(r, u),
+                               .type = CREW_COMM_F32, .op = CREW_REDUCE_SUM};
+    x->reducing[i] = u;
+    if (CREW_HOOK(r, bucket) && !r->hooks->bucket(r->hooks_user, &r->who, u, x->n, req)) {
+        req->n = 0; /* a seam left it out: as if reduced at once */
+        req->status = CREW_OK;
+        return reduce_wait(r, i);
+    }
     double t0 = crew_now();
-    crew_status s = CREW_OK;
-    if (!CREW_HOOK(r, bucket) || r->hooks->bucket(r->hooks_user, &r->who, u, x->n, &req))
-        s = crew_comm_request_run(&r->group, &req, r->run->timeout_s);
-    if (x->times) x->times->comm_exposed_s += crew_now() - t0;
-    const int64_t lo = req.bounds[r->replica], n = req.bounds[r->replica + 1] - lo;
-    if (!s && n > 0) r->be->ops->copy(r->be->ctx, x->grad_shard + (un->lo + lo - r->shard_lo), g + lo, n);
-    return s;
+    req->status = start_request(r, req, 0);
+    if (x->overlap) return req->status; /* its part is taken when the slot is next needed */
+    timed(x, t0);
+    return reduce_wait(r, i);
 }
 
 /* After layer i's backward pass: its gradients are this micro-batch's (their squared norm, when
@@ -332,15 +446,10 @@ static crew_status visit(void *user, int layer, crew_visit what)
     const int u = crew_model_unit_of(x->unit, x->n, layer);
     if (u < 0) return crew_errorf(CREW_CODE_INTERNAL, "layer %d belongs to no unit", layer);
     if (what == CREW_VISIT_BACKWARD_DONE) return backward_done(r, layer, u);
-    if (!x->params) return CREW_OK;
-    if (u == x->pinned) {
-        if (x->pinned_gathered) return CREW_OK;
-        x->pinned_gathered = 1;
-        return gather_unit(r, u);
-    }
-    if (x->gathered == u) return CREW_OK;
-    x->gathered = u;
-    return gather_unit(r, u);
+    /* the unit's gradient buffer: free once the reduce-scatter of the unit before in it is done */
+    if (what == CREW_VISIT_BACKWARD && x->reducing[reduce_slot(x, u)] >= 0 && x->reducing[reduce_slot(x, u)] != u)
+        CREW_TRY(reduce_wait(r, reduce_slot(x, u)));
+    return x->params ? ensure_gathered(r, u, what == CREW_VISIT_FORWARD ? 1 : -1) : CREW_OK;
 }
 
 void crew_rank_units_begin(crew_rank *r, int measure, crew_step_times *times)
@@ -364,12 +473,20 @@ void crew_rank_units_micro(crew_rank *r, int micro)
 crew_status crew_rank_units_finish(crew_rank *r, crew_status passes, float **grad, double *sq_small)
 {
     crew_rank_units *x = r->units;
+    crew_status s = passes;
+    for (int i = 0; i < 3; i++) { /* every collective in flight, waited for even after an error */
+        crew_status w = i < 2 ? gather_wait(r, i) : CREW_OK;
+        crew_status v = reduce_wait(r, i);
+        if (!s) s = w ? w : v;
+        if (w && w != s) crew_status_free(w);
+        if (v && v != s) crew_status_free(v);
+    }
     x->times = NULL;
-    x->gathered = -1; /* the parameters change with the update: gathered anew next time */
+    x->held[0] = x->held[1] = -1; /* the parameters change with the update: gathered anew next time */
     x->pinned_gathered = 0;
     *grad = x->grad_shard;
     *sq_small = x->sq_small;
-    return passes;
+    return s;
 }
 
 /* ------------------------------------------------------------------ the update */

@@ -89,6 +89,9 @@ static const char *usage_text =
     "  --shard-optimizer          the same as --shard optimizer\n"
     "  --shard-unit-mb X          ZeRO-2/3: gather and reduce-scatter the layers in units of about X MiB\n"
     "                             of parameters [0.25]\n"
+    "  --shard-overlap auto|on|off  ZeRO-2/3: the units' collectives on a communication thread beside\n"
+    "                             compute, for one more unit's buffers; auto: off where every core\n"
+    "                             computes a replica, else on; the same bits [auto]\n"
     "  --drift-check-every N      compare the replicas' parameter hashes every N steps; 0 = off [100]\n"
     "  --noise-scale-every N      measure the gradient noise scale every N steps (one more pass over\n"
     "                             each micro-batch's gradient and the reduced one; it needs 2 or more\n"
@@ -150,7 +153,7 @@ typedef struct train_args {
     int64_t log_every;
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int64_t replicas;           /* devices / pipeline stages */
-    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, shard, comm, precision, attention;
+    int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, shard, shard_overlap, comm, precision, attention;
     double shard_unit_mb;
     cli_conv conv;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
@@ -207,6 +210,7 @@ static const char *const allreduce_kinds[] = {"ordered", "fast", NULL}; /* crew_
 static const char *const layouts[] = {"replicas", "auto", NULL};
 static const char *const comms[] = {"auto", "host", "nccl", NULL}; /* crew_communicator's order */
 static const char *const shard_levels[] = {"none", "optimizer", "gradients", "parameters", NULL}; /* crew_shard_level's */
+static const char *const overlap_ways[] = {"auto", "on", "off", NULL};
 
 /* Every flag but --help. --devices is only stored here: it is checked after MODEL.json and --data,
  * so a command missing those says so first. */
@@ -239,6 +243,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_SWITCH_FLAG(train_args, "--shard-optimizer", shard_optimizer),
     CLI_CHOICE_FLAG(train_args, "--shard", shard, shard_levels),
     CLI_FLOAT_FLAG(train_args, "--shard-unit-mb", shard_unit_mb, 1e-6, 1e6),
+    CLI_CHOICE_FLAG(train_args, "--shard-overlap", shard_overlap, overlap_ways),
     CLI_CHOICE_FLAG(train_args, "--comm", comm, comms),
     CLI_CHOICE_FLAG(train_args, "--precision", precision, cli_precisions),
     CLI_CHOICE_FLAG(train_args, "--attention", attention, cli_attention_ways),
@@ -444,6 +449,7 @@ static void print_replica_memory(const crew_model *m, const crew_fit_result *r, 
     mo.optimizer_sharding = plan->shard_optimizer;
     mo.shard = plan->shard;
     mo.shard_unit_mb = plan->shard_unit_mb;
+    mo.shard_overlap = plan->shard_overlap;
     mo.device_kind = plan->device_kind;
     mo.precision = plan->precision;
     mo.attention_recompute = plan->attention_recompute;
@@ -515,6 +521,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->shard_optimizer = a->shard_optimizer;
     if (a->shard >= 0) o->shard = a->shard;
     o->shard_unit_mb = a->shard_unit_mb;
+    o->shard_overlap = a->shard_overlap == 1 ? 1 : a->shard_overlap == 2 ? -1 : 0;
     o->communicator = a->comm;
     if (a->precision >= 0) o->precision = a->precision;
     o->attention_recompute = a->attention;
@@ -682,6 +689,7 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     mo.optimizer_sharding = a->shard_optimizer;
     mo.shard = a->shard > 0 ? a->shard : CREW_SHARD_NONE;
     mo.shard_unit_mb = a->shard_unit_mb;
+    mo.shard_overlap = a->shard_overlap == 1;
     mo.no_sharding = a->shard == CREW_SHARD_NONE && !a->shard_optimizer; /* --shard none: the user's word */
     mo.device_kind = a->device_kind;
     mo.precision = o->precision;
@@ -711,6 +719,7 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
             break;
         }
         o->shard = p.advised_shard;
+        if (!o->shard_overlap) o->shard_overlap = -1; /* the budget counted one buffer of each unit */
         o->batch_per_device = p.advised_batch;
         o->global_batch = p.global_batch;
         snprintf(why, len, "data parallel with %s sharded across the %d replicas: the model %s",
