@@ -30,9 +30,20 @@ crew_status crew_rank_phase_error(crew_rank *r, crew_status s, int64_t step, con
     return s;
 }
 
+/* ZeRO-3: each forward pass gathers every unit from every rank, so every rank runs as many passes
+ * as the one with the most samples; a rank with fewer runs the rest on one sample, uncounted. */
+static crew_status even_passes(crew_rank *r, const crew_dataset *d, int64_t n, int64_t own)
+{
+    const int64_t most = (n + r->size - 1) / r->size, b = r->rows;
+    const int64_t extra = (most + b - 1) / b - (own + b - 1) / b;
+    double unused[2];
+    for (int64_t i = 0; i < extra; i++) CREW_TRY(crew_eval_range(r->m, d, 0, 1, b, &unused[0], &unused[1]));
+    return CREW_OK;
+}
+
 /* The test set's loss and accuracy after `step`. Without a pipeline every replica evaluates its
- * share and the sums are all-reduced; a pipeline's stages (and ZeRO-3's shards) hold parts of the
- * model, so rank 0
+ * share (ZeRO-3's gathering each unit as training does) and the sums are all-reduced; a pipeline's
+ * stages hold parts of the model, so rank 0
  * evaluates the whole model, gathered into the caller's, on the host, while the others wait at
  * the next collective. */
 static crew_status evaluate(crew_rank *r, const crew_dataset *d, int64_t step, crew_epoch_info *info)
@@ -40,10 +51,11 @@ static crew_status evaluate(crew_rank *r, const crew_dataset *d, int64_t step, c
     int64_t n = crew_dataset_size(d);
     double sums[2] = {0.0, 0.0};
     crew_model *m = r->m;
-    if (r->stages == 1 && crew_rank_holds_params(r)) {
+    if (r->stages == 1) {
         int64_t lo = n * r->rank / r->size, hi = n * (r->rank + 1) / r->size;
         /* Evaluation reuses the training batch size: the activations are already sized for it. */
         CREW_TRY(crew_eval_range(m, d, lo, hi, r->rows, &sums[0], &sums[1]));
+        if (!crew_rank_holds_params(r)) CREW_TRY(even_passes(r, d, n, hi - lo));
         CREW_TRY(crew_rank_phase_error(r, crew_rank_allreduce_host(r, sums, 2), step, "evaluation"));
     } else {
         const crew_optimizer *opt;

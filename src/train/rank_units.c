@@ -409,8 +409,9 @@ static crew_status reduce_unit(crew_rank *r, int u)
         return reduce_wait(r, i);
     }
     double t0 = crew_now();
-    req->status = start_request(r, req, 0);
-    if (x->overlap) return req->status; /* its part is taken when the slot is next needed */
+    crew_status s = start_request(r, req, 0);
+    if (x->overlap) return s; /* submitted: its part is taken when the slot is next needed */
+    req->status = s;
     timed(x, t0);
     return reduce_wait(r, i);
 }
