@@ -233,6 +233,9 @@ crew_status crew_rank_units_finish(crew_rank *r, crew_status passes, float **gra
 crew_status crew_rank_units_update(crew_rank *r, float *grad, float lr);
 crew_status crew_rank_units_gather_params(crew_rank *r, float *host_params);
 crew_status crew_rank_units_grads_to_host(crew_rank *r, float *host);
+/* ZeRO-3 across processes, at the end: every shard's parameters (and the state) into the caller's
+ * model of every process but process 0's (crew_rank_ctx.own_model); every rank calls it. */
+crew_status crew_rank_units_to_own_model(crew_rank *r);
 /* Where another rank's shard passes through on its way to or from rank 0 (start, checkpoints, the
  * end): a buffer of the largest shard that holds nothing between steps. */
 float *crew_rank_pass_through(const crew_rank *r);

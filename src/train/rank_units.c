@@ -267,6 +267,21 @@ crew_status crew_rank_units_gather_params(crew_rank *r, float *host_params)
     return gather_to(r, host, host_params, r->units->param_shard);
 }
 
+crew_status crew_rank_units_to_own_model(crew_rank *r)
+{
+    crew_model *own = r->own_model && !r->sinks ? r->own_model : NULL;
+    for (int q = 0; q < r->replicas; q++) {
+        int64_t n = shard_len(r, q);
+        if (n == 0) continue;
+        float *buf = q == r->replica ? r->units->param_shard : crew_rank_pass_through(r);
+        CREW_TRY(crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, r->run->timeout_s));
+        if (own) CREW_TRY(crew_dev_transfer_f32(&own->be, own->params + r->shard[q], r->be, buf, n));
+    }
+    if (!own) return CREW_OK;
+    own->initialized = 1;
+    return crew_dev_transfer_f32(&own->be, own->state, r->be, r->m->state, r->m->n_state);
+}
+
 /* Mid-step, when the shard of the summed gradient is still to be used: the others' pass through a
  * buffer of their own (verify's first step only). */
 crew_status crew_rank_units_grads_to_host(crew_rank *r, float *host)

@@ -203,7 +203,10 @@ crew_status crew_rank_finish(crew_rank *r, int64_t step)
     crew_model *m;
     const crew_optimizer *opt;
     CREW_TRY(crew_rank_whole(r, step, moments != NULL, &m, &opt));
-    if (!r->sinks) /* another process's caller gets them too, where its replica holds them all */
+    /* another process's caller gets them too: from its replica where that holds them all, else
+     * (ZeRO-3) from every shard, every rank joining */
+    if (!crew_rank_holds_params(r) && r->run->plan.processes > 1) CREW_TRY(crew_rank_units_to_own_model(r));
+    if (!r->sinks)
         return r->own_model && r->stages == 1 && crew_rank_holds_params(r) ? crew_model_copy_values(r->own_model, r->m)
                                                                               : CREW_OK;
     crew_rank_sink_enter(r);
