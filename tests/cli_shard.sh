@@ -111,7 +111,7 @@ done
 "$CREW" train $GPT --data "$TMP/text" --max-steps 2 --devices cpu:4 --batch-per-device 1 --device-memory 12MiB \
   --run-dir "$TMP/gpt-choice" > "$TMP/choice.out" 2>&1 || fail "gpt_tiny --device-memory 12MiB: $(tail -n 3 "$TMP/choice.out")"
 grep -q "layout (--device-memory): data parallel with parameters, gradients and optimizer state sharded across the 4 replicas" \
-  "$TMP/choice.out" && grep -q "(--shard parameters, ZeRO-3)" "$TMP/choice.out" && ok \
+  "$TMP/choice.out" && grep -q -- "--shard parameters (ZeRO-3): each of the 4 replicas keeps 1/4" "$TMP/choice.out" && ok \
   || fail "the layout line: $(grep -i 'layout\|shard' "$TMP/choice.out")"
 
 # --- bad values

@@ -89,18 +89,21 @@ static void sharding(text_out *t, const crew_fit_plan *p)
                "      for bit\n", p->devices, p->devices);
     if (p->shard < CREW_SHARD_GRADIENTS) return;
     const int zero3 = p->shard == CREW_SHARD_PARAMETERS;
-    put(t, "      %s sharded across the %d replicas (--shard %s, ZeRO-%d): each keeps 1/%d;\n"
-           "      %d units of about %g MiB of layers%s, each unit's gradient reduce-scattered as backward\n"
-           "      completes it%s; the same weights bit for bit\n",
-        zero3 ? "parameters, gradients and optimizer state" : "gradients and optimizer state", p->devices,
-        crew_shard_level_name(p->shard), zero3 ? 3 : 2, p->devices, p->shard_units, p->shard_unit_mb,
-        p->shard_pinned_unit >= 0 ? " (one, holding a tied weight, kept through the step)" : "",
-        zero3 ? ", each unit's parameters all-gathered before it runs, forward and backward" : ", parameters "
-        "all-gathered after the update");
+    put(t, "      --shard %s (ZeRO-%d): each of the %d replicas keeps 1/%d of the %s\n",
+        crew_shard_level_name(p->shard), zero3 ? 3 : 2, p->devices, p->devices,
+        zero3 ? "parameters, gradients and optimizer state" : "gradients and optimizer state");
+    put(t, "      in %d units of about %g MiB of layers%s\n", p->shard_units, p->shard_unit_mb,
+        p->shard_pinned_unit >= 0 ? " (one, holding a tied weight, kept through the step)" : "");
+    if (zero3)
+        put(t, "      each gathered before it runs, forward and backward, and its gradient reduce-scattered as\n"
+               "      backward completes it; the same weights bit for bit\n");
+    else
+        put(t, "      each unit's gradient reduce-scattered as backward completes it, the parameters all-gathered\n"
+               "      after the update; the same weights bit for bit\n");
     put(t, "      %s\n", p->shard_overlap ? "the units' collectives on a communication thread, overlapping compute (two "
                                             "buffers of a unit)"
-                                          : "the units' collectives on the replicas' own threads: every core computes "
-                                            "(--shard-overlap on: beside them)");
+                                          : "the units' collectives on the replicas' own threads: every core computes\n"
+                                            "      (--shard-overlap on: beside them)");
     if (p->accumulation > 1)
         put(t, "      with %d micro-batches a replica, the earlier micro-batches' gradients are kept whole for the\n"
                "      ordered sum\n", p->accumulation);

@@ -627,8 +627,10 @@ static int choose_layout(train_args *a, const train_state *st, crew_fit_options 
                          char *hint, size_t hint_len)
 {
     const int cores = (int)a->devices, automatic = a->layout == 1;
+    /* a run that says what to shard (--shard, --shard-optimizer) is not plain: that is the user's choice */
     const int plain = a->layout < 0 && !a->threads && a->pipe.stages <= 1 && !a->pipe.split && !a->device_memory &&
-                      !a->resume && !cli_group() && !strcmp(a->device_kind, "cpu") && cores == crew_cpu_cores();
+                      !a->resume && !cli_group() && !strcmp(a->device_kind, "cpu") && cores == crew_cpu_cores() &&
+                      a->shard < 0 && !a->shard_optimizer;
     if (!automatic && !plain) return 0;
     crew_layout_choice c;
     int found = 0, cached = 0;
