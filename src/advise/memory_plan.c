@@ -15,6 +15,7 @@
 #include "train/step.h"
 
 #define F32 ((int64_t)sizeof(float))
+#define CREW_MEM_MAX_REPLICAS 1024 /* resolve()'s limit, and the verdict's (MAX_SHARDS) */
 
 int64_t crew_mem_alloc_bytes(int64_t n, int64_t elem)
 {
@@ -118,14 +119,12 @@ int64_t crew_mem_scratch_bytes(const int64_t n[CREW_LAYER_MAX_WORK])
  * parameters and the gathered units; the optimizer state of its shard. */
 static void sharded_weights(const crew_mem_model *mm, int devices, int shard, crew_mem_costs *out)
 {
-    int64_t own = 0, widest = 0, prev = 0; /* replica 0's shard, and the widest (crew_shard_bounds) */
-    for (int q = 1; q <= devices; q++) {
-        int64_t at = mm->n_params * q / devices;
-        at = q == devices ? mm->n_params : at - at % CREW_SHARD_ALIGN;
-        if (q == 1) own = at;
-        if (at - prev > widest) widest = at - prev;
-        prev = at;
-    }
+    int64_t bounds[CREW_MEM_MAX_REPLICAS + 1], widest = 0; /* replica 0's shard, and the widest */
+    if (devices > CREW_MEM_MAX_REPLICAS) devices = CREW_MEM_MAX_REPLICAS; /* resolve() refuses more */
+    crew_shard_bounds(mm->n_params, devices, bounds);
+    for (int q = 0; q < devices; q++)
+        if (bounds[q + 1] - bounds[q] > widest) widest = bounds[q + 1] - bounds[q];
+    const int64_t own = bounds[1];
     const int64_t units = (mm->unit_overlap ? 2 : 1) * crew_mem_alloc_bytes(mm->unit_widest, F32) +
                           (mm->unit_pinned ? crew_mem_alloc_bytes(mm->unit_pinned, F32) : 0);
     out->gradient = crew_mem_alloc_bytes(widest, F32) + units;
