@@ -136,6 +136,13 @@ struct crew_layer {
     int64_t reserved_rows;
 };
 
+/* 1 when layer l's backward writes gradients of its own (its first parameter is trainable and not
+ * another layer's): where the grads-ready hook and a sharded replica's units look. */
+static inline int crew_layer_trains(const crew_layer *l)
+{
+    return l->n_params && l->params[0].trainable && !l->params[0].tied;
+}
+
 /* The table for each layer type; NULL for an unknown type. */
 const crew_layer_ops *crew_layer_ops_for(crew_layer_type type);
 /* Keras's name stem for a type: "dense", "conv2d", ... */

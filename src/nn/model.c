@@ -56,7 +56,6 @@ static void auto_name(const crew_model *m, crew_layer_type type, char *buf, size
 
 /* Trainable parameters are declared first (gamma before moving_mean), so params[0] tells; a tied
  * parameter is its owner's, whose gradient is final only when the owner's backward has run. */
-static int has_trainable(const crew_layer *l) { return l->n_params && l->params[0].trainable && !l->params[0].tied; }
 
 
 /* lm_head: the layer spec.tie names (else the latest gpt_embedding or embedding), whose first
@@ -101,7 +100,7 @@ static int input_grad_needed(const crew_model *m)
 {
     const crew_layer *prev = m->n_layers ? m->layers[m->n_layers - 1] : NULL;
     if (!prev) return m->input_grad; /* a pipeline stage's input is the stage before's output */
-    return prev->needs_input_grad || has_trainable(prev);
+    return prev->needs_input_grad || crew_layer_trains(prev);
 }
 
 crew_status crew_model_append_layer(crew_model *m, const crew_layer_spec *spec, const char *name)
@@ -303,7 +302,12 @@ static void point_params(crew_model *m)
             p->value = base ? base + p->offset : NULL; /* NULL: params_elsewhere, or nothing to hold */
             if (m->grads && p->trainable) p->grad = m->grads + p->offset;
         }
-    for (int i = 0; i < m->n_layers; i++) /* tied parameters: their owners are laid out by now */
+    crew_model_point_tied(m); /* their owners are laid out by now */
+}
+
+void crew_model_point_tied(crew_model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             crew_param *p = &m->layers[i]->params[j];
             if (!p->tied) continue;
@@ -619,7 +623,7 @@ crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_re
         if (!s && m->visit) s = m->visit(m->visit_user, i, CREW_VISIT_BACKWARD_DONE);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
         cur = 1 - cur;
-        if (ready && has_trainable(l)) ready(user, l->params[0].offset);
+        if (ready && crew_layer_trains(l)) ready(user, l->params[0].offset);
         if (!dx) break;
     }
     return CREW_OK;

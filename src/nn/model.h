@@ -131,6 +131,9 @@ int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows);
 /* Sizes activations for micro-batches of up to max_rows samples (no-op when already enough); the
  * gradient buffer comes with the first call. */
 crew_status crew_model_reserve(crew_model *m, int64_t max_rows);
+/* Every tied parameter's offset, value and gradient pointed at its owner's, as they are now (after
+ * the owners were pointed elsewhere: a sharded replica's units). */
+void crew_model_point_tied(crew_model *m);
 
 /* Forward through the computed layers; input in act[0], logits in act[n_compute]. The pass's
  * sample_ids, when dropout needs them, are device memory (m->sample_ids). */

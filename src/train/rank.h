@@ -131,6 +131,8 @@ static inline void crew_rank_sink_leave(const crew_rank *r)
 }
 
 static inline int crew_rank_first_stage(const crew_rank *r) { return r->stage == 0; }
+/* Values of replica q's shard (optimizer sharding and up: r->shard set). */
+static inline int64_t crew_rank_shard_len(const crew_rank *r, int q) { return r->shard[q + 1] - r->shard[q]; }
 static inline int crew_rank_last_stage(const crew_rank *r) { return r->stage == r->stages - 1; }
 
 /* Values of a rank's device scratch for a run of `ranks` ranks (replicas × stages) of a model with

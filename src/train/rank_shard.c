@@ -30,7 +30,6 @@ crew_status crew_rank_shard_init(crew_rank *r)
 
 void crew_rank_shard_release(crew_rank *r) { free(r->shard); }
 
-static int64_t shard_len(const crew_rank *r, int q) { return r->shard[q + 1] - r->shard[q]; }
 
 /* Rank 0's starting state (a resumed run's, host memory of the caller's model), each shard sent
  * to its owner; every rank joins every broadcast, in rank order. */
@@ -41,7 +40,7 @@ crew_status crew_rank_shard_scatter_start(crew_rank *r)
     for (int i = 0; i < 2; i++) {
         if (!r->opt.slot[i]) continue;
         for (int q = 0; q < r->replicas; q++) {
-            int64_t at = r->shard[q], n = shard_len(r, q);
+            int64_t at = r->shard[q], n = crew_rank_shard_len(r, q);
             if (n == 0) continue;
             float *into = q == r->replica ? r->opt.slot[i] : crew_rank_pass_through(r);
             if (r->replica == 0 && run->start_opt && run->start_opt->slot[i])
@@ -60,7 +59,7 @@ crew_status crew_rank_shard_gather(crew_rank *r)
     for (int i = 0; i < 2; i++) {
         if (!r->opt.slot[i]) continue;
         for (int q = 0; q < r->replicas; q++) {
-            int64_t n = shard_len(r, q);
+            int64_t n = crew_rank_shard_len(r, q);
             if (n == 0) continue;
             float *buf = q == r->replica ? r->opt.slot[i] : crew_rank_pass_through(r);
             if (q != 0) CREW_TRY(crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, timeout));

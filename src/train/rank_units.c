@@ -82,7 +82,6 @@ void crew_rank_grad_range(const crew_rank *r, int64_t *lo, int64_t *n, float **p
 float *crew_rank_pass_through(const crew_rank *r) { return r->units ? r->units->grad_shard : r->m->grads; }
 
 static int64_t unit_len(const crew_unit *u) { return u->hi - u->lo; }
-static int64_t shard_len(const crew_rank *r, int q) { return r->shard[q + 1] - r->shard[q]; }
 static const int64_t *unit_bounds(const crew_rank *r, int u)
 {
     return r->units->bounds + (size_t)u * (size_t)(r->replicas + 1);
@@ -100,7 +99,6 @@ static float *params_of(const crew_rank_units *x, int u)
 /* The reduce-scatter slot of unit u: its buffers' slot, or 2 for the pinned unit. */
 static int reduce_slot(const crew_rank_units *x, int u) { return u == x->pinned ? 2 : x->slot[u]; }
 
-static int has_trainable(const crew_layer *l) { return l->n_params && l->params[0].trainable && !l->params[0].tied; }
 
 /* ------------------------------------------------------------------ set-up */
 
@@ -118,14 +116,7 @@ static void point_layers(crew_rank *r)
                 p->grad = grads_of(x, u) + (p->offset - x->unit[u].lo);
                 if (x->params) p->value = params_of(x, u) + (p->offset - x->unit[u].lo);
             }
-    for (int i = 0; i < m->n_layers; i++)
-        for (int j = 0; j < m->layers[i]->n_params; j++) {
-            crew_param *p = &m->layers[i]->params[j];
-            if (!p->tied) continue;
-            const crew_param *owner = &m->layers[p->tie_layer]->params[p->tie_param];
-            p->value = owner->value;
-            p->grad = owner->grad;
-        }
+    crew_model_point_tied(m);
 }
 
 static crew_status visit(void *user, int layer, crew_visit what);
@@ -152,7 +143,7 @@ static crew_status alloc_units(crew_rank *r)
         if (!un->pinned) x->slot[u] = x->overlap ? turn++ % 2 : 0;
         x->complete_at[u] = -1; /* the unit's first layer with parameters of its own */
         for (int i = un->end - 1; i >= un->first; i--)
-            if (has_trainable(r->m->layers[i])) x->complete_at[u] = i;
+            if (crew_layer_trains(r->m->layers[i])) x->complete_at[u] = i;
         for (int q = 0; q < w; q++) {
             int64_t at = r->shard[q] < un->lo ? un->lo : r->shard[q] > un->hi ? un->hi : r->shard[q];
             x->bounds[(size_t)u * w + q] = at - un->lo;
@@ -160,14 +151,14 @@ static crew_status alloc_units(crew_rank *r)
     }
     int64_t widest_shard = 0;
     for (int q = 0; q < r->replicas; q++)
-        if (shard_len(r, q) > widest_shard) widest_shard = shard_len(r, q);
+        if (crew_rank_shard_len(r, q) > widest_shard) widest_shard = crew_rank_shard_len(r, q);
     const crew_backend *be = r->be;
     const int64_t pinned = x->pinned >= 0 ? unit_len(&x->unit[x->pinned]) : 0;
     CREW_TRY(crew_dev_alloc_f32(be, widest_shard, &x->grad_shard));
     for (int i = 0; i <= x->overlap; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads[i]));
     if (pinned) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_grads));
     if (x->params) {
-        CREW_TRY(crew_dev_alloc_f32(be, shard_len(r, r->replica), &x->param_shard));
+        CREW_TRY(crew_dev_alloc_f32(be, crew_rank_shard_len(r, r->replica), &x->param_shard));
         for (int i = 0; i <= x->overlap; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_params[i]));
         if (pinned) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_params));
     }
@@ -231,7 +222,7 @@ void crew_rank_units_release(crew_rank *r)
 static crew_status scatter_from(crew_rank *r, const crew_backend *host, const float *from, float *mine)
 {
     for (int q = 0; q < r->replicas; q++) {
-        int64_t n = shard_len(r, q);
+        int64_t n = crew_rank_shard_len(r, q);
         if (n == 0) continue;
         float *into = q == r->replica ? mine : crew_rank_pass_through(r);
         if (r->replica == 0) CREW_TRY(crew_dev_transfer_f32(r->be, into, host, from + r->shard[q], n));
@@ -245,7 +236,7 @@ static crew_status scatter_from(crew_rank *r, const crew_backend *host, const fl
 static crew_status gather_to(crew_rank *r, const crew_backend *host, float *into, float *mine)
 {
     for (int q = 0; q < r->replicas; q++) {
-        int64_t n = shard_len(r, q);
+        int64_t n = crew_rank_shard_len(r, q);
         if (n == 0) continue;
         float *buf = q == r->replica ? mine : crew_rank_pass_through(r);
         if (q != 0) CREW_TRY(crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, r->run->timeout_s));
@@ -271,7 +262,7 @@ crew_status crew_rank_units_to_own_model(crew_rank *r)
 {
     crew_model *own = r->own_model && !r->sinks ? r->own_model : NULL;
     for (int q = 0; q < r->replicas; q++) {
-        int64_t n = shard_len(r, q);
+        int64_t n = crew_rank_shard_len(r, q);
         if (n == 0) continue;
         float *buf = q == r->replica ? r->units->param_shard : crew_rank_pass_through(r);
         CREW_TRY(crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, r->run->timeout_s));
@@ -288,11 +279,11 @@ crew_status crew_rank_units_grads_to_host(crew_rank *r, float *host)
 {
     int64_t widest = 0;
     for (int q = 0; q < r->replicas; q++)
-        if (shard_len(r, q) > widest) widest = shard_len(r, q);
+        if (crew_rank_shard_len(r, q) > widest) widest = crew_rank_shard_len(r, q);
     float *through = NULL;
     crew_status s = crew_dev_alloc_f32(r->be, widest, &through);
     for (int q = 0; q < r->replicas && !s; q++) {
-        int64_t n = shard_len(r, q);
+        int64_t n = crew_rank_shard_len(r, q);
         if (n == 0) continue;
         float *buf = q == r->replica ? r->units->grad_shard : through;
         if (q != 0) s = crew_broadcast(&r->group, buf, n, CREW_COMM_F32, q, r->run->timeout_s);
@@ -439,7 +430,7 @@ static crew_status backward_done(crew_rank *r, int i, int u)
     crew_rank_units *x = r->units;
     const crew_unit *un = &x->unit[u];
     const crew_layer *l = r->m->layers[i];
-    if (!has_trainable(l)) return CREW_OK;
+    if (!crew_layer_trains(l)) return CREW_OK;
     const int64_t lo = l->params[0].offset;
     if (x->measure && x->done_from > lo) {
         double part = 0.0;
@@ -514,8 +505,8 @@ static crew_status whole_norm(crew_rank *r, const float *grad, double *norm)
     const crew_backend *be = r->be;
     double lanes[CREW_SQ_LANES] = {0.0};
     for (int q = 0; q < r->replicas; q++) {
-        if (q == r->replica && shard_len(r, q) > 0)
-            CREW_TRY(be->ops->sum_squares_lanes(be->ctx, grad, shard_len(r, q), lanes));
+        if (q == r->replica && crew_rank_shard_len(r, q) > 0)
+            CREW_TRY(be->ops->sum_squares_lanes(be->ctx, grad, crew_rank_shard_len(r, q), lanes));
         CREW_TRY(be->ops->upload(be->ctx, NULL, r->dev_scratch, lanes, CREW_SQ_LANES, CREW_DT_F64));
         CREW_TRY(crew_broadcast(&r->group, r->dev_scratch, CREW_SQ_LANES, CREW_COMM_F64, q, r->run->timeout_s));
         CREW_TRY(be->ops->download(be->ctx, lanes, r->dev_scratch, CREW_SQ_LANES, CREW_DT_F64));
