@@ -233,7 +233,7 @@ static void run_maxpool(const crew_backend *be, float *out)
     float *x = dev_from(be, hx, POOL_IN), *y = dev_f32(be, POOL_OUT);
     void *argmax = NULL;
     CHECK_OK(be->ops->alloc(be->ctx, CREW_DT_I32, POOL_OUT, &argmax));
-    be->ops->maxpool_forward(be->ctx, x, y, argmax, &pool);
+    be->ops->maxpool_forward(be->ctx, x, y, argmax, &pool, 1); /* of relu(x): the fold's path */
     CHECK_OK(crew_dev_download_f32(be, out, y, POOL_OUT));
     CHECK_OK(be->ops->download(be->ctx, out + POOL_OUT, argmax, POOL_OUT, CREW_DT_I32));
     crew_dev_free(be, x);
@@ -350,7 +350,7 @@ static int64_t run_every_other_op(const crew_backend *be, float *out)
     void *argmax = NULL;
     CHECK_OK(o->alloc(ctx, CREW_DT_I32, POOL_OUT, &argmax));
     r.owned[r.n_owned++] = argmax;
-    o->maxpool_forward(ctx, px, py, argmax, &pool);
+    o->maxpool_forward(ctx, px, py, argmax, &pool, 0);
     o->maxpool_backward(ctx, pdy, argmax, pdx, &pool);
     keep(&r, pdx, POOL_IN);
     o->avgpool_forward(ctx, px, py, &pool);

@@ -1116,7 +1116,10 @@ static void maxpool_reference(const conv_case *cc, const crew_window *g, const f
                 }
 }
 
-static void check_maxpool(const device *d, const conv_case *cc, int index)
+/* relu_in 0: negative inputs, so that a kernel that let the zero padding win would be caught.
+ * relu_in 1 (the relu before the pool folded in): inputs of both signs, against the naive pool of
+ * relu(x), whose outputs that are not positive send no gradient back (relu's backward). */
+static void check_maxpool(const device *d, const conv_case *cc, int index, int relu_in)
 {
     const crew_backend *be = &d->be;
     crew_window g;
@@ -1124,29 +1127,47 @@ static void check_maxpool(const device *d, const conv_case *cc, int index)
     EXPECT(d, g.out_h == cc->want_oh && g.out_w == cc->want_ow && g.pad_top == cc->want_pt && g.pad_left == cc->want_pl,
            "pool case %d: geometry differs from the hand-worked one", index);
     int64_t nx = cc->batch * cc->h * cc->w * cc->c, ny = cc->batch * g.out_h * g.out_w * cc->c;
-    float *x = fbuf(nx), *dy = fbuf(ny), *garbage = fbuf(nx);
+    float *x = fbuf(nx), *xr = fbuf(nx), *dy = fbuf(ny), *garbage = fbuf(nx);
     double *want_y = dbuf(ny), *want_dx = dbuf(nx);
     int32_t *want_argmax = hbuf(CREW_DT_I32, ny);
-    /* Negative inputs: a kernel that let the zero padding win would be caught. */
-    fill_uniform(x, nx, -2.0f, -1.0f, 500 + (uint64_t)index);
+    if (relu_in)
+        fill_uniform(x, nx, -1.0f, 0.1f, 700 + (uint64_t)index); /* windows of both kinds */
+    else
+        fill_uniform(x, nx, -2.0f, -1.0f, 500 + (uint64_t)index);
     fill_uniform(dy, ny, -1.0f, 1.0f, 600 + (uint64_t)index);
     fill_uniform(garbage, nx, 3.0f, 4.0f, 9);
-    maxpool_reference(cc, &g, x, dy, want_y, want_argmax, want_dx);
+    for (int64_t i = 0; i < nx; i++) xr[i] = relu_in && !(x[i] > 0.0f) ? 0.0f : x[i];
+    maxpool_reference(cc, &g, xr, dy, want_y, want_argmax, want_dx);
+    if (relu_in) { /* relu's backward: nothing back through an output of 0 */
+        for (int64_t i = 0; i < nx; i++) want_dx[i] = 0.0;
+        for (int64_t o = 0; o < ny; o++)
+            if (want_y[o] > 0.0)
+                want_dx[want_argmax[o]] += dy[o];
+            else
+                want_argmax[o] = -1;
+    }
     float *x_d = dev_f32(d, x, nx), *dy_d = dev_f32(d, dy, ny), *dx_d = dev_f32(d, garbage, nx);
     float *y_d = dev_zeros_f32(d, ny);
     int32_t *argmax_d = dev_alloc(d, CREW_DT_I32, ny);
-    be->ops->maxpool_forward(be->ctx, x_d, y_d, argmax_d, &g);
+    be->ops->maxpool_forward(be->ctx, x_d, y_d, argmax_d, &g, relu_in);
     be->ops->maxpool_backward(be->ctx, dy_d, argmax_d, dx_d, &g);
     EXPECT_SYNCED(d);
     float *y = host_f32(d, y_d, ny), *dx = host_f32(d, dx_d, nx);
     int32_t *argmax = host_i32(d, argmax_d, ny);
-    int wrong_y = 0;
-    for (int64_t o = 0; o < ny; o++) wrong_y += y[o] != want_y[o] || argmax[o] != want_argmax[o];
-    EXPECT(d, wrong_y == 0, "maxpool case %d: %d outputs or arg-maxes differ from the naive loop", index, wrong_y);
+    int wrong_y = 0, zeros = 0;
+    for (int64_t o = 0; o < ny; o++) {
+        wrong_y += y[o] != want_y[o] || argmax[o] != want_argmax[o];
+        zeros += want_argmax[o] < 0;
+    }
+    EXPECT(d, wrong_y == 0, "maxpool case %d%s: %d outputs or arg-maxes differ from the naive loop", index,
+           relu_in ? " of relu(x)" : "", wrong_y);
+    EXPECT(d, !relu_in || ny < 8 || (zeros > 0 && zeros < ny),
+           "maxpool case %d of relu(x): %d of %lld windows without a positive value, the test sees only one side",
+           index, zeros, (long long)ny);
     int64_t bad = first_mismatch(dx, want_dx, nx, tol_for(d, maxpool_backward_tol));
-    EXPECT(d, bad < 0, "maxpool case %d backward: dx[%lld] = %.9g, want %.9g", index, (long long)bad,
-           bad < 0 ? 0.0 : dx[bad], bad < 0 ? 0.0 : want_dx[bad]);
-    HOST_FREE(x, dy, garbage, want_y, want_dx, want_argmax, y, dx, argmax);
+    EXPECT(d, bad < 0, "maxpool case %d%s backward: dx[%lld] = %.9g, want %.9g", index, relu_in ? " of relu(x)" : "",
+           (long long)bad, bad < 0 ? 0.0 : dx[bad], bad < 0 ? 0.0 : want_dx[bad]);
+    HOST_FREE(x, xr, dy, garbage, want_y, want_dx, want_argmax, y, dx, argmax);
     DEV_FREE(d, x_d, dy_d, dx_d, y_d, argmax_d);
 }
 
@@ -1187,7 +1208,7 @@ static void check_avgpool(const device *d, const conv_case *cc, int index)
     int64_t nx = cc->batch * cc->h * cc->w * cc->c, ny = cc->batch * g.out_h * g.out_w * cc->c;
     float *x = fbuf(nx), *dy = fbuf(ny), *garbage = fbuf(nx);
     double *want_y = dbuf(ny), *want_dx = dbuf(nx);
-    fill_uniform(x, nx, -1.0f, 1.0f, 700 + (uint64_t)index);
+    fill_uniform(x, nx, -1.0f, 0.1f, 700 + (uint64_t)index); /* windows of both kinds */
     fill_uniform(dy, ny, -1.0f, 1.0f, 800 + (uint64_t)index);
     fill_uniform(garbage, nx, 3.0f, 4.0f, 10);
     avgpool_reference(cc, &g, x, dy, want_y, want_dx);
@@ -1222,7 +1243,7 @@ static const conv_case pool_cases[] = {
 static void test_pooling(const device *d)
 {
     for (int i = 0; i < (int)(sizeof pool_cases / sizeof pool_cases[0]); i++) {
-        check_maxpool(d, &pool_cases[i], i);
+        for (int relu_in = 0; relu_in <= 1; relu_in++) check_maxpool(d, &pool_cases[i], i, relu_in);
         check_avgpool(d, &pool_cases[i], i);
     }
 }

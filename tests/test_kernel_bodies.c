@@ -634,14 +634,16 @@ static void check_windows(void)
         be.ops->col2im(be.ctx, col, want_dx, &g);
         SAME_F("k_col2im", geo, dx, want_dx, n_in);
 
-        for (int tied = 0; tied <= 1; tied++) { /* random values, then many ties */
-            const char *geo2 = named("%s%s", geo, tied ? ", tied values" : "");
+        for (int variant = 0; variant < 4; variant++) { /* random values, then many ties; each of x, of relu(x) */
+            const int tied = variant % 2, relu_in = variant / 2;
+            const char *geo2 = named("%s%s%s", geo, tied ? ", tied values" : "", relu_in ? ", of relu(x)" : "");
             if (tied) ties(x, n_in);
+            if (variant == 2) uniform(x, n_in, -1, 1);
             if (!tied && n_in > 3) x[n_in / 3] = NAN; /* a NaN never wins, but seeds a window it starts */
             float *y = floats(n_out), *want_y = floats(n_out), *dy = floats(n_out);
             int32_t *am = malloc((size_t)n_out * sizeof *am), *want_am = malloc((size_t)n_out * sizeof *am);
-            for (int64_t i = 0; i < n_out; i++) crew_body_maxpool_forward(x, y, am, &g, i);
-            be.ops->maxpool_forward(be.ctx, x, want_y, want_am, &g);
+            for (int64_t i = 0; i < n_out; i++) crew_body_maxpool_forward(x, y, am, &g, relu_in, i);
+            be.ops->maxpool_forward(be.ctx, x, want_y, want_am, &g, relu_in);
             SAME_F("k_maxpool_forward", geo2, y, want_y, n_out);
             same_bits("k_maxpool_forward", geo2, am, want_am, sizeof *am, n_out);
             uniform(dy, n_out, -1, 1);

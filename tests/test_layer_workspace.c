@@ -451,15 +451,24 @@ static void check_fit_steps(void)
  * act[i + 1] is act[i] and the plan counts no activation for them (image model: 2 the conv's
  * relu, 11 the dense's tanh). An activation first (the model's input is data), one whose
  * derivative needs its input (gelu), or one behind another activation (whose output that one's
- * backward reads) keeps a buffer of its own. */
+ * backward reads) keeps a buffer of its own. A flatten below the top hands its input through
+ * (image model: 13), as does a relu in place right before a max pool, which then pools relu(x)
+ * (its relu_in): act[i + 1] is act[i] for those too. want[i]: 1 in place, 2 hands through,
+ * 3 both. */
 static void check_in_place(const crew_model *m, const int *want, const char *what)
 {
     for (int i = 0; i < m->n_layers; i++) {
-        int in_place = crew_model_layer_in_place(m, i);
-        CHECK_MSG(in_place == want[i], "%s: layer %d (%s) in place %d, expected %d", what, i, m->layers[i]->name,
-                  in_place, want[i]);
-        CHECK_MSG((m->act[i + 1] == m->act[i]) == in_place && (crew_model_layer_act_size(m, i, 5) == 0) == in_place,
-                  "%s: layer %d (%s): buffers do not follow in-place %d", what, i, m->layers[i]->name, in_place);
+        int in_place = crew_model_layer_in_place(m, i), passes = crew_model_layer_passes(m, i);
+        int alias = in_place || passes;
+        CHECK_MSG(in_place + 2 * passes == want[i], "%s: layer %d (%s) in place %d, hands through %d, expected %d", what,
+                  i, m->layers[i]->name, in_place, passes, want[i]);
+        CHECK_MSG((m->act[i + 1] == m->act[i]) == alias && (crew_model_layer_act_size(m, i, 5) == 0) == alias,
+                  "%s: layer %d (%s): buffers do not follow in-place %d, hands through %d", what, i,
+                  m->layers[i]->name, in_place, passes);
+        const int relu_in = i + 1 < m->n_layers && m->layers[i + 1]->relu_in;
+        CHECK_MSG(relu_in == (passes && m->layers[i]->spec.type == CREW_LAYER_ACTIVATION),
+                  "%s: layer %d (%s) hands through %d, the pool after it takes relu in %d", what, i, m->layers[i]->name,
+                  passes, relu_in);
     }
 }
 
@@ -471,7 +480,7 @@ static void check_in_place_models(void)
     if (!s) s = crew_model_reserve(image, 37);
     if (!s) s = crew_model_reserve(image, 128); /* again, larger: the aliases follow their owners */
     CHECK_OK(s);
-    const int image_want[15] = {[2] = 1, [11] = 1};
+    const int image_want[15] = {[2] = 1, [11] = 1, [13] = 2};
     if (image->act) check_in_place(image, image_want, "image model");
     crew_model_free(image);
     crew_model *m = NULL;
@@ -485,6 +494,45 @@ static void check_in_place_models(void)
     CHECK_OK(s);
     const int want[6] = {0, 0, 0, 0, 1, 0}; /* relu first, dense, gelu, dense, sigmoid, tanh behind it */
     if (m && m->n_layers == 6 && m->act) check_in_place(m, want, "relu first, gelu, sigmoid, tanh");
+    crew_model_free(m);
+    /* examples/fashion_cnn.json's layers: each conv's relu folds into its pool; the flatten hands
+     * through; the dense's relu, before dropout, only writes in place */
+    m = NULL;
+    s = crew_model_create((int64_t[]){8, 8, 1}, 3, &m);
+    const crew_layer_spec cnn[] = {
+        {.type = CREW_LAYER_CONV2D, .filters = 3, .kernel = {3, 3}, .padding = CREW_PAD_SAME, .activation = CREW_ACT_RELU},
+        {.type = CREW_LAYER_MAX_POOL2D},
+        {.type = CREW_LAYER_CONV2D, .filters = 4, .kernel = {3, 3}, .padding = CREW_PAD_SAME, .activation = CREW_ACT_RELU},
+        {.type = CREW_LAYER_MAX_POOL2D},
+        {.type = CREW_LAYER_FLATTEN},
+        {.type = CREW_LAYER_DENSE, .units = 5, .activation = CREW_ACT_RELU},
+        {.type = CREW_LAYER_DROPOUT, .rate = 0.5f},
+        {.type = CREW_LAYER_DENSE, .units = 3},
+    };
+    for (size_t i = 0; !s && i < sizeof cnn / sizeof *cnn; i++) s = crew_model_add(m, &cnn[i]);
+    if (!s) s = crew_model_init_params(m, 1);
+    if (!s) s = crew_model_reserve(m, 5);
+    CHECK_OK(s);
+    const int cnn_want[10] = {0, 3, 0, 0, 3, 0, 2, 0, 1, 0};
+    if (m && m->n_layers == 10 && m->act) check_in_place(m, cnn_want, "CNN");
+    crew_model_free(m);
+    /* a flatten first hands the model's input through, so the relu behind it may not write over
+     * it (the caller's data), nor hand it through to the pool; a flatten on top does not hand
+     * through (the loss writes over the logits) */
+    m = NULL;
+    s = crew_model_create((int64_t[]){4, 4, 2}, 3, &m);
+    const crew_layer_spec first[] = {
+        {.type = CREW_LAYER_FLATTEN},
+        {.type = CREW_LAYER_ACTIVATION, .activation = CREW_ACT_RELU},
+        {.type = CREW_LAYER_DENSE, .units = 6},
+        {.type = CREW_LAYER_FLATTEN},
+    };
+    for (size_t i = 0; !s && i < sizeof first / sizeof *first; i++) s = crew_model_add(m, &first[i]);
+    if (!s) s = crew_model_init_params(m, 1);
+    if (!s) s = crew_model_reserve(m, 5);
+    CHECK_OK(s);
+    const int first_want[4] = {2, 0, 0, 0};
+    if (m && m->n_layers == 4 && m->act) check_in_place(m, first_want, "flatten first, relu, dense, flatten");
     crew_model_free(m);
 }
 

@@ -192,12 +192,16 @@ static void check_breakdown(const char *src)
     CHECK(p.gradient_bytes == round64(4 * P));
     CHECK(p.optimizer_bytes == 2 * round64(4 * P)); /* AdamW: two moments */
     CHECK(p.accumulation_bytes == 3 * round64(4 * P)); /* several replicas keep k - 1 micro-batches */
-    /* input and flatten 784, the two dense layers 256 each, their relus in place, logits 10 */
-    int64_t act = round64(4 * B * 784) * 2 + round64(4 * B * 256) * 2 + round64(4 * B * 10);
+    /* input 784 (the flatten hands it through), the two dense layers 256 each, their relus in
+     * place, logits 10 */
+    int64_t act = round64(4 * B * 784) + round64(4 * B * 256) * 2 + round64(4 * B * 10);
     CHECK_MSG(p.activation_bytes == act, "activations %lld, expected %lld", (long long)p.activation_bytes, (long long)act);
-    /* the two gradient buffers of backward; labels, row losses, sample ids; the rank's scratch for 2
-     * ranks × ((6 tensors + 2 optimizer moments) × 2 hash halves, or 9 metrics): 32 doubles */
-    CHECK_MSG(p.workspace_bytes == 2 * round64(4 * B * 784) + 2 * round64(4 * B) + round64(8 * B) + round64(8 * 32),
+    /* the two gradient buffers of backward (784 wide: the flatten's output and input, which share
+     * one, since the flatten hands its gradient through; 256: the rest); labels, row losses, sample
+     * ids; the rank's scratch for 2 ranks × ((6 tensors + 2 optimizer moments) × 2 hash halves, or 9
+     * metrics): 32 doubles */
+    CHECK_MSG(p.workspace_bytes == round64(4 * B * 784) + round64(4 * B * 256) + 2 * round64(4 * B) + round64(8 * B) +
+                                       round64(8 * 32),
               "workspace %lld", (long long)p.workspace_bytes);
     CHECK(p.bytes_per_device == p.param_bytes + p.gradient_bytes + p.optimizer_bytes + p.activation_bytes +
                                     p.workspace_bytes + p.accumulation_bytes);

@@ -208,8 +208,8 @@ static int64_t layer_cost(const ladder *l, int i)
 
 /* The gradient ping-pong buffers of a stage of layers a..b, as crew_model_buffers sizes them: with
  * its activations j = a..e (e = b + 1, or b behind a trailing softmax, which the loss takes in),
- * buffer k holds those with e − j ≡ k (mod 2), as wide as the widest of them; the last stage's loss
- * writes the gradient of act[e] over it, unless its last layer is an activation
+ * buffer k holds those that crew_model_grad_slot puts there, as wide as the widest of them; the
+ * last stage's loss writes the gradient of act[e] over it, unless its last layer is an activation
  * (crew_model_loss_in_place). */
 static int64_t pingpong_bytes(const ladder *l, int a, int b)
 {
@@ -218,8 +218,10 @@ static int64_t pingpong_bytes(const ladder *l, int a, int b)
     int top = e;
     if (b == m->n_layers - 1 && e > a && m->layers[e - 1]->spec.type != CREW_LAYER_ACTIVATION) top = e - 1;
     int64_t wide[2] = {0, 0};
-    for (int j = a; j <= top; j++)
-        if (l->width[j] > wide[(e - j) % 2]) wide[(e - j) % 2] = l->width[j];
+    for (int j = a; j <= top; j++) {
+        const int k = crew_model_grad_slot(m, a, j, e);
+        if (l->width[j] > wide[k]) wide[k] = l->width[j];
+    }
     return crew_mem_alloc_bytes(l->rows * wide[0], 4) + crew_mem_alloc_bytes(l->rows * wide[1], 4);
 }
 

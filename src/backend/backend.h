@@ -198,8 +198,11 @@ typedef struct crew_backend_ops {
 
     /* ---- pooling (out_c == in_c). Max pooling: the first maximum in window order wins a tie
      * (row-major over the window), and padding never wins. Average pooling divides by the window cells inside the
-     * image (padding excluded, as Keras and count_include_pad=False). argmax: [batch*out_h*out_w*c] */
-    void (*maxpool_forward)(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g);
+     * image (padding excluded, as Keras and count_include_pad=False). argmax: [batch*out_h*out_w*c]
+     * relu_in 1: pools relu(x), the relu layer before it folded in (crew_model_layer_passes): the
+     * window of relu(x)'s maximum and first arg-max, and argmax −1 where that maximum is not
+     * positive, so that backward sends nothing back where relu's backward would send 0. */
+    void (*maxpool_forward)(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g, int relu_in);
     void (*maxpool_backward)(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g);
     void (*avgpool_forward)(void *ctx, const float *x, float *y, const crew_window *g);
     void (*avgpool_backward)(void *ctx, const float *dy, float *dx, const crew_window *g);

@@ -129,6 +129,10 @@ struct crew_layer {
      * (crew_fit_plan.conv_choice, set on a run's replicas by crew_model_set_conv_ways; copies
      * of the model keep it), 0: im2col + GEMM */
     int conv_by_library;
+    /* max_pool2d: 1 when it pools relu(x) for the relu layer right before it, which then hands its
+     * input through instead of running (crew_model_layer_passes); set by the model as it appends
+     * the layer, 0 for a layer outside a model */
+    int relu_in;
     crew_act_storage store;      /* the run's (crew_model_set_storage; copies of the model keep it) */
     float *work[CREW_LAYER_MAX_WORK]; /* backend workspace, sized by the workspace op for
                                           reserved_rows (crew_layer_reserve) */

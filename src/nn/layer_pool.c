@@ -30,7 +30,7 @@ static crew_status maxpool_forward(crew_layer *l, const crew_pass *p, const floa
 {
     crew_window g = {0};
     CREW_TRY(pool_geometry(l, p->rows, &g));
-    p->be->ops->maxpool_forward(p->be->ctx, x, y, (int32_t *)l->work[0], &g);
+    p->be->ops->maxpool_forward(p->be->ctx, x, y, (int32_t *)l->work[0], &g, l->relu_in);
     return CREW_OK;
 }
 

@@ -80,18 +80,72 @@ static crew_status resolve_tie(const crew_model *m, crew_layer *l)
     return crew_errorf(CREW_CODE_BAD_INPUT, "an lm_head needs an earlier embedding layer to share its table");
 }
 
-int crew_model_layer_in_place(const crew_model *m, int i)
+/* Layers lo..end − 1 of m computed as one model: the whole model (lo 0, end its computed layers),
+ * or a pipeline stage of it as the memory planner weighs one before building it. Which layers
+ * write over their input or hand it through depends on where such a model begins and ends. */
+typedef struct layer_span {
+    const crew_model *m;
+    int lo, end;
+} layer_span;
+
+static layer_span whole_model(const crew_model *m) { return (layer_span){m, 0, crew_model_computed_layers(m)}; }
+
+static int span_passes(layer_span s, int i);
+
+/* act[i] is layer i − 1's input buffer, written over in place or handed through, not a buffer of
+ * its own (i > lo). */
+static int span_in_place(layer_span s, int i);
+static int span_alias(layer_span s, int i)
 {
-    const crew_layer *l = m->layers[i];
-    /* behind another activation it would write over that one's output, which its backward reads */
-    if (i == 0 || l->spec.type != CREW_LAYER_ACTIVATION || m->layers[i - 1]->spec.type == CREW_LAYER_ACTIVATION)
+    return i > s.lo && (span_passes(s, i - 1) || span_in_place(s, i - 1));
+}
+
+static int span_in_place(layer_span s, int i)
+{
+    const crew_layer *l = s.m->layers[i];
+    /* behind another activation it would write over that one's output, which its backward reads;
+     * never over the model's input (a flatten may hand it through): the caller's data */
+    if (i == s.lo || l->spec.type != CREW_LAYER_ACTIVATION || s.m->layers[i - 1]->spec.type == CREW_LAYER_ACTIVATION)
         return 0;
+    int owner = i;
+    while (span_alias(s, owner)) owner--;
+    if (owner == s.lo) return 0;
     crew_activation a = l->spec.activation;
     return a == CREW_ACT_RELU || a == CREW_ACT_TANH || a == CREW_ACT_SIGMOID;
 }
 
-/* act[i] is layer i - 1's input buffer, written over in place, not a buffer of its own. */
-static int act_is_alias(const crew_model *m, int i) { return i > 0 && crew_model_layer_in_place(m, i - 1); }
+static int span_passes(layer_span s, int i)
+{
+    const crew_layer *l = s.m->layers[i];
+    if (i + 1 >= s.end) return 0; /* the top: the loss may write over it, or the next stage reads it */
+    if (l->spec.type == CREW_LAYER_FLATTEN) return 1;
+    return l->spec.type == CREW_LAYER_ACTIVATION && l->spec.activation == CREW_ACT_RELU &&
+           s.m->layers[i + 1]->spec.type == CREW_LAYER_MAX_POOL2D && span_in_place(s, i);
+}
+
+int crew_model_layer_in_place(const crew_model *m, int i) { return span_in_place(whole_model(m), i); }
+
+int crew_model_layer_passes(const crew_model *m, int i) { return span_passes(whole_model(m), i); }
+
+static int act_is_alias(const crew_model *m, int i) { return span_alias(whole_model(m), i); }
+
+/* The pool being appended takes in the relu right before it when that relu will hand its input
+ * through (crew_model_layer_passes): decided from the layers before it, as every copy of the
+ * model decides it. */
+static int pool_takes_relu(const crew_model *m, const crew_layer_spec *spec)
+{
+    int i = m->n_layers - 1;
+    return spec->type == CREW_LAYER_MAX_POOL2D && i >= 0 && m->layers[i]->spec.type == CREW_LAYER_ACTIVATION &&
+           m->layers[i]->spec.activation == CREW_ACT_RELU && crew_model_layer_in_place(m, i);
+}
+
+int crew_model_grad_slot(const crew_model *m, int lo, int j, int end)
+{
+    layer_span s = {m, lo, end};
+    int flips = 0;
+    for (int i = j; i < end; i++) flips += !span_passes(s, i);
+    return flips % 2;
+}
 
 /* Whether backward must hand the next layer appended to m a dx: only when a layer before it has
  * trainable parameters; below the first such layer nothing needs a gradient, the input is data.
@@ -123,6 +177,7 @@ crew_status crew_model_append_layer(crew_model *m, const crew_layer_spec *spec, 
     l->spec = *spec;
     l->index = m->layer_base + index;
     l->needs_input_grad = input_grad_needed(m);
+    l->relu_in = pool_takes_relu(m, spec);
     l->in = last_shape(m);
     snprintf(l->name, sizeof l->name, "%s", name);
     l->spec.name = l->name;
@@ -414,8 +469,7 @@ crew_status crew_model_view(crew_model *m, int64_t max_rows, crew_model **out)
 
 float *crew_model_input_grad(const crew_model *m)
 {
-    /* backward's ping-pong: the last layer's dy is dbuf[0], each layer writes the other one */
-    return m->input_grad ? m->dbuf[m->n_compute % 2] : NULL;
+    return m->input_grad ? m->dbuf[crew_model_grad_slot(m, 0, 0, m->n_compute)] : NULL;
 }
 
 static void init_values(const crew_param *p, uint64_t key, float *host, int64_t n)
@@ -463,7 +517,7 @@ crew_status crew_model_init_params(crew_model *m, uint64_t seed)
 
 int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows)
 {
-    return crew_model_layer_in_place(m, i) ? 0 : rows * crew_shape_size(&m->layers[i]->out);
+    return act_is_alias(m, i + 1) ? 0 : rows * crew_shape_size(&m->layers[i]->out);
 }
 
 int crew_model_loss_in_place(const crew_model *m)
@@ -477,13 +531,14 @@ void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_siz
     /* Backward's ping-pong buffers: with n computed layers, the gradient of act[n] is in dbuf[0]
      * (the next stage's, or the loss's unless it is written over the logits: a GPT's logits, wider
      * than everything else together, then take no room here), layer n − 1 writes d act[n − 1] into
-     * dbuf[1], layer n − 2 d act[n − 2] into dbuf[0], ...: dbuf[k] holds the d act[j] with
-     * j ≡ n − k (mod 2), and is as wide as the widest of those. */
+     * dbuf[1], layer n − 2 d act[n − 2] into dbuf[0], ..., a layer that hands its input through
+     * leaving its gradient where it is (crew_model_grad_slot): dbuf[k] is as wide as the widest
+     * gradient it holds. */
     const int n = crew_model_computed_layers(m), top = crew_model_loss_in_place(m) ? n - 1 : n;
     int64_t wide[2] = {0, 0};
     for (int j = 0; j <= top; j++) {
         int64_t size = crew_shape_size(j == 0 ? &m->input : &m->layers[j - 1]->out);
-        int k = (n - j) % 2;
+        int k = crew_model_grad_slot(m, 0, j, n);
         if (size > wide[k]) wide[k] = size;
     }
     out->act_input = rows * crew_shape_size(&m->input);
@@ -584,7 +639,7 @@ crew_status crew_model_forward(crew_model *m, const crew_pass *p)
     for (int i = 0; i < m->n_compute; i++) {
         crew_layer *l = m->layers[i];
         crew_status s = m->visit ? m->visit(m->visit_user, i, CREW_VISIT_FORWARD) : CREW_OK;
-        if (!s) s = l->ops->forward(l, p, m->act[i], m->act[i + 1]);
+        if (!s && !crew_model_layer_passes(m, i)) s = l->ops->forward(l, p, m->act[i], m->act[i + 1]);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
     }
     return CREW_OK;
@@ -618,11 +673,13 @@ crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_re
         float *dx = l->needs_input_grad ? m->dbuf[1 - cur] : NULL;
         /* the top layer's: over the logits, where the loss wrote it (crew_model_loss_in_place) */
         const float *dy = i == m->n_compute - 1 && crew_model_loss_in_place(m) ? m->act[i + 1] : m->dbuf[cur];
+        /* a layer that hands its input through leaves dy where it is, the dx of the layer below */
+        const int passes = crew_model_layer_passes(m, i);
         crew_status s = m->visit ? m->visit(m->visit_user, i, CREW_VISIT_BACKWARD) : CREW_OK;
-        if (!s) s = l->ops->backward(l, p, m->act[i], m->act[i + 1], dy, dx);
+        if (!s && !passes) s = l->ops->backward(l, p, m->act[i], m->act[i + 1], dy, dx);
         if (!s && m->visit) s = m->visit(m->visit_user, i, CREW_VISIT_BACKWARD_DONE);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
-        cur = 1 - cur;
+        if (!passes) cur = 1 - cur;
         if (ready && crew_layer_trains(l)) ready(user, l->params[0].offset);
         if (!dx) break;
     }

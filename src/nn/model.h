@@ -123,10 +123,26 @@ void crew_model_set_input(crew_model *m, float *input);
  * derivative its output gives (relu, tanh, sigmoid), behind a layer that is not an activation.
  * No layer's backward but an activation's reads its own output (only its input), so the values
  * before the activation are not needed once it has run; an activation's backward does read its
- * output, so one behind another keeps a buffer; the model's input (i = 0) is left alone. */
+ * output, so one behind another keeps a buffer; the model's input (act[0], and what a flatten
+ * hands through of it) is left alone. */
 int crew_model_layer_in_place(const crew_model *m, int i);
+/* 1: layer i hands its input through at no cost in both passes: forward and backward skip it,
+ * act[i + 1] is act[i], and the gradient below it is the one above it, in the same buffer.
+ * - a flatten below the top computed layer (NHWC values are already in Keras's flat order);
+ * - a relu that writes over its input right before a max pool, which pools relu(x) itself
+ *   (crew_layer.relu_in, backend.h's maxpool_forward): the pool of relu(x) and its arg-max are
+ *   those of the two passes, and an output whose maximum is not positive sends no gradient back,
+ *   as relu's backward would not, so the bits are the layers' own. Saves two passes over the
+ *   convolution's output, the largest activation of a CNN. */
+int crew_model_layer_passes(const crew_model *m, int i);
+/* Which ping-pong buffer backward leaves the gradient of act[j] in, in a model of layers
+ * lo..end − 1 of m (the whole: 0, its computed layers; a pipeline stage's range as the planner
+ * weighs it), counting from act[end] in dbuf[0]: each layer in [j, end) that does not hand its
+ * input through switches buffers. */
+int crew_model_grad_slot(const crew_model *m, int lo, int j, int end);
 /* act[i + 1], layer i's output for `rows` samples, in elements: [rows, size of layer i's output],
- * kept for the backward pass (a trailing softmax's too); 0 for a layer that works in place. */
+ * kept for the backward pass (a trailing softmax's too); 0 for a layer that works in place or
+ * hands its input through. */
 int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows);
 /* Sizes activations for micro-batches of up to max_rows samples (no-op when already enough); the
  * gradient buffer comes with the first call. */

@@ -17,6 +17,7 @@
 #ifndef CREW_BACKEND_BODY_WINDOW_H
 #define CREW_BACKEND_BODY_WINDOW_H
 
+#include "backend/body/activation.h" /* relu, folded into max pooling */
 #include "backend/body/body.h"
 
 CREW_BODY int64_t crew_window_row(const crew_window *g, int64_t oh, int64_t kh)
@@ -132,8 +133,10 @@ CREW_BODY void crew_body_col2im(const float *col, float *dx, const crew_window *
 
 /* Max pooling, output element i: the first in-image cell of the window seeds the maximum, a later
  * one wins only when strictly greater (the first maximum in window order, backend.h; a NaN never
- * wins); argmax[i] is the input element's index, -1 (and y 0) for a window in the padding. */
-CREW_BODY void crew_body_maxpool_forward(const float *x, float *y, int32_t *argmax, const crew_window *g, int64_t i)
+ * wins); argmax[i] is the input element's index, -1 (and y 0) for a window in the padding. With
+ * relu_in, of relu(x), and argmax −1 where the maximum is not positive (backend.h). */
+CREW_BODY void crew_body_maxpool_forward(const float *x, float *y, int32_t *argmax, const crew_window *g, int relu_in,
+                                         int64_t i)
 {
     const int64_t c = g->in_c;
     int64_t ci, ow, oh, b;
@@ -145,7 +148,7 @@ CREW_BODY void crew_body_maxpool_forward(const float *x, float *y, int32_t *argm
         for (int64_t kw = 0; kw < g->k_w; kw++) {
             const int64_t cell = crew_window_cell(g, b, oh, ow, kh, kw);
             if (cell < 0) continue;
-            const float v = x[cell * c + ci];
+            const float v = relu_in ? crew_act_relu(x[cell * c + ci]) : x[cell * c + ci];
             if (!seeded || v > best) {
                 best = v;
                 at = (int32_t)(cell * c + ci);
@@ -153,7 +156,7 @@ CREW_BODY void crew_body_maxpool_forward(const float *x, float *y, int32_t *argm
             }
         }
     y[i] = seeded ? best : 0.0f;
-    argmax[i] = at;
+    argmax[i] = relu_in && !(best > 0.0f) ? -1 : at;
 }
 
 /* dx (input element i) = Σ dy[o] over the outputs o whose argmax is i, o ascending (the CPU's

@@ -644,13 +644,14 @@ static void guard_col2im(void *ctx, const float *col, float *dx, const crew_wind
     if (c.ok) crew_cpu_ops.col2im(c.cpu, scol, sdx, w);
 }
 
-static void guard_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *w)
+static void guard_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *w,
+                                  int relu_in)
 {
     op_call c = begin(ctx, "maxpool_forward");
     const float *sx = f32(&c, "x", x, image_extent(w));
     float *sy = f32(&c, "y", y, pooled_extent(w));
     int32_t *sa = i32(&c, "argmax", argmax, pooled_extent(w));
-    if (c.ok) crew_cpu_ops.maxpool_forward(c.cpu, sx, sy, sa, w);
+    if (c.ok) crew_cpu_ops.maxpool_forward(c.cpu, sx, sy, sa, w, relu_in);
 }
 
 static void guard_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *w)

@@ -50,7 +50,7 @@ extern const crew_backend_ops crew_cpu_ops;
 /* cpu_window.c */
 void cpu_im2col(void *ctx, const float *x, float *col, const crew_window *g);
 void cpu_col2im(void *ctx, const float *col, float *dx, const crew_window *g);
-void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g);
+void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g, int relu_in);
 void cpu_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g);
 void cpu_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g);
 void cpu_avgpool_backward(void *ctx, const float *dy, float *dx, const crew_window *g);

@@ -63,9 +63,46 @@ void cpu_col2im(void *ctx, const float *col, float *dx, const crew_window *g)
             }
 }
 
-/* Branch-free inner loop (select instead of if), so it vectorises: with random data a branch
- * on "greater" mispredicts half the time. The first in-image cell of the window seeds the max. */
-void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g)
+/* One output pixel's c channels over its window. Branch-free inner loop (select instead of if),
+ * so it vectorises: with random data a branch on "greater" mispredicts half the time. The first
+ * in-image cell of the window seeds the max. relu_in is a constant at each call, so each variant
+ * is a loop of its own. */
+static inline void maxpool_pixel(const float *x, float *yo, int32_t *ao, const crew_window *g, int64_t b, int64_t oh,
+                                 int64_t ow, int relu_in)
+{
+    const int64_t c = g->in_c;
+    int seeded = 0;
+    for (int64_t kh = 0; kh < g->k_h; kh++)
+        for (int64_t kw = 0; kw < g->k_w; kw++) {
+            int64_t cell = crew_window_cell(g, b, oh, ow, kh, kw);
+            if (cell < 0) continue;
+            const float *src = x + cell * c;
+            const int32_t base = (int32_t)(cell * c);
+            if (!seeded) {
+                for (int64_t i = 0; i < c; i++) {
+                    yo[i] = relu_in ? crew_act_relu(src[i]) : src[i];
+                    ao[i] = base + (int32_t)i;
+                }
+                seeded = 1;
+                continue;
+            }
+            for (int64_t i = 0; i < c; i++) {
+                const float v = relu_in ? crew_act_relu(src[i]) : src[i];
+                int gt = v > yo[i];
+                yo[i] = gt ? v : yo[i];
+                ao[i] = gt ? base + (int32_t)i : ao[i];
+            }
+        }
+    if (!seeded) /* a window entirely in the padding: impossible with TF's rules */
+        for (int64_t i = 0; i < c; i++) {
+            yo[i] = 0.0f;
+            ao[i] = -1;
+        }
+    if (relu_in) /* where relu's backward would send 0 back, nothing goes back */
+        for (int64_t i = 0; i < c; i++) ao[i] = yo[i] > 0.0f ? ao[i] : -1;
+}
+
+void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g, int relu_in)
 {
     (void)ctx;
     const int64_t c = g->in_c;
@@ -73,34 +110,10 @@ void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, c
         for (int64_t oh = 0; oh < g->out_h; oh++)
             for (int64_t ow = 0; ow < g->out_w; ow++) {
                 int64_t o = ((b * g->out_h + oh) * g->out_w + ow) * c;
-                float *yo = y + o;
-                int32_t *ao = argmax + o;
-                int seeded = 0;
-                for (int64_t kh = 0; kh < g->k_h; kh++)
-                    for (int64_t kw = 0; kw < g->k_w; kw++) {
-                        int64_t cell = crew_window_cell(g, b, oh, ow, kh, kw);
-                        if (cell < 0) continue;
-                        const float *src = x + cell * c;
-                        const int32_t base = (int32_t)(cell * c);
-                        if (!seeded) {
-                            for (int64_t i = 0; i < c; i++) {
-                                yo[i] = src[i];
-                                ao[i] = base + (int32_t)i;
-                            }
-                            seeded = 1;
-                            continue;
-                        }
-                        for (int64_t i = 0; i < c; i++) {
-                            int gt = src[i] > yo[i];
-                            yo[i] = gt ? src[i] : yo[i];
-                            ao[i] = gt ? base + (int32_t)i : ao[i];
-                        }
-                    }
-                if (!seeded) /* a window entirely in the padding: impossible with TF's rules */
-                    for (int64_t i = 0; i < c; i++) {
-                        yo[i] = 0.0f;
-                        ao[i] = -1;
-                    }
+                if (relu_in)
+                    maxpool_pixel(x, y + o, argmax + o, g, b, oh, ow, 1);
+                else
+                    maxpool_pixel(x, y + o, argmax + o, g, b, oh, ow, 0);
             }
 }
 

@@ -233,10 +233,10 @@ static void cuda_col2im(void *ctx, const float *col, float *dx, const crew_windo
     cuda_launched(c, "col2im");
 }
 
-__global__ void k_maxpool_forward(const float *x, float *y, int32_t *argmax, crew_window g)
+__global__ void k_maxpool_forward(const float *x, float *y, int32_t *argmax, crew_window g, int relu_in)
 {
     const int64_t n = crew_window_out_cells(&g);
-    FOR_EACH(i, n) crew_body_maxpool_forward(x, y, argmax, &g, i);
+    FOR_EACH(i, n) crew_body_maxpool_forward(x, y, argmax, &g, relu_in, i);
 }
 
 __global__ void k_maxpool_backward(const float *dy, const int32_t *argmax, float *dx, crew_window g)
@@ -257,12 +257,13 @@ __global__ void k_avgpool_backward(const float *dy, float *dx, crew_window g)
     FOR_EACH(i, n) crew_body_avgpool_backward(dy, dx, &g, i);
 }
 
-static void cuda_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g)
+static void cuda_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g,
+                                 int relu_in)
 {
     cuda_ctx *c = enter(ctx);
     const int64_t n = crew_window_out_cells(g);
     if (n <= 0) return;
-    k_maxpool_forward LAUNCH(c, n)(x, y, argmax, *g);
+    k_maxpool_forward LAUNCH(c, n)(x, y, argmax, *g, relu_in);
     cuda_launched(c, "max pooling");
 }
 
