@@ -63,6 +63,45 @@ void cpu_col2im(void *ctx, const float *col, float *dx, const crew_window *g)
             }
 }
 
+/* Windows that tile the input exactly (stride = kernel, no padding, no cells left over: every
+ * pooling of the examples) hold each input cell once: one pass writes every dx, the window's
+ * gradient where its maximum was and 0 elsewhere, instead of zeroing dx and then adding into it.
+ * 0.0f + dy is what the zeroed sum held, so the bits are the same (-0 included). */
+static int tiles_input(const crew_window *g)
+{
+    return g->stride_h == g->k_h && g->stride_w == g->k_w && g->pad_top == 0 && g->pad_left == 0 &&
+           g->out_h * g->k_h == g->in_h && g->out_w * g->k_w == g->in_w;
+}
+
+/* 2x2 windows that tile the input (Keras's default pooling, every one of the examples): a window's
+ * four cells are two neighbours in each of two input rows, so one loop over the channels takes
+ * all four, the maximum and arg-max in registers, where the general loop makes a pass over y and
+ * argmax per cell (twice as long on the demo CNN). The same comparisons in the same order (the
+ * window row-major, a later cell winning only when strictly greater), so the same outputs. */
+static inline void maxpool_2x2_rows(const float *x, float *y, int32_t *argmax, const crew_window *g, int relu_in)
+{
+    const int64_t c = g->in_c, row = g->in_w * c;
+    for (int64_t b = 0; b < g->batch; b++)
+        for (int64_t oh = 0; oh < g->out_h; oh++)
+            for (int64_t ow = 0; ow < g->out_w; ow++) {
+                const int64_t o = ((b * g->out_h + oh) * g->out_w + ow) * c;
+                const int64_t first = ((b * g->in_h + 2 * oh) * g->in_w + 2 * ow) * c;
+                const int64_t cell[4] = {first, first + c, first + row, first + row + c};
+                for (int64_t i = 0; i < c; i++) {
+                    float best = relu_in ? crew_act_relu(x[first + i]) : x[first + i];
+                    int32_t at = (int32_t)(first + i);
+                    for (int k = 1; k < 4; k++) {
+                        const float v = relu_in ? crew_act_relu(x[cell[k] + i]) : x[cell[k] + i];
+                        const int gt = v > best;
+                        best = gt ? v : best;
+                        at = gt ? (int32_t)(cell[k] + i) : at;
+                    }
+                    y[o + i] = best;
+                    argmax[o + i] = relu_in && !(best > 0.0f) ? -1 : at;
+                }
+            }
+}
+
 /* One output pixel's c channels over its window. Branch-free inner loop (select instead of if),
  * so it vectorises: with random data a branch on "greater" mispredicts half the time. The first
  * in-image cell of the window seeds the max. relu_in is a constant at each call, so each variant
@@ -105,6 +144,13 @@ static inline void maxpool_pixel(const float *x, float *yo, int32_t *ao, const c
 void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g, int relu_in)
 {
     (void)ctx;
+    if (tiles_input(g) && g->k_h == 2 && g->k_w == 2) {
+        if (relu_in)
+            maxpool_2x2_rows(x, y, argmax, g, 1);
+        else
+            maxpool_2x2_rows(x, y, argmax, g, 0);
+        return;
+    }
     const int64_t c = g->in_c;
     for (int64_t b = 0; b < g->batch; b++)
         for (int64_t oh = 0; oh < g->out_h; oh++)
@@ -117,16 +163,6 @@ void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, c
             }
 }
 
-/* Windows that tile the input exactly (stride = kernel, no padding, no cells left over: every
- * pooling of the examples) hold each input cell once: one pass writes every dx, the window's
- * gradient where its maximum was and 0 elsewhere, instead of zeroing dx and then adding into it.
- * 0.0f + dy is what the zeroed sum held, so the bits are the same (-0 included). */
-static int tiles_input(const crew_window *g)
-{
-    return g->stride_h == g->k_h && g->stride_w == g->k_w && g->pad_top == 0 && g->pad_left == 0 &&
-           g->out_h * g->k_h == g->in_h && g->out_w * g->k_w == g->in_w;
-}
-
 void cpu_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g)
 {
     (void)ctx;
@@ -137,12 +173,26 @@ void cpu_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, flo
             if (argmax[i] >= 0) dx[argmax[i]] += dy[i];
         return;
     }
+    const int two = g->k_h == 2 && g->k_w == 2, row = (int)(g->in_w * c);
     for (int64_t b = 0; b < g->batch; b++)
         for (int64_t oh = 0; oh < g->out_h; oh++)
             for (int64_t ow = 0; ow < g->out_w; ow++) {
                 const int64_t o = ((b * g->out_h + oh) * g->out_w + ow) * c;
                 const float *dyo = dy + o;
                 const int32_t *ao = argmax + o;
+                if (two) { /* the four cells in one loop, as the forward pass (maxpool_2x2_rows) */
+                    const int32_t first = (int32_t)(((b * g->in_h + 2 * oh) * g->in_w + 2 * ow) * c);
+                    float *d = dx + first;
+                    for (int32_t i = 0; i < (int32_t)c; i++) {
+                        const int32_t a = ao[i] - first;
+                        const float g0 = 0.0f + dyo[i];
+                        d[i] = a == i ? g0 : 0.0f;
+                        d[i + c] = a == i + (int32_t)c ? g0 : 0.0f;
+                        d[i + row] = a == i + row ? g0 : 0.0f;
+                        d[i + row + c] = a == i + row + (int32_t)c ? g0 : 0.0f;
+                    }
+                    continue;
+                }
                 for (int64_t kh = 0; kh < g->k_h; kh++)
                     for (int64_t kw = 0; kw < g->k_w; kw++) {
                         const int64_t cell = crew_window_cell(g, b, oh, ow, kh, kw);
