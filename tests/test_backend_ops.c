@@ -1075,13 +1075,121 @@ static void check_conv_library(const device *plain, const conv_case *cc, int ind
     crew_device_close(&d->be);
 }
 
+/* Convolutions of few taps (conv_taps_*, where the kind has them), in the order cpu_conv_taps.c
+ * documents, worked out here in float: y = bias + Σ_t tap_t·w_t (t ascending, a padded tap 0), and
+ * dw's each sample's positions summed from 0, row-major, the samples' sums added in order (or per
+ * block of `block` samples, each block's sum added to those before). bf16: taps, w and dy rounded
+ * first. */
+static void conv_taps_expected(const conv_case *cc, const crew_window *g, const float *x, const float *w,
+                               const float *bias, const float *dy, int bf16, int64_t block, float *y, float *dw)
+{
+    const int64_t taps = cc->k_h * cc->k_w * cc->c, nw = taps * cc->f;
+    float *part = fbuf(nw), *sum = fbuf(nw), tv[CREW_CONV_TAPS_MAX];
+    for (int64_t i = 0; i < nw; i++) dw[i] = 0.0f;
+    for (int64_t i = 0; i < nw; i++) sum[i] = 0.0f;
+    for (int64_t b = 0; b < cc->batch; b++) {
+        for (int64_t i = 0; i < nw; i++) part[i] = 0.0f;
+        for (int64_t oh = 0; oh < g->out_h; oh++)
+            for (int64_t ow = 0; ow < g->out_w; ow++) {
+                for (int64_t kh = 0; kh < cc->k_h; kh++)
+                    for (int64_t kw = 0; kw < cc->k_w; kw++)
+                        for (int64_t c = 0; c < cc->c; c++) {
+                            int64_t ih = oh * cc->s_h - g->pad_top + kh, iw = ow * cc->s_w - g->pad_left + kw;
+                            int inside = ih >= 0 && ih < cc->h && iw >= 0 && iw < cc->w;
+                            float v = inside ? x[((b * cc->h + ih) * cc->w + iw) * cc->c + c] : 0.0f;
+                            tv[(kh * cc->k_w + kw) * cc->c + c] = bf16 ? crew_bf16_round(v) : v;
+                        }
+                const int64_t o = ((b * g->out_h + oh) * g->out_w + ow) * cc->f;
+                for (int64_t f = 0; f < cc->f; f++) {
+                    float acc = (bf16 ? crew_bf16_round(w[f]) : w[f]) * tv[0];
+                    for (int64_t t = 1; t < taps; t++) acc = acc + (bf16 ? crew_bf16_round(w[t * cc->f + f]) : w[t * cc->f + f]) * tv[t];
+                    y[o + f] = bias ? bias[f] + acc : acc;
+                    const float d = bf16 ? crew_bf16_round(dy[o + f]) : dy[o + f];
+                    for (int64_t t = 0; t < taps; t++) part[t * cc->f + f] = part[t * cc->f + f] + d * tv[t];
+                }
+            }
+        float *into = block ? sum : dw;
+        for (int64_t i = 0; i < nw; i++) into[i] = into[i] + part[i];
+        if (block && ((b + 1) % block == 0 || b + 1 == cc->batch)) {
+            for (int64_t i = 0; i < nw; i++) dw[i] = dw[i] + sum[i];
+            for (int64_t i = 0; i < nw; i++) sum[i] = 0.0f;
+        }
+    }
+    HOST_FREE(part, sum);
+}
+
+/* Against the direct sums in double (within conv_tol) and, bit for bit, against the documented
+ * order; with and without a bias; on devices summing in blocks of 2 samples and in bfloat16. */
+static void check_conv_taps(const device *plain, const conv_case *cc, int index)
+{
+    if (!plain->be.ops->conv_taps_forward) return;
+    for (int mode = 0; mode < 3; mode++) { /* plain, sum_block 2, bf16 */
+        device dv = {plain->kind, {0}}, *d = &dv;
+        const crew_device_options o = {.blas_threads = 1, .sum_block = mode == 1 ? 2 : 0,
+                                       .precision = mode == 2 ? CREW_PRECISION_BF16 : CREW_PRECISION_FP32};
+        EXPECT_OK(d, crew_device_open(d->kind->name, 0, &o, &d->be));
+        if (!d->be.ops) return;
+        crew_window g;
+        EXPECT_OK(d, plan(cc, &g));
+        const int64_t nx = cc->batch * cc->h * cc->w * cc->c, nw = cc->k_h * cc->k_w * cc->c * cc->f;
+        const int64_t ny = cc->batch * g.out_h * g.out_w * cc->f;
+        float *x = fbuf(nx), *w = fbuf(nw), *bias = fbuf(cc->f), *dy = fbuf(ny), *garbage = fbuf(ny > nw ? ny : nw);
+        float *exp_y = fbuf(ny), *exp_dw = fbuf(nw);
+        double *want = dbuf(ny), *want_dx = dbuf(nx), *want_dw = dbuf(nw);
+        fill_uniform(x, nx, -1.0f, 1.0f, 900 + (uint64_t)index);
+        fill_uniform(w, nw, -1.0f, 1.0f, 910 + (uint64_t)index);
+        fill_uniform(bias, cc->f, -1.0f, 1.0f, 920 + (uint64_t)index);
+        fill_uniform(dy, ny, -1.0f, 1.0f, 930 + (uint64_t)index);
+        fill_uniform(garbage, ny > nw ? ny : nw, 9.0f, 10.0f, 9); /* y and dw are overwritten */
+        conv_reference(cc, x, w, want);
+        conv_backward_reference(cc, x, w, dy, want_dx, want_dw);
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            const float *bb = with_bias ? bias : NULL;
+            conv_taps_expected(cc, &g, x, w, bb, dy, mode == 2, mode == 1 ? 2 : 0, exp_y, exp_dw);
+            float *x_d = dev_f32(d, x, nx), *w_d = dev_f32(d, w, nw), *b_d = dev_f32(d, bias, cc->f);
+            float *dy_d = dev_f32(d, dy, ny), *y_d = dev_f32(d, garbage, ny), *dw_d = dev_f32(d, garbage, nw);
+            d->be.ops->conv_taps_forward(d->be.ctx, x_d, w_d, with_bias ? b_d : NULL, y_d, &g, cc->f);
+            d->be.ops->conv_taps_filter_grad(d->be.ctx, x_d, dy_d, dw_d, &g, cc->f);
+            EXPECT_SYNCED(d);
+            float *y = host_f32(d, y_d, ny), *dw = host_f32(d, dw_d, nw);
+            const char *m = mode == 0 ? "" : mode == 1 ? " (sums in blocks of 2 samples)" : " (bf16)";
+            EXPECT(d, !memcmp(y, exp_y, (size_t)ny * sizeof *y) && !memcmp(dw, exp_dw, (size_t)nw * sizeof *dw),
+                   "conv taps case %d%s, bias %d: not the documented order's bits", index, m, with_bias);
+            if (mode < 2) {
+                for (int64_t i = 0; i < ny && with_bias; i++) y[i] -= bias[i % cc->f];
+                const tolerance t = tol_for(d, conv_tol);
+                int64_t by = first_mismatch(y, want, ny, t), bw = first_mismatch(dw, want_dw, nw, t);
+                EXPECT(d, by < 0, "conv taps case %d%s: y[%lld] = %.9g, want %.9g", index, m, (long long)by,
+                       by < 0 ? 0.0 : y[by], by < 0 ? 0.0 : want[by]);
+                EXPECT(d, bw < 0, "conv taps case %d%s: dw[%lld] = %.9g, want %.9g", index, m, (long long)bw,
+                       bw < 0 ? 0.0 : dw[bw], bw < 0 ? 0.0 : want_dw[bw]);
+            }
+            HOST_FREE(y, dw);
+            DEV_FREE(d, x_d, w_d, b_d, dy_d, y_d, dw_d);
+        }
+        HOST_FREE(x, w, bias, dy, garbage, exp_y, exp_dw, want, want_dx, want_dw);
+        crew_device_close(&d->be);
+    }
+}
+
+/* Cases for the taps only: filters that fill no whole vector, one and a half of them, and more
+ * than a group (cpu_conv_taps.c's 128); 27 taps (3x3 over 3 channels). */
+static const conv_case taps_cases[] = {
+    {3, 6, 5, 1, 37, 3, 3, 1, 1, CREW_PAD_SAME, 6, 5, 1, 1},
+    {2, 7, 7, 3, 150, 3, 3, 2, 2, CREW_PAD_SAME, 4, 4, 1, 1},
+    {5, 4, 4, 1, 7, 2, 2, 1, 1, CREW_PAD_VALID, 3, 3, 0, 0},
+};
+
 static void test_convolution(const device *d)
 {
     for (int i = 0; i < (int)(sizeof conv_cases / sizeof conv_cases[0]); i++) {
         check_conv(d, &conv_cases[i], i);
         check_col2im_adjoint(d, &conv_cases[i], i);
         check_conv_library(d, &conv_cases[i], i);
+        check_conv_taps(d, &conv_cases[i], i);
     }
+    for (int i = 0; i < (int)(sizeof taps_cases / sizeof taps_cases[0]); i++)
+        check_conv_taps(d, &taps_cases[i], 100 + i);
 }
 
 /* ------------------------------------------------------------------ pooling */

@@ -49,6 +49,10 @@ typedef uint16_t crew_bf16;
 typedef struct crew_queue crew_queue;
 
 /* Geometry of a 2-D window op (convolution or pooling) over an NHWC batch. */
+/* The most taps (k_h·k_w·in_c) a convolution may have to run by conv_taps_forward: a 3x3 window
+ * over 3 channels. */
+#define CREW_CONV_TAPS_MAX 27
+
 typedef struct crew_window {
     int64_t batch;
     int64_t in_h, in_w, in_c;   /* input  [batch, in_h, in_w, in_c] */
@@ -315,6 +319,19 @@ typedef struct crew_backend_ops {
                                int64_t out_c);
     void (*conv_backward_filter)(void *ctx, const float *x, const float *dy, float *dkernel, const crew_window *g,
                                  int64_t out_c);
+
+    /* ---- convolution of few taps, k_h·k_w·in_c ≤ CREW_CONV_TAPS_MAX (a first layer over one or
+     * three channels), summed directly where im2col + GEMM would spend its time on passes over y
+     * for a k that small (cpu_conv_taps.c says why and in what order). Layouts as the library's
+     * ops above. conv_taps_forward writes y = bias (NULL: none) + the window's taps · kernel;
+     * conv_taps_filter_grad overwrites dkernel with Σ over the batch's output positions of
+     * taps ⊗ dy, each sample's sum on its own, added in sample order (with the device's
+     * sum_block, in blocks of that many samples). NULL in the table of a device without them:
+     * the layer runs im2col + GEMM. */
+    void (*conv_taps_forward)(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
+                              const crew_window *g, int64_t out_c);
+    void (*conv_taps_filter_grad)(void *ctx, const float *x, const float *dy, float *dkernel, const crew_window *g,
+                                  int64_t out_c);
 
     /* ---- what the device was opened with beyond its index (crew_device_options: the precision of
      * every GEMM, attention's products included, and the convolutions' library). bf16 rounds the

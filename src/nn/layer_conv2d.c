@@ -1,5 +1,7 @@
 /* layer_conv2d.c — 2-D convolution as im2col + GEMM, a chunk of samples at a time, or by the
- * device's convolution library (cuDNN) where the run chose it for the layer (--conv, per layer).
+ * device's convolution library (cuDNN) where the run chose it for the layer (--conv, per layer),
+ * or, with few taps (a first layer: k_h·k_w·in_c ≤ CREW_CONV_TAPS_MAX), by the device's direct
+ * loops where it has them (the CPU kinds: cpu_conv_taps.c), whose GEMM would have a k of 9.
  * x [H, W, C] → y [OH, OW, F]; kernel [KH, KW, C, F] (Keras layout), so with im2col rows ordered
  * (kh, kw, c) the kernel is already the [KH·KW·C, F] matrix of the GEMM. work[0]: the columns of
  * one chunk.
@@ -60,11 +62,23 @@ static int by_library(const crew_layer *l, const crew_pass *p, const crew_window
     return l->conv_by_library && o->conv_supported && o->conv_supported(p->be->ctx, g, l->spec.filters);
 }
 
+/* Few taps (a first layer): summed directly where the device can (backend.h's conv_taps_*), the
+ * whole batch at once, without columns. */
+static int by_taps(const crew_layer *l, const crew_pass *p, const crew_window *g)
+{
+    return p->be->ops->conv_taps_forward && g->k_h * g->k_w * g->in_c <= CREW_CONV_TAPS_MAX && !by_library(l, p, g);
+}
+
 static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
 {
     const crew_backend_ops *o = p->be->ops;
     crew_window g = {0};
     CREW_TRY(crew_conv2d_window(l, p->rows, &g));
+    if (by_taps(l, p, &g)) {
+        o->conv_taps_forward(p->be->ctx, x, l->params[0].value, l->spec.no_bias ? NULL : l->params[1].value, y, &g,
+                             l->spec.filters);
+        return CREW_OK;
+    }
     if (by_library(l, p, &g)) {
         if (!l->spec.no_bias)
             o->broadcast_rows(p->be->ctx, y, l->params[1].value, p->rows * g.out_h * g.out_w, l->spec.filters);
@@ -106,14 +120,22 @@ static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float 
     }
     const int64_t k = g.k_h * g.k_w * g.in_c, n = l->spec.filters, chunk = conv_chunk(l, p->rows);
     const int64_t x_per = g.in_h * g.in_w * g.in_c, y_per = g.out_h * g.out_w * n;
+    const int taps = by_taps(l, p, &g);
+    if (taps) { /* the kernel's gradient directly; columns only for dx, when a layer below needs it */
+        o->conv_taps_filter_grad(p->be->ctx, x, dy, l->params[0].grad, &g, n);
+        if (!dx && !l->spec.no_bias) o->col_sum(p->be->ctx, dy, p->rows * g.out_h * g.out_w, n, l->params[1].grad, 0);
+        if (!dx) return CREW_OK;
+    }
     for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {
         g.batch = p->rows - r0 < chunk ? p->rows - r0 : chunk;
         int64_t m = g.batch * g.out_h * g.out_w;
         const float *dy_c = dy + r0 * y_per;
         /* rows added in the same order as in one pass over the batch: the same bits */
         if (!l->spec.no_bias) o->col_sum(p->be->ctx, dy_c, m, n, l->params[1].grad, r0 > 0);
-        o->im2col(p->be->ctx, x + r0 * x_per, l->work[0], &g);
-        o->gemm(p->be->ctx, 1, 0, k, n, m, 1.0f, l->work[0], k, dy_c, n, r0 ? 1.0f : 0.0f, l->params[0].grad, n);
+        if (!taps) {
+            o->im2col(p->be->ctx, x + r0 * x_per, l->work[0], &g);
+            o->gemm(p->be->ctx, 1, 0, k, n, m, 1.0f, l->work[0], k, dy_c, n, r0 ? 1.0f : 0.0f, l->params[0].grad, n);
+        }
         if (dx) {
             o->gemm(p->be->ctx, 0, 1, m, k, n, 1.0f, dy_c, n, l->params[0].value, n, 0.0f, l->work[0], k);
             o->col2im(p->be->ctx, l->work[0], dx + r0 * x_per, &g);

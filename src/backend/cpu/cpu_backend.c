@@ -24,7 +24,10 @@ struct crew_queue {
 
 static void cpu_destroy(void *ctx)
 {
-    if (ctx) cpu_gemm_free(ctx);
+    if (ctx) {
+        cpu_gemm_free(ctx);
+        free(((cpu_ctx *)ctx)->taps);
+    }
     free(ctx);
 }
 
@@ -288,6 +291,8 @@ const crew_backend_ops crew_cpu_ops = {
     .act_backward = cpu_act_backward,
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
+    .conv_taps_forward = cpu_conv_taps_forward,
+    .conv_taps_filter_grad = cpu_conv_taps_filter_grad,
     .maxpool_forward = cpu_maxpool_forward,
     .maxpool_backward = cpu_maxpool_backward,
     .avgpool_forward = cpu_avgpool_forward,

@@ -104,7 +104,7 @@ crew_status cpu_take_failure(void *ctx)
     if (!x || !x->out_of_memory) return CREW_OK;
     x->out_of_memory = 0;
     return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "cpu backend: no memory for bfloat16 copies (a GEMM's operands "
-                       "rounded, or bfloat16 activations widened)");
+                       "rounded, or bfloat16 activations widened) or a convolution's padded sample");
 }
 
 float *cpu_widened(cpu_ctx *c, int slot, const crew_bf16 *x, int64_t n)

@@ -965,6 +965,27 @@ static void guard_conv_backward_filter(void *ctx, const float *x, const float *d
     if (c.ok) cpu_conv_direct_backward_filter(sx, sdy, sdk, w, out_c);
 }
 
+static void guard_conv_taps_forward(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
+                                    const crew_window *w, int64_t out_c)
+{
+    op_call c = begin(ctx, "conv_taps_forward");
+    const float *sx = f32(&c, "x", x, image_extent(w));
+    const float *sk = f32(&c, "kernel", kernel, kernel_extent(w, out_c));
+    const float *sb = bias ? f32(&c, "bias", bias, out_c) : NULL;
+    float *sy = f32(&c, "y", y, conv_out_extent(w, out_c));
+    if (c.ok) crew_cpu_ops.conv_taps_forward(c.cpu, sx, sk, sb, sy, w, out_c);
+}
+
+static void guard_conv_taps_filter_grad(void *ctx, const float *x, const float *dy, float *dkernel,
+                                        const crew_window *w, int64_t out_c)
+{
+    op_call c = begin(ctx, "conv_taps_filter_grad");
+    const float *sx = f32(&c, "x", x, image_extent(w));
+    const float *sdy = f32(&c, "dy", dy, conv_out_extent(w, out_c));
+    float *sdk = f32(&c, "dkernel", dkernel, kernel_extent(w, out_c));
+    if (c.ok) crew_cpu_ops.conv_taps_filter_grad(c.cpu, sx, sdy, sdk, w, out_c);
+}
+
 /* Both tables: the guarded one, and "cpu-remote", the same device without host_alias (a GPU's
  * case: its replicas take part through host copies, comm_staged.c). */
 #define GUARDED_OPS(kind, alias, ...) \
@@ -1002,6 +1023,8 @@ static void guard_conv_backward_filter(void *ctx, const float *x, const float *d
     .act_backward = guard_act_backward, \
     .im2col = guard_im2col, \
     .col2im = guard_col2im, \
+    .conv_taps_forward = guard_conv_taps_forward, \
+    .conv_taps_filter_grad = guard_conv_taps_filter_grad, \
     .maxpool_forward = guard_maxpool_forward, \
     .maxpool_backward = guard_maxpool_backward, \
     .avgpool_forward = guard_avgpool_forward, \

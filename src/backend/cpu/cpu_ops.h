@@ -18,7 +18,10 @@ typedef struct cpu_ctx {
     size_t cap_a, cap_b;
     float *widen[2];            /* bfloat16 activations widened to float for an op (cpu_widened) */
     size_t cap_widen[2];
-    int out_of_memory;          /* a GEMM found no room for its copies: the next sync, download or
+    float *taps;                /* a sample with its padding, for the convolutions of few taps (cpu_conv_taps.c) */
+    size_t cap_taps;
+    int out_of_memory;          /* a GEMM found no room for its copies (or a convolution of few taps for
+                                   its padded sample): the next sync, download or
                                    softmax_xent fails (the CPU runs every op at once and has no other
                                    way to fail one) */
 } cpu_ctx;
@@ -50,6 +53,11 @@ extern const crew_backend_ops crew_cpu_ops;
 /* cpu_window.c */
 void cpu_im2col(void *ctx, const float *x, float *col, const crew_window *g);
 void cpu_col2im(void *ctx, const float *col, float *dx, const crew_window *g);
+/* cpu_conv_taps.c: convolutions of few taps, directly (backend.h) */
+void cpu_conv_taps_forward(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
+                           const crew_window *g, int64_t out_c);
+void cpu_conv_taps_filter_grad(void *ctx, const float *x, const float *dy, float *dkernel, const crew_window *g,
+                               int64_t out_c);
 void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g, int relu_in);
 void cpu_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g);
 void cpu_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g);

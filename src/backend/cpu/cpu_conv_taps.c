@@ -1,0 +1,187 @@
+/* cpu_conv_taps.c — convolutions with few taps, summed directly (backend.h's conv_taps_forward and
+ * conv_taps_filter_grad): a first layer over one or three channels.
+ *
+ * Why: as a GEMM, a 3x3 convolution of one channel has k = 9. Its products are few, but im2col
+ * writes the columns, the layer seeds y with the bias, and the GEMM reads and writes y again, each
+ * a pass over an output 32/9 times the columns' size: the demo CNN's first layer took 3 ms of a
+ * 21 ms step for 1% of its FLOPs. Here each output position's taps are gathered once (a few
+ * values, in registers' reach) and its filters computed 16 at a time in vector registers; y is
+ * written once. The kernel gradient reads x and dy once, likewise.
+ *
+ * Sums, in float, in a fixed order that depends on the shapes alone (never on the machine or the
+ * replica count): forward, y[f] = bias[f] + Σ_t tap_t · kernel[t, f], t ascending from 0 (a tap
+ * in the padding is 0, as im2col's columns hold it); the kernel gradient, each sample's output
+ * positions summed on their own, row-major, then the samples' sums added in sample order (or, with
+ * the device's sum_block, in blocks of that many samples, each block's sum added to those before:
+ * crew verify's reference of other blocks). No fused multiply-add, as the C code around it. With
+ * --precision bf16 the taps, the kernel and dy are rounded to bfloat16 first, as the GEMM's
+ * operands would be.
+ *
+ * Layouts as the layer's: x [batch, in_h, in_w, in_c], kernel [k_h, k_w, in_c, out_c] (rows
+ * t = (kh·k_w + kw)·in_c + c), y and dy [batch, out_h, out_w, out_c]. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/body/window.h"
+#include "backend/cpu/cpu_ops.h"
+#include "core/bf16.h"
+
+/* 16 floats in a vector register (two AVX2 registers, or scalars, where the machine has less);
+ * aligned(4): loads and stores of it may start at any float. GCC's and Clang's vector extension,
+ * which compiles to whatever the target has, where intrinsics would tie the file to one ISA. */
+#define LANES 16
+typedef float lanes __attribute__((vector_size(LANES * sizeof(float)), aligned(sizeof(float))));
+
+/* Filters in groups of at most this many (a multiple of LANES): the kernel gradient's per-sample
+ * sums of a group, [taps, group], stay on the stack. */
+#define GROUP 128
+
+static lanes load(const float *p) { return *(const lanes *)p; }
+static void store(float *p, lanes v) { *(lanes *)p = v; }
+
+static float rounded(float v, int bf16) { return bf16 ? crew_bf16_round(v) : v; }
+
+/* A sample with its padding written out, [hp, wp, in_c], so that every tap is a load at a fixed
+ * offset from its output position's corner, without a test of the border (a tap gathered through
+ * crew_window_cell took 30% of the layer). */
+typedef struct padded {
+    float *v;
+    int64_t hp, wp;
+    int64_t off[CREW_CONV_TAPS_MAX]; /* tap t's offset from the corner: (kh·wp + kw)·in_c + c */
+} padded;
+
+/* Sizes p for g, in the context's buffer (grown as needed); 0 when there is no room (the
+ * device's out_of_memory is set, and the op does nothing). */
+static int padded_for(cpu_ctx *cx, const crew_window *g, padded *p)
+{
+    const int64_t c = g->in_c;
+    p->hp = (g->out_h - 1) * g->stride_h + g->k_h;
+    p->wp = (g->out_w - 1) * g->stride_w + g->k_w;
+    const size_t need = (size_t)(p->hp * p->wp * c);
+    if (need > cx->cap_taps) {
+        float *grown = realloc(cx->taps, need * sizeof *grown);
+        if (!grown) {
+            cx->out_of_memory = 1;
+            return 0;
+        }
+        cx->taps = grown;
+        cx->cap_taps = need;
+    }
+    p->v = cx->taps;
+    for (int64_t kh = 0; kh < g->k_h; kh++)
+        for (int64_t kw = 0; kw < g->k_w; kw++)
+            for (int64_t ci = 0; ci < c; ci++) p->off[(kh * g->k_w + kw) * c + ci] = (kh * p->wp + kw) * c + ci;
+    return 1;
+}
+
+/* Sample b into p: row r, column q hold x's (r − pad_top, q − pad_left), 0 outside the image. */
+static void pad_sample(const float *x, const crew_window *g, int64_t b, int bf16, padded *p)
+{
+    const int64_t c = g->in_c;
+    for (int64_t r = 0; r < p->hp; r++) {
+        const int64_t ih = r - g->pad_top;
+        float *dst = p->v + r * p->wp * c;
+        for (int64_t q = 0; q < p->wp; q++) {
+            const int64_t iw = q - g->pad_left;
+            const int inside = ih >= 0 && ih < g->in_h && iw >= 0 && iw < g->in_w;
+            const float *src = x + ((b * g->in_h + ih) * g->in_w + iw) * c;
+            for (int64_t ci = 0; ci < c; ci++) dst[q * c + ci] = inside ? rounded(src[ci], bf16) : 0.0f;
+        }
+    }
+}
+
+/* The taps of output position (oh, ow) of the padded sample: tv[(kh·k_w + kw)·in_c + c]. */
+static inline void gather_taps(const padded *p, const crew_window *g, int64_t oh, int64_t ow, int64_t taps, float *tv)
+{
+    const float *corner = p->v + (oh * g->stride_h * p->wp + ow * g->stride_w) * g->in_c;
+    for (int64_t t = 0; t < taps; t++) tv[t] = corner[p->off[t]];
+}
+
+void cpu_conv_taps_forward(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
+                           const crew_window *g, int64_t out_c)
+{
+    cpu_ctx *cx = ctx;
+    const int bf16 = cx->bf16;
+    const int64_t taps = g->k_h * g->k_w * g->in_c;
+    float tv[CREW_CONV_TAPS_MAX], kg[CREW_CONV_TAPS_MAX * GROUP];
+    padded p;
+    if (!padded_for(cx, g, &p)) return;
+    for (int64_t f0 = 0; f0 < out_c; f0 += GROUP) {
+        const int64_t n = out_c - f0 < GROUP ? out_c - f0 : GROUP, whole = n - n % LANES;
+        for (int64_t t = 0; t < taps; t++) /* the group's kernel, rows of n, rounded as the GEMM would */
+            for (int64_t f = 0; f < n; f++) kg[t * n + f] = rounded(kernel[t * out_c + f0 + f], bf16);
+        for (int64_t b = 0; b < g->batch; b++) {
+            pad_sample(x, g, b, bf16, &p);
+            for (int64_t oh = 0; oh < g->out_h; oh++)
+                for (int64_t ow = 0; ow < g->out_w; ow++) {
+                    gather_taps(&p, g, oh, ow, taps, tv);
+                    float *yo = y + ((b * g->out_h + oh) * g->out_w + ow) * out_c + f0;
+                    for (int64_t f = 0; f < whole; f += LANES) {
+                        lanes acc = load(kg + f) * tv[0];
+                        for (int64_t t = 1; t < taps; t++) acc = acc + load(kg + t * n + f) * tv[t];
+                        store(yo + f, bias ? load(bias + f0 + f) + acc : acc);
+                    }
+                    for (int64_t f = whole; f < n; f++) {
+                        float acc = kg[f] * tv[0];
+                        for (int64_t t = 1; t < taps; t++) acc = acc + kg[t * n + f] * tv[t];
+                        yo[f] = bias ? bias[f0 + f] + acc : acc;
+                    }
+                }
+        }
+    }
+}
+
+/* One sample's Σ over its output positions of taps ⊗ dy, filters f0 .. f0 + n, into part [taps, n]
+ * (p: the sample, padded). */
+static void sample_filter_grad(const padded *p, const float *dy, const crew_window *g, int64_t out_c, int64_t b,
+                               int64_t f0, int64_t n, int bf16, float *part)
+{
+    const int64_t taps = g->k_h * g->k_w * g->in_c, whole = n - n % LANES;
+    float tv[CREW_CONV_TAPS_MAX], dr[GROUP];
+    memset(part, 0, (size_t)(taps * n) * sizeof *part);
+    for (int64_t oh = 0; oh < g->out_h; oh++)
+        for (int64_t ow = 0; ow < g->out_w; ow++) {
+            gather_taps(p, g, oh, ow, taps, tv);
+            const float *d = dy + ((b * g->out_h + oh) * g->out_w + ow) * out_c + f0;
+            if (bf16) {
+                for (int64_t f = 0; f < n; f++) dr[f] = crew_bf16_round(d[f]);
+                d = dr;
+            }
+            for (int64_t f = 0; f < whole; f += LANES) {
+                const lanes dv = load(d + f);
+                for (int64_t t = 0; t < taps; t++) store(part + t * n + f, load(part + t * n + f) + dv * tv[t]);
+            }
+            for (int64_t f = whole; f < n; f++)
+                for (int64_t t = 0; t < taps; t++) part[t * n + f] = part[t * n + f] + d[f] * tv[t];
+        }
+}
+
+void cpu_conv_taps_filter_grad(void *ctx, const float *x, const float *dy, float *dkernel, const crew_window *g,
+                               int64_t out_c)
+{
+    cpu_ctx *cx = ctx;
+    const int bf16 = cx->bf16;
+    const int64_t block = cx->sum_block > 0 ? cx->sum_block : 0;
+    const int64_t taps = g->k_h * g->k_w * g->in_c;
+    float part[CREW_CONV_TAPS_MAX * GROUP], sum[CREW_CONV_TAPS_MAX * GROUP], total[CREW_CONV_TAPS_MAX * GROUP];
+    padded p;
+    if (!padded_for(cx, g, &p)) return;
+    for (int64_t f0 = 0; f0 < out_c; f0 += GROUP) {
+        const int64_t n = out_c - f0 < GROUP ? out_c - f0 : GROUP;
+        /* dkernel's group as total [taps, n] (its row t is dkernel + t·out_c + f0) */
+        memset(total, 0, (size_t)(taps * n) * sizeof *total);
+        for (int64_t b0 = 0; b0 < g->batch; b0 += block ? block : g->batch) {
+            const int64_t b1 = block && b0 + block < g->batch ? b0 + block : g->batch;
+            float *into = block ? sum : total; /* a block sums on its own, then joins the total */
+            if (block) memset(sum, 0, (size_t)(taps * n) * sizeof *sum);
+            for (int64_t b = b0; b < b1; b++) {
+                pad_sample(x, g, b, bf16, &p);
+                sample_filter_grad(&p, dy, g, out_c, b, f0, n, bf16, part);
+                for (int64_t i = 0; i < taps * n; i++) into[i] = into[i] + part[i];
+            }
+            if (block)
+                for (int64_t i = 0; i < taps * n; i++) total[i] = total[i] + sum[i];
+        }
+        for (int64_t t = 0; t < taps; t++) memcpy(dkernel + t * out_c + f0, total + t * n, (size_t)n * sizeof *total);
+    }
+}
