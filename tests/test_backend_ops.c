@@ -1180,6 +1180,72 @@ static const conv_case taps_cases[] = {
     {5, 4, 4, 1, 7, 2, 2, 1, 1, CREW_PAD_VALID, 3, 3, 0, 0},
 };
 
+/* conv_taps_pool_* (where the kind has them) against the ops they stand for, bit for bit:
+ * conv_taps_forward then maxpool_forward of relu(x) (y and arg-max), and maxpool_backward then
+ * conv_taps_filter_grad and col_sum over the output positions (dkernel, dbias); on devices summing
+ * in blocks of 3 (samples for the kernel, output positions for the bias: a block edge falls
+ * between a window's two columns) and in bf16. Cases whose output tiles into 2x2 windows. */
+static void check_conv_taps_pool(const device *plain, const conv_case *cc, int index)
+{
+    if (!plain->be.ops->conv_taps_pool_forward) return;
+    for (int mode = 0; mode < 3; mode++) {
+        device dv = {plain->kind, {0}}, *d = &dv;
+        const crew_device_options o = {.blas_threads = 1, .sum_block = mode == 1 ? 3 : 0,
+                                       .precision = mode == 2 ? CREW_PRECISION_BF16 : CREW_PRECISION_FP32};
+        EXPECT_OK(d, crew_device_open(d->kind->name, 0, &o, &d->be));
+        if (!d->be.ops) return;
+        const crew_backend_ops *ops = d->be.ops;
+        crew_window g, pg;
+        EXPECT_OK(d, plan(cc, &g));
+        const crew_shape conv_out = crew_shape3(g.out_h, g.out_w, cc->f);
+        EXPECT_OK(d, crew_window_plan(&conv_out, 2, 2, 2, 2, CREW_PAD_VALID, &pg));
+        pg.batch = cc->batch;
+        const int64_t nx = cc->batch * cc->h * cc->w * cc->c, nw = cc->k_h * cc->k_w * cc->c * cc->f;
+        const int64_t ny = cc->batch * g.out_h * g.out_w * cc->f, np = ny / 4;
+        float *x = fbuf(nx), *w = fbuf(nw), *bias = fbuf(cc->f), *dy = fbuf(np);
+        fill_uniform(x, nx, -1.0f, 1.0f, 940 + (uint64_t)index);
+        fill_uniform(w, nw, -1.0f, 1.0f, 950 + (uint64_t)index);
+        fill_uniform(bias, cc->f, -0.5f, 0.5f, 960 + (uint64_t)index);
+        fill_uniform(dy, np, -1.0f, 1.0f, 970 + (uint64_t)index);
+        float *x_d = dev_f32(d, x, nx), *w_d = dev_f32(d, w, nw), *b_d = dev_f32(d, bias, cc->f);
+        float *dy_d = dev_f32(d, dy, np), *conv_d = dev_zeros_f32(d, ny), *y_want = dev_zeros_f32(d, np);
+        float *y_d = dev_zeros_f32(d, np), *dw_want = dev_zeros_f32(d, nw), *db_want = dev_zeros_f32(d, cc->f);
+        float *dw_d = dev_zeros_f32(d, nw), *db_d = dev_zeros_f32(d, cc->f);
+        int32_t *am_want = dev_alloc(d, CREW_DT_I32, np), *am_d = dev_alloc(d, CREW_DT_I32, np);
+        ops->conv_taps_forward(d->be.ctx, x_d, w_d, b_d, conv_d, &g, cc->f);
+        ops->maxpool_forward(d->be.ctx, conv_d, y_want, am_want, &pg, 1);
+        ops->maxpool_backward(d->be.ctx, dy_d, am_want, conv_d, &pg);
+        ops->conv_taps_filter_grad(d->be.ctx, x_d, conv_d, dw_want, &g, cc->f);
+        ops->col_sum(d->be.ctx, conv_d, ny / cc->f, cc->f, db_want, 0);
+        ops->conv_taps_pool_forward(d->be.ctx, x_d, w_d, b_d, y_d, am_d, &g, cc->f);
+        ops->conv_taps_pool_grads(d->be.ctx, x_d, dy_d, am_d, dw_d, db_d, &g, cc->f);
+        EXPECT_SYNCED(d);
+        float *y = host_f32(d, y_d, np), *yw = host_f32(d, y_want, np), *dw = host_f32(d, dw_d, nw);
+        float *dww = host_f32(d, dw_want, nw), *db = host_f32(d, db_d, cc->f), *dbw = host_f32(d, db_want, cc->f);
+        int32_t *am = host_i32(d, am_d, np), *amw = host_i32(d, am_want, np);
+        int none = 0;
+        for (int64_t i = 0; i < np; i++) none += amw[i] < 0;
+        const char *m = mode == 0 ? "" : mode == 1 ? " (sums in blocks of 3)" : " (bf16)";
+        EXPECT(d, !memcmp(y, yw, (size_t)np * sizeof *y) && !memcmp(am, amw, (size_t)np * sizeof *am),
+               "conv taps pool case %d%s: y or arg-max not the two ops'", index, m);
+        EXPECT(d, !memcmp(dw, dww, (size_t)nw * sizeof *dw) && !memcmp(db, dbw, (size_t)cc->f * sizeof *db),
+               "conv taps pool case %d%s: dkernel or dbias not the three ops' (%g, %g)", index, m, dw[0], dww[0]);
+        EXPECT(d, none > 0 && none < np, "conv taps pool case %d: %d of %lld windows send nothing back", index, none,
+               (long long)np);
+        HOST_FREE(x, w, bias, dy, y, yw, dw, dww, db, dbw, am, amw);
+        DEV_FREE(d, x_d, w_d, b_d, dy_d, conv_d, y_want, y_d, dw_want, db_want, dw_d, db_d, am_want, am_d);
+        crew_device_close(&d->be);
+    }
+}
+
+/* Convolutions whose output tiles into 2x2 windows, for the one pass with relu and pool. */
+static const conv_case taps_pool_cases[] = {
+    {5, 6, 6, 1, 37, 3, 3, 1, 1, CREW_PAD_SAME, 6, 6, 1, 1},
+    {3, 8, 4, 3, 20, 3, 3, 1, 1, CREW_PAD_SAME, 8, 4, 1, 1},
+    {2, 9, 9, 2, 16, 2, 2, 1, 1, CREW_PAD_VALID, 8, 8, 0, 0},
+    {4, 7, 7, 3, 150, 3, 3, 2, 2, CREW_PAD_SAME, 4, 4, 1, 1},
+};
+
 static void test_convolution(const device *d)
 {
     for (int i = 0; i < (int)(sizeof conv_cases / sizeof conv_cases[0]); i++) {
@@ -1190,6 +1256,8 @@ static void test_convolution(const device *d)
     }
     for (int i = 0; i < (int)(sizeof taps_cases / sizeof taps_cases[0]); i++)
         check_conv_taps(d, &taps_cases[i], 100 + i);
+    for (int i = 0; i < (int)(sizeof taps_pool_cases / sizeof taps_pool_cases[0]); i++)
+        check_conv_taps_pool(d, &taps_pool_cases[i], 200 + i);
 }
 
 /* ------------------------------------------------------------------ pooling */

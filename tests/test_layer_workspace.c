@@ -515,6 +515,11 @@ static void check_in_place_models(void)
     CHECK_OK(s);
     const int cnn_want[10] = {0, 3, 0, 0, 3, 0, 2, 0, 1, 0};
     if (m && m->n_layers == 10 && m->act) check_in_place(m, cnn_want, "CNN");
+    /* the first convolution (9 taps, its input data) takes in its relu and pool; the second, whose
+     * input needs a gradient, does not */
+    for (int i = 0; m && i < m->n_layers; i++)
+        CHECK_MSG(crew_model_layer_absorbs(m, i) == (i == 0), "CNN: layer %d (%s) absorbs %d", i, m->layers[i]->name,
+                  crew_model_layer_absorbs(m, i));
     crew_model_free(m);
     /* a flatten first hands the model's input through, so the relu behind it may not write over
      * it (the caller's data), nor hand it through to the pool; a flatten on top does not hand

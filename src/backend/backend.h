@@ -332,6 +332,18 @@ typedef struct crew_backend_ops {
                               const crew_window *g, int64_t out_c);
     void (*conv_taps_filter_grad)(void *ctx, const float *x, const float *dy, float *dkernel, const crew_window *g,
                                   int64_t out_c);
+    /* The same convolution, then relu, then a 2x2 max pool whose windows tile the convolution's
+     * output (out_h and out_w even), in one pass that never writes the convolution's output:
+     * y [batch, out_h/2, out_w/2, out_c] and argmax as maxpool_forward with relu_in gives them
+     * from conv_taps_forward's output (argmax indexes that output). conv_taps_pool_grads overwrites
+     * dkernel and dbias (NULL: none) from the pooled gradient dy and argmax with the bits that
+     * maxpool_backward, conv_taps_filter_grad and col_sum (over the output positions) give,
+     * without writing the gradient of the convolution's output. NULL where the device has no
+     * such loops: the layers run one after the other. */
+    void (*conv_taps_pool_forward)(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
+                                   int32_t *argmax, const crew_window *g, int64_t out_c);
+    void (*conv_taps_pool_grads)(void *ctx, const float *x, const float *dy, const int32_t *argmax, float *dkernel,
+                                 float *dbias, const crew_window *g, int64_t out_c);
 
     /* ---- what the device was opened with beyond its index (crew_device_options: the precision of
      * every GEMM, attention's products included, and the convolutions' library). bf16 rounds the

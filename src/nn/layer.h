@@ -173,5 +173,12 @@ crew_status crew_layer_reserve_shared(crew_layer *l, const crew_backend *be, int
                                       float *const shared[CREW_LAYER_MAX_WORK]);
 /* Frees all of a layer's work buffers (a release that needs nothing else). */
 void crew_layer_free_work(crew_layer *l, const crew_backend *be);
+/* A conv2d that takes in the relu and 2x2 max pool after it (nn/model.h's crew_model_layer_absorbs),
+ * forward and backward (layer_conv2d.c): x its input, conv_out its own output buffer, y and dy the
+ * pool's output and its gradient. */
+crew_status crew_conv2d_pool_forward(crew_layer *conv, crew_layer *pool, const crew_pass *p, const float *x,
+                                     float *conv_out, float *y);
+crew_status crew_conv2d_pool_backward(crew_layer *conv, crew_layer *pool, const crew_pass *p, const float *x,
+                                      float *conv_out, const float *dy);
 
 #endif

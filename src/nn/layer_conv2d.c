@@ -144,6 +144,43 @@ static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float 
     return CREW_OK;
 }
 
+/* ---- a convolution that takes in the relu and the 2x2 max pool after it (crew_model_layer_absorbs):
+ * by the device's one pass where it has one and the layer runs by taps, else the layers one after
+ * the other. y is the pool's output and its arg-max the pool's work[0]; conv_out the convolution's
+ * own output buffer, which the fallback computes through. */
+crew_status crew_conv2d_pool_forward(crew_layer *conv, crew_layer *pool, const crew_pass *p, const float *x,
+                                     float *conv_out, float *y)
+{
+    const crew_backend_ops *o = p->be->ops;
+    crew_window g = {0};
+    CREW_TRY(crew_conv2d_window(conv, p->rows, &g));
+    if (o->conv_taps_pool_forward && by_taps(conv, p, &g)) {
+        o->conv_taps_pool_forward(p->be->ctx, x, conv->params[0].value, conv->spec.no_bias ? NULL : conv->params[1].value,
+                                  y, (int32_t *)pool->work[0], &g, conv->spec.filters);
+        return CREW_OK;
+    }
+    CREW_TRY(conv->ops->forward(conv, p, x, conv_out));
+    return pool->ops->forward(pool, p, conv_out, y);
+}
+
+/* dy: the gradient of the pool's output. The fallback writes the pool's dx over conv_out, whose
+ * values nothing reads any more (the pool keeps its arg-max, the relu is folded into it, and the
+ * convolution's backward reads x), then runs the convolution's backward on it. */
+crew_status crew_conv2d_pool_backward(crew_layer *conv, crew_layer *pool, const crew_pass *p, const float *x,
+                                      float *conv_out, const float *dy)
+{
+    const crew_backend_ops *o = p->be->ops;
+    crew_window g = {0};
+    CREW_TRY(crew_conv2d_window(conv, p->rows, &g));
+    if (o->conv_taps_pool_grads && by_taps(conv, p, &g)) {
+        o->conv_taps_pool_grads(p->be->ctx, x, dy, (const int32_t *)pool->work[0], conv->params[0].grad,
+                                conv->spec.no_bias ? NULL : conv->params[1].grad, &g, conv->spec.filters);
+        return CREW_OK;
+    }
+    CREW_TRY(pool->ops->backward(pool, p, conv_out, NULL, dy, conv_out));
+    return conv->ops->backward(conv, p, x, NULL, conv_out, NULL);
+}
+
 /* the columns: backward rebuilds them from x, chunk by chunk */
 const crew_layer_ops crew_conv2d_ops = {conv_build, conv_workspace, conv_forward, conv_backward,
                                         crew_layer_free_work, 1u << 0};

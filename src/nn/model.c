@@ -123,7 +123,30 @@ static int span_passes(layer_span s, int i)
            s.m->layers[i + 1]->spec.type == CREW_LAYER_MAX_POOL2D && span_in_place(s, i);
 }
 
+/* A first convolution of few taps (its input is data: no dx), then a relu folded into a 2x2 max pool
+ * that tiles its output: the convolution computes the three (crew_model_layer_absorbs). */
+static int span_absorbs(layer_span s, int i)
+{
+    const crew_layer *l = s.m->layers[i];
+    if (l->spec.type != CREW_LAYER_CONV2D || l->needs_input_grad || i + 2 >= s.end || !span_passes(s, i + 1))
+        return 0;
+    const crew_layer *pool = s.m->layers[i + 2];
+    const crew_shape *k = &l->params[0].shape; /* [k_h, k_w, in_c, filters] */
+    const int p_h = pool->spec.pool[0] ? pool->spec.pool[0] : 2, p_w = pool->spec.pool[1] ? pool->spec.pool[1] : 2;
+    const int s_h = pool->spec.strides[0] ? pool->spec.strides[0] : p_h;
+    const int s_w = pool->spec.strides[1] ? pool->spec.strides[1] : p_w;
+    return k->dim[0] * k->dim[1] * k->dim[2] <= CREW_CONV_TAPS_MAX && p_h == 2 && p_w == 2 && s_h == 2 && s_w == 2 &&
+           pool->out.dim[0] * 2 == pool->in.dim[0] && pool->out.dim[1] * 2 == pool->in.dim[1];
+}
+
+static int span_absorbed(layer_span s, int i) { return i - 2 >= s.lo && span_absorbs(s, i - 2); }
+
 int crew_model_layer_in_place(const crew_model *m, int i) { return span_in_place(whole_model(m), i); }
+
+int crew_model_layer_absorbs(const crew_model *m, int i) { return span_absorbs(whole_model(m), i); }
+
+/* Computed by a layer before it, in both passes: a pool that a convolution takes in. */
+static int layer_absorbed(const crew_model *m, int i) { return span_absorbed(whole_model(m), i); }
 
 int crew_model_layer_passes(const crew_model *m, int i) { return span_passes(whole_model(m), i); }
 
@@ -143,7 +166,7 @@ int crew_model_grad_slot(const crew_model *m, int lo, int j, int end)
 {
     layer_span s = {m, lo, end};
     int flips = 0;
-    for (int i = j; i < end; i++) flips += !span_passes(s, i);
+    for (int i = j; i < end; i++) flips += !span_passes(s, i) && !span_absorbed(s, i);
     return flips % 2;
 }
 
@@ -639,7 +662,12 @@ crew_status crew_model_forward(crew_model *m, const crew_pass *p)
     for (int i = 0; i < m->n_compute; i++) {
         crew_layer *l = m->layers[i];
         crew_status s = m->visit ? m->visit(m->visit_user, i, CREW_VISIT_FORWARD) : CREW_OK;
-        if (!s && !crew_model_layer_passes(m, i)) s = l->ops->forward(l, p, m->act[i], m->act[i + 1]);
+        if (s || crew_model_layer_passes(m, i) || layer_absorbed(m, i)) {
+        } else if (crew_model_layer_absorbs(m, i)) { /* the relu's output is its own: it hands it through */
+            s = crew_conv2d_pool_forward(l, m->layers[i + 2], p, m->act[i], m->act[i + 1], m->act[i + 3]);
+        } else {
+            s = l->ops->forward(l, p, m->act[i], m->act[i + 1]);
+        }
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
     }
     return CREW_OK;
@@ -673,10 +701,16 @@ crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_re
         float *dx = l->needs_input_grad ? m->dbuf[1 - cur] : NULL;
         /* the top layer's: over the logits, where the loss wrote it (crew_model_loss_in_place) */
         const float *dy = i == m->n_compute - 1 && crew_model_loss_in_place(m) ? m->act[i + 1] : m->dbuf[cur];
-        /* a layer that hands its input through leaves dy where it is, the dx of the layer below */
-        const int passes = crew_model_layer_passes(m, i);
+        /* a layer that hands its input through, or that a layer below computes, leaves dy where it
+         * is, the dx of the layer below */
+        const int passes = crew_model_layer_passes(m, i) || layer_absorbed(m, i);
         crew_status s = m->visit ? m->visit(m->visit_user, i, CREW_VISIT_BACKWARD) : CREW_OK;
-        if (!s && !passes) s = l->ops->backward(l, p, m->act[i], m->act[i + 1], dy, dx);
+        if (s || passes) {
+        } else if (crew_model_layer_absorbs(m, i)) { /* dy: the pool's; no dx (the input is data) */
+            s = crew_conv2d_pool_backward(l, m->layers[i + 2], p, m->act[i], m->act[i + 1], dy);
+        } else {
+            s = l->ops->backward(l, p, m->act[i], m->act[i + 1], dy, dx);
+        }
         if (!s && m->visit) s = m->visit(m->visit_user, i, CREW_VISIT_BACKWARD_DONE);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
         if (!passes) cur = 1 - cur;

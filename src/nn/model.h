@@ -135,10 +135,18 @@ int crew_model_layer_in_place(const crew_model *m, int i);
  *   as relu's backward would not, so the bits are the layers' own. Saves two passes over the
  *   convolution's output, the largest activation of a CNN. */
 int crew_model_layer_passes(const crew_model *m, int i);
+/* 1: conv2d layer i computes itself, the relu after it and the 2x2 max pool after that in both
+ * passes: a convolution of few taps (k_h·k_w·in_c ≤ CREW_CONV_TAPS_MAX) whose input needs no
+ * gradient (a first layer), a relu that the pool takes in (crew_model_layer_passes), and a pool
+ * whose windows tile its output. The device's one pass (backend.h's conv_taps_pool_*) never
+ * writes the convolution's output nor its gradient, the largest tensors of a CNN; a device without
+ * it runs the layers one after the other (crew_conv2d_pool_forward). The pool then runs neither
+ * pass itself nor switches backward's buffers, but keeps its own output. */
+int crew_model_layer_absorbs(const crew_model *m, int i);
 /* Which ping-pong buffer backward leaves the gradient of act[j] in, in a model of layers
  * lo..end − 1 of m (the whole: 0, its computed layers; a pipeline stage's range as the planner
- * weighs it), counting from act[end] in dbuf[0]: each layer in [j, end) that does not hand its
- * input through switches buffers. */
+ * weighs it), counting from act[end] in dbuf[0]: each layer in [j, end) switches buffers, but
+ * those that hand their input through and the pools a convolution takes in. */
 int crew_model_grad_slot(const crew_model *m, int lo, int j, int end);
 /* act[i + 1], layer i's output for `rows` samples, in elements: [rows, size of layer i's output],
  * kept for the backward pass (a trailing softmax's too); 0 for a layer that works in place or

@@ -185,3 +185,200 @@ void cpu_conv_taps_filter_grad(void *ctx, const float *x, const float *dy, float
         for (int64_t t = 0; t < taps; t++) memcpy(dkernel + t * out_c + f0, total + t * n, (size_t)n * sizeof *total);
     }
 }
+
+/* ---- a convolution of few taps, its relu and a 2x2 max pool that tiles its output, in one pass
+ * (backend.h's conv_taps_pool_forward and conv_taps_pool_grads): the convolution's output, the
+ * largest tensor of a CNN, is never written. Each pooled position computes its window's four
+ * output positions as conv_taps_forward does (the same bits), relu, and the pool's maximum and
+ * arg-max as maxpool_forward of relu(x) does (the first strict maximum in window order, −1 where
+ * it is not positive); the arg-max is the index into the convolution's output, as the pool keeps
+ * it. The gradients visit only what the pool sent back, in the order in which the layers one after
+ * the other would add it (sample_pool_grads): the same bits, so a model computes the same numbers
+ * whether a pipeline's stage boundary falls inside the three layers or not. */
+
+typedef int32_t lane_ints __attribute__((vector_size(LANES * sizeof(int32_t)), aligned(sizeof(int32_t))));
+
+static lane_ints load_ints(const int32_t *p) { return *(const lane_ints *)p; }
+static void store_ints(int32_t *p, lane_ints v) { *(lane_ints *)p = v; }
+static lane_ints bits(lanes v) { return (lane_ints)v; }
+static lanes floats(lane_ints v) { return (lanes)v; }
+/* where m (all ones or zero per lane): a, else b */
+static lanes pick(lane_ints m, lanes a, lanes b) { return floats((bits(a) & m) | (bits(b) & ~m)); }
+static lane_ints pick_ints(lane_ints m, lane_ints a, lane_ints b) { return (a & m) | (b & ~m); }
+
+static const lane_ints IOTA = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static const lane_ints ONES = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}; /* every bit: a mask of every lane, and -1 */
+static const lanes ZERO = {0};
+
+/* The pooled window (ph, pw) of sample b: its four output positions' taps (tv[k·taps + t], k
+ * row-major over the window) and their indices' base into the convolution's output (pos[k]). */
+static void window_taps(const padded *p, const crew_window *g, int64_t out_c, int64_t b, int64_t ph, int64_t pw,
+                        int64_t taps, float *tv, int64_t *pos)
+{
+    for (int k = 0; k < 4; k++) {
+        const int64_t oh = 2 * ph + k / 2, ow = 2 * pw + k % 2;
+        gather_taps(p, g, oh, ow, taps, tv + k * taps);
+        pos[k] = ((b * g->out_h + oh) * g->out_w + ow) * out_c;
+    }
+}
+
+void cpu_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
+                                int32_t *argmax, const crew_window *g, int64_t out_c)
+{
+    cpu_ctx *cx = ctx;
+    const int bf16 = cx->bf16;
+    const int64_t taps = g->k_h * g->k_w * g->in_c, ph_n = g->out_h / 2, pw_n = g->out_w / 2;
+    float tv[4 * CREW_CONV_TAPS_MAX], kg[CREW_CONV_TAPS_MAX * GROUP];
+    int64_t pos[4];
+    padded p;
+    if (!padded_for(cx, g, &p)) return;
+    for (int64_t f0 = 0; f0 < out_c; f0 += GROUP) {
+        const int64_t n = out_c - f0 < GROUP ? out_c - f0 : GROUP, whole = n - n % LANES;
+        for (int64_t t = 0; t < taps; t++)
+            for (int64_t f = 0; f < n; f++) kg[t * n + f] = rounded(kernel[t * out_c + f0 + f], bf16);
+        for (int64_t b = 0; b < g->batch; b++) {
+            pad_sample(x, g, b, bf16, &p);
+            for (int64_t ph = 0; ph < ph_n; ph++)
+                for (int64_t pw = 0; pw < pw_n; pw++) {
+                    window_taps(&p, g, out_c, b, ph, pw, taps, tv, pos);
+                    const int64_t o = ((b * ph_n + ph) * pw_n + pw) * out_c + f0;
+                    for (int64_t f = 0; f < whole; f += LANES) {
+                        lanes best = {0};
+                        lane_ints at = {0};
+                        for (int k = 0; k < 4; k++) {
+                            const float *tk = tv + k * taps;
+                            lanes acc = load(kg + f) * tk[0];
+                            for (int64_t t = 1; t < taps; t++) acc = acc + load(kg + t * n + f) * tk[t];
+                            const lanes v = bias ? load(bias + f0 + f) + acc : acc;
+                            const lanes r = floats(bits(v) & (v > ZERO)); /* relu: v where v > 0, else +0 */
+                            const lane_ints idx = IOTA + (int32_t)(pos[k] + f0 + f);
+                            const lane_ints gt = k ? r > best : ONES; /* the first cell seeds */
+                            best = pick(gt, r, best);
+                            at = pick_ints(gt, idx, at);
+                        }
+                        store(y + o + f, best);
+                        store_ints(argmax + o + f, pick_ints(best > ZERO, at, ONES));
+                    }
+                    for (int64_t f = whole; f < n; f++) {
+                        float best = 0.0f;
+                        int32_t at = -1;
+                        for (int k = 0; k < 4; k++) {
+                            const float *tk = tv + k * taps;
+                            float acc = kg[f] * tk[0];
+                            for (int64_t t = 1; t < taps; t++) acc = acc + kg[t * n + f] * tk[t];
+                            const float r = crew_act_relu(bias ? bias[f0 + f] + acc : acc);
+                            if (k == 0 || r > best) {
+                                best = r;
+                                at = (int32_t)(pos[k] + f0 + f);
+                            }
+                        }
+                        y[o + f] = best;
+                        argmax[o + f] = best > 0.0f ? at : -1;
+                    }
+                }
+        }
+    }
+}
+
+/* The bias gradient as conv_taps_forward's layer takes it from dy without the pool (col_sum over the
+ * convolution's output positions, the whole batch in order, or in blocks of `block` positions,
+ * each block from zero and added to the sum before): s [n] the sum, p [n] the open block's. */
+typedef struct bias_sums {
+    float *s, *p;
+    int64_t block, open; /* open: the block being summed into p, −1 before the first */
+} bias_sums;
+
+/* Position r's block opens (the one before joins the sum). */
+static void bias_row(bias_sums *bs, int64_t r, int64_t n)
+{
+    if (!bs->block || r / bs->block == bs->open) return;
+    if (bs->open >= 0)
+        for (int64_t f = 0; f < n; f++) bs->s[f] = bs->s[f] + bs->p[f];
+    memset(bs->p, 0, (size_t)n * sizeof *bs->p);
+    bs->open = r / bs->block;
+}
+
+static void bias_close(bias_sums *bs, int64_t n)
+{
+    if (bs->block && bs->open >= 0)
+        for (int64_t f = 0; f < n; f++) bs->s[f] = bs->s[f] + bs->p[f];
+}
+
+/* One sample's kernel gradient sum, filters f0 .. f0 + n, into part [taps, n], and its terms of the
+ * bias gradient into bs (p: the sample, padded). The convolution's output positions in row-major
+ * order, as conv_taps_filter_grad and col_sum take them from the pool's dx: each pooled row's top
+ * output row, then its bottom one, and in each a window's left position, then its right. Only a
+ * window's winner has a gradient there; the other positions' terms are 0, and adding 0 to a sum
+ * that started at +0 leaves it as it is, so they are skipped (added as +0). */
+static void sample_pool_grads(const padded *p, const float *dy, const int32_t *argmax, const crew_window *g,
+                              int64_t out_c, int64_t b, int64_t f0, int64_t n, int bf16, float *part, bias_sums *bs)
+{
+    const int64_t taps = g->k_h * g->k_w * g->in_c, whole = n - n % LANES, ph_n = g->out_h / 2, pw_n = g->out_w / 2;
+    float tv[4 * CREW_CONV_TAPS_MAX], dr[GROUP];
+    int64_t pos[4];
+    float *bias = bs->block ? bs->p : bs->s;
+    memset(part, 0, (size_t)(taps * n) * sizeof *part);
+    for (int64_t ph = 0; ph < ph_n; ph++)
+        for (int half = 0; half < 2; half++)
+            for (int64_t pw = 0; pw < pw_n; pw++) {
+                window_taps(p, g, out_c, b, ph, pw, taps, tv, pos);
+                const int64_t o = ((b * ph_n + ph) * pw_n + pw) * out_c + f0;
+                /* the kernel's products round dy as the GEMM would; the bias sums it as it is (col_sum) */
+                const float *raw = dy + o, *d = raw;
+                if (bf16) {
+                    for (int64_t f = 0; f < n; f++) dr[f] = crew_bf16_round(raw[f]);
+                    d = dr;
+                }
+                for (int k = 2 * half; k < 2 * half + 2; k++) { /* left, then right */
+                    bias_row(bs, pos[k] / out_c, n);
+                    bias = bs->block ? bs->p : bs->s;
+                    const float *tk = tv + k * taps;
+                    for (int64_t f = 0; f < whole; f += LANES) {
+                        const lane_ints won = load_ints(argmax + o + f) == IOTA + (int32_t)(pos[k] + f0 + f);
+                        const lanes dv = floats(bits(load(d + f)) & won); /* +0 where it did not win */
+                        store(bias + f, load(bias + f) + floats(bits(load(raw + f)) & won));
+                        for (int64_t t = 0; t < taps; t++) store(part + t * n + f, load(part + t * n + f) + dv * tk[t]);
+                    }
+                    for (int64_t f = whole; f < n; f++) {
+                        if (argmax[o + f] != (int32_t)(pos[k] + f0 + f)) continue;
+                        bias[f] = bias[f] + raw[f];
+                        for (int64_t t = 0; t < taps; t++) part[t * n + f] = part[t * n + f] + d[f] * tk[t];
+                    }
+                }
+            }
+}
+
+void cpu_conv_taps_pool_grads(void *ctx, const float *x, const float *dy, const int32_t *argmax, float *dkernel,
+                              float *dbias, const crew_window *g, int64_t out_c)
+{
+    cpu_ctx *cx = ctx;
+    const int bf16 = cx->bf16;
+    const int64_t block = cx->sum_block > 0 ? cx->sum_block : 0;
+    const int64_t taps = g->k_h * g->k_w * g->in_c;
+    float part[CREW_CONV_TAPS_MAX * GROUP], sum[CREW_CONV_TAPS_MAX * GROUP], total[CREW_CONV_TAPS_MAX * GROUP];
+    float bias_s[GROUP], bias_p[GROUP];
+    padded p;
+    if (!padded_for(cx, g, &p)) return;
+    for (int64_t f0 = 0; f0 < out_c; f0 += GROUP) {
+        const int64_t n = out_c - f0 < GROUP ? out_c - f0 : GROUP;
+        bias_sums bs = {bias_s, bias_p, block, -1};
+        memset(bias_s, 0, sizeof bias_s);
+        memset(total, 0, (size_t)(taps * n) * sizeof *total);
+        /* the kernel's sums as conv_taps_filter_grad's: per sample, in blocks of samples */
+        for (int64_t b0 = 0; b0 < g->batch; b0 += block ? block : g->batch) {
+            const int64_t b1 = block && b0 + block < g->batch ? b0 + block : g->batch;
+            float *into = block ? sum : total;
+            if (block) memset(sum, 0, (size_t)(taps * n) * sizeof *sum);
+            for (int64_t b = b0; b < b1; b++) {
+                pad_sample(x, g, b, bf16, &p);
+                sample_pool_grads(&p, dy, argmax, g, out_c, b, f0, n, bf16, part, &bs);
+                for (int64_t i = 0; i < taps * n; i++) into[i] = into[i] + part[i];
+            }
+            if (block)
+                for (int64_t i = 0; i < taps * n; i++) total[i] = total[i] + sum[i];
+        }
+        bias_close(&bs, n);
+        for (int64_t t = 0; t < taps; t++) memcpy(dkernel + t * out_c + f0, total + t * n, (size_t)n * sizeof *total);
+        if (dbias) memcpy(dbias + f0, bias_s, (size_t)n * sizeof *bias_s);
+    }
+}

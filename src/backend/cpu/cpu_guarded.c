@@ -986,6 +986,36 @@ static void guard_conv_taps_filter_grad(void *ctx, const float *x, const float *
     if (c.ok) crew_cpu_ops.conv_taps_filter_grad(c.cpu, sx, sdy, sdk, w, out_c);
 }
 
+/* the pooled output of a convolution's output: [batch, out_h/2, out_w/2, out_c] */
+static int64_t taps_pooled_extent(const crew_window *w, int64_t out_c)
+{
+    return times(times3(w->batch, w->out_h / 2, w->out_w / 2), out_c);
+}
+
+static void guard_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
+                                         int32_t *argmax, const crew_window *w, int64_t out_c)
+{
+    op_call c = begin(ctx, "conv_taps_pool_forward");
+    const float *sx = f32(&c, "x", x, image_extent(w));
+    const float *sk = f32(&c, "kernel", kernel, kernel_extent(w, out_c));
+    const float *sb = bias ? f32(&c, "bias", bias, out_c) : NULL;
+    float *sy = f32(&c, "y", y, taps_pooled_extent(w, out_c));
+    int32_t *sa = i32(&c, "argmax", argmax, taps_pooled_extent(w, out_c));
+    if (c.ok) crew_cpu_ops.conv_taps_pool_forward(c.cpu, sx, sk, sb, sy, sa, w, out_c);
+}
+
+static void guard_conv_taps_pool_grads(void *ctx, const float *x, const float *dy, const int32_t *argmax,
+                                       float *dkernel, float *dbias, const crew_window *w, int64_t out_c)
+{
+    op_call c = begin(ctx, "conv_taps_pool_grads");
+    const float *sx = f32(&c, "x", x, image_extent(w));
+    const float *sdy = f32(&c, "dy", dy, taps_pooled_extent(w, out_c));
+    const int32_t *sa = i32(&c, "argmax", argmax, taps_pooled_extent(w, out_c));
+    float *sdk = f32(&c, "dkernel", dkernel, kernel_extent(w, out_c));
+    float *sdb = dbias ? f32(&c, "dbias", dbias, out_c) : NULL;
+    if (c.ok) crew_cpu_ops.conv_taps_pool_grads(c.cpu, sx, sdy, sa, sdk, sdb, w, out_c);
+}
+
 /* Both tables: the guarded one, and "cpu-remote", the same device without host_alias (a GPU's
  * case: its replicas take part through host copies, comm_staged.c). */
 #define GUARDED_OPS(kind, alias, ...) \
@@ -1025,6 +1055,8 @@ static void guard_conv_taps_filter_grad(void *ctx, const float *x, const float *
     .col2im = guard_col2im, \
     .conv_taps_forward = guard_conv_taps_forward, \
     .conv_taps_filter_grad = guard_conv_taps_filter_grad, \
+    .conv_taps_pool_forward = guard_conv_taps_pool_forward, \
+    .conv_taps_pool_grads = guard_conv_taps_pool_grads, \
     .maxpool_forward = guard_maxpool_forward, \
     .maxpool_backward = guard_maxpool_backward, \
     .avgpool_forward = guard_avgpool_forward, \

@@ -58,6 +58,10 @@ void cpu_conv_taps_forward(void *ctx, const float *x, const float *kernel, const
                            const crew_window *g, int64_t out_c);
 void cpu_conv_taps_filter_grad(void *ctx, const float *x, const float *dy, float *dkernel, const crew_window *g,
                                int64_t out_c);
+void cpu_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
+                                int32_t *argmax, const crew_window *g, int64_t out_c);
+void cpu_conv_taps_pool_grads(void *ctx, const float *x, const float *dy, const int32_t *argmax, float *dkernel,
+                              float *dbias, const crew_window *g, int64_t out_c);
 void cpu_maxpool_forward(void *ctx, const float *x, float *y, int32_t *argmax, const crew_window *g, int relu_in);
 void cpu_maxpool_backward(void *ctx, const float *dy, const int32_t *argmax, float *dx, const crew_window *g);
 void cpu_avgpool_forward(void *ctx, const float *x, float *y, const crew_window *g);
