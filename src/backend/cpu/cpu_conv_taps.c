@@ -36,8 +36,10 @@ typedef float lanes __attribute__((vector_size(LANES * sizeof(float)), aligned(s
  * sums of a group, [taps, group], stay on the stack. */
 #define GROUP 128
 
-static lanes load(const float *p) { return *(const lanes *)p; }
-static void store(float *p, lanes v) { *(lanes *)p = v; }
+/* Macros, not functions: a function taking or returning a 64-byte vector has another ABI with and
+ * without AVX-512 (gcc's -Wpsabi), and the sanitizer builds are not built for this machine. */
+#define load(p) (*(const lanes *)(p))
+#define store(p, v) (*(lanes *)(p) = (v))
 
 static float rounded(float v, int bf16) { return bf16 ? crew_bf16_round(v) : v; }
 
@@ -198,13 +200,13 @@ void cpu_conv_taps_filter_grad(void *ctx, const float *x, const float *dy, float
 
 typedef int32_t lane_ints __attribute__((vector_size(LANES * sizeof(int32_t)), aligned(sizeof(int32_t))));
 
-static lane_ints load_ints(const int32_t *p) { return *(const lane_ints *)p; }
-static void store_ints(int32_t *p, lane_ints v) { *(lane_ints *)p = v; }
-static lane_ints bits(lanes v) { return (lane_ints)v; }
-static lanes floats(lane_ints v) { return (lanes)v; }
+#define load_ints(p) (*(const lane_ints *)(p))
+#define store_ints(p, v) (*(lane_ints *)(p) = (v))
+#define bits(v) ((lane_ints)(v))
+#define floats(v) ((lanes)(v))
 /* where m (all ones or zero per lane): a, else b */
-static lanes pick(lane_ints m, lanes a, lanes b) { return floats((bits(a) & m) | (bits(b) & ~m)); }
-static lane_ints pick_ints(lane_ints m, lane_ints a, lane_ints b) { return (a & m) | (b & ~m); }
+#define pick(m, a, b) floats((bits(a) & (m)) | (bits(b) & ~(m)))
+#define pick_ints(m, a, b) (((a) & (m)) | ((b) & ~(m)))
 
 static const lane_ints IOTA = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 static const lane_ints ONES = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}; /* every bit: a mask of every lane, and -1 */
