@@ -212,12 +212,13 @@ static const lane_ints IOTA = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
 static const lane_ints ONES = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}; /* every bit: a mask of every lane, and -1 */
 static const lanes ZERO = {0};
 
-/* The pooled window (ph, pw) of sample b: its four output positions' taps (tv[k·taps + t], k
- * row-major over the window) and their indices' base into the convolution's output (pos[k]). */
+/* The pooled window (ph, pw) of sample b: its output positions k0 .. k1 − 1 (row-major over the
+ * window), their taps (tv[k·taps + t]) and their indices' base into the convolution's output
+ * (pos[k]). */
 static void window_taps(const padded *p, const crew_window *g, int64_t out_c, int64_t b, int64_t ph, int64_t pw,
-                        int64_t taps, float *tv, int64_t *pos)
+                        int k0, int k1, int64_t taps, float *tv, int64_t *pos)
 {
-    for (int k = 0; k < 4; k++) {
+    for (int k = k0; k < k1; k++) {
         const int64_t oh = 2 * ph + k / 2, ow = 2 * pw + k % 2;
         gather_taps(p, g, oh, ow, taps, tv + k * taps);
         pos[k] = ((b * g->out_h + oh) * g->out_w + ow) * out_c;
@@ -242,7 +243,7 @@ void cpu_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, 
             pad_sample(x, g, b, bf16, &p);
             for (int64_t ph = 0; ph < ph_n; ph++)
                 for (int64_t pw = 0; pw < pw_n; pw++) {
-                    window_taps(&p, g, out_c, b, ph, pw, taps, tv, pos);
+                    window_taps(&p, g, out_c, b, ph, pw, 0, 4, taps, tv, pos);
                     const int64_t o = ((b * ph_n + ph) * pw_n + pw) * out_c + f0;
                     for (int64_t f = 0; f < whole; f += LANES) {
                         lanes best = {0};
@@ -323,7 +324,7 @@ static void sample_pool_grads(const padded *p, const float *dy, const int32_t *a
     for (int64_t ph = 0; ph < ph_n; ph++)
         for (int half = 0; half < 2; half++)
             for (int64_t pw = 0; pw < pw_n; pw++) {
-                window_taps(p, g, out_c, b, ph, pw, taps, tv, pos);
+                window_taps(p, g, out_c, b, ph, pw, 2 * half, 2 * half + 2, taps, tv, pos);
                 const int64_t o = ((b * ph_n + ph) * pw_n + pw) * out_c + f0;
                 /* the kernel's products round dy as the GEMM would; the bias sums it as it is (col_sum) */
                 const float *raw = dy + o, *d = raw;
