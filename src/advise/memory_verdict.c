@@ -220,7 +220,7 @@ static int64_t pingpong_bytes(const ladder *l, int a, int b)
     int64_t wide[2] = {0, 0};
     for (int j = a; j <= top; j++) {
         const int k = crew_model_grad_slot(m, a, j, e);
-        if (l->width[j] > wide[k]) wide[k] = l->width[j];
+        if (k >= 0 && l->width[j] > wide[k]) wide[k] = l->width[j];
     }
     return crew_mem_alloc_bytes(l->rows * wide[0], 4) + crew_mem_alloc_bytes(l->rows * wide[1], 4);
 }

@@ -165,6 +165,11 @@ static int pool_takes_relu(const crew_model *m, const crew_layer_spec *spec)
 int crew_model_grad_slot(const crew_model *m, int lo, int j, int end)
 {
     layer_span s = {m, lo, end};
+    /* the output of a convolution that takes in its relu and pool, and the relu's (the same): their
+     * gradient is never in a ping-pong buffer (its one pass keeps none; the fallback writes it over
+     * the convolution's output) */
+    if ((j - 1 >= lo && j - 1 < end && span_absorbs(s, j - 1)) || (j - 2 >= lo && j - 2 < end && span_absorbs(s, j - 2)))
+        return -1;
     int flips = 0;
     for (int i = j; i < end; i++) flips += !span_passes(s, i) && !span_absorbed(s, i);
     return flips % 2;
@@ -562,7 +567,7 @@ void crew_model_buffers(const crew_model *m, int64_t rows, crew_model_buffer_siz
     for (int j = 0; j <= top; j++) {
         int64_t size = crew_shape_size(j == 0 ? &m->input : &m->layers[j - 1]->out);
         int k = crew_model_grad_slot(m, 0, j, n);
-        if (size > wide[k]) wide[k] = size;
+        if (k >= 0 && size > wide[k]) wide[k] = size;
     }
     out->act_input = rows * crew_shape_size(&m->input);
     out->dbuf[0] = rows * wide[0];

@@ -146,7 +146,8 @@ int crew_model_layer_absorbs(const crew_model *m, int i);
 /* Which ping-pong buffer backward leaves the gradient of act[j] in, in a model of layers
  * lo..end − 1 of m (the whole: 0, its computed layers; a pipeline stage's range as the planner
  * weighs it), counting from act[end] in dbuf[0]: each layer in [j, end) switches buffers, but
- * those that hand their input through and the pools a convolution takes in. */
+ * those that hand their input through and the pools a convolution takes in. −1: never in one (the
+ * output of a convolution that takes in its relu and pool, and the relu's). */
 int crew_model_grad_slot(const crew_model *m, int lo, int j, int end);
 /* act[i + 1], layer i's output for `rows` samples, in elements: [rows, size of layer i's output],
  * kept for the backward pass (a trailing softmax's too); 0 for a layer that works in place or
