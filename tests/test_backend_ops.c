@@ -1102,7 +1102,10 @@ static void conv_taps_expected(const conv_case *cc, const crew_window *g, const 
                 const int64_t o = ((b * g->out_h + oh) * g->out_w + ow) * cc->f;
                 for (int64_t f = 0; f < cc->f; f++) {
                     float acc = (bf16 ? crew_bf16_round(w[f]) : w[f]) * tv[0];
-                    for (int64_t t = 1; t < taps; t++) acc = acc + (bf16 ? crew_bf16_round(w[t * cc->f + f]) : w[t * cc->f + f]) * tv[t];
+                    for (int64_t t = 1; t < taps; t++) {
+                        const float wt = w[t * cc->f + f];
+                        acc = acc + (bf16 ? crew_bf16_round(wt) : wt) * tv[t];
+                    }
                     y[o + f] = bias ? bias[f] + acc : acc;
                     const float d = bf16 ? crew_bf16_round(dy[o + f]) : dy[o + f];
                     for (int64_t t = 0; t < taps; t++) part[t * cc->f + f] = part[t * cc->f + f] + d * tv[t];

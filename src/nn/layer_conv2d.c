@@ -155,8 +155,9 @@ crew_status crew_conv2d_pool_forward(crew_layer *conv, crew_layer *pool, const c
     crew_window g = {0};
     CREW_TRY(crew_conv2d_window(conv, p->rows, &g));
     if (o->conv_taps_pool_forward && by_taps(conv, p, &g)) {
-        o->conv_taps_pool_forward(p->be->ctx, x, conv->params[0].value, conv->spec.no_bias ? NULL : conv->params[1].value,
-                                  y, (int32_t *)pool->work[0], &g, conv->spec.filters);
+        const float *bias = conv->spec.no_bias ? NULL : conv->params[1].value;
+        o->conv_taps_pool_forward(p->be->ctx, x, conv->params[0].value, bias, y, (int32_t *)pool->work[0], &g,
+                                  conv->spec.filters);
         return CREW_OK;
     }
     CREW_TRY(conv->ops->forward(conv, p, x, conv_out));

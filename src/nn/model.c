@@ -168,8 +168,8 @@ int crew_model_grad_slot(const crew_model *m, int lo, int j, int end)
     /* the output of a convolution that takes in its relu and pool, and the relu's (the same): their
      * gradient is never in a ping-pong buffer (its one pass keeps none; the fallback writes it over
      * the convolution's output) */
-    if ((j - 1 >= lo && j - 1 < end && span_absorbs(s, j - 1)) || (j - 2 >= lo && j - 2 < end && span_absorbs(s, j - 2)))
-        return -1;
+    for (int back = 1; back <= 2; back++)
+        if (j - back >= lo && j - back < end && span_absorbs(s, j - back)) return -1;
     int flips = 0;
     for (int i = j; i < end; i++) flips += !span_passes(s, i) && !span_absorbed(s, i);
     return flips % 2;
@@ -667,12 +667,12 @@ crew_status crew_model_forward(crew_model *m, const crew_pass *p)
     for (int i = 0; i < m->n_compute; i++) {
         crew_layer *l = m->layers[i];
         crew_status s = m->visit ? m->visit(m->visit_user, i, CREW_VISIT_FORWARD) : CREW_OK;
-        if (s || crew_model_layer_passes(m, i) || layer_absorbed(m, i)) {
-        } else if (crew_model_layer_absorbs(m, i)) { /* the relu's output is its own: it hands it through */
-            s = crew_conv2d_pool_forward(l, m->layers[i + 2], p, m->act[i], m->act[i + 1], m->act[i + 3]);
-        } else {
-            s = l->ops->forward(l, p, m->act[i], m->act[i + 1]);
-        }
+        /* a layer that hands its input through, or that one below it computes, runs nothing; a
+         * convolution that takes in its relu and pool writes the pool's output, act[i + 3] */
+        if (!s && !crew_model_layer_passes(m, i) && !layer_absorbed(m, i))
+            s = crew_model_layer_absorbs(m, i)
+                    ? crew_conv2d_pool_forward(l, m->layers[i + 2], p, m->act[i], m->act[i + 1], m->act[i + 3])
+                    : l->ops->forward(l, p, m->act[i], m->act[i + 1]);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
     }
     return CREW_OK;
@@ -710,12 +710,10 @@ crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_re
          * is, the dx of the layer below */
         const int passes = crew_model_layer_passes(m, i) || layer_absorbed(m, i);
         crew_status s = m->visit ? m->visit(m->visit_user, i, CREW_VISIT_BACKWARD) : CREW_OK;
-        if (s || passes) {
-        } else if (crew_model_layer_absorbs(m, i)) { /* dy: the pool's; no dx (the input is data) */
-            s = crew_conv2d_pool_backward(l, m->layers[i + 2], p, m->act[i], m->act[i + 1], dy);
-        } else {
-            s = l->ops->backward(l, p, m->act[i], m->act[i + 1], dy, dx);
-        }
+        if (!s && !passes) /* taking in its relu and pool, dy is the pool's, and there is no dx */
+            s = crew_model_layer_absorbs(m, i)
+                    ? crew_conv2d_pool_backward(l, m->layers[i + 2], p, m->act[i], m->act[i + 1], dy)
+                    : l->ops->backward(l, p, m->act[i], m->act[i + 1], dy, dx);
         if (!s && m->visit) s = m->visit(m->visit_user, i, CREW_VISIT_BACKWARD_DONE);
         if (s) return crew_error_prefix(s, "layer %d (%s): ", i, l->name);
         if (!passes) cur = 1 - cur;

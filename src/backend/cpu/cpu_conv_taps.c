@@ -3,8 +3,8 @@
  *
  * Why: as a GEMM, a 3x3 convolution of one channel has k = 9. Its products are few, but im2col
  * writes the columns, the layer seeds y with the bias, and the GEMM reads and writes y again, each
- * a pass over an output 32/9 times the columns' size: the demo CNN's first layer took 3 ms of a
- * 21 ms step for 1% of its FLOPs. Here each output position's taps are gathered once (a few
+ * a pass over an output 32/9 times the columns' size: the demo CNN's first layer took about 3 ms of
+ * a 21 ms step for 2% of its FLOPs. Here each output position's taps are gathered once (a few
  * values, in registers' reach) and its filters computed 16 at a time in vector registers; y is
  * written once. The kernel gradient reads x and dy once, likewise.
  *
@@ -85,9 +85,12 @@ static void pad_sample(const float *x, const crew_window *g, int64_t b, int bf16
         float *dst = p->v + r * p->wp * c;
         for (int64_t q = 0; q < p->wp; q++) {
             const int64_t iw = q - g->pad_left;
-            const int inside = ih >= 0 && ih < g->in_h && iw >= 0 && iw < g->in_w;
+            if (ih < 0 || ih >= g->in_h || iw < 0 || iw >= g->in_w) {
+                for (int64_t ci = 0; ci < c; ci++) dst[q * c + ci] = 0.0f;
+                continue;
+            }
             const float *src = x + ((b * g->in_h + ih) * g->in_w + iw) * c;
-            for (int64_t ci = 0; ci < c; ci++) dst[q * c + ci] = inside ? rounded(src[ci], bf16) : 0.0f;
+            for (int64_t ci = 0; ci < c; ci++) dst[q * c + ci] = rounded(src[ci], bf16);
         }
     }
 }
@@ -209,7 +212,8 @@ typedef int32_t lane_ints __attribute__((vector_size(LANES * sizeof(int32_t)), a
 #define pick_ints(m, a, b) (((a) & (m)) | ((b) & ~(m)))
 
 static const lane_ints IOTA = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-static const lane_ints ONES = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}; /* every bit: a mask of every lane, and -1 */
+/* every bit set: a mask of every lane, and −1 in each */
+static const lane_ints ONES = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 static const lanes ZERO = {0};
 
 /* The pooled window (ph, pw) of sample b: its output positions k0 .. k1 − 1 (row-major over the
