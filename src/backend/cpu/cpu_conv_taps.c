@@ -161,32 +161,58 @@ static void sample_filter_grad(const padded *p, const float *dy, const crew_wind
         }
 }
 
+/* What a kernel gradient adds per sample: sample b of x padded in p, its sums of filters f0 .. f0 + n
+ * into part [taps, n]. */
+typedef struct sample_sums {
+    const float *x, *dy;
+    const int32_t *argmax;      /* conv_taps_pool_grads' (and bias below), NULL for conv_taps_filter_grad */
+    struct bias_sums *bias;
+    const crew_window *g;
+    int64_t out_c;
+    int bf16;
+} sample_sums;
+
+static void sample_pool_grads(const padded *p, const float *dy, const int32_t *argmax, const crew_window *g,
+                              int64_t out_c, int64_t b, int64_t f0, int64_t n, int bf16, float *part,
+                              struct bias_sums *bs);
+
+/* The kernel gradient of filters f0 .. f0 + n into total [taps, n]: each sample's sums added in
+ * sample order, or, with `block`, each block of that many samples summed from zero and added. */
+static void kernel_sums(const sample_sums *w, padded *p, int64_t block, int64_t f0, int64_t n, float *part,
+                        float *sum, float *total)
+{
+    const crew_window *g = w->g;
+    const int64_t len = g->k_h * g->k_w * g->in_c * n;
+    memset(total, 0, (size_t)len * sizeof *total);
+    for (int64_t b0 = 0; b0 < g->batch; b0 += block ? block : g->batch) {
+        const int64_t b1 = block && b0 + block < g->batch ? b0 + block : g->batch;
+        float *into = block ? sum : total; /* a block sums on its own, then joins the total */
+        if (block) memset(sum, 0, (size_t)len * sizeof *sum);
+        for (int64_t b = b0; b < b1; b++) {
+            pad_sample(w->x, g, b, w->bf16, p);
+            if (w->argmax)
+                sample_pool_grads(p, w->dy, w->argmax, g, w->out_c, b, f0, n, w->bf16, part, w->bias);
+            else
+                sample_filter_grad(p, w->dy, g, w->out_c, b, f0, n, w->bf16, part);
+            for (int64_t i = 0; i < len; i++) into[i] = into[i] + part[i];
+        }
+        if (block)
+            for (int64_t i = 0; i < len; i++) total[i] = total[i] + sum[i];
+    }
+}
+
 void cpu_conv_taps_filter_grad(void *ctx, const float *x, const float *dy, float *dkernel, const crew_window *g,
                                int64_t out_c)
 {
     cpu_ctx *cx = ctx;
-    const int bf16 = cx->bf16;
-    const int64_t block = cx->sum_block > 0 ? cx->sum_block : 0;
     const int64_t taps = g->k_h * g->k_w * g->in_c;
     float part[CREW_CONV_TAPS_MAX * GROUP], sum[CREW_CONV_TAPS_MAX * GROUP], total[CREW_CONV_TAPS_MAX * GROUP];
+    const sample_sums w = {x, dy, NULL, NULL, g, out_c, cx->bf16};
     padded p;
     if (!padded_for(cx, g, &p)) return;
     for (int64_t f0 = 0; f0 < out_c; f0 += GROUP) {
         const int64_t n = out_c - f0 < GROUP ? out_c - f0 : GROUP;
-        /* dkernel's group as total [taps, n] (its row t is dkernel + t·out_c + f0) */
-        memset(total, 0, (size_t)(taps * n) * sizeof *total);
-        for (int64_t b0 = 0; b0 < g->batch; b0 += block ? block : g->batch) {
-            const int64_t b1 = block && b0 + block < g->batch ? b0 + block : g->batch;
-            float *into = block ? sum : total; /* a block sums on its own, then joins the total */
-            if (block) memset(sum, 0, (size_t)(taps * n) * sizeof *sum);
-            for (int64_t b = b0; b < b1; b++) {
-                pad_sample(x, g, b, bf16, &p);
-                sample_filter_grad(&p, dy, g, out_c, b, f0, n, bf16, part);
-                for (int64_t i = 0; i < taps * n; i++) into[i] = into[i] + part[i];
-            }
-            if (block)
-                for (int64_t i = 0; i < taps * n; i++) total[i] = total[i] + sum[i];
-        }
+        kernel_sums(&w, &p, cx->sum_block > 0 ? cx->sum_block : 0, f0, n, part, sum, total);
         for (int64_t t = 0; t < taps; t++) memcpy(dkernel + t * out_c + f0, total + t * n, (size_t)n * sizeof *total);
     }
 }
@@ -290,10 +316,11 @@ void cpu_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, 
 /* The bias gradient as conv_taps_forward's layer takes it from dy without the pool (col_sum over the
  * convolution's output positions, the whole batch in order, or in blocks of `block` positions,
  * each block from zero and added to the sum before): s [n] the sum, p [n] the open block's. */
-typedef struct bias_sums {
+struct bias_sums {
     float *s, *p;
     int64_t block, open; /* open: the block being summed into p, −1 before the first */
-} bias_sums;
+};
+typedef struct bias_sums bias_sums;
 
 /* Position r's block opens (the one before joins the sum). */
 static void bias_row(bias_sums *bs, int64_t r, int64_t n)
@@ -318,7 +345,8 @@ static void bias_close(bias_sums *bs, int64_t n)
  * window's winner has a gradient there; the other positions' terms are 0, and adding 0 to a sum
  * that started at +0 leaves it as it is, so they are skipped (added as +0). */
 static void sample_pool_grads(const padded *p, const float *dy, const int32_t *argmax, const crew_window *g,
-                              int64_t out_c, int64_t b, int64_t f0, int64_t n, int bf16, float *part, bias_sums *bs)
+                              int64_t out_c, int64_t b, int64_t f0, int64_t n, int bf16, float *part,
+                              struct bias_sums *bs)
 {
     const int64_t taps = g->k_h * g->k_w * g->in_c, whole = n - n % LANES, ph_n = g->out_h / 2, pw_n = g->out_w / 2;
     float tv[4 * CREW_CONV_TAPS_MAX], dr[GROUP];
@@ -359,7 +387,6 @@ void cpu_conv_taps_pool_grads(void *ctx, const float *x, const float *dy, const 
                               float *dbias, const crew_window *g, int64_t out_c)
 {
     cpu_ctx *cx = ctx;
-    const int bf16 = cx->bf16;
     const int64_t block = cx->sum_block > 0 ? cx->sum_block : 0;
     const int64_t taps = g->k_h * g->k_w * g->in_c;
     float part[CREW_CONV_TAPS_MAX * GROUP], sum[CREW_CONV_TAPS_MAX * GROUP], total[CREW_CONV_TAPS_MAX * GROUP];
@@ -370,20 +397,9 @@ void cpu_conv_taps_pool_grads(void *ctx, const float *x, const float *dy, const 
         const int64_t n = out_c - f0 < GROUP ? out_c - f0 : GROUP;
         bias_sums bs = {bias_s, bias_p, block, -1};
         memset(bias_s, 0, sizeof bias_s);
-        memset(total, 0, (size_t)(taps * n) * sizeof *total);
-        /* the kernel's sums as conv_taps_filter_grad's: per sample, in blocks of samples */
-        for (int64_t b0 = 0; b0 < g->batch; b0 += block ? block : g->batch) {
-            const int64_t b1 = block && b0 + block < g->batch ? b0 + block : g->batch;
-            float *into = block ? sum : total;
-            if (block) memset(sum, 0, (size_t)(taps * n) * sizeof *sum);
-            for (int64_t b = b0; b < b1; b++) {
-                pad_sample(x, g, b, bf16, &p);
-                sample_pool_grads(&p, dy, argmax, g, out_c, b, f0, n, bf16, part, &bs);
-                for (int64_t i = 0; i < taps * n; i++) into[i] = into[i] + part[i];
-            }
-            if (block)
-                for (int64_t i = 0; i < taps * n; i++) total[i] = total[i] + sum[i];
-        }
+        /* the kernel's sums as conv_taps_filter_grad's; the bias's as col_sum's, over the batch */
+        const sample_sums w = {x, dy, argmax, &bs, g, out_c, cx->bf16};
+        kernel_sums(&w, &p, block, f0, n, part, sum, total);
         bias_close(&bs, n);
         for (int64_t t = 0; t < taps; t++) memcpy(dkernel + t * out_c + f0, total + t * n, (size_t)n * sizeof *total);
         if (dbias) memcpy(dbias + f0, bias_s, (size_t)n * sizeof *bias_s);
