@@ -4,7 +4,8 @@
  *
  * A CNN of the demo's shape trains one step (forward, loss, backward) on three CPU devices that
  * differ only in what their tables offer:
- *   - the CPU as it is: the convolution, relu and pool in one pass (conv_taps_pool_*);
+ *   - the CPU as it is: the convolution, relu and pool in one pass (conv_taps_pool_*), with no
+ *     buffer for the convolution's output (crew_act_storage.conv_one_pass, as a run on it);
  *   - without that pass: crew_conv2d_pool_forward/backward's fallback, the convolution by taps,
  *     then the pool of relu(x), backward the pool's dx written over the convolution's output;
  *   - without the taps either: the convolution by im2col + GEMM (other sums: compared within a
@@ -26,7 +27,7 @@ typedef struct outcome {
     float *logits, *grads;
     double loss;
     int64_t n_logits, n_params;
-    int absorbs;
+    int absorbs, unkept; /* unkept: the first convolution's output has no buffer */
 } outcome;
 
 /* which table: 0 the CPU's, 1 without conv_taps_pool_*, 2 without conv_taps_* too */
@@ -68,8 +69,13 @@ static outcome run(int table, int dropout_between)
     if (!m) return r;
     m->be = be;
     m->has_backend = 1;
+    /* as a run on the CPU kinds keeps its activations: no buffer for the output the one pass never
+     * writes (the fallback's device keeps one) */
+    const crew_act_storage store = {.conv_one_pass = table == 0};
+    crew_model_set_storage(m, &store);
     CHECK_OK(crew_model_init_params(m, 11));
     CHECK_OK(crew_model_reserve(m, ROWS));
+    r.unkept = m->act[1] == NULL;
     /* the same weights whatever the layers' indices (the dropout shifts those the initialiser keys on) */
     float *w = malloc((size_t)m->n_params * sizeof *w);
     if (!w) abort();
@@ -118,6 +124,9 @@ int main(void)
     CHECK_MSG(one_pass.absorbs && fallback.absorbs && !apart.absorbs,
               "the first convolution takes in its relu and pool: %d, %d; not with a dropout between: %d",
               one_pass.absorbs, fallback.absorbs, apart.absorbs);
+    CHECK_MSG(one_pass.unkept && !fallback.unkept && !apart.unkept,
+              "the first convolution's output unkept in the one pass only: %d, %d, %d", one_pass.unkept,
+              fallback.unkept, apart.unkept);
     if (!one_pass.logits || !fallback.logits || !im2col.logits || !apart.logits) return check_report();
     CHECK_MSG(!memcmp(one_pass.logits, fallback.logits, (size_t)one_pass.n_logits * sizeof(float)) &&
                   one_pass.loss == fallback.loss,

@@ -244,7 +244,7 @@ static void check_gpt_sizes(const crew_model *m)
         const crew_layer *block = m->layers[b];
         for (int64_t rows = 1; rows <= 64; rows *= 4)
             for (int as = -1; as < 4; as++) { /* as the layer is set, then the planner's view of each storage */
-                crew_act_storage s = as < 0 ? block->store : (crew_act_storage){as & 1, as >> 1};
+                crew_act_storage s = as < 0 ? block->store : (crew_act_storage){as & 1, as >> 1, 0};
                 int64_t want[CREW_LAYER_MAX_WORK], got[CREW_LAYER_MAX_WORK];
                 gpt_block_want(rows, s, want);
                 if (as >= 0)
@@ -282,7 +282,7 @@ static void check_free_first_sizes(const crew_model *m)
 /* The storage m's layers are set for (crew_model_set_storage sets every layer alike). */
 static crew_act_storage storage_of(const crew_model *m)
 {
-    return m->n_layers > 0 ? m->layers[0]->store : (crew_act_storage){0, 0};
+    return m->n_layers > 0 ? m->layers[0]->store : (crew_act_storage){0, 0, 0};
 }
 
 /* A model's layers share their scratch (crew_layer_ops.scratch): after crew_model_reserve, every

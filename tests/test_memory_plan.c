@@ -238,10 +238,10 @@ static void check_ladder(const char *src)
     CHECK_OK(crew_model_load_file(path, &m));
     if (!m) return;
     crew_memory_plan p;
-    crew_memory_options o = {.struct_size = sizeof(crew_memory_options), .batch_per_device = 64, .device_memory_bytes = 20 << 20};
+    crew_memory_options o = {.struct_size = sizeof(crew_memory_options), .batch_per_device = 64, .device_memory_bytes = 16 << 20};
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
     CHECK(!p.fits && p.verdict == CREW_MEMORY_SMALLER_BATCH && p.advised_batch < 64);
-    CHECK(p.advised_batch * p.advised_accumulation == 64 && p.advised_bytes_per_device <= (20 << 20));
+    CHECK(p.advised_batch * p.advised_accumulation == 64 && p.advised_bytes_per_device <= (16 << 20));
     CHECK(strstr(p.verdict_text, "--global-batch 64") != NULL);
     crew_memory_plan_release(&p);
 

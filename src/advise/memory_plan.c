@@ -82,7 +82,7 @@ int64_t crew_mem_layer_weights(const crew_mem_model *mm, int i, int shards)
 
 int64_t crew_mem_layer_activation(const crew_mem_model *mm, int i, int64_t rows)
 {
-    int64_t n = crew_model_layer_act_size(mm->m, i, rows);
+    int64_t n = crew_model_layer_act_size_as(mm->m, i, rows, &mm->store);
     return n ? crew_mem_alloc_bytes(n, F32) : 0; /* 0: written over its input, nothing allocated */
 }
 
@@ -261,7 +261,7 @@ static crew_status plan_as_asked(const crew_model *m, const crew_memory_options 
     memset(p, 0, sizeof *p);
     CREW_TRY(resolve(m, o, p));
     crew_mem_model mm;
-    crew_mem_model_init(&mm, m, crew_act_storage_for(o->precision, o->attention_recompute), o->shard_unit_mb);
+    crew_mem_model_init(&mm, m, crew_act_storage_for(o->precision, o->attention_recompute, o->device_kind), o->shard_unit_mb);
     mm.unit_overlap = o->shard_overlap != 0;
     const int shard = crew_memory_shard_level(o), shards = shard && p->devices > 1 ? p->devices : 1;
     crew_mem_costs c;

@@ -33,7 +33,7 @@ crew_status crew_model_plan_stages(const crew_model *full, const crew_fit_plan *
         crew_model *m;
         CREW_TRY(crew_model_stage_layers(full, p->stage_first[s], p->stage_first[s + 1], &m));
         crew_mem_model mm;
-        crew_mem_model_init(&mm, m, crew_act_storage_for(p->precision, p->attention_recompute), 0.0);
+        crew_mem_model_init(&mm, m, crew_act_storage_for(p->precision, p->attention_recompute, p->device_kind), 0.0);
         crew_mem_costs c; /* slot 0: the stage as a replica of its own */
         crew_mem_replica(&mm, p->batch_per_device, p->devices, k, CREW_SHARD_NONE, &c);
         /* the scratch of a rank among all the run's ranks, for the whole model's drift hashes */

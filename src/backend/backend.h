@@ -419,6 +419,9 @@ typedef struct crew_device_kind {
      * shape (cuDNN); 0: only a run that asks for it uses it (cpu-remote's stand-in, slow by design,
      * there for tests: cpu_conv_direct.c). */
     int conv_auto;
+    /* 1: its devices run a first convolution with its relu and pool in one pass (conv_taps_pool_*,
+     * the CPU kinds), so a run keeps no buffer for that convolution's output (crew_act_storage) */
+    int conv_one_pass;
 } crew_device_kind;
 
 /* The kinds built in, in order; *n receives their count. */

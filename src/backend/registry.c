@@ -65,15 +65,15 @@ static crew_status open_cuda(int index, const crew_device_options *o, crew_backe
 #endif
 
 static const crew_device_kind kinds[] = {
-    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL, 0, NULL, 0},
+    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL, 0, NULL, 0, 1},
     {"cpu-guarded", "the CPU backend with device memory that traps any access from host code (a test "
-                    "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL, 0, NULL, 0},
+                    "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL, 0, NULL, 0, 1},
     {"cpu-remote", "the guarded CPU backend as a device the host cannot reach, as a GPU: its replicas talk "
                    "through host copies, and direct sums stand in for a convolution library (a test of the GPU's "
-                   "paths)", cpu_available, open_cpu_remote, NULL, 0, "direct sums (a test stand-in)", 0},
+                   "paths)", cpu_available, open_cpu_remote, NULL, 0, "direct sums (a test stand-in)", 0, 1},
 #ifdef CREW_HAVE_CUDA
     {"cuda", "NVIDIA GPUs: one replica per GPU, GEMMs by cuBLAS (fp32, or bf16 tensor cores)" CUDA_COMM,
-     crew_cuda_device_count, open_cuda, crew_cuda_device_memory, CUDA_NCCL, CUDA_CUDNN, CUDA_CONV_AUTO},
+     crew_cuda_device_count, open_cuda, crew_cuda_device_memory, CUDA_NCCL, CUDA_CUDNN, CUDA_CONV_AUTO, 0},
 #endif
 };
 

@@ -80,6 +80,10 @@ typedef struct crew_act_storage {
     /* --attention recompute: a transformer block keeps no attention probabilities for backward but
      * recomputes them there, the same bits, in scratch its model shares among its layers */
     int att_recompute;
+    /* a conv2d that takes in its relu and pool (crew_model_layer_absorbs) runs the device's one
+     * pass and keeps no buffer for its output (crew_device_kind.conv_one_pass), unless it runs by
+     * the device's convolution library; 0: the buffer is there for the layers one after the other */
+    int conv_one_pass;
 } crew_act_storage;
 
 typedef struct crew_layer_ops {

@@ -160,6 +160,9 @@ crew_status crew_conv2d_pool_forward(crew_layer *conv, crew_layer *pool, const c
                                   conv->spec.filters);
         return CREW_OK;
     }
+    if (!conv_out) /* a run on a kind that said it had the one pass (crew_act_storage.conv_one_pass) */
+        return crew_errorf(CREW_CODE_INTERNAL, "the device has no one pass for this convolution, its relu and pool, and "
+                           "its output has no buffer");
     CREW_TRY(conv->ops->forward(conv, p, x, conv_out));
     return pool->ops->forward(pool, p, conv_out, y);
 }
@@ -178,6 +181,7 @@ crew_status crew_conv2d_pool_backward(crew_layer *conv, crew_layer *pool, const 
                                 conv->spec.no_bias ? NULL : conv->params[1].grad, &g, conv->spec.filters);
         return CREW_OK;
     }
+    if (!conv_out) return crew_errorf(CREW_CODE_INTERNAL, "the convolution's output has no buffer for the pool's dx");
     CREW_TRY(pool->ops->backward(pool, p, conv_out, NULL, dy, conv_out));
     return conv->ops->backward(conv, p, x, NULL, conv_out, NULL);
 }

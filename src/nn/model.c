@@ -543,9 +543,17 @@ crew_status crew_model_init_params(crew_model *m, uint64_t seed)
     return CREW_OK;
 }
 
+int64_t crew_model_layer_act_size_as(const crew_model *m, int i, int64_t rows, const crew_act_storage *s)
+{
+    const crew_layer *l = m->layers[i];
+    if (!s) s = &l->store;
+    const int unkept = s->conv_one_pass && !l->conv_by_library && crew_model_layer_absorbs(m, i);
+    return act_is_alias(m, i + 1) || unkept ? 0 : rows * crew_shape_size(&l->out);
+}
+
 int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows)
 {
-    return act_is_alias(m, i + 1) ? 0 : rows * crew_shape_size(&m->layers[i]->out);
+    return crew_model_layer_act_size_as(m, i, rows, NULL);
 }
 
 int crew_model_loss_in_place(const crew_model *m)
@@ -617,6 +625,11 @@ crew_status crew_model_reserve(crew_model *m, int64_t max_rows)
             continue;
         }
         int64_t size = i == 0 ? n.act_input : crew_model_layer_act_size(m, i - 1, max_rows);
+        if (size == 0) { /* a convolution's output that its one pass never writes */
+            crew_dev_free(be, m->act[i]);
+            m->act[i] = NULL;
+            continue;
+        }
         crew_status s = realloc_dev(be, CREW_DT_F32, size, m->act[i], (void **)&m->act[i]);
         if (s) return crew_error_prefix(s, "activations of layer %d: ", i);
     }
@@ -779,9 +792,12 @@ void crew_model_set_storage(crew_model *m, const crew_act_storage *s)
     for (int i = 0; i < m->n_layers; i++) m->layers[i]->store = *s;
 }
 
-crew_act_storage crew_act_storage_for(int precision, int attention_recompute)
+crew_act_storage crew_act_storage_for(int precision, int attention_recompute, const char *device_kind)
 {
-    return (crew_act_storage){.bf16 = precision == CREW_PRECISION_BF16, .att_recompute = attention_recompute != 0};
+    const crew_device_kind *k = crew_device_kind_find(device_kind ? device_kind : "cpu");
+    return (crew_act_storage){.bf16 = precision == CREW_PRECISION_BF16,
+                              .att_recompute = attention_recompute != 0,
+                              .conv_one_pass = k && k->conv_one_pass};
 }
 
 void crew_model_set_conv_ways(crew_model *m, const crew_model *whole, const char *ways)

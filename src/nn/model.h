@@ -153,6 +153,9 @@ int crew_model_grad_slot(const crew_model *m, int lo, int j, int end);
  * kept for the backward pass (a trailing softmax's too); 0 for a layer that works in place or
  * hands its input through. */
 int64_t crew_model_layer_act_size(const crew_model *m, int i, int64_t rows);
+/* The same with the layers keeping their activations as s says (NULL: as they are set): 0 also
+ * for a convolution that takes in its relu and pool and runs the one pass (conv_one_pass). */
+int64_t crew_model_layer_act_size_as(const crew_model *m, int i, int64_t rows, const crew_act_storage *s);
 /* Sizes activations for micro-batches of up to max_rows samples (no-op when already enough); the
  * gradient buffer comes with the first call. */
 crew_status crew_model_reserve(crew_model *m, int64_t max_rows);
@@ -203,7 +206,7 @@ void crew_model_set_conv_ways(crew_model *m, const crew_model *whole, const char
 /* Sets every layer's activation storage (crew_layer.store) for a run. Before crew_model_reserve. */
 void crew_model_set_storage(crew_model *m, const crew_act_storage *s);
 /* A run's storage from its precision (a crew_precision) and crew_fit_options.attention_recompute. */
-crew_act_storage crew_act_storage_for(int precision, int attention_recompute);
+crew_act_storage crew_act_storage_for(int precision, int attention_recompute, const char *device_kind);
 /* dst's parameters and state := src's (same layers, any two devices). */
 crew_status crew_model_copy_values(crew_model *dst, const crew_model *src);
 

@@ -163,7 +163,7 @@ static crew_status build_models(crew_rank *r, const int *first)
     r->m = r->slot[0];
     r->m->grads_elsewhere = p->shard >= CREW_SHARD_GRADIENTS; /* ZeRO-2/3: in the units' buffers */
     crew_model_set_conv_ways(r->m, run->start, p->conv_choice); /* before the views, which copy them */
-    crew_act_storage store = crew_act_storage_for(p->precision, p->attention_recompute);
+    crew_act_storage store = crew_act_storage_for(p->precision, p->attention_recompute, p->device_kind);
     crew_model_set_storage(r->m, &store);
     r->rows = p->batch_per_device;
     CREW_TRY(crew_model_reserve(r->m, r->rows));

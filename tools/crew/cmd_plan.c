@@ -72,7 +72,7 @@ static void print_layers(const crew_memory_plan *p)
         if (staged) printf("  %5d", l->stage);
         printf("\n");
     }
-    printf("(weights: parameters, gradients and optimizer state; activations: the layer's output for the batch, 0 B where it writes over its input or hands it through)\n");
+    printf("(weights: parameters, gradients and optimizer state; activations: the layer's output for the batch, 0 B where none is kept: written over its input, handed through, or never written)\n");
     printf("(workspace: the layer's own; the layers' scratch, one buffer a slot shared by all of them, counts once in the total)\n");
 }
 
