@@ -102,6 +102,13 @@ static inline void gather_taps(const padded *p, const crew_window *g, int64_t oh
     for (int64_t t = 0; t < taps; t++) tv[t] = corner[p->off[t]];
 }
 
+/* Filters f0 .. f0 + n of the kernel as kg [taps, n], rounded as the GEMM would round them. */
+static void kernel_group(const float *kernel, int64_t taps, int64_t out_c, int64_t f0, int64_t n, int bf16, float *kg)
+{
+    for (int64_t t = 0; t < taps; t++)
+        for (int64_t f = 0; f < n; f++) kg[t * n + f] = rounded(kernel[t * out_c + f0 + f], bf16);
+}
+
 void cpu_conv_taps_forward(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
                            const crew_window *g, int64_t out_c)
 {
@@ -113,8 +120,7 @@ void cpu_conv_taps_forward(void *ctx, const float *x, const float *kernel, const
     if (!padded_for(cx, g, &p)) return;
     for (int64_t f0 = 0; f0 < out_c; f0 += GROUP) {
         const int64_t n = out_c - f0 < GROUP ? out_c - f0 : GROUP, whole = n - n % LANES;
-        for (int64_t t = 0; t < taps; t++) /* the group's kernel, rows of n, rounded as the GEMM would */
-            for (int64_t f = 0; f < n; f++) kg[t * n + f] = rounded(kernel[t * out_c + f0 + f], bf16);
+        kernel_group(kernel, taps, out_c, f0, n, bf16, kg);
         for (int64_t b = 0; b < g->batch; b++) {
             pad_sample(x, g, b, bf16, &p);
             for (int64_t oh = 0; oh < g->out_h; oh++)
@@ -267,8 +273,7 @@ void cpu_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, 
     if (!padded_for(cx, g, &p)) return;
     for (int64_t f0 = 0; f0 < out_c; f0 += GROUP) {
         const int64_t n = out_c - f0 < GROUP ? out_c - f0 : GROUP, whole = n - n % LANES;
-        for (int64_t t = 0; t < taps; t++)
-            for (int64_t f = 0; f < n; f++) kg[t * n + f] = rounded(kernel[t * out_c + f0 + f], bf16);
+        kernel_group(kernel, taps, out_c, f0, n, bf16, kg);
         for (int64_t b = 0; b < g->batch; b++) {
             pad_sample(x, g, b, bf16, &p);
             for (int64_t ph = 0; ph < ph_n; ph++)
