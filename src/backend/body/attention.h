@@ -3,9 +3,10 @@
  * zeros above the diagonal.
  *
  * A warp per row on a GPU, its lanes taking s = lane, lane + 32, ... (the crew_att_lane_* pieces);
- * the CPU walks each row serially, through the per-element formulas (crew_att_exp, crew_att_prob,
- * crew_att_grad), its exponentials in a loop of their own so that they vectorise. Only the sums'
- * order differs between the two, which tests/test_kernel_bodies.c bounds. att is float32 or
+ * the CPU computes the same 32 lanes' partials side by side and folds them as the warp's butterfly
+ * does (backend/cpu/cpu_lanes.h), through the per-element formulas (crew_att_exp, crew_att_prob,
+ * crew_att_grad), its exponentials in a loop of their own so that they vectorise. The two give the
+ * same bits, which tests/test_kernel_bodies.c checks. att is float32 or
  * bfloat16 (crew_bf16, backend.h): crew_att_load reads either. body.h says what a body is. */
 #ifndef CREW_BACKEND_BODY_ATTENTION_H
 #define CREW_BACKEND_BODY_ATTENTION_H

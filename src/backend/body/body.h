@@ -23,8 +23,9 @@
  * The kernels along a row (a warp per row: softmax cross-entropy, softmax, layer norm, attention's
  * softmax) share their per-lane pieces instead: a lane's strided partial (elements lane, lane +
  * lanes, ...) and each element's formula, which the kernel calls with its lane and 32 lanes and
- * combines with its shuffle butterfly, and which the CPU calls with lane 0 of 1 where it walks the
- * row in its serial order. */
+ * combines with its shuffle butterfly. The CPU sums in that order too, its 32 partials side by side
+ * and folded as the butterfly folds them (backend/cpu/cpu_lanes.h), from the same per-element
+ * terms: a row's sums have the GPU's bits, and the CPU's loops vectorise. */
 #ifndef CREW_BACKEND_BODY_H
 #define CREW_BACKEND_BODY_H
 

@@ -3,9 +3,10 @@
  *
  * The softmaxes run along a row: a warp per row on a GPU, whose lanes take elements lane, lane + 32,
  * ... (the crew_*_lane_* pieces here), and whose partials meet in a butterfly of shuffles (the
- * largest value and its first index; the sum); the CPU is the one-lane case (lane 0 of 1). The
- * maximum and its first index are exact in any order; only the sum's order differs between the two,
- * which tests/test_kernel_bodies.c bounds. body.h says what a body is. */
+ * largest value and its first index; the sum); the CPU keeps the same 32 partials and folds them the
+ * same way (backend/cpu/cpu_lanes.h), so the two sum in one order; tests/test_kernel_bodies.c holds
+ * them to the same bits. (The GPU's expf is not glibc's: the exponentials themselves may differ in
+ * the last bit.) body.h says what a body is. */
 #ifndef CREW_BACKEND_BODY_LOSS_H
 #define CREW_BACKEND_BODY_LOSS_H
 

@@ -8,9 +8,9 @@
  * chunk of channels at a time and a kernel thread per element, then one formula per element.
  *
  * Layer norm runs along a row: a warp per row on a GPU, whose lanes take elements lane, lane + 32,
- * ... (crew_ln_lane_*); the CPU is the one-lane case (lane 0 of 1: the serial order). Only the
- * sums' order differs between the two; tests/test_kernel_bodies.c bounds what that changes.
- * Its parameters' gradients are column sums again (crew_body_layernorm_params, bit for bit the
+ * ... (crew_ln_lane_*); the CPU keeps the 32 lanes' partials side by side and folds them as the
+ * warp does (backend/cpu/cpu_lanes.h), from the same per-element terms, so the two agree bit for
+ * bit (tests/test_kernel_bodies.c). Its parameters' gradients are column sums again (crew_body_layernorm_params, bit for bit the
  * CPU's). body.h says what a body is. */
 #ifndef CREW_BACKEND_BODY_NORM_H
 #define CREW_BACKEND_BODY_NORM_H
@@ -127,10 +127,12 @@ CREW_BODY float crew_ln_lane_sum(const float *xr, int64_t c, int64_t lane, int64
     return s;
 }
 
+CREW_BODY float crew_ln_sqdev_term(float x, float m) { return (x - m) * (x - m); }
+
 CREW_BODY float crew_ln_lane_sqdev(const float *xr, int64_t c, float m, int64_t lane, int64_t lanes)
 {
     float v = 0.0f;
-    for (int64_t j = lane; j < c; j += lanes) v += (xr[j] - m) * (xr[j] - m);
+    for (int64_t j = lane; j < c; j += lanes) v += crew_ln_sqdev_term(xr[j], m);
     return v;
 }
 

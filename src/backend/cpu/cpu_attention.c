@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "backend/body/attention.h"
+#include "backend/cpu/cpu_lanes.h"
 #include "backend/cpu/cpu_ops.h"
 
 /* c = alpha · op(a) · op(b), its operands rounded to bfloat16 when bf16 is 1 (cpu_gemm.c) */
@@ -37,17 +38,24 @@ static head_view head_at(int64_t b, int64_t h, int64_t T, int64_t heads, int64_t
 }
 
 /* Row t of a [T, T] score matrix becomes softmax over s ≤ t (max subtracted first, so exp never
- * overflows), and zeros above the diagonal: backend/body/attention.h's formulas, the one-lane case
- * of the CUDA kernel's warp per row, but for the exponentials, which get a loop of their own. */
+ * overflows), and zeros above the diagonal: backend/body/attention.h's formulas, its maximum and
+ * sum in the order of the CUDA kernel's warp per row (cpu_lanes.h; a maximum is exact in any
+ * order), its exponentials in a loop of their own. */
 static void causal_softmax(float *a, int64_t T)
 {
     for (int64_t t = 0; t < T; t++) {
         float *row = a + t * T;
-        const float max = crew_att_lane_max(row, t, 0, 1);
+        float p[CPU_LANES];
+        for (int l = 0; l < CPU_LANES; l++) p[l] = row[0]; /* each lane's start (crew_att_lane_max) */
+        for (int64_t s0 = 0; s0 <= t; s0 += CPU_LANES) {
+            const int64_t w = cpu_lanes_width(t + 1, s0);
+            for (int64_t l = 0; l < w; l++) p[l] = row[s0 + l] > p[l] ? row[s0 + l] : p[l];
+        }
+        const float max = cpu_lanes_max(p);
         for (int64_t s = 0; s <= t; s++) row[s] = crew_att_exp(row[s], max); /* vectorised */
-        float sum = 0.0f;
-        for (int64_t s = 0; s <= t; s++) sum += row[s];
-        float inv = 1.0f / sum;
+        cpu_lanes_zero(p);
+        cpu_lanes_add(p, row, t + 1);
+        const float inv = 1.0f / cpu_lanes_sum(p);
         for (int64_t s = 0; s <= t; s++) row[s] = crew_att_prob(row[s], inv);
         for (int64_t s = t + 1; s < T; s++) row[s] = 0.0f;
     }
@@ -122,7 +130,13 @@ void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const 
             for (int64_t t = 0; t < T; t++) {
                 const float *ar = a + t * T;
                 float *dr = da + t * T;
-                crew_att_lane_grad(ar, 0, dr, t, T, crew_att_lane_dot(ar, 0, dr, t, 0, 1), 0, 1);
+                float p[CPU_LANES]; /* Σ_s att·datt in the warp's order (crew_att_lane_dot) */
+                cpu_lanes_zero(p);
+                for (int64_t s0 = 0; s0 <= t; s0 += CPU_LANES) {
+                    const int64_t w = cpu_lanes_width(t + 1, s0);
+                    for (int64_t l = 0; l < w; l++) p[l] += ar[s0 + l] * dr[s0 + l];
+                }
+                crew_att_lane_grad(ar, 0, dr, t, T, cpu_lanes_sum(p), 0, 1);
             }
             for (int64_t t0 = 0; t0 < T; t0 = block_end(t0, T)) { /* dq = ds · k / √d, over s < t1 */
                 const int64_t t1 = block_end(t0, T);

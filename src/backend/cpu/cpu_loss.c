@@ -1,11 +1,44 @@
 /* cpu_loss.c — fused softmax cross-entropy, softmax, and embedding lookup: the pieces of
- * backend/body/loss.h, which the CUDA kernels run too; the softmaxes walk each row as the one-lane
- * case (lane 0 of 1) of the kernels' warp per row. */
+ * backend/body/loss.h, which the CUDA kernels run too; the softmaxes take each row's maximum and
+ * sum in the order of the kernels' warp per row (cpu_lanes.h), their exponentials in a loop of
+ * their own. */
+#include <math.h>
 #include <string.h>
 
 #include "backend/body/loss.h"
+#include "backend/cpu/cpu_lanes.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/status.h"
+
+/* The row's largest logit and its first index, as the warp finds them: each lane's
+ * (crew_xent_lane_argmax: from z[0], a later element only when strictly greater), then warp_argmax's
+ * butterfly; lane 0's. */
+static float row_argmax(const float *z, int64_t classes, long long *best)
+{
+    float v[CPU_LANES];
+    long long at[CPU_LANES];
+    for (int l = 0; l < CPU_LANES; l++) v[l] = z[0], at[l] = 0;
+    for (int64_t j0 = 0; j0 < classes; j0 += CPU_LANES) {
+        const int64_t w = cpu_lanes_width(classes, j0);
+        for (int64_t l = 0; l < w; l++)
+            if (z[j0 + l] > v[l]) v[l] = z[j0 + l], at[l] = j0 + l;
+    }
+    for (int k = CPU_LANES / 2; k > 0; k /= 2)
+        for (int l = 0; l < k; l++)
+            if (crew_xent_argmax_takes(v[l + k], at[l + k], v[l], at[l])) v[l] = v[l + k], at[l] = at[l + k];
+    *best = at[0];
+    return v[0];
+}
+
+/* e[j] = exp(z[j] − zmax) (e may be z), and their sum in the warp's order */
+static float row_exp_sum(const float *z, float *e, int64_t classes, float zmax)
+{
+    for (int64_t j = 0; j < classes; j++) e[j] = expf(z[j] - zmax);
+    float p[CPU_LANES];
+    cpu_lanes_zero(p);
+    cpu_lanes_add(p, e, classes);
+    return cpu_lanes_sum(p);
+}
 
 /* loss = logsumexp(z) − z[label], computed after subtracting the row maximum so no exp
  * overflows; d loss / d z = softmax(z) − onehot(label). */
@@ -20,8 +53,8 @@ crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labe
         const int32_t y = labels[r];
         const float zy = z[y]; /* before dz, which may be z, is written */
         long long best;
-        const float zmax = crew_xent_lane_argmax(z, classes, 0, 1, &best);
-        const float sum = crew_xent_lane_exp(z, dz, classes, zmax, 0, 1);
+        const float zmax = row_argmax(z, classes, &best);
+        const float sum = row_exp_sum(z, dz, classes, zmax);
         row_loss[r] = crew_xent_loss(sum, zy, zmax);
         crew_xent_lane_grad(dz, classes, y, crew_xent_inv(scale, sum), scale, 0, 1);
         right += best == y;
@@ -36,8 +69,14 @@ void cpu_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int
     for (int64_t r = 0; r < rows; r++) {
         const float *z = logits + r * classes;
         float *p = probs + r * classes;
-        const float zmax = crew_softmax_lane_max(z, classes, 0, 1);
-        crew_softmax_lane_div(p, classes, crew_softmax_lane_exp(z, p, classes, zmax, 0, 1), 0, 1);
+        float v[CPU_LANES]; /* each lane's maximum (crew_softmax_lane_max: from z[0]) */
+        for (int l = 0; l < CPU_LANES; l++) v[l] = z[0];
+        for (int64_t j0 = 0; j0 < classes; j0 += CPU_LANES) {
+            const int64_t w = cpu_lanes_width(classes, j0);
+            for (int64_t l = 0; l < w; l++) v[l] = z[j0 + l] > v[l] ? z[j0 + l] : v[l];
+        }
+        const float zmax = cpu_lanes_max(v);
+        crew_softmax_lane_div(p, classes, row_exp_sum(z, p, classes, zmax), 0, 1);
     }
 }
 

@@ -2,10 +2,12 @@
  * can be all-reduced for synchronised batch norm) and layer normalisation. x is [rows, c].
  * The formulas are backend/body/norm.h's, which the CUDA kernels run too: the column sums here
  * walk rows outer and columns inner (contiguous), the kernels a column at a time, each column's
- * terms in the same order; layer norm walks its rows as the one-lane case of the kernels' warps. */
+ * terms in the same order; layer norm sums each row in the order of the kernels' warp
+ * (cpu_lanes.h), so its bits are a GPU's. */
 #include <string.h>
 
 #include "backend/body/norm.h"
+#include "backend/cpu/cpu_lanes.h"
 #include "backend/cpu/cpu_ops.h"
 
 /* Per-channel factors are computed for this many channels at a time, on the stack. */
@@ -105,9 +107,16 @@ void cpu_layernorm_forward(void *ctx, const float *x, const float *gamma, const 
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * c;
         float *yr = y + r * c;
-        const float m = crew_ln_lane_sum(xr, c, 0, 1) / (float)c;
-        const float v = crew_ln_lane_sqdev(xr, c, m, 0, 1) / (float)c;
-        const float s = crew_ln_rstd(v, eps);
+        float p[CPU_LANES];
+        cpu_lanes_zero(p);
+        cpu_lanes_add(p, xr, c);
+        const float m = cpu_lanes_sum(p) / (float)c;
+        cpu_lanes_zero(p);
+        for (int64_t j0 = 0; j0 < c; j0 += CPU_LANES) {
+            const int64_t w = cpu_lanes_width(c, j0);
+            for (int64_t l = 0; l < w; l++) p[l] += crew_ln_sqdev_term(xr[j0 + l], m);
+        }
+        const float s = crew_ln_rstd(cpu_lanes_sum(p) / (float)c, eps);
         crew_ln_lane_forward(xr, gamma, beta, m, s, yr, c, 0, 1);
         mean[r] = m;
         rstd[r] = s;
@@ -123,17 +132,24 @@ void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const fl
         const float *dyr = dy + r * c, *xr = x + r * c;
         float *dxr = dx + r * c;
         const float m = mean[r], s = rstd[r];
-        /* the sums of dxhat and dxhat·xhat (crew_ln_lane_grad_sums' in one lane), in one pass with
-         * crew_body_layernorm_params' terms a row at a time, which fill the sums' latency */
-        float sum_g = 0.0f, sum_gx = 0.0f;
-        for (int64_t j = 0; j < c; j++) {
-            float g, gx;
-            crew_ln_grad_terms(dyr[j], xr[j], gamma[j], m, s, &g, &gx);
-            sum_g += g;
-            sum_gx += gx;
-            dgamma[j] += dyr[j] * crew_ln_xhat(xr[j], m, s);
-            dbeta[j] += dyr[j];
+        /* the lanes' sums of dxhat and dxhat·xhat (crew_ln_lane_grad_sums'), in one pass with
+         * crew_body_layernorm_params' terms a row at a time */
+        float pg[CPU_LANES], pgx[CPU_LANES];
+        cpu_lanes_zero(pg);
+        cpu_lanes_zero(pgx);
+        for (int64_t j0 = 0; j0 < c; j0 += CPU_LANES) {
+            const int64_t w = cpu_lanes_width(c, j0);
+            for (int64_t l = 0; l < w; l++) {
+                const int64_t j = j0 + l;
+                float g, gx;
+                crew_ln_grad_terms(dyr[j], xr[j], gamma[j], m, s, &g, &gx);
+                pg[l] += g;
+                pgx[l] += gx;
+                dgamma[j] += dyr[j] * crew_ln_xhat(xr[j], m, s);
+                dbeta[j] += dyr[j];
+            }
         }
-        crew_ln_lane_dx(dyr, xr, gamma, m, s, sum_g / (float)c, sum_gx / (float)c, dxr, c, 0, 1);
+        crew_ln_lane_dx(dyr, xr, gamma, m, s, cpu_lanes_sum(pg) / (float)c, cpu_lanes_sum(pgx) / (float)c, dxr, c, 0,
+                        1);
     }
 }

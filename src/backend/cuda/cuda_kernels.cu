@@ -47,7 +47,7 @@ extern "C" {
  * butterfly of shuffles, which leaves the same total, bit for bit, in every lane (each level adds
  * the same two numbers in each lane of a pair, and a + b == b + a). The order of a row's sum is
  * fixed by the warp's width alone: the same on every run, every GPU count and every row length's
- * grid, though not the CPU's serial order (the values differ from the CPU's in the last bits). */
+ * grid, and the CPU's (backend/cpu/cpu_lanes.h keeps the 32 partials and folds them the same way). */
 #define ROW_LANES CREW_BODY_LANES
 #define LANE ((int64_t)(threadIdx.x % ROW_LANES))
 #define FOR_EACH_ROW(r, rows) \
