@@ -523,15 +523,12 @@ static void test_sum_squares(const device *d)
     float *y_d = dev_f32(d, y, n);
     double got = dev_sum_squares(d, y_d, n);
     EXPECT(d, close_to(got, want, tol_for(d, sum_squares_tol)), "sum_squares %.17g, want %.17g", got, want);
-    if (d->be.ops->sum_squares_lanes) { /* in pieces cut at multiples of the lanes: sum_squares's bits */
-        const int64_t cuts[] = {0, 16 * 1001, 16 * 1002, n / 2 - n / 2 % 16, n - 5, n};
-        double lanes[CREW_SQ_LANES] = {0.0};
-        for (int c = 0; c + 1 < (int)(sizeof cuts / sizeof *cuts); c++) {
-            int64_t lo = cuts[c] - cuts[c] % CREW_SQ_LANES, hi = cuts[c + 1] - cuts[c + 1] % CREW_SQ_LANES;
-            if (c + 2 == (int)(sizeof cuts / sizeof *cuts)) hi = n; /* the last piece takes the tail */
-            EXPECT_OK(d, d->be.ops->sum_squares_lanes(d->be.ctx, y_d + lo, hi - lo, lanes));
-        }
-        double pieces = crew_sq_lanes_fold(lanes);
+    if (d->be.ops->sum_squares_lanes) { /* in pieces cut anywhere, through one state: sum_squares's bits */
+        const int64_t cuts[] = {0, 16 * 1001, 16 * 1002 + 5, CREW_SQ_CHUNK * 7, CREW_SQ_CHUNK * 7 + 3, n / 2 + 11, n - 5, n};
+        double state[CREW_SQ_STATE] = {0.0};
+        for (int c = 0; c + 1 < (int)(sizeof cuts / sizeof *cuts); c++)
+            EXPECT_OK(d, d->be.ops->sum_squares_lanes(d->be.ctx, y_d + cuts[c], cuts[c + 1] - cuts[c], state));
+        double pieces = crew_sq_state_sum(state);
         EXPECT(d, pieces == got, "sum_squares_lanes in pieces %.17g, sum_squares %.17g", pieces, got);
     }
     EXPECT_SYNCED(d);

@@ -12,9 +12,10 @@
  * The kernels along a row (a warp per row: softmax cross-entropy, softmax, layer norm, attention's
  * softmax and its backward) sum in the warp's order, which the CPU keeps too (cpu_lanes.h): the
  * test emulates the warp (each of 32 lanes' strided partial from the shared lane pieces, then the
- * xor butterfly of the kernels' shuffles) and holds the CPU's results to it bit for bit. The fixed
- * grid reductions (sum_squares, all_finite: 256 blocks of 256 threads and a tree in shared memory)
- * are emulated the same way. What only a GPU can test is what is left in the .cu files: launch
+ * xor butterfly of the kernels' shuffles) and holds the CPU's results to it bit for bit. So is
+ * sum_squares (backend.h's chunks: a block a chunk, a thread a lane), also cut into pieces anywhere;
+ * all_finite's fixed grid (256 blocks of 256 threads and a tree in shared memory) is emulated the
+ * same way. What only a GPU can test is what is left in the .cu files: launch
  * geometry, the shuffles and shared memory themselves, streams, and the libraries (cuBLAS, CUB's
  * sort, cuDNN, NCCL), and where a GPU's expf, erff, tanhf, logf round differently from glibc's.
  *
@@ -64,7 +65,7 @@ static const char *const all_kernels[] = {
     "k_bn_col_sum", "k_col_sqdev", "k_bn_scale_sums", "k_bn_forward", "k_bn_backward_sums", "k_bn_backward",
     "k_bn_param_grads", "k_layernorm_forward", "k_layernorm_dx", "k_layernorm_params", "k_causal_softmax",
     "k_softmax_backward_rows", "k_embedding_forward", "k_embedding_bad", "k_embedding_keys", "k_embedding_runs",
-    "k_softmax_xent", "k_softmax", "k_sgd", "k_adamw", "k_adam_direction", "k_sum_serial", "k_sum_squares_partial", "k_add_partials",
+    "k_softmax_xent", "k_softmax", "k_sgd", "k_adamw", "k_adam_direction", "k_sum_serial", "k_sq_piece", "k_sq_chunks", "k_sq_add", "k_add_partials",
     "k_nonfinite_partial", "k_count", "k_to_bf16", "k_to_filter", "k_from_filter", "k_ordered_sum",
 };
 #define N_KERNELS ((int)(sizeof all_kernels / sizeof all_kernels[0]))
@@ -292,36 +293,60 @@ static void check_filters(void)
 
 /* ------------------------------------------------------------------ reductions */
 
-/* sum_squares and all_finite as the GPU computes them: CREW_BODY_PARTIALS blocks, each its
- * threads' partials (the bodies), the tree of cuda_backend.cu's k_sum_squares_partial (width
- * threads/2, /4, ...: part[t] += part[t + w] for t < w), then the blocks' in block order. */
-static double emulated_sum_squares(const float *x, int64_t n, int *nonfinite)
+/* all_finite as the GPU computes it: CREW_BODY_PARTIALS blocks, each its threads' flags (the
+ * bodies), the tree of cuda_backend.cu's k_nonfinite_partial (width threads/2, /4, ...), then the
+ * blocks' in block order. */
+static int emulated_nonfinite(const float *x, int64_t n)
 {
-    double partial[CREW_BODY_PARTIALS], bad_partial[CREW_BODY_PARTIALS];
+    double bad_partial[CREW_BODY_PARTIALS];
     for (int b = 0; b < CREW_BODY_PARTIALS; b++) {
         int64_t lo, hi;
         crew_body_stretch(n, CREW_BODY_PARTIALS, b, &lo, &hi);
-        double part[CREW_BODY_THREADS];
         int bad[CREW_BODY_THREADS];
-        for (int t = 0; t < CREW_BODY_THREADS; t++) {
-            part[t] = crew_body_sum_squares_thread(x, lo, hi, t, CREW_BODY_THREADS);
-            bad[t] = crew_body_nonfinite_thread(x, lo, hi, t, CREW_BODY_THREADS);
-        }
+        for (int t = 0; t < CREW_BODY_THREADS; t++) bad[t] = crew_body_nonfinite_thread(x, lo, hi, t, CREW_BODY_THREADS);
         for (int w = CREW_BODY_THREADS / 2; w > 0; w /= 2)
-            for (int t = 0; t < w; t++) {
-                part[t] += part[t + w];
-                bad[t] |= bad[t + w];
-            }
-        partial[b] = part[0];
+            for (int t = 0; t < w; t++) bad[t] |= bad[t + w];
         bad_partial[b] = bad[0];
     }
-    *nonfinite = crew_body_add_partials(bad_partial, CREW_BODY_PARTIALS) != 0.0; /* cuda_all_finite's test */
-    return crew_body_add_partials(partial, CREW_BODY_PARTIALS);
+    return crew_body_add_partials(bad_partial, CREW_BODY_PARTIALS) != 0.0; /* cuda_all_finite's test */
+}
+
+/* cuda_backend.cu's k_sq_piece: a thread a lane over the piece, then thread 0 closes */
+static void emulate_sq_piece(const float *x, int64_t n, double *state)
+{
+    const int64_t at = (int64_t)state[CREW_SQ_FILLED];
+    for (int k = 0; k < CREW_SQ_LANES; k++) state[k] = crew_body_sq_lane(x, n, at, k, state[k]);
+    crew_body_sq_close(state, n);
+}
+
+/* cuda_sum_squares_lanes as its host code drives the kernels: the chunk under way, whole chunks
+ * `batch` at a time (k_sq_chunks: a block a chunk, its lanes' tree; then k_sq_add), the tail */
+static void emulate_sum_squares_lanes(const float *x, int64_t n, double *state, int64_t batch)
+{
+    int64_t i = 0, at = (int64_t)state[CREW_SQ_FILLED];
+    if (at > 0 && n > 0) {
+        i = CREW_SQ_CHUNK - at < n ? CREW_SQ_CHUNK - at : n;
+        emulate_sq_piece(x, i, state);
+    }
+    double *sums = malloc((size_t)batch * sizeof *sums);
+    while (n - i >= CREW_SQ_CHUNK) {
+        const int64_t chunks = (n - i) / CREW_SQ_CHUNK < batch ? (n - i) / CREW_SQ_CHUNK : batch;
+        for (int64_t c = 0; c < chunks; c++) {
+            double lane[CREW_SQ_LANES];
+            for (int k = 0; k < CREW_SQ_LANES; k++)
+                lane[k] = crew_body_sq_lane(x + i + c * CREW_SQ_CHUNK, CREW_SQ_CHUNK, 0, k, 0.0);
+            sums[c] = crew_sq_lanes_fold(lane);
+        }
+        crew_body_sq_add(sums, chunks, state);
+        i += chunks * CREW_SQ_CHUNK;
+    }
+    free(sums);
+    if (i < n) emulate_sq_piece(x + i, n - i, state);
 }
 
 static void check_reductions(void)
 {
-    const int64_t sizes[] = {0, 1, 255, 257, 65536 + 17, 200000};
+    const int64_t sizes[] = {0, 1, 255, 257, CREW_SQ_CHUNK, CREW_SQ_CHUNK + 1, 65536 + 17, 200000};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         const int64_t n = sizes[s];
         const char *geo = named("n %lld", (long long)n);
@@ -330,17 +355,28 @@ static void check_reductions(void)
         double got = crew_body_sum_serial(x, n), want = -1;
         CHECK_OK(be.ops->sum(be.ctx, x, n, &want));
         SAME_D("k_sum_serial", geo, &got, &want, 1);
-        /* sum_squares: the grid's order against the CPU's serial one, both in double: 2·γ(n−1)
-         * in double's u (2^-53) relative to the sum of positive terms (Higham, §4.2), doubled: the
-         * second-order terms left out are far below it at these sizes */
-        int nonfinite = -1, finite = -1;
-        double cpu_sq = -1, gpu_sq = emulated_sum_squares(x, n, &nonfinite);
+        /* sum_squares: the GPU's kernels in backend.h's order, the CPU's bits; and both in pieces
+         * cut anywhere (the ranks of a sharded gradient), the whole's bits */
+        int finite = -1;
+        double cpu_sq = -1, state[CREW_SQ_STATE] = {0};
+        emulate_sum_squares_lanes(x, n, state, CREW_BODY_PARTIALS);
+        const double gpu_sq = crew_sq_state_sum(state);
         CHECK_OK(be.ops->sum_squares(be.ctx, x, n, &cpu_sq));
-        const double ud = 1.0 / 9007199254740992.0, bound = 4.0 * (double)n * ud / (1 - (double)n * ud) * cpu_sq;
-        CHECK_MSG(fabs(gpu_sq - cpu_sq) <= bound, "k_sum_squares_partial (%s): %.17g against the CPU's %.17g", geo,
-                  gpu_sq, cpu_sq);
+        SAME_D("k_sq_chunks", geo, &gpu_sq, &cpu_sq, 1);
+        int64_t cuts[] = {0, n / 3, n / 3 + 1, n / 3 + 17, n / 2, n / 2, n - 1, n};
+        for (int c = 1; c < (int)(sizeof cuts / sizeof *cuts); c++) /* in order, within x */
+            cuts[c] = cuts[c] < cuts[c - 1] ? cuts[c - 1] : cuts[c] > n ? n : cuts[c];
+        double cpu_state[CREW_SQ_STATE] = {0};
+        memset(state, 0, sizeof state);
+        for (int c = 0; c + 1 < (int)(sizeof cuts / sizeof *cuts); c++) {
+            CHECK_OK(be.ops->sum_squares_lanes(be.ctx, x + cuts[c], cuts[c + 1] - cuts[c], cpu_state));
+            emulate_sum_squares_lanes(x + cuts[c], cuts[c + 1] - cuts[c], state, 3); /* small batches too */
+        }
+        const double cpu_pieces = crew_sq_state_sum(cpu_state), gpu_pieces = crew_sq_state_sum(state);
+        SAME_D("k_sq_piece", geo, &cpu_pieces, &cpu_sq, 1);
+        SAME_D("k_sq_add", geo, &gpu_pieces, &cpu_sq, 1);
         CHECK_OK(be.ops->all_finite(be.ctx, x, n, &finite));
-        CHECK_MSG(finite == 1 && nonfinite == 0, "k_nonfinite_partial (%s): finite data", geo);
+        CHECK_MSG(finite == 1 && !emulated_nonfinite(x, n), "k_nonfinite_partial (%s): finite data", geo);
         if (n > 0) { /* a NaN, an infinity, at the first, the last and a middle element */
             const float bad[] = {NAN, -INFINITY};
             const int64_t at[] = {0, n - 1, n / 2 + 1 < n ? n / 2 + 1 : 0};
@@ -348,16 +384,16 @@ static void check_reductions(void)
                 for (int p = 0; p < 3; p++) {
                     float keep = x[at[p]];
                     x[at[p]] = bad[k];
-                    emulated_sum_squares(x, n, &nonfinite);
                     CHECK_OK(be.ops->all_finite(be.ctx, x, n, &finite));
-                    CHECK_MSG(finite == 0 && nonfinite == 1, "k_nonfinite_partial (%s): %g at %lld", geo, bad[k],
+                    CHECK_MSG(finite == 0 && emulated_nonfinite(x, n), "k_nonfinite_partial (%s): %g at %lld", geo, bad[k],
                               (long long)at[p]);
                     x[at[p]] = keep;
                 }
         }
         free(x);
     }
-    cover("k_sum_serial"), cover("k_sum_squares_partial"), cover("k_add_partials"), cover("k_nonfinite_partial");
+    cover("k_sum_serial"), cover("k_sq_piece"), cover("k_sq_chunks"), cover("k_sq_add"), cover("k_add_partials"),
+        cover("k_nonfinite_partial");
 }
 
 /* ---- the ordered sum (NCCL's k_ordered_sum) against the in-process communicator's (comm_local.c):

@@ -75,9 +75,24 @@ typedef struct crew_adamw_consts {
 
 struct crew_device_options; /* below: what a device is opened with */
 
-/* sum_squares's running sums (backend.h's sum_squares_lanes) and their fixed pairwise tree. */
+/* sum_squares's order, the same on every device (sum_squares_lanes below): the buffer in chunks
+ * of CREW_SQ_CHUNK values from its start; in a chunk, lane k of CREW_SQ_LANES adds the squares (in
+ * double) of the values whose place in the chunk is k mod CREW_SQ_LANES, in order, and the chunk's
+ * sum is its lanes' fixed pairwise tree (crew_sq_lanes_fold); the buffer's sum is its chunks' sums
+ * added in order. Sixteen chains of adds, not one, so a CPU's loop is not held up by each add's
+ * latency; chunks, so that a GPU sums them side by side; and the order depends on nothing but each
+ * value's place, so a buffer cut anywhere and summed piece after piece gives the same bits.
+ * The state carried between the pieces: the lanes of the chunk under way, the sum of the chunks
+ * done, and how many values of the chunk under way are in (an integer, exact in a double). */
 #define CREW_SQ_LANES 16
-static inline double crew_sq_lanes_fold(const double *lanes)
+#define CREW_SQ_CHUNK 4096
+enum { CREW_SQ_TOTAL = CREW_SQ_LANES, CREW_SQ_FILLED, CREW_SQ_STATE };
+#ifdef __CUDACC__
+#define CREW_SQ_FN static inline __host__ __device__
+#else
+#define CREW_SQ_FN static inline
+#endif
+CREW_SQ_FN double crew_sq_lanes_fold(const double *lanes)
 {
     double l[CREW_SQ_LANES];
     for (int k = 0; k < CREW_SQ_LANES; k++) l[k] = lanes[k];
@@ -85,6 +100,8 @@ static inline double crew_sq_lanes_fold(const double *lanes)
         for (int k = 0; k < width; k++) l[k] += l[k + width];
     return l[0];
 }
+/* The sum of squares a state stands for: the chunks done, then the one under way (0 when none) */
+CREW_SQ_FN double crew_sq_state_sum(const double *state) { return state[CREW_SQ_TOTAL] + crew_sq_lanes_fold(state); }
 
 typedef struct crew_backend_ops {
     const char *name;           /* the backend's name, for messages: "cpu", "cpu-guarded" */
@@ -143,14 +160,14 @@ typedef struct crew_backend_ops {
     /* *out = x[0] + x[1] + ... + x[n-1], summed in that order in double, so that a loss is the
      * same bits on every device (its n is a micro-batch's rows: a GPU may run it serially) */
     crew_status (*sum)(void *ctx, const float *x, int64_t n, double *out);
+    /* *out = Σ x², in double, in the order above (CREW_SQ_CHUNK): the same bits on every device */
     crew_status (*sum_squares)(void *ctx, const float *x, int64_t n, double *out);
-    /* sum_squares in parts: adds x[i]² (in double) to lanes[i mod CREW_SQ_LANES], in order of i,
-     * continuing the lanes' sums; crew_sq_lanes_fold(lanes) then gives sum_squares's bits, so a
-     * buffer cut at multiples of CREW_SQ_LANES and summed piece after piece through the same lanes
-     * gives the whole buffer's norm (the ranks of a sharded gradient hand the lanes on: the
-     * clipping norm of ZeRO-2/3). NULL where sum_squares is not made of these lanes (a GPU's grid):
-     * the caller then gathers the buffer whole. */
-    crew_status (*sum_squares_lanes)(void *ctx, const float *x, int64_t n, double *lanes);
+    /* sum_squares in parts: continues state [CREW_SQ_STATE] (host memory; zeros to begin) over
+     * x[0 .. n), in the order above (CREW_SQ_CHUNK); crew_sq_state_sum(state) then gives
+     * sum_squares's bits, so a buffer cut anywhere and summed piece after piece through the same
+     * state gives the whole buffer's (the ranks of a sharded gradient hand the state on: the
+     * clipping norm of ZeRO-2/3). NULL where the device has none: the caller then refuses. */
+    crew_status (*sum_squares_lanes)(void *ctx, const float *x, int64_t n, double *state);
     /* *out = 1 when no value is NaN or infinite */
     crew_status (*all_finite)(void *ctx, const float *x, int64_t n, int *out);
     /* A 64-bit hash of the bytes of n elements (the drift check): equal bytes give equal hashes

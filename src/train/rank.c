@@ -18,10 +18,11 @@
 int64_t crew_rank_scratch_size(int ranks, int tensors)
 {
     /* the drift check's hash halves (each tensor's, capped, and the optimizer's two moment
-     * buffers), or one step's metrics rows, whichever is more */
+     * buffers), one step's metrics rows, or the sharded norm's state (rank_units.c), whichever is
+     * more */
     int64_t drift = (int64_t)ranks * ((tensors < CREW_DRIFT_TENSORS ? tensors : CREW_DRIFT_TENSORS) + 2) * 2;
-    int64_t metrics = (int64_t)ranks * CREW_METRIC_FIELDS;
-    return drift > metrics ? drift : metrics;
+    int64_t metrics = (int64_t)ranks * CREW_METRIC_FIELDS, most = drift > metrics ? drift : metrics;
+    return most > CREW_SQ_STATE ? most : CREW_SQ_STATE;
 }
 
 crew_status crew_rank_allreduce_host(crew_rank *r, double *v, int64_t n)

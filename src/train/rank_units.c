@@ -498,20 +498,21 @@ crew_status crew_rank_units_finish(crew_rank *r, crew_status passes, float **gra
 
 /* ------------------------------------------------------------------ the update */
 
-/* The whole summed gradient's L2 norm, to the bit of sum_squares over it: every rank adds its
- * shard into the sixteen lanes in shard order, each handing them on by a broadcast. */
+/* The whole summed gradient's L2 norm, to the bit of sum_squares over it: every rank continues
+ * the sum's state (backend.h, CREW_SQ_CHUNK) over its shard in shard order, each handing it on by a
+ * broadcast. */
 static crew_status whole_norm(crew_rank *r, const float *grad, double *norm)
 {
     const crew_backend *be = r->be;
-    double lanes[CREW_SQ_LANES] = {0.0};
+    double state[CREW_SQ_STATE] = {0.0};
     for (int q = 0; q < r->replicas; q++) {
         if (q == r->replica && crew_rank_shard_len(r, q) > 0)
-            CREW_TRY(be->ops->sum_squares_lanes(be->ctx, grad, crew_rank_shard_len(r, q), lanes));
-        CREW_TRY(be->ops->upload(be->ctx, NULL, r->dev_scratch, lanes, CREW_SQ_LANES, CREW_DT_F64));
-        CREW_TRY(crew_broadcast(&r->group, r->dev_scratch, CREW_SQ_LANES, CREW_COMM_F64, q, r->run->timeout_s));
-        CREW_TRY(be->ops->download(be->ctx, lanes, r->dev_scratch, CREW_SQ_LANES, CREW_DT_F64));
+            CREW_TRY(be->ops->sum_squares_lanes(be->ctx, grad, crew_rank_shard_len(r, q), state));
+        CREW_TRY(be->ops->upload(be->ctx, NULL, r->dev_scratch, state, CREW_SQ_STATE, CREW_DT_F64));
+        CREW_TRY(crew_broadcast(&r->group, r->dev_scratch, CREW_SQ_STATE, CREW_COMM_F64, q, r->run->timeout_s));
+        CREW_TRY(be->ops->download(be->ctx, state, r->dev_scratch, CREW_SQ_STATE, CREW_DT_F64));
     }
-    *norm = sqrt(crew_sq_lanes_fold(lanes));
+    *norm = sqrt(crew_sq_state_sum(state));
     return CREW_OK;
 }
 

@@ -1,5 +1,5 @@
-/* reduce.h — the bodies of the reductions: backend.h's sum (in order, in double), sum_squares and
- * all_finite (a fixed grid of blocks on a GPU), the counting ops' sum of per-row flags, and the
+/* reduce.h — the bodies of the reductions: backend.h's sum (in order, in double), sum_squares (in
+ * backend.h's chunks, CREW_SQ_CHUNK), all_finite (a fixed grid of blocks on a GPU), the counting ops' sum of per-row flags, and the
  * ordered sum of the NCCL communicator (src/comm/nccl/comm_nccl.cu: comm_local.c's arithmetic).
  * body.h says what a body is. */
 #ifndef CREW_BACKEND_BODY_REDUCE_H
@@ -7,7 +7,7 @@
 
 #include "backend/body/body.h"
 
-/* The fixed grid of the GPU's block reductions (sum_squares, all_finite): CREW_BODY_PARTIALS
+/* The fixed grid of the GPU's block reductions (all_finite): CREW_BODY_PARTIALS
  * blocks of CREW_BODY_THREADS threads, whatever n, so the order of every sum is the same on every
  * run. Block b takes the stretch [lo, hi) of x (crew_body_stretch); its thread t the stretch's
  * elements lo + t, lo + t + threads, ...; the threads' partials meet in a tree in shared memory
@@ -41,14 +41,37 @@ CREW_BODY void crew_body_stretch(int64_t n, int64_t blocks, int64_t b, int64_t *
     *hi = *lo + per < n ? *lo + per : n;
 }
 
-/* Thread t's partial of a stretch: Σ x² in double, and whether any value is not finite. */
-CREW_BODY double crew_body_sum_squares_thread(const float *x, int64_t lo, int64_t hi, int64_t t, int64_t threads)
+/* ---- sum_squares in backend.h's order (CREW_SQ_CHUNK), as a GPU runs it: a thread a lane.
+ * Lane k's sum continued from acc over x[0 .. n), whose first value is at place `at` of its chunk:
+ * the squares of the values at places k, k + 16, ... of the chunk, in order (n stays in the chunk). */
+CREW_BODY double crew_body_sq_lane(const float *x, int64_t n, int64_t at, int64_t k, double acc)
 {
-    double s = 0.0;
-    for (int64_t i = lo + t; i < hi; i += threads) s += crew_body_square(x[i]);
-    return s;
+    for (int64_t j = ((k - at) % CREW_SQ_LANES + CREW_SQ_LANES) % CREW_SQ_LANES; j < n; j += CREW_SQ_LANES)
+        acc += crew_body_square(x[j]);
+    return acc;
 }
 
+/* After a piece of n values of the chunk under way: the count moves on, and a chunk that is full
+ * adds its lanes' tree to the total and starts the next from zero. */
+CREW_BODY void crew_body_sq_close(double *state, int64_t n)
+{
+    const int64_t filled = (int64_t)state[CREW_SQ_FILLED] + n;
+    if (filled < CREW_SQ_CHUNK) {
+        state[CREW_SQ_FILLED] = (double)filled;
+        return;
+    }
+    state[CREW_SQ_TOTAL] += crew_sq_lanes_fold(state);
+    for (int k = 0; k < CREW_SQ_LANES; k++) state[k] = 0.0;
+    state[CREW_SQ_FILLED] = 0.0;
+}
+
+/* Whole chunks' sums onto the total, in order */
+CREW_BODY void crew_body_sq_add(const double *sums, int64_t count, double *state)
+{
+    for (int64_t c = 0; c < count; c++) state[CREW_SQ_TOTAL] += sums[c];
+}
+
+/* Thread t's partial of a stretch: whether any value is not finite. */
 CREW_BODY int crew_body_nonfinite_thread(const float *x, int64_t lo, int64_t hi, int64_t t, int64_t threads)
 {
     int bad = 0;

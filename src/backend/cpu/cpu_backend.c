@@ -169,28 +169,40 @@ static crew_status cpu_sum(void *ctx, const float *x, int64_t n, double *out)
     return CREW_OK;
 }
 
-/* Sixteen running sums, value i into sum i mod 16, added pairwise in a fixed tree at the end: the
- * same bits on every machine whatever its vector width, and sixteen independent chains of adds
- * instead of one, whose add-after-add latency made a norm cost a step's fifth on a small model
- * (the noise scale takes one a micro-batch; clipping and LAMB's trust ratios their own). */
-static crew_status cpu_sum_squares_lanes(void *ctx, const float *x, int64_t n, double *lanes)
+/* backend.h's order (CREW_SQ_CHUNK): sixteen running sums a chunk, their tree into the chunks'
+ * running total. The sixteen chains of adds, instead of one, matter: their add-after-add latency
+ * made a norm cost a step's fifth on a small model (the noise scale takes one a micro-batch;
+ * clipping and LAMB's trust ratios their own). */
+static crew_status cpu_sum_squares_lanes(void *ctx, const float *x, int64_t n, double *state)
 {
     (void)ctx;
     double lane[CREW_SQ_LANES]; /* a local copy the compiler keeps in registers */
-    memcpy(lane, lanes, sizeof lane);
-    int64_t i = 0;
-    for (; i + CREW_SQ_LANES <= n; i += CREW_SQ_LANES)
-        for (int k = 0; k < CREW_SQ_LANES; k++) lane[k] += crew_body_square(x[i + k]);
-    for (int k = 0; i < n; i++, k++) lane[k] += crew_body_square(x[i]);
-    memcpy(lanes, lane, sizeof lane);
+    memcpy(lane, state, sizeof lane);
+    double total = state[CREW_SQ_TOTAL];
+    int64_t at = (int64_t)state[CREW_SQ_FILLED], i = 0; /* at: the next value's place in its chunk */
+    while (i < n) {
+        int64_t m = CREW_SQ_CHUNK - at < n - i ? CREW_SQ_CHUNK - at : n - i; /* to the chunk's end, or x's */
+        for (; m > 0 && at % CREW_SQ_LANES; m--) lane[at++ % CREW_SQ_LANES] += crew_body_square(x[i++]);
+        for (; m >= CREW_SQ_LANES; m -= CREW_SQ_LANES, i += CREW_SQ_LANES, at += CREW_SQ_LANES)
+            for (int k = 0; k < CREW_SQ_LANES; k++) lane[k] += crew_body_square(x[i + k]);
+        for (; m > 0; m--) lane[at++ % CREW_SQ_LANES] += crew_body_square(x[i++]);
+        if (at == CREW_SQ_CHUNK) {
+            total += crew_sq_lanes_fold(lane);
+            memset(lane, 0, sizeof lane);
+            at = 0;
+        }
+    }
+    memcpy(state, lane, sizeof lane);
+    state[CREW_SQ_TOTAL] = total;
+    state[CREW_SQ_FILLED] = (double)at;
     return CREW_OK;
 }
 
 static crew_status cpu_sum_squares(void *ctx, const float *x, int64_t n, double *out)
 {
-    double lane[CREW_SQ_LANES] = {0.0};
-    CREW_TRY(cpu_sum_squares_lanes(ctx, x, n, lane));
-    *out = crew_sq_lanes_fold(lane);
+    double state[CREW_SQ_STATE] = {0.0};
+    CREW_TRY(cpu_sum_squares_lanes(ctx, x, n, state));
+    *out = crew_sq_state_sum(state);
     return CREW_OK;
 }
 

@@ -304,22 +304,27 @@ static crew_status cuda_sync(void *ctx, crew_queue *q)
 /* Σ x in order, in double, on one thread: what backend.h asks of sum() on every device. */
 __global__ void k_sum_serial(const float *x, int64_t n, double *out) { *out = crew_body_sum_serial(x, n); }
 
-/* Block b sums its fixed stretch of x (squares, in double) by a fixed tree; then one thread adds
- * the blocks' sums in block order. The grid never changes, so neither do the bits
- * (backend/body/reduce.h: the threads' partials; the tree is here). */
-__global__ void k_sum_squares_partial(const float *x, int64_t n, double *partial)
+/* sum_squares in backend.h's order (CREW_SQ_CHUNK), the CPU's bits: the state lives at d_sq.
+ * k_sq_piece: values of the chunk under way, a thread (of CREW_SQ_LANES) a lane, then thread 0
+ * moves the count on (and closes a full chunk). k_sq_chunks: whole chunks side by side, a block a
+ * chunk, its lanes' tree into sums[block]; k_sq_add adds them onto the total in order. */
+__global__ void k_sq_piece(const float *x, int64_t n, double *state)
 {
-    __shared__ double part[CUDA_THREADS];
-    int64_t lo, hi;
-    crew_body_stretch(n, CUDA_PARTIALS, blockIdx.x, &lo, &hi);
-    part[threadIdx.x] = crew_body_sum_squares_thread(x, lo, hi, threadIdx.x, blockDim.x);
+    const int64_t at = (int64_t)state[CREW_SQ_FILLED];
+    state[threadIdx.x] = crew_body_sq_lane(x, n, at, threadIdx.x, state[threadIdx.x]);
     __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w /= 2) {
-        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
+    if (threadIdx.x == 0) crew_body_sq_close(state, n);
 }
+
+__global__ void k_sq_chunks(const float *x, double *sums)
+{
+    __shared__ double lane[CREW_SQ_LANES];
+    lane[threadIdx.x] = crew_body_sq_lane(x + (int64_t)blockIdx.x * CREW_SQ_CHUNK, CREW_SQ_CHUNK, 0, threadIdx.x, 0.0);
+    __syncthreads();
+    if (threadIdx.x == 0) sums[blockIdx.x] = crew_sq_lanes_fold(lane);
+}
+
+__global__ void k_sq_add(const double *sums, int64_t count, double *state) { crew_body_sq_add(sums, count, state); }
 
 __global__ void k_add_partials(const double *partial, int count, double *out)
 {
@@ -361,13 +366,40 @@ static crew_status cuda_sum(void *ctx, const float *x, int64_t n, double *out)
     return fetch_result(c, "sum", out);
 }
 
-static crew_status cuda_sum_squares(void *ctx, const float *x, int64_t n, double *out)
+/* The state to the device, the pieces (the chunk under way, whole chunks CUDA_PARTIALS at a time
+ * through d_partial, the tail), the state back: a piece that ends on a chunk's end closes it. */
+static crew_status cuda_sum_squares_lanes(void *ctx, const float *x, int64_t n, double *state)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
     cuda_enter(c);
-    k_sum_squares_partial<<<CUDA_PARTIALS, CUDA_THREADS, 0, c->stream>>>(x, n, c->d_partial);
-    k_add_partials<<<1, 1, 0, c->stream>>>(c->d_partial, CUDA_PARTIALS, c->d_partial + CUDA_PARTIALS);
-    return fetch_result(c, "sum of squares", out);
+    double *d_sq = c->d_partial + CUDA_PARTIALS + 1;
+    cudaError_t e = cudaMemcpyAsync(d_sq, state, CREW_SQ_STATE * sizeof(double), cudaMemcpyHostToDevice, c->stream);
+    if (e != cudaSuccess) return check(c, e, "sum of squares");
+    int64_t i = 0, at = (int64_t)state[CREW_SQ_FILLED];
+    if (at > 0 && n > 0) {
+        const int64_t m = CREW_SQ_CHUNK - at < n ? CREW_SQ_CHUNK - at : n;
+        k_sq_piece<<<1, CREW_SQ_LANES, 0, c->stream>>>(x, m, d_sq);
+        i = m;
+    }
+    while (n - i >= CREW_SQ_CHUNK) {
+        const int64_t chunks = (n - i) / CREW_SQ_CHUNK < CUDA_PARTIALS ? (n - i) / CREW_SQ_CHUNK : CUDA_PARTIALS;
+        k_sq_chunks<<<(unsigned)chunks, CREW_SQ_LANES, 0, c->stream>>>(x + i, c->d_partial);
+        k_sq_add<<<1, 1, 0, c->stream>>>(c->d_partial, chunks, d_sq);
+        i += chunks * CREW_SQ_CHUNK;
+    }
+    if (i < n) k_sq_piece<<<1, CREW_SQ_LANES, 0, c->stream>>>(x + i, n - i, d_sq);
+    cuda_launched(c, "sum of squares");
+    e = cudaMemcpyAsync(state, d_sq, CREW_SQ_STATE * sizeof(double), cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    return check(c, e, "sum of squares");
+}
+
+static crew_status cuda_sum_squares(void *ctx, const float *x, int64_t n, double *out)
+{
+    double state[CREW_SQ_STATE] = {0.0};
+    CREW_TRY(cuda_sum_squares_lanes(ctx, x, n, state));
+    *out = crew_sq_state_sum(state);
+    return CREW_OK;
 }
 
 static crew_status cuda_all_finite(void *ctx, const float *x, int64_t n, int *out)
@@ -632,6 +664,7 @@ static crew_backend_ops make_cuda_ops(void)
     /* .in_place: its kernels read device memory only; the loader's micro-batches are uploaded */
     o.sum = cuda_sum;
     o.sum_squares = cuda_sum_squares;
+    o.sum_squares_lanes = cuda_sum_squares_lanes;
     o.all_finite = cuda_all_finite;
     o.hash = cuda_hash;
     o.copy = cuda_copy;
@@ -696,7 +729,7 @@ extern "C" crew_status crew_cuda_backend_create(int index, crew_backend *out)
     cuda_enter(c);
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&c->d_partial, (CUDA_PARTIALS + 1) * sizeof(double));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&c->d_partial, (CUDA_PARTIALS + 1 + CREW_SQ_STATE) * sizeof(double));
     if (e == cudaSuccess) e = cudaMallocHost((void **)&c->h_result, sizeof(double));
     if (e == cudaSuccess) e = cudaMallocHost((void **)&c->h_count, sizeof(long long));
     crew_status s = e == cudaSuccess ? CREW_OK : check(c, e, "opening the GPU");

@@ -43,7 +43,7 @@ typedef struct cuda_ctx {
     size_t n_blocks, cap;
     int64_t in_use, peak;
     /* scratch of the synchronous reductions and counts: device and pinned host */
-    double *d_partial;          /* [CUDA_PARTIALS + 1] */
+    double *d_partial;          /* [CUDA_PARTIALS + 1 + CREW_SQ_STATE]: partials, a result, sum_squares's state */
     double *h_result;           /* [1] pinned */
     long long *d_count;         /* [count_cap] per-row flags of the counting ops */
     long long *h_count;         /* [1] pinned */
