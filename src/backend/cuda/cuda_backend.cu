@@ -76,6 +76,7 @@ static void cuda_destroy(void *ctx)
     for (int i = 0; i < 2; i++) cuda_free(c, c->bf16_ops[i]);
     cuda_free(c, c->sort_buf);
     cudaFree(c->d_partial);
+    cudaFree(c->d_sq);
     cudaFree(c->d_count);
     cudaFree(c->d_move);
     cudaFreeHost(c->h_result);
@@ -366,13 +367,13 @@ static crew_status cuda_sum(void *ctx, const float *x, int64_t n, double *out)
     return fetch_result(c, "sum", out);
 }
 
-/* The state to the device, the pieces (the chunk under way, whole chunks CUDA_PARTIALS at a time
- * through d_partial, the tail), the state back: a piece that ends on a chunk's end closes it. */
+/* The state to the device, the pieces (the chunk under way, whole chunks CUDA_SQ_CHUNKS at a time,
+ * the tail), the state back: a piece that ends on a chunk's end closes it. */
 static crew_status cuda_sum_squares_lanes(void *ctx, const float *x, int64_t n, double *state)
 {
     cuda_ctx *c = (cuda_ctx *)ctx;
     cuda_enter(c);
-    double *d_sq = c->d_partial + CUDA_PARTIALS + 1;
+    double *d_sq = c->d_sq, *d_sums = c->d_sq + CREW_SQ_STATE;
     cudaError_t e = cudaMemcpyAsync(d_sq, state, CREW_SQ_STATE * sizeof(double), cudaMemcpyHostToDevice, c->stream);
     if (e != cudaSuccess) return check(c, e, "sum of squares");
     int64_t i = 0, at = (int64_t)state[CREW_SQ_FILLED];
@@ -382,9 +383,9 @@ static crew_status cuda_sum_squares_lanes(void *ctx, const float *x, int64_t n, 
         i = m;
     }
     while (n - i >= CREW_SQ_CHUNK) {
-        const int64_t chunks = (n - i) / CREW_SQ_CHUNK < CUDA_PARTIALS ? (n - i) / CREW_SQ_CHUNK : CUDA_PARTIALS;
-        k_sq_chunks<<<(unsigned)chunks, CREW_SQ_LANES, 0, c->stream>>>(x + i, c->d_partial);
-        k_sq_add<<<1, 1, 0, c->stream>>>(c->d_partial, chunks, d_sq);
+        const int64_t chunks = (n - i) / CREW_SQ_CHUNK < CUDA_SQ_CHUNKS ? (n - i) / CREW_SQ_CHUNK : CUDA_SQ_CHUNKS;
+        k_sq_chunks<<<(unsigned)chunks, CREW_SQ_LANES, 0, c->stream>>>(x + i, d_sums);
+        k_sq_add<<<1, 1, 0, c->stream>>>(d_sums, chunks, d_sq);
         i += chunks * CREW_SQ_CHUNK;
     }
     if (i < n) k_sq_piece<<<1, CREW_SQ_LANES, 0, c->stream>>>(x + i, n - i, d_sq);
@@ -729,7 +730,8 @@ extern "C" crew_status crew_cuda_backend_create(int index, crew_backend *out)
     cuda_enter(c);
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
-    if (e == cudaSuccess) e = cudaMalloc((void **)&c->d_partial, (CUDA_PARTIALS + 1 + CREW_SQ_STATE) * sizeof(double));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&c->d_partial, (CUDA_PARTIALS + 1) * sizeof(double));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&c->d_sq, (CREW_SQ_STATE + CUDA_SQ_CHUNKS) * sizeof(double));
     if (e == cudaSuccess) e = cudaMallocHost((void **)&c->h_result, sizeof(double));
     if (e == cudaSuccess) e = cudaMallocHost((void **)&c->h_count, sizeof(long long));
     crew_status s = e == cudaSuccess ? CREW_OK : check(c, e, "opening the GPU");

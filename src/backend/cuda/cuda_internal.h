@@ -43,7 +43,8 @@ typedef struct cuda_ctx {
     size_t n_blocks, cap;
     int64_t in_use, peak;
     /* scratch of the synchronous reductions and counts: device and pinned host */
-    double *d_partial;          /* [CUDA_PARTIALS + 1 + CREW_SQ_STATE]: partials, a result, sum_squares's state */
+    double *d_partial;          /* [CUDA_PARTIALS + 1] */
+    double *d_sq;               /* [CREW_SQ_STATE + CUDA_SQ_CHUNKS]: sum_squares's state, then chunks' sums */
     double *h_result;           /* [1] pinned */
     long long *d_count;         /* [count_cap] per-row flags of the counting ops */
     long long *h_count;         /* [1] pinned */
@@ -64,6 +65,8 @@ struct crew_queue {
  * every launch's block size too. */
 #define CUDA_PARTIALS CREW_BODY_PARTIALS
 #define CUDA_THREADS CREW_BODY_THREADS
+/* sum_squares's whole chunks summed side by side per launch (16M values) */
+#define CUDA_SQ_CHUNKS 4096
 
 /* Keeps the first failure of an enqueued op (the launch's error, or an earlier kernel's that
  * surfaced with it) to be returned by the next call that returns a crew_status. */
