@@ -22,6 +22,9 @@
 #   repeat     two 200-step runs of the CNN on cuda:1 end with bitwise-equal weights
 #   replicas   2 replicas on the GPU (cuda:2: round-robin on one GPU) = cuda:1 accumulating 2
 #              micro-batches, bitwise (the ordered all-reduce through host copies)
+#   zero-3     the same 2 replicas with --shard parameters (units gathered, gradients
+#              reduce-scattered, the clipping norm's state handed from shard to shard) = cuda:1
+#              accumulating 2, bitwise
 #   verify     crew verify on cuda:2 (fp32, later --precision bf16): PASS; and --against cpu, the
 #              GPU's full-batch run held to the CPU's within verify's rounding bound
 #   accuracy   the demo's CNN, 4 epochs on cuda:1: test accuracy >= 0.91
@@ -178,6 +181,14 @@ if fits replicas 40; then
     row replicas pass "$K:2 = $K:1 accumulating 2 micro-batches, bitwise"
   else
     row replicas FAIL "$K:2 and $K:1 x 2 micro-batches differ ($(tail -n 1 "$OUT/gpu-two.err"))"
+  fi
+fi
+if fits zero-3 40; then
+  train gpu-zero3 "${SHORT[@]}" --devices $K:2 --global-batch 128 --shard parameters
+  if cmp -s "$OUT/gpu-a/weights.safetensors" "$OUT/gpu-zero3/weights.safetensors"; then
+    row zero-3 pass "$K:2 --shard parameters = $K:1 accumulating 2 micro-batches, bitwise (clipping included)"
+  else
+    row zero-3 FAIL "$K:2 --shard parameters and $K:1 x 2 micro-batches differ ($(tail -n 1 "$OUT/gpu-zero3.err"))"
   fi
 fi
 verify() {
