@@ -5,7 +5,7 @@
 
 # A tiny valid dataset to pair with bad model files: IDX files made here.
 printf '\x00\x00\x08\x03\x00\x00\x00\x10\x00\x00\x00\x1c\x00\x00\x00\x1c' > "$TMP/img"
-head -c $((16 * 784)) /dev/urandom >> "$TMP/img"
+seeded_bytes 16 $((16 * 784)) >> "$TMP/img"
 printf '\x00\x00\x08\x01\x00\x00\x00\x10' > "$TMP/lab"
 printf '\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x00\x01\x02\x03\x04\x05' >> "$TMP/lab"
 "$CREW" prep idx "$TMP/img" "$TMP/lab" --out "$TMP/data" > /dev/null 2>&1 || fail "prep idx of a valid pair"

@@ -11,7 +11,7 @@
 cifar_batch() { # FILE [LABEL_OF_RECORD_7]
   for r in $(seq 0 19); do
     if [ "$r" -eq 7 ] && [ -n "${2:-}" ]; then printf "\\x$(printf %02x "$2")"; else printf "\\x0$((r % 10))"; fi
-    head -c 3072 /dev/urandom
+    seeded_bytes "$r" 3072
   done > "$1"
 }
 C="$TMP/cifar"; mkdir -p "$C"
@@ -123,7 +123,7 @@ expect_exit 2 "csv needs a FILE" -- "$CREW" prep csv --label y --out "$TMP/csv-x
 [ ! -e "$TMP/csv-x" ] && ok || fail "a failed prep left $TMP/csv-x behind"
 
 # ---------------------------------------------------------------- text
-head -c 3000 /dev/urandom > "$TMP/corpus.bin"
+seeded_bytes 3000 3000 > "$TMP/corpus.bin"
 "$CREW" prep text "$TMP/corpus.bin" --seq-len 32 --out "$TMP/text-out" > "$TMP/out" 2>&1 || fail "prep text: $(cat "$TMP/out")"
 # llm.c's header: magic, version, token count as int32; then the bytes widened to uint16.
 [ "$(od -An -t d4 -N 12 "$TMP/text-out/train_000000.bin" | tr -s ' ')" = " 20240520 1 2700" ] && ok || fail "train shard header"
@@ -179,9 +179,9 @@ npy() {
     printf '%s\n' "$h"; cat; } > "$1"
 }
 labels64() { for i in $(seq 0 $(($1 - 1))); do printf "\\x0$((i % 4))\\x00\\x00\\x00\\x00\\x00\\x00\\x00"; done; }
-head -c 120 /dev/urandom | npy "$TMP/ax.npy" '|u1' '(40, 3)'
+seeded_bytes 120 120 | npy "$TMP/ax.npy" '|u1' '(40, 3)'
 labels64 40 | npy "$TMP/ay.npy" '<i8' '(40,)'
-head -c 30 /dev/urandom | npy "$TMP/atx.npy" '|u1' '(10, 3)'
+seeded_bytes 30 30 | npy "$TMP/atx.npy" '|u1' '(10, 3)'
 labels64 10 | npy "$TMP/aty.npy" '<i8' '(10,)'
 "$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay.npy" --test-fraction 0.2 --seed 1 --out "$TMP/arr-out" > "$TMP/out" 2>&1 \
   || fail "prep arrays: $(cat "$TMP/out")"
@@ -201,9 +201,9 @@ expect_exit 2 "ay-short.npy: the labels must be one array of 40 values" -- \
 { labels64 39; printf '\xff\xff\xff\xff\xff\xff\xff\xff'; } | npy "$TMP/ay-neg.npy" '<i8' '(40,)'
 expect_exit 2 "ay-neg.npy: label -1 of sample 39 is not a class index" -- \
   "$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay-neg.npy" --out "$TMP/arr-x"
-head -c 240 /dev/urandom | npy "$TMP/ax16.npy" '<f2' '(40, 3)'
+seeded_bytes 240 240 | npy "$TMP/ax16.npy" '<f2' '(40, 3)'
 expect_exit 2 "ax16.npy" -- "$CREW" prep arrays "$TMP/ax16.npy" "$TMP/ay.npy" --out "$TMP/arr-x"
-head -c 30 /dev/urandom | npy "$TMP/atx4.npy" '|u1' '(15, 2)'
+seeded_bytes 31 30 | npy "$TMP/atx4.npy" '|u1' '(15, 2)'
 labels64 15 | npy "$TMP/aty4.npy" '<i8' '(15,)'
 expect_exit 2 "must have the training ones' shape and dtypes" -- \
   "$CREW" prep arrays "$TMP/ax.npy" "$TMP/ay.npy" --test-x "$TMP/atx4.npy" --test-y "$TMP/aty4.npy" --out "$TMP/arr-x"

@@ -100,7 +100,7 @@ done
 grep '"type":"step"' "$TMP/two/metrics.jsonl" | head -n 1 | grep -q '"gflops":[0-9.e+-]*,"peak_fraction":[0-9.e+-]*,' \
   && grep -q ' [0-9.e+-]*$' "$XDG_CACHE_HOME/crew/peaks" && ok || fail "no FLOP rate or no cached peak"
 # A cache of garbage (someone's editor, a torn write) is measured past and rewritten, never trusted.
-{ printf '\177ELF\n'; head -c 300 /dev/urandom | tr -d '\n\000'; printf '\n'; } > "$XDG_CACHE_HOME/crew/peaks"
+{ printf '\177ELF\n'; seeded_bytes 300 300 | tr -d '\n\000'; printf '\n'; } > "$XDG_CACHE_HOME/crew/peaks"
 run --devices cpu:1 --max-steps 2 --run-dir "$TMP/peak" > "$TMP/peak.out" 2> "$TMP/peak.err" \
   && [ "$(json_field "$TMP/peak.out" peak_fraction)" != null ] && grep -q 'threads=1|.* [0-9.e+-]*$' "$XDG_CACHE_HOME/crew/peaks" \
   && ok || fail "a garbage peak cache: $(tail -n 2 "$TMP/peak.err") $(tail -n 1 "$TMP/peak.out")"
