@@ -45,14 +45,9 @@ static void causal_softmax(float *a, int64_t T)
 {
     for (int64_t t = 0; t < T; t++) {
         float *row = a + t * T;
-        float p[CPU_LANES];
-        for (int l = 0; l < CPU_LANES; l++) p[l] = row[0]; /* each lane's start (crew_att_lane_max) */
-        for (int64_t s0 = 0; s0 <= t; s0 += CPU_LANES) {
-            const int64_t w = cpu_lanes_width(t + 1, s0);
-            for (int64_t l = 0; l < w; l++) p[l] = row[s0 + l] > p[l] ? row[s0 + l] : p[l];
-        }
-        const float max = cpu_lanes_max(p);
+        const float max = cpu_lanes_row_max(row, t + 1);
         for (int64_t s = 0; s <= t; s++) row[s] = crew_att_exp(row[s], max); /* vectorised */
+        float p[CPU_LANES];
         cpu_lanes_zero(p);
         cpu_lanes_add(p, row, t + 1);
         const float inv = 1.0f / cpu_lanes_sum(p);

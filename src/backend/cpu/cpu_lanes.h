@@ -55,4 +55,17 @@ static inline float cpu_lanes_max(float p[CPU_LANES])
     return p[0];
 }
 
+/* The largest of x[0 .. n) as the warp finds it: every lane starts from x[0] (the lane pieces'
+ * crew_softmax_lane_max, crew_att_lane_max) and keeps a later element only when it is greater */
+static inline float cpu_lanes_row_max(const float *x, int64_t n)
+{
+    float p[CPU_LANES];
+    for (int l = 0; l < CPU_LANES; l++) p[l] = x[0];
+    for (int64_t j0 = 0; j0 < n; j0 += CPU_LANES) {
+        const int64_t w = cpu_lanes_width(n, j0);
+        for (int64_t l = 0; l < w; l++) p[l] = x[j0 + l] > p[l] ? x[j0 + l] : p[l];
+    }
+    return cpu_lanes_max(p);
+}
+
 #endif

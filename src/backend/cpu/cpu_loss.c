@@ -69,13 +69,7 @@ void cpu_softmax(void *ctx, const float *logits, float *probs, int64_t rows, int
     for (int64_t r = 0; r < rows; r++) {
         const float *z = logits + r * classes;
         float *p = probs + r * classes;
-        float v[CPU_LANES]; /* each lane's maximum (crew_softmax_lane_max: from z[0]) */
-        for (int l = 0; l < CPU_LANES; l++) v[l] = z[0];
-        for (int64_t j0 = 0; j0 < classes; j0 += CPU_LANES) {
-            const int64_t w = cpu_lanes_width(classes, j0);
-            for (int64_t l = 0; l < w; l++) v[l] = z[j0 + l] > v[l] ? z[j0 + l] : v[l];
-        }
-        const float zmax = cpu_lanes_max(v);
+        const float zmax = cpu_lanes_row_max(z, classes);
         crew_softmax_lane_div(p, classes, row_exp_sum(z, p, classes, zmax), 0, 1);
     }
 }
