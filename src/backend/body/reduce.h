@@ -1,7 +1,7 @@
 /* reduce.h — the bodies of the reductions: backend.h's sum (in order, in double), sum_squares (in
- * backend.h's chunks, CREW_SQ_CHUNK), all_finite (a fixed grid of blocks on a GPU), the counting ops' sum of per-row flags, and the
- * ordered sum of the NCCL communicator (src/comm/nccl/comm_nccl.cu: comm_local.c's arithmetic).
- * body.h says what a body is. */
+ * backend.h's chunks, CREW_SQ_CHUNK), all_finite (a fixed grid of blocks on a GPU), the counting
+ * ops' sum of per-row flags, and the ordered sum of the NCCL communicator
+ * (src/comm/nccl/comm_nccl.cu: comm_local.c's arithmetic). body.h says what a body is. */
 #ifndef CREW_BACKEND_BODY_REDUCE_H
 #define CREW_BACKEND_BODY_REDUCE_H
 
