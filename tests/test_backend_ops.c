@@ -524,7 +524,8 @@ static void test_sum_squares(const device *d)
     double got = dev_sum_squares(d, y_d, n);
     EXPECT(d, close_to(got, want, tol_for(d, sum_squares_tol)), "sum_squares %.17g, want %.17g", got, want);
     if (d->be.ops->sum_squares_lanes) { /* in pieces cut anywhere, through one state: sum_squares's bits */
-        const int64_t cuts[] = {0, 16 * 1001, 16 * 1002 + 5, CREW_SQ_CHUNK * 7, CREW_SQ_CHUNK * 7 + 3, n / 2 + 11, n - 5, n};
+        const int64_t cuts[] = {0, 16 * 1001, 16 * 1002 + 5, CREW_SQ_CHUNK * 7, CREW_SQ_CHUNK * 7 + 3,
+                                n / 2 + 11, n - 5, n};
         double state[CREW_SQ_STATE] = {0.0};
         for (int c = 0; c + 1 < (int)(sizeof cuts / sizeof *cuts); c++)
             EXPECT_OK(d, d->be.ops->sum_squares_lanes(d->be.ctx, y_d + cuts[c], cuts[c + 1] - cuts[c], state));

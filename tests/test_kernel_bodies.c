@@ -65,8 +65,8 @@ static const char *const all_kernels[] = {
     "k_bn_col_sum", "k_col_sqdev", "k_bn_scale_sums", "k_bn_forward", "k_bn_backward_sums", "k_bn_backward",
     "k_bn_param_grads", "k_layernorm_forward", "k_layernorm_dx", "k_layernorm_params", "k_causal_softmax",
     "k_softmax_backward_rows", "k_embedding_forward", "k_embedding_bad", "k_embedding_keys", "k_embedding_runs",
-    "k_softmax_xent", "k_softmax", "k_sgd", "k_adamw", "k_adam_direction", "k_sum_serial", "k_sq_piece", "k_sq_chunks", "k_sq_add", "k_add_partials",
-    "k_nonfinite_partial", "k_count", "k_to_bf16", "k_to_filter", "k_from_filter", "k_ordered_sum",
+    "k_softmax_xent", "k_softmax", "k_sgd", "k_adamw", "k_adam_direction", "k_sum_serial", "k_sq_piece",
+    "k_sq_chunks", "k_sq_add", "k_add_partials", "k_nonfinite_partial", "k_count", "k_to_bf16", "k_to_filter", "k_from_filter", "k_ordered_sum",
 };
 #define N_KERNELS ((int)(sizeof all_kernels / sizeof all_kernels[0]))
 static int covered[N_KERNELS];
@@ -303,7 +303,8 @@ static int emulated_nonfinite(const float *x, int64_t n)
         int64_t lo, hi;
         crew_body_stretch(n, CREW_BODY_PARTIALS, b, &lo, &hi);
         int bad[CREW_BODY_THREADS];
-        for (int t = 0; t < CREW_BODY_THREADS; t++) bad[t] = crew_body_nonfinite_thread(x, lo, hi, t, CREW_BODY_THREADS);
+        for (int t = 0; t < CREW_BODY_THREADS; t++)
+            bad[t] = crew_body_nonfinite_thread(x, lo, hi, t, CREW_BODY_THREADS);
         for (int w = CREW_BODY_THREADS / 2; w > 0; w /= 2)
             for (int t = 0; t < w; t++) bad[t] |= bad[t + w];
         bad_partial[b] = bad[0];
@@ -385,8 +386,8 @@ static void check_reductions(void)
                     float keep = x[at[p]];
                     x[at[p]] = bad[k];
                     CHECK_OK(be.ops->all_finite(be.ctx, x, n, &finite));
-                    CHECK_MSG(finite == 0 && emulated_nonfinite(x, n), "k_nonfinite_partial (%s): %g at %lld", geo, bad[k],
-                              (long long)at[p]);
+                    CHECK_MSG(finite == 0 && emulated_nonfinite(x, n), "k_nonfinite_partial (%s): %g at %lld", geo,
+                              bad[k], (long long)at[p]);
                     x[at[p]] = keep;
                 }
         }
