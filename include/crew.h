@@ -1389,13 +1389,15 @@ crew_status crew_device_kind_about(const char *kind, int *available, int *own_me
  * library used only when asked (cpu-remote's test stand-in). */
 const char *crew_device_kind_conv_library(const char *kind, int *measured);
 
-/* The BLAS library in use, for version lines and bug reports ("OpenBLAS 0.3.21 DYNAMIC_ARCH ...,
+/* The CPU's GEMM library in use, for version lines and bug reports ("oneDNN 2.6.3 sgemm,
+ * instruction sets up to AVX512_CORE"; in an OpenBLAS build "OpenBLAS 0.3.21 DYNAMIC_ARCH ...,
  * kernels for Haswell"). */
 void crew_blas_describe(char *buf, size_t len);
 
-/* 1 when the BLAS runs kernels older than this CPU supports (an OpenBLAS that does not know a new
- * CPU model falls back to SSE3 kernels, several times slower), with one line of advice in buf
- * naming the setting that fixes it; 0 and "" otherwise. */
+/* 1 when the GEMM library runs kernels older than this CPU supports (an OpenBLAS that does not know
+ * a new CPU model falls back to SSE3 kernels, several times slower; oneDNN held back by
+ * DNNL_MAX_CPU_ISA), with one line of advice in buf naming the setting that fixes it; 0 and ""
+ * otherwise. */
 int crew_blas_check(char *buf, size_t len);
 
 /* ---- run directories (docs/CHECKPOINTS.md): what a front end (crew train, crew.fit in Python)

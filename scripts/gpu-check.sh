@@ -85,6 +85,9 @@ finish() {
 # ---- build dependencies: the machine's, else those scripts/gpu-bundle.sh gathered (.gpu-bundle,
 # carried): the lent H200 has CUDA, CMake and PyTorch but no Debian packages and no network.
 CMAKE_DEPS=(-DCREW_MPI=OFF) # no check here runs across processes, and a half-found MPI must not fail the build
+# The CPU side's GEMMs by OpenBLAS, which the bundle carries (oneDNN's 40 MB would not fit a call):
+# the checks hold the GPU to the CPU backend, whose GEMM library is the build's choice either way.
+CMAKE_DEPS+=(-DCREW_GEMM=openblas)
 if [ -d .gpu-bundle/debs ] && { [ "${GPU_CHECK_BUNDLE:-}" = 1 ] || ! pkg-config --exists openblas libcjson libxxhash libpng 2> /dev/null; }; then
   DEPS=/tmp/crew-deps
   rm -rf "$DEPS" && mkdir -p "$DEPS"

@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(build-essential cmake pkg-config libopenblas-dev libcjson-dev libxxhash-dev zlib1g-dev
           libpng-dev libjpeg62-turbo-dev dataset-fashion-mnist chromium
           libopenmpi-dev openmpi-bin iproute2 python3-venv)
+# oneDNN: the CPU's GEMMs on x86-64 (CMakeLists.txt, CREW_GEMM); OpenBLAS elsewhere, and in make guard.
+[ "$(dpkg --print-architecture 2>/dev/null)" = amd64 ] && packages+=(libdnnl-dev)
 [ "${CREW_WITH_CLANG:-0}" = 1 ] && packages+=(clang libclang-rt-14-dev)
 # The King James Bible (public domain) as text, for `make demo-gpt`: its `bible` program prints it.
 [ "${CREW_WITH_KJV:-0}" = 1 ] && packages+=(bible-kjv)

@@ -42,7 +42,13 @@ sed -n 's/^device memory: .* planned .* (\([-+][0-9.]*\)%); optimizer state .* p
 "$CREW" plan examples/fashion_mlp.json --devices cpu:4 --shard-optimizer > "$TMP/plan-sharded.out" \
   && grep -q "optimizer" "$TMP/plan-sharded.out" && ok || fail "crew plan --shard-optimizer"
 
-head -n 1 "$TMP/two/metrics.jsonl" | grep -q '"blas":"OpenBLAS [^"]*kernels for ' && ok || fail "the run line names no BLAS kernels"
+# The build's GEMM library (CREW_GEMM): oneDNN's, or OpenBLAS's (make guard's build), and which
+# kernels it runs.
+blas=$(head -n 1 "$TMP/two/metrics.jsonl" | sed -n 's/.*"blas":"\([^"]*\)".*/\1/p')
+case "$blas" in
+  "oneDNN "*" sgemm, instruction sets up to "?*|"OpenBLAS "*"kernels for "?*) ok ;;
+  *) fail "the run line names no GEMM library and kernels: $blas" ;;
+esac
 # --layout auto: every split of the cores into replicas x BLAS threads measured once (a trial
 # each), the choice in the plan and in the cache; the second run takes it from the cache. A
 # cached choice other than one replica per core becomes a hint in a plain run, and --layout auto
@@ -84,12 +90,20 @@ lay --layout auto --pipeline 2 --run-dir "$TMP/lay5" > "$TMP/lay5.out" 2>&1
 [ $? = 2 ] && grep -q "leave out a pipeline, or --layout" "$TMP/lay5.out" && ok || fail "--layout auto with a pipeline: $(cat "$TMP/lay5.out")"
 
 
-# An OpenBLAS that falls back to kernels older than the CPU is reported, with the setting that fixes
-# it (forced here with OPENBLAS_CORETYPE=Prescott, on a CPU with AVX2 and FMA).
+# A GEMM library that runs kernels older than the CPU is reported, with the setting that fixes it:
+# an OpenBLAS that falls back to them (forced here with OPENBLAS_CORETYPE=Prescott), oneDNN held
+# back by DNNL_MAX_CPU_ISA=SSE41; on a CPU with AVX2 and FMA.
 if grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
-  OPENBLAS_CORETYPE=Prescott run --devices cpu:1 --max-steps 2 --run-dir "$TMP/old" > /dev/null 2> "$TMP/old.err" \
-    && grep -q "warning: OpenBLAS runs its Prescott kernels.*set OPENBLAS_CORETYPE=" "$TMP/old.err" \
-    && ok || fail "no warning about OpenBLAS's Prescott kernels: $(cat "$TMP/old.err")"
+  case "$blas" in
+    oneDNN*)
+      DNNL_MAX_CPU_ISA=SSE41 run --devices cpu:1 --max-steps 2 --run-dir "$TMP/old" > /dev/null 2> "$TMP/old.err" \
+        && grep -q "warning: oneDNN generates SSE41 kernels, as DNNL_MAX_CPU_ISA=SSE41 asks.*unset DNNL_MAX_CPU_ISA" \
+           "$TMP/old.err" && ok || fail "no warning about oneDNN's SSE41 kernels: $(cat "$TMP/old.err")" ;;
+    *)
+      OPENBLAS_CORETYPE=Prescott run --devices cpu:1 --max-steps 2 --run-dir "$TMP/old" > /dev/null 2> "$TMP/old.err" \
+        && grep -q "warning: OpenBLAS runs its Prescott kernels.*set OPENBLAS_CORETYPE=" "$TMP/old.err" \
+        && ok || fail "no warning about OpenBLAS's Prescott kernels: $(cat "$TMP/old.err")" ;;
+  esac
 fi
 
 for key in test_accuracy test_loss train_loss epochs steps samples_per_s gflops peak_fraction wall_s weights; do

@@ -669,6 +669,26 @@ static void check_gemm(const device *d, int ta, int tb, int64_t m, int64_t n, in
     DEV_FREE(d, a_d, b_d, c_d);
 }
 
+/* A GEMM the library refuses (a leading dimension shorter than a row) fails the device's next sync
+ * with a message naming the library, and only that one: the CPU kinds of a oneDNN build, whose
+ * sgemm checks its arguments and returns a status (cpu_gemm.c). OpenBLAS's prints instead and
+ * returns nothing, and a GPU's cuBLAS call is not made with such arguments by any layer. */
+static void check_gemm_refused(const device *d)
+{
+    char blas[256];
+    crew_blas_describe(blas, sizeof blas);
+    if (strncmp(blas, "oneDNN", 6) || strncmp(d->kind->name, "cpu", 3)) return;
+    const crew_backend *be = &d->be;
+    float *a_d = dev_zeros_f32(d, 8), *c_d = dev_zeros_f32(d, 4);
+    be->ops->gemm(be->ctx, 0, 0, 2, 2, 4, 1.0f, a_d, 1, a_d, 2, 0.0f, c_d, 2); /* lda 1 < k 4 */
+    crew_status st = be->ops->sync(be->ctx, NULL);
+    EXPECT(d, st && strstr(crew_status_message(st), "oneDNN's sgemm failed with status 2 (invalid arguments)"),
+           "a refused GEMM: %s", st ? crew_status_message(st) : "no error at the next sync");
+    crew_status_free(st);
+    EXPECT_SYNCED(d); /* reported once */
+    DEV_FREE(d, a_d, c_d);
+}
+
 /* --precision bf16 (configure): the same GEMM on a second device of the kind whose operands
  * are rounded to bfloat16, against the reference of the rounded operands (their products exact,
  * summed in float32: the fp32 tolerance), and so far from the float32 reference that a device
@@ -877,7 +897,10 @@ static void test_gemm(const device *d)
             check_gemm(d, ta, tb, 5, 7, 3, 1.0f, 0.0f);
             check_gemm(d, ta, tb, 9, 2, 13, 1.5f, 0.5f);
             check_gemm(d, ta, tb, 1, 11, 6, -0.75f, 1.0f);
+            check_gemm(d, ta, tb, 4, 3, 0, 1.0f, 0.5f); /* nothing summed: c = beta·c */
+            check_gemm(d, ta, tb, 4, 3, 0, 1.0f, 0.0f);
         }
+    check_gemm_refused(d);
 }
 
 /* ------------------------------------------------------------------ convolution */

@@ -39,6 +39,7 @@
 #include "backend/body/optim.h"
 #include "backend/body/reduce.h"
 #include "backend/body/window.h"
+#include "backend/cpu/cpu_ops.h"
 #include "check.h"
 #include "comm/comm.h"
 #include "core/bf16.h"
@@ -930,15 +931,19 @@ static void check_attention(void)
             be.ops->attention_forward(be.ctx, qkv, att, type, scores, y, batch, T, heads, d);
             be.ops->attention_backward(be.ctx, dy, qkv, att, type, datt, dqkv, batch, T, heads, d);
             /* the kernels' inputs, as the CPU computes them: the scores q·kᵀ/√d, and dy·vᵀ, by the
-             * same GEMMs with the same arguments */
+             * same GEMMs with the same arguments, a block of rows at a time up to the block's last
+             * column (the rest is masked; a row's bits may depend on the GEMM's shape) */
             const float scale = 1.0f / sqrtf((float)d);
             float *raw = floats(n), *da = floats(n);
             for (int64_t b = 0; b < batch; b++)
                 for (int64_t h = 0; h < heads; h++) {
-                    const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C;
+                    const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C, *dyh = dy + b * T * C + h * d;
                     const int64_t at = (b * heads + h) * T * T;
-                    be.ops->gemm(be.ctx, 0, 1, T, T, d, scale, q, ld, k, ld, 0.0f, raw + at, T);
-                    be.ops->gemm(be.ctx, 0, 1, T, T, d, 1.0f, dy + b * T * C + h * d, C, v, ld, 0.0f, da + at, T);
+                    for (int64_t t0 = 0; t0 < T; t0 += CPU_ATTENTION_BLOCK) {
+                        const int64_t t1 = t0 + CPU_ATTENTION_BLOCK < T ? t0 + CPU_ATTENTION_BLOCK : T;
+                        be.ops->gemm(be.ctx, 0, 1, t1 - t0, t1, d, scale, q + t0 * ld, ld, k, ld, 0.0f, raw + at + t0 * T, T);
+                        be.ops->gemm(be.ctx, 0, 1, t1 - t0, t1, d, 1.0f, dyh + t0 * C, C, v, ld, 0.0f, da + at + t0 * T, T);
+                    }
                 }
             const float *catt = a16 ? NULL : att;
             float *wide = floats(n), *ewide = floats(n), *sc = copy_of(raw, n), *eatt = floats(n);

@@ -7,9 +7,9 @@
 For the MLP and the CNN of examples/ it runs (each a median of --repeats timed runs, all from the
 same initial weights):
 
-  crew  --devices 2                          2 replicas x 1 OpenBLAS thread, B/2 per replica
+  crew  --devices 2                          2 replicas x 1 GEMM thread, B/2 per replica
   crew  --devices 2 --shard-optimizer        the same, the optimizer sharded (the same bits)
-  crew  --devices 1 --threads-per-device 2   1 replica, 2 OpenBLAS threads
+  crew  --devices 1 --threads-per-device 2   1 replica, 2 GEMM threads
   crew  --devices 1                          1 replica, 1 thread
   torch 2 threads, torch 1 thread            tools/bench_torch.py, same weights, optimizer, data
   crew  --devices 2 at batch 2B              for the data-parallel scaling efficiency, in --rounds
@@ -312,11 +312,15 @@ def capture(cmd):
 
 
 def blas_version(version_text):
-    """'0.3.21 (kernels for Zen)' from crew --version's BLAS line."""
+    """The CPU's GEMM library from crew --version's BLAS line: 'oneDNN 2.6.3 (instruction sets up to
+    AVX512_CORE)', or in an OpenBLAS build 'OpenBLAS 0.3.21 (kernels for Zen)'."""
     for line in version_text.splitlines():
+        if line.startswith("BLAS: oneDNN "):
+            words, _, isa = line[len("BLAS: "):].partition(" sgemm, ")
+            return f"{words} ({isa})" if isa else words
         if line.startswith("BLAS: OpenBLAS "):
             words, _, core = line[len("BLAS: OpenBLAS "):].partition(", kernels for ")
-            return f"{words.split()[0]} (kernels for {core})" if words else "unknown"
+            return f"OpenBLAS {words.split()[0]} (kernels for {core})" if words else "unknown"
     return "unknown"
 
 
@@ -331,7 +335,7 @@ def machine_info(crew):
         "kernel": platform.release(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "crew": capture([crew, "--version"]).splitlines()[0].replace("crew ", ""),
-        "openblas": blas_version(capture([crew, "--version"])),
+        "gemm": blas_version(capture([crew, "--version"])),
         "python": platform.python_version(),
     }
 
@@ -380,7 +384,7 @@ def figure_rows(results):
 
 def print_markdown(info, results, targets, command):
     print(f"Machine: {info['cpu']}, {info['cores']} cores; {info['date']}; crew {info['crew']}, "
-          f"PyTorch {info['torch']}, OpenBLAS {info['openblas']}; load average before/after "
+          f"PyTorch {info['torch']}, GEMM {info['gemm']}; load average before/after "
           f"{info['load_before']} / {info['load_after']}.  ")
     print(f"Command: `{command}`. Figures are samples/s, median of {info['repeats']} timed runs "
           f"(bold: crew's better 2-thread layout), every run on {info['cores_used']}, the one-core "
@@ -422,7 +426,7 @@ def print_markdown(info, results, targets, command):
 
 def print_text(info, results, targets):
     print(f"machine: {info['cpu']}, {info['cores']} cores   date: {info['date']}")
-    print(f"crew {info['crew']}   torch {info['torch']}   OpenBLAS {info['openblas']}   "
+    print(f"crew {info['crew']}   torch {info['torch']}   GEMM {info['gemm']}   "
           f"load avg before/after: {info['load_before']} / {info['load_after']}   runs on {info['cores_used']}")
     head, rows = figure_rows(results)
     widths = [max(len(h), *(len(r[i].strip('*')) for r in rows)) for i, h in enumerate(head)]
@@ -489,7 +493,7 @@ def main_against(a):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     command = "python3 tools/bench_compare.py " + " ".join(sys.argv[1:])
-    print(f"Machine: {info['cpu']}, {info['cores']} cores; {info['date']}; OpenBLAS {info['openblas']}; every run on "
+    print(f"Machine: {info['cpu']}, {info['cores']} cores; {info['date']}; GEMM {info['gemm']}; every run on "
           f"{describe_cores(a.cores)}; load average before/after {load_before} / {loadavg()}.  ")
     print(f"Command: `{command.strip()}`. samples/s are medians over {a.rounds} paired rounds (one timed run of "
           f"each build per round, alternating which goes first); new = {a.build}, old = {a.against}.\n")

@@ -283,7 +283,7 @@ def machine_info(crew):
     version = capture([crew, "--version"])
     return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "crew": version.splitlines()[0].replace("crew ", ""), "openblas": blas_version(version),
+            "crew": version.splitlines()[0].replace("crew ", ""), "gemm": blas_version(version),
             "python": platform.python_version()}
 
 
@@ -475,8 +475,8 @@ def breakdown_line(res):
 
 
 def print_markdown(info, res, command):
-    print(f"Machine: {info['cpu']}, {info['cores']} cores; {info['date']}; crew {info['crew']}, OpenBLAS "
-          f"{info['openblas']}, PyTorch {info['torch']}, Python {info['python']}; load average before/after "
+    print(f"Machine: {info['cpu']}, {info['cores']} cores; {info['date']}; crew {info['crew']}, GEMM "
+          f"{info['gemm']}, PyTorch {info['torch']}, Python {info['python']}; load average before/after "
           f"{info['load_before']} / {info['load_after']}.  ")
     print(f"Command: `{command}` ({res['elapsed_s']:.0f} s in all). {describe_setup(info, res)}\n")
     head, rows = table_rows(res, res["target"])
@@ -489,7 +489,7 @@ def print_markdown(info, res, command):
 
 def print_text(info, res):
     print(f"machine: {info['cpu']}, {info['cores']} cores   date: {info['date']}")
-    print(f"crew {info['crew']}   OpenBLAS {info['openblas']}   torch {info['torch']}   python {info['python']}")
+    print(f"crew {info['crew']}   GEMM {info['gemm']}   torch {info['torch']}   python {info['python']}")
     print(f"load avg before/after: {info['load_before']} / {info['load_after']}   runs on {info['cores_used']}   "
           f"{res['elapsed_s']:.0f} s in all")
     print(describe_setup(info, res))

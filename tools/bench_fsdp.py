@@ -16,7 +16,7 @@ AdamW with the file's lr, betas, eps and weight decay, its warmup and cosine sch
 its clip_norm; the text (--text, default data/kjv.txt) prepared by `crew prep text --seq-len 128`.
 Contestants, all under taskset on the same two cores (bench_compare.py's choice):
 
-  crew   --devices cpu:2 --shard parameters   ZeRO-3: 2 replicas x 1 OpenBLAS thread, 16 windows
+  crew   --devices cpu:2 --shard parameters   ZeRO-3: 2 replicas x 1 GEMM thread, 16 windows
                                               each; each keeps half the parameters, gradients and
                                               optimizer state, units gathered and reduce-scattered
   crew   --devices cpu:2                      the same replicas unsharded (context)
@@ -288,7 +288,7 @@ def print_report(a, info, rows, base, markdown):
            f"{a.steps} steps after {a.warmup} warm-up steps"
            + (f", median of {a.rounds} rounds (those with other procs <= {bench_gpt.NOISY})" if a.rounds > 1 else ""))
     machine = (f"machine: {info['cpu']}, {info['cores']} CPUs (runs on {info['cores_used']}); {info['date']}; "
-               f"crew {info['crew']} at {info['commit']}, OpenBLAS {info['openblas']}; torch {info['torch']} "
+               f"crew {info['crew']} at {info['commit']}, GEMM {info['gemm']}; torch {info['torch']} "
                f"({info['fsdp_api']}, {info['optimizer']})")
     if markdown:
         print(f"{how}.  \n{machine[0].upper() + machine[1:]}.  \nCommand: `{info['command']}`\n")

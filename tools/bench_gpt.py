@@ -11,8 +11,8 @@ of 32 windows of 128 byte tokens per optimizer step, AdamW with the file's lr, b
 weight decay (on every parameter), its warmup and cosine schedule, gradient clipping at its
 clip_norm. Contestants, all under taskset on the same two cores (bench_compare.py's choice):
 
-  crew   --devices cpu:2                          2 replicas x 1 OpenBLAS thread, 16 windows each
-  crew   --devices cpu:1 --threads-per-device 2   1 replica x 2 OpenBLAS threads, 32 windows
+  crew   --devices cpu:2                          2 replicas x 1 GEMM thread, 16 windows each
+  crew   --devices cpu:1 --threads-per-device 2   1 replica x 2 GEMM threads, 32 windows
   crew   --devices cpu:1                          1 replica x 1 thread, 32 windows
   torch  eager, torch.set_num_threads(2) and (1)  fused AdamW where this torch has it on the CPU
   torch  torch.compile (inductor) of the model, 2 and 1 threads; the optimizer stays eager
@@ -386,7 +386,7 @@ def print_report(a, info, rows, best, markdown):
     if markdown:
         print(f"Machine: {info['cpu']}, {info['cores']} CPUs, runs on {info['cores_used']}; {info['date']}; "
               f"crew {info['crew']} at {info['commit']} (binary of {info['binary_time']}), "
-              f"OpenBLAS {info['openblas']}, torch {info['torch']} ({info['optimizer']}).  ")
+              f"GEMM {info['gemm']}, torch {info['torch']} ({info['optimizer']}).  ")
         print(f"Command: `{info['command']}`. gpt_tiny, global batch {GLOBAL_BATCH} x {a.context} tokens; {steps}; "
               f"other procs: cores other processes kept busy during the contestant's runs.\n")
         print("| " + " | ".join(head) + " |")
@@ -398,7 +398,7 @@ def print_report(a, info, rows, best, markdown):
         print(f"gpt_tiny training, global batch {GLOBAL_BATCH} x {a.context} tokens, {steps}")
         print(f"machine: {info['cpu']}, {info['cores']} CPUs (runs on {info['cores_used']}); {info['date']}")
         print(f"crew {info['crew']} at {info['commit']} (binary of {info['binary_time']}), "
-              f"OpenBLAS {info['openblas']}; torch {info['torch']} ({info['optimizer']})")
+              f"GEMM {info['gemm']}; torch {info['torch']} ({info['optimizer']})")
         print(f"command: {info['command']}")
         widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(head)]
         print("  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))))
@@ -448,7 +448,7 @@ def main():
     version = bench_compare.capture([a.crew, "--version"])
     info = {"cpu": cpu_model(), "cores": os.cpu_count(), "cores_used": bench_compare.describe_cores(a.cores),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "crew": version.splitlines()[0].replace("crew ", ""), "openblas": bench_compare.blas_version(version),
+            "crew": version.splitlines()[0].replace("crew ", ""), "gemm": bench_compare.blas_version(version),
             "command": " ".join(["python3", "tools/bench_gpt.py"] + sys.argv[1:]),
             "load_before": bench_compare.loadavg(),
             "commit": bench_compare.capture(["git", "describe", "--always", "--dirty"]),

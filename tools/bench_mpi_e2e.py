@@ -292,7 +292,7 @@ def main():
     info["load_after"] = bench_compare.loadavg()
     table = summarise(a, rounds)
     print(f"{os.path.basename(a.model)}: {info['cpu']}, {info['cores']} CPUs; crew {info['crew']}, "
-          f"OpenBLAS {info['openblas']}; {info['date']}; load before {info['load_before']}, after {info['load_after']}")
+          f"GEMM {info['gemm']}; {info['date']}; load before {info['load_before']}, after {info['load_after']}")
     print_table(a, table, a.markdown)
     if a.json:
         print(json.dumps({"machine": info, "waits": waits, "args": {k: v for k, v in vars(a).items()},

@@ -64,8 +64,16 @@ static crew_status open_cuda(int index, const crew_device_options *o, crew_backe
 }
 #endif
 
+/* the build's GEMM library (CMakeLists.txt, CREW_GEMM) */
+#if CREW_GEMM_ONEDNN
+#define CPU_GEMM_LIBRARY "oneDNN"
+#else
+#define CPU_GEMM_LIBRARY "OpenBLAS"
+#endif
+
 static const crew_device_kind kinds[] = {
-    {"cpu", "CPU cores: one replica per core, GEMMs by OpenBLAS", cpu_available, open_cpu, NULL, 0, NULL, 0, 1},
+    {"cpu", "CPU cores: one replica per core, GEMMs by " CPU_GEMM_LIBRARY, cpu_available, open_cpu, NULL, 0, NULL, 0,
+     1},
     {"cpu-guarded", "the CPU backend with device memory that traps any access from host code (a test "
                     "of the device seam; slower)", cpu_available, open_cpu_guarded, NULL, 0, NULL, 0, 1},
     {"cpu-remote", "the guarded CPU backend as a device the host cannot reach, as a GPU: its replicas talk "

@@ -1,11 +1,12 @@
 /* cpu_attention.c — causal multi-head self-attention, one (sample, head) at a time, its products
- * as OpenBLAS GEMMs on strided views of qkv (no copies into per-head buffers).
+ * as GEMMs (cpu_gemm.c) on strided views of qkv (no copies into per-head buffers).
  *
  * Shapes (backend.h): qkv [batch, T, 3C] holding q | k | v, head h in columns [h·d, (h+1)·d) of
  * each; att and datt [batch, heads, T, T]; y and dy [batch, T, C]; C = heads · d.
  * The masked half (s > t) is skipped by blocks: rows t in [t0, t1) of the scores need only
  * columns s < t1, and a product summing over the T × T matrix sums only over its non-zero part
- * (rows' products up to column t1; columns' products from row s0 on). A block of BLOCK rows keeps
+ * (rows' products up to column t1; columns' products from row s0 on). A block of
+ * CPU_ATTENTION_BLOCK rows keeps
  * the GEMMs large enough to run near their peak, and does about 5/8 of the square's work at
  * T = 128 (1/2 + BLOCK/2T). The skipped entries are what the softmax sets to 0, and the products
  * leave out only terms that are 0. Every sum runs in a fixed order set by T alone, so results do
@@ -63,10 +64,10 @@ static int products_in_bf16(void *ctx, crew_dtype att_type)
     return att_type == CREW_DT_BF16 || ((cpu_ctx *)ctx)->bf16;
 }
 
-/* Rows of the score matrix per block of the causal products. */
-#define BLOCK 32
-
-static int64_t block_end(int64_t t0, int64_t T) { return t0 + BLOCK < T ? t0 + BLOCK : T; }
+static int64_t block_end(int64_t t0, int64_t T)
+{
+    return t0 + CPU_ATTENTION_BLOCK < T ? t0 + CPU_ATTENTION_BLOCK : T;
+}
 
 void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
                            int64_t batch, int64_t T, int64_t heads, int64_t d)

@@ -1,12 +1,11 @@
-/* cpu_backend.c — the CPU backend's table: memory, transfers, queues, GEMM through OpenBLAS, simple
- * vector ops and reductions. Everything but GEMM is plain C loops that the compiler vectorises.
+/* cpu_backend.c — the CPU backend's table: memory, transfers, queues, GEMM (cpu_gemm.c: oneDNN's
+ * or OpenBLAS's), simple vector ops and reductions. Everything but GEMM is plain C loops that the
+ * compiler vectorises.
  *
- * One instance is one CPU device with a context of its own (today it only remembers the BLAS
- * thread count it was opened with). Everything runs at once on the calling thread, so queues are
+ * One instance is one CPU device with a context of its own (its GEMMs' thread count, precision and
+ * scratch). Everything runs at once on the calling thread, so queues are
  * tokens with nothing to order, and no op is ever pending or failed. */
-#include <cblas.h>
 #include <stdio.h>
-#include <strings.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -342,56 +341,8 @@ crew_status crew_cpu_backend_create(int blas_threads, crew_backend *out)
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c) return CREW_OOM();
     c->blas_threads = blas_threads;
-    /* OpenBLAS keeps one process-wide thread count; every rank asks for the same value. */
-    openblas_set_num_threads(blas_threads);
+    cpu_gemm_library_threads(blas_threads);
     out->ops = &crew_cpu_ops;
     out->ctx = c;
     return CREW_OK;
 }
-
-void crew_blas_describe(char *buf, size_t len)
-{
-    /* Which OpenBLAS build, and which of its kernels it picked for this CPU (DYNAMIC_ARCH builds
-     * choose at load time): what a speed figure or a bug report needs to be read. */
-    if (len) snprintf(buf, len, "%s, kernels for %s", openblas_get_config(), openblas_get_corename());
-}
-
-/* OpenBLAS kernel families (DYNAMIC_ARCH core names) that predate AVX2 and FMA. A build that does
- * not know a newer CPU model falls back to one of these: Debian 12's OpenBLAS 0.3.21 gives an Intel
- * Xeon of family 6 model 207 (Emerald Rapids) its Prescott (SSE3) kernels, and crew then trained
- * the example MLP 7.6x and the CNN 1.75x slower than with OPENBLAS_CORETYPE=SkylakeX (measured;
- * docs/PERFORMANCE.md). */
-static const char *const pre_avx2_cores[] = {
-    "Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Core2", "Penryn", "Dunnington", "Nehalem",
-    "Sandybridge", "Atom", "Athlon", "Opteron", "Opteron_SSE3", "Barcelona", "Bobcat", "Bulldozer",
-    "Piledriver", "Steamroller", "Nano", "Unknown",
-};
-
-int crew_blas_check(char *buf, size_t len)
-{
-    if (len) buf[0] = '\0';
-#if defined(__x86_64__) || defined(__i386__)
-    const char *core = openblas_get_corename();
-    if (!core || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
-    int old = 0;
-    for (size_t i = 0; i < sizeof pre_avx2_cores / sizeof pre_avx2_cores[0]; i++)
-        old |= strcasecmp(core, pre_avx2_cores[i]) == 0;
-    if (!old) return 0;
-    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-    const char *want = avx512 ? "SkylakeX" : "Haswell", *forced = getenv("OPENBLAS_CORETYPE");
-    if (len && forced && *forced)
-        snprintf(buf, len, "OpenBLAS runs its %s kernels, as OPENBLAS_CORETYPE=%s asks, older than this CPU (it has "
-                 "AVX2%s): matrix products may be several times slower than they could be; set "
-                 "OPENBLAS_CORETYPE=%s or unset it", core, forced, avx512 ? " and AVX-512" : "", want);
-    else if (len)
-        snprintf(buf, len, "OpenBLAS runs its %s kernels, older than this CPU (it has AVX2%s): matrix products may "
-                 "be several times slower than they could be. This OpenBLAS does not know the CPU model; set "
-                 "OPENBLAS_CORETYPE=%s before starting crew", core, avx512 ? " and AVX-512" : "", want);
-    return 1;
-#else
-    (void)buf;
-    return 0;
-#endif
-}
-

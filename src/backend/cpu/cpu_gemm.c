@@ -1,12 +1,16 @@
-/* cpu_gemm.c — the CPU backend's GEMM: OpenBLAS's sgemm, in float32 or with its operands rounded
- * to bfloat16 first (--precision bf16); and the bfloat16 activations a bf16 run keeps.
+/* cpu_gemm.c — the CPU backend's GEMM: oneDNN's sgemm (OpenBLAS's where the build chose it, see
+ * CMakeLists.txt's CREW_GEMM), in float32 or with its operands rounded to bfloat16 first
+ * (--precision bf16); and the bfloat16 activations a bf16 run keeps.
  *
  * bfloat16 products are exact in float32 (8-bit significands), so rounding the operands and
  * running sgemm gives what a GPU's bfloat16 tensor cores compute up to the order of the float32
  * sums: the numerics of mixed precision, to study and test on the CPU. It is slower than float32
- * here (a pass over both operands, and Debian's OpenBLAS has no bfloat16 GEMM), so it is for
- * checking a bf16 run before a GPU, not for speed. */
+ * here (a pass over both operands), so it is for checking a bf16 run before a GPU, not for speed. */
+#if CREW_GEMM_ONEDNN
+#include <dnnl.h>
+#else
 #include <cblas.h>
+#endif
 #include <stdlib.h>
 
 #include "backend/body/elementwise.h"
@@ -31,6 +35,38 @@ static const float *rounded(float **buf, size_t *cap, const float *x, int64_t ro
         for (int64_t j = 0; j < cols; j++) dst[j] = crew_bf16_round(src[j]);
     }
     return *buf;
+}
+
+#if CREW_GEMM_ONEDNN
+/* OpenMP's (oneDNN's threads are libgomp's): the thread count of the calling thread's next
+ * parallel region, and so of its next sgemm. Declared here, as the OpenMP API has it, because
+ * crew itself is not compiled as OpenMP code. */
+void omp_set_num_threads(int threads);
+#endif
+
+/* c[m, n] = alpha · op(a)[m, k] · op(b)[k, n] + beta · c, row-major, in float32 by the build's
+ * GEMM library, with the device's thread count. A failure (oneDNN refuses arguments or finds no
+ * scratch memory) is the device's pending error (cpu_take_failure). */
+static void sgemm(cpu_ctx *x, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                  int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0) return;
+#if CREW_GEMM_ONEDNN
+    if (k <= 0) { /* nothing summed: c = beta · c, as BLAS has it (beta 0 clears, NaNs too) */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return;
+    }
+    /* set on every call: a context's GEMMs may run on another thread than the last (evaluation,
+     * a communication thread's caller), and the count is per thread */
+    omp_set_num_threads(x ? x->blas_threads : 1);
+    dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (st != dnnl_success && x && !x->gemm_status) x->gemm_status = (int)st;
+#else
+    (void)x;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (blasint)m,
+                (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c, (blasint)ldc);
+#endif
 }
 
 void cpu_gemm(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
@@ -66,9 +102,8 @@ void cpu_gemm_rounding(void *ctx, int round_a, int round_b, int trans_a, int tra
     const int64_t rows_block = x ? x->sum_block : 0;
     if (rows_block > 0 && !trans_a && m > rows_block) {
         for (int64_t m0 = 0; m0 < m; m0 += rows_block)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                        (blasint)(m - m0 < rows_block ? m - m0 : rows_block), (blasint)n, (blasint)k, alpha, a + m0 * lda,
-                        (blasint)lda, b, (blasint)ldb, beta, c + m0 * ldc, (blasint)ldc);
+            sgemm(x, 0, trans_b, m - m0 < rows_block ? m - m0 : rows_block, n, k, alpha, a + m0 * lda, lda, b, ldb, beta,
+                  c + m0 * ldc, ldc);
         return;
     }
     const int64_t block = rows_block > 0 && k > rows_block && trans_a && !trans_b ? rows_block : k;
@@ -76,9 +111,7 @@ void cpu_gemm_rounding(void *ctx, int round_a, int round_b, int trans_a, int tra
     do {
         const int64_t kb = k - k0 < block ? k - k0 : block;
         const float *ak = trans_a ? a + k0 * lda : a + k0, *bk = trans_b ? b + k0 : b + k0 * ldb;
-        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                    (blasint)m, (blasint)n, (blasint)kb, alpha, ak, (blasint)lda, bk, (blasint)ldb, k0 ? 1.0f : beta, c,
-                    (blasint)ldc);
+        sgemm(x, trans_a, trans_b, m, n, kb, alpha, ak, lda, bk, ldb, k0 ? 1.0f : beta, c, ldc);
         k0 += kb;
     } while (k0 < k);
 }
@@ -101,6 +134,13 @@ crew_status cpu_configure(void *ctx, const crew_device_options *o)
 crew_status cpu_take_failure(void *ctx)
 {
     cpu_ctx *x = ctx;
+    if (x && x->gemm_status) {
+        int st = x->gemm_status;
+        x->gemm_status = 0;
+        return crew_errorf(st == 1 ? CREW_CODE_OUT_OF_MEMORY : CREW_CODE_INTERNAL,
+                           "cpu backend: oneDNN's sgemm failed with status %d (%s)", st,
+                           st == 1 ? "out of memory" : st == 2 ? "invalid arguments" : "see dnnl_types.h");
+    }
     if (!x || !x->out_of_memory) return CREW_OK;
     x->out_of_memory = 0;
     return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "cpu backend: no memory for bfloat16 copies (a GEMM's operands "

@@ -24,6 +24,8 @@ typedef struct cpu_ctx {
                                    its padded sample): the next sync, download or
                                    softmax_xent fails (the CPU runs every op at once and has no other
                                    way to fail one) */
+    int gemm_status;            /* the first failed sgemm's status (oneDNN's dnnl_status_t), reported the
+                                   same way; 0: none */
 } cpu_ctx;
 
 /* cpu_gemm.c: c[m, n] = alpha · op(a) · op(b) + beta · c (backend.h), in the device's precision */
@@ -45,6 +47,9 @@ crew_status cpu_configure(void *ctx, const crew_device_options *o);
 /* The failure a GEMM left (out_of_memory), then cleared; CREW_OK without one. */
 crew_status cpu_take_failure(void *ctx);
 void cpu_gemm_free(cpu_ctx *c);
+/* cpu_gemm_library.c: the build's GEMM library told the thread count a new device asks for
+ * (OpenBLAS keeps one for the process; oneDNN's is set before each GEMM) */
+void cpu_gemm_library_threads(int threads);
 
 
 /* cpu_backend.c: the table itself, for backends that wrap it (cpu_guarded.c) */
@@ -102,7 +107,11 @@ void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const fl
                             const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
                             int64_t rows, int64_t c);
 
-/* cpu_attention.c */
+/* cpu_attention.c. Rows of the score matrix per block of the causal products: a row's scores are
+ * the GEMM of its block (rows t0 .. t0 + 32, columns up to the block's end), and a GEMM library's
+ * bits for a row may depend on the call's shape (oneDNN's do), so a check that recomputes them
+ * (test_kernel_bodies) uses the same blocks. */
+#define CPU_ATTENTION_BLOCK 32
 void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
                            int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
 void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,
