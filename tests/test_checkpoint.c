@@ -12,12 +12,16 @@
  * - nothing outside the checkpoints' directory is removed through a symbolic link in it (a dead
  *   writer's temporary, an old checkpoint pruned);
  * - a resume's note past many damaged checkpoints names the one used first and summarises the
- *   rest: it never ends mid-sentence. */
+ *   rest: it never ends mid-sentence;
+ * - state.json names the CPU GEMM library that wrote it; a resume under another one, or from a
+ *   checkpoint that does not say, goes on and its note says the last bits will differ. */
+#include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "check.h"
 #include "fs_helpers.h"
@@ -367,6 +371,63 @@ static void test_links_never_followed(void)
     fixture_close(&fx);
 }
 
+/* Rewrites state.json of checkpoint `dir` as `text`, with the COMPLETE marker that matches it (as a
+ * crew that wrote that text would have). */
+static void rewrite_state(const char *dir, const char *text)
+{
+    char path[800], marker[64];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(text, 1, strlen(text), f) == strlen(text));
+    if (f) fclose(f);
+    snprintf(path, sizeof path, "%s/COMPLETE", dir);
+    snprintf(marker, sizeof marker, "%016" PRIx64 "\n", (uint64_t)XXH3_64bits(text, strlen(text)));
+    f = fopen(path, "wb");
+    CHECK(f && fputs(marker, f) >= 0);
+    if (f) fclose(f);
+}
+
+/* The CPU GEMM library that wrote a checkpoint is in state.json; a resume under the same one says
+ * nothing of it, under another one (or from an older crew's checkpoint, which does not say) its
+ * note says the last bits will differ from a run never stopped, and the run goes on. */
+static void test_gemm_recorded(void)
+{
+    fixture fx;
+    if (fixture_open(&fx) != 0) return;
+    char here[160], path[800], dir[700], note[1024], text[16384], edited[16384];
+    crew_blas_describe(here, sizeof here);
+    write_step(&fx, 3, path, sizeof path);
+    crew_checkpoint_state st;
+    CHECK_OK(crew_checkpoint_resume(fx.root, fx.m, &fx.opt, &st, note, sizeof note));
+    CHECK_MSG(strcmp(st.gemm, here) == 0, "state.json's gemm '%s', this crew's '%s'", st.gemm, here);
+    CHECK_MSG(!strstr(note, "last bits"), "the same GEMM library, yet: %s", note);
+
+    crew_checkpoint_state other = make_state(4);
+    snprintf(other.gemm, sizeof other.gemm, "a GEMM library of another build");
+    CHECK_OK(crew_checkpoint_write(fx.root, fx.m, &fx.opt, &other, 5, path, sizeof path));
+    CHECK_OK(crew_checkpoint_resume(fx.root, fx.m, &fx.opt, &st, note, sizeof note));
+    CHECK_MSG(st.step == 4 && strstr(note, "resumed from ") == note, "note: %s", note);
+    char want[400];
+    snprintf(want, sizeof want, "it was written under a GEMM library of another build and this crew runs %s: the run "
+             "goes on, with other last bits than a run never stopped", here);
+    CHECK_MSG(strstr(note, want), "note: %s", note);
+
+    /* an older crew's state.json, without the key */
+    snprintf(dir, sizeof dir, "%s/step-00000004", fx.root);
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    text[n] = '\0';
+    CHECK(replaced(text, "\"gemm\":\t\"a GEMM library of another build\",", "", edited, sizeof edited));
+    rewrite_state(dir, edited);
+    CHECK_OK(crew_checkpoint_resume(fx.root, fx.m, &fx.opt, &st, note, sizeof note));
+    CHECK_MSG(st.step == 4 && st.gemm[0] == '\0', "step %lld, gemm '%s'", (long long)st.step, st.gemm);
+    CHECK_MSG(strstr(note, "it does not say which CPU GEMM library its crew ran") && strstr(note, here) &&
+              strstr(note, "other last bits than a run never stopped"), "note: %s", note);
+    fixture_close(&fx);
+}
+
 int main(void)
 {
     fixture fx;
@@ -382,5 +443,6 @@ int main(void)
     fixture_close(&fx);
     test_links_never_followed();
     test_long_note_summarised();
+    test_gemm_recorded();
     return check_report();
 }

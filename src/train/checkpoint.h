@@ -27,6 +27,10 @@ typedef struct crew_checkpoint_state {
     crew_lr_plan lr;
     int has_options;     /* read: 1 when state.json holds plan.threads_per_device, augment, pad_last_batch,
                             sync_batch_norm and on_nan (0: written by an older crew) */
+    /* The CPU GEMM library of the crew that wrote it (crew_blas_describe), which rounds every
+     * product: a resume under another one goes on, but not bit for bit. Written: this crew's when
+     * left "" (a test sets another); read: "" when not recorded (an older crew). */
+    char gemm[160];
 } crew_checkpoint_state;
 
 /* Writes ROOT/step-<step>/ from m and opt (on any device: their values are downloaded) and

@@ -256,6 +256,12 @@ char *crew_checkpoint_state_json(const crew_checkpoint_state *st, const crew_mod
     cJSON_AddStringToObject(root, "format", "crew-checkpoint");
     cJSON_AddNumberToObject(root, "version", 1);
     add_int(root, "step", st->step);
+    char gemm[sizeof st->gemm];
+    if (st->gemm[0])
+        snprintf(gemm, sizeof gemm, "%s", st->gemm);
+    else
+        crew_blas_describe(gemm, sizeof gemm);
+    cJSON_AddStringToObject(root, "gemm", gemm);
     cJSON *plan = cJSON_AddObjectToObject(root, "plan");
     add_int(plan, "devices", p->devices);
     add_int(plan, "batch_per_device", p->batch_per_device);
@@ -447,6 +453,8 @@ crew_status crew_checkpoint_state_parse(const char *text, const char *what, crew
     if (get_int(&r, root, "version") != 1 && !r.err)
         r.err = crew_errorf(CREW_CODE_BAD_INPUT, "%s: unknown checkpoint version", what);
     st->step = get_int(&r, root, "step");
+    const cJSON *gemm = cJSON_GetObjectItemCaseSensitive(root, "gemm"); /* optional: an older crew's has none */
+    if (cJSON_IsString(gemm)) snprintf(st->gemm, sizeof st->gemm, "%s", gemm->valuestring);
     const cJSON *plan = member(&r, root, "plan"), *lr = member(&r, root, "lr"), *files = member(&r, root, "files");
     if (plan) parse_plan(&r, plan, &st->plan);
     if (plan) parse_options(&r, plan, st);

@@ -363,6 +363,22 @@ crew_status crew_checkpoint_newest_state(const char *root, crew_checkpoint_state
     return crew_errorf(CREW_CODE_BAD_INPUT, "no complete checkpoint in %s", root);
 }
 
+/* "" when the checkpoint was written under this crew's CPU GEMM library; else why the resumed run's
+ * last bits will not be those of a run never stopped (every product rounds another way). */
+static void gemm_remark(const char *written, char *out, size_t len)
+{
+    char here[sizeof ((crew_checkpoint_state *)0)->gemm];
+    crew_blas_describe(here, sizeof here);
+    if (!written[0])
+        snprintf(out, len, "; it does not say which CPU GEMM library its crew ran (an older crew's); this one runs %s, "
+                 "and under another library the run goes on with other last bits than a run never stopped", here);
+    else if (strcmp(written, here) != 0)
+        snprintf(out, len, "; it was written under %s and this crew runs %s: the run goes on, with other last bits "
+                 "than a run never stopped", written, here);
+    else
+        out[0] = '\0';
+}
+
 crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_optimizer *opt, crew_checkpoint_state *st,
                                    char *note, size_t note_len)
 {
@@ -381,8 +397,13 @@ crew_status crew_checkpoint_resume(const char *root, crew_model *m, crew_optimiz
         verdict v;
         crew_status s = try_load(dir, m, opt, st, &v);
         if (!s) {
+            /* the GEMM library's remark last, its room kept: the note drops what it met first */
+            char remark[600];
+            gemm_remark(st->gemm, remark, sizeof remark);
+            size_t keep = strlen(remark) < note_len / 2 ? strlen(remark) : 0;
             snprintf(head, sizeof head, "resumed from %s (step %lld)", dir, (long long)st->step);
-            passed_note(&met, head, note, note_len);
+            passed_note(&met, head, note, note_len - keep);
+            if (keep) put_whole(note, note_len, 1, remark);
             passed_free(&met);
             return CREW_OK;
         }
