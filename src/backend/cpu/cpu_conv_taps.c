@@ -79,19 +79,22 @@ static int padded_for(cpu_ctx *cx, const crew_window *g, padded *p)
 /* Sample b into p: row r, column q hold x's (r − pad_top, q − pad_left), 0 outside the image. */
 static void pad_sample(const float *x, const crew_window *g, int64_t b, int bf16, padded *p)
 {
-    const int64_t c = g->in_c;
+    const int64_t c = g->in_c, wp = p->wp;
+    /* the image's columns of a padded row: [q0, q1), read from column q0 − pad_left = 0 on; a row
+     * is zeros, values, zeros, each a contiguous run (so the copy vectorises) */
+    const int64_t q0 = g->pad_left < wp ? g->pad_left : wp;
+    const int64_t q1 = g->pad_left + g->in_w < wp ? g->pad_left + g->in_w : wp;
     for (int64_t r = 0; r < p->hp; r++) {
         const int64_t ih = r - g->pad_top;
-        float *dst = p->v + r * p->wp * c;
-        for (int64_t q = 0; q < p->wp; q++) {
-            const int64_t iw = q - g->pad_left;
-            if (ih < 0 || ih >= g->in_h || iw < 0 || iw >= g->in_w) {
-                for (int64_t ci = 0; ci < c; ci++) dst[q * c + ci] = 0.0f;
-                continue;
-            }
-            const float *src = x + ((b * g->in_h + ih) * g->in_w + iw) * c;
-            for (int64_t ci = 0; ci < c; ci++) dst[q * c + ci] = rounded(src[ci], bf16);
+        float *dst = p->v + r * wp * c;
+        if (ih < 0 || ih >= g->in_h) {
+            memset(dst, 0, (size_t)(wp * c) * sizeof *dst);
+            continue;
         }
+        const float *src = x + (b * g->in_h + ih) * g->in_w * c;
+        memset(dst, 0, (size_t)(q0 * c) * sizeof *dst);
+        for (int64_t i = 0; i < (q1 - q0) * c; i++) dst[q0 * c + i] = rounded(src[i], bf16);
+        memset(dst + q1 * c, 0, (size_t)((wp - q1) * c) * sizeof *dst);
     }
 }
 
