@@ -945,6 +945,10 @@ typedef struct crew_verify_result {
     double other_blocks_diff;       /* its (e) spread, */
     double other_blocks_allowed;    /* and its bound */
     double immune_spread;           /* (c) vs (d) and (g), the largest over tensors */
+    int other_blocks_exact;         /* 1: (g) ended with (e)'s bits, an exact stand-in for the replicas
+                                       (a model whose sums over the batch are all dense layers'); 0 where
+                                       a layer sums in other blocks (a convolution's output positions,
+                                       a GPT's tokens), or (e) and (g) did not run */
 } crew_verify_result;
 
 /* Every field at its default (zero, or as bracketed above). */

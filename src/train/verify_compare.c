@@ -244,6 +244,12 @@ static void judge_other_blocks(const crew_model *m, const host_values *a, const 
                          m->layers[i]->name, q->name);
             }
     res->other_blocks_ok = res->other_blocks_diff <= res->other_blocks_allowed;
+    /* (g) an exact stand-in for (e): every parameter and state value the same bits (where each
+     * layer's sums over the batch take the blocks as replicas do: dense layers; not convolutions,
+     * which sum over output positions, nor a GPT's rows of tokens) */
+    res->other_blocks_exact =
+        memcmp(e->params, g->params, (size_t)m->n_params * sizeof *e->params) == 0 &&
+        (!m->n_state || memcmp(e->state, g->state, (size_t)m->n_state * sizeof *e->state) == 0);
 }
 
 static void judge(const crew_model *m, const host_values *a, const host_values *c, const host_values *d,
