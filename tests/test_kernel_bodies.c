@@ -937,12 +937,14 @@ static void check_attention(void)
             float *raw = floats(n), *da = floats(n);
             for (int64_t b = 0; b < batch; b++)
                 for (int64_t h = 0; h < heads; h++) {
-                    const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C, *dyh = dy + b * T * C + h * d;
+                    const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C;
+                    const float *dyh = dy + b * T * C + h * d;
                     const int64_t at = (b * heads + h) * T * T;
                     for (int64_t t0 = 0; t0 < T; t0 += CPU_ATTENTION_BLOCK) {
                         const int64_t t1 = t0 + CPU_ATTENTION_BLOCK < T ? t0 + CPU_ATTENTION_BLOCK : T;
-                        be.ops->gemm(be.ctx, 0, 1, t1 - t0, t1, d, scale, q + t0 * ld, ld, k, ld, 0.0f, raw + at + t0 * T, T);
-                        be.ops->gemm(be.ctx, 0, 1, t1 - t0, t1, d, 1.0f, dyh + t0 * C, C, v, ld, 0.0f, da + at + t0 * T, T);
+                        float *raw_t = raw + at + t0 * T, *da_t = da + at + t0 * T;
+                        be.ops->gemm(be.ctx, 0, 1, t1 - t0, t1, d, scale, q + t0 * ld, ld, k, ld, 0.0f, raw_t, T);
+                        be.ops->gemm(be.ctx, 0, 1, t1 - t0, t1, d, 1.0f, dyh + t0 * C, C, v, ld, 0.0f, da_t, T);
                     }
                 }
             const float *catt = a16 ? NULL : att;

@@ -50,7 +50,8 @@ static const char *usage_text =
     "reference_replicas, reference_batch (0: no reference in other blocks),\n"
     "max_rel_diff_full_batch, tolerance, rounding_spread, decided_by, decided_by_diff,\n"
     "decided_by_spread, allowed, other_blocks_ok, immune_spread, other_blocks_decided_by,\n"
-    "other_blocks_diff, other_blocks_allowed, other_blocks_exact, samples, dataset_samples, steps_per_epoch, epochs_crossed, deadline_s, failure, pass.\n";
+    "other_blocks_diff, other_blocks_allowed, other_blocks_exact, samples, dataset_samples,\n"
+    "steps_per_epoch, epochs_crossed, deadline_s, failure, pass.\n";
 
 typedef struct verify_args {
     const char *model, *data, *devices; /* devices: checked after MODEL.json and --data */
@@ -165,7 +166,8 @@ static void print_full_batch_verdict(const crew_verify_result *r)
         printf(r->other_blocks_exact
                    ? "  (the blocks without replicas ended with the replicas' bits: an exact stand-in for them)\n"
                    : "  (the blocks without replicas are a stand-in, not the replicas' bits: some layer sums over the\n"
-                     "  batch in other blocks, as a convolution over output positions or a GPT over tokens; docs/VERIFY.md)\n");
+                     "  batch in other blocks, as a convolution over output positions or a GPT over tokens;\n"
+                     "  docs/VERIFY.md)\n");
 }
 
 /* Which samples the runs trained on. */
@@ -214,11 +216,11 @@ static void print_json(const crew_verify_result *r)
            r->other_blocks_ok ? "true" : "false",
            r->fixed_tolerance ? "null" : cli_json_number(r->immune_spread, b13, sizeof b13));
     crew_json_write_string(stdout, r->other_blocks_decided_by);
-    printf(",\"other_blocks_diff\":%s,\"other_blocks_allowed\":%s,\"other_blocks_exact\":%s,\"samples\":%lld,\"dataset_samples\":%lld,"
-           "\"steps_per_epoch\":%lld,\"epochs_crossed\":%d,\"deadline_s\":%s,\"failure\":",
+    printf(",\"other_blocks_diff\":%s,\"other_blocks_allowed\":%s,\"other_blocks_exact\":%s,\"samples\":%lld,"
+           "\"dataset_samples\":%lld,\"steps_per_epoch\":%lld,\"epochs_crossed\":%d,\"deadline_s\":%s,\"failure\":",
            cli_json_number(r->other_blocks_diff, b14, sizeof b14), cli_json_number(r->other_blocks_allowed, b15, sizeof b15),
-           r->other_blocks_exact ? "true" : "false", (long long)r->samples, (long long)r->dataset_samples, (long long)r->steps_per_epoch, r->epochs_crossed,
-           cli_json_number(r->deadline_s, b8, sizeof b8));
+           r->other_blocks_exact ? "true" : "false", (long long)r->samples, (long long)r->dataset_samples,
+           (long long)r->steps_per_epoch, r->epochs_crossed, cli_json_number(r->deadline_s, b8, sizeof b8));
     if (r->failure[0])
         crew_json_write_string(stdout, r->failure);
     else

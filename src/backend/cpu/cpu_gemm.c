@@ -60,7 +60,8 @@ static void sgemm(cpu_ctx *x, int trans_a, int trans_b, int64_t m, int64_t n, in
     /* set on every call: a context's GEMMs may run on another thread than the last (evaluation,
      * a communication thread's caller), and the count is per thread */
     omp_set_num_threads(x ? x->blas_threads : 1);
-    dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    dnnl_status_t st =
+        dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     if (st != dnnl_success && x && !x->gemm_status) x->gemm_status = (int)st;
 #else
     (void)x;
