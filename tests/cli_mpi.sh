@@ -124,6 +124,14 @@ start_and_kill() {
   pkill -KILL -f "crew train $MODEL .*--run-dir $dir" 2> /dev/null
   kill -KILL $pid 2> /dev/null
   wait $pid 2> /dev/null
+  # A killed process holds the run directory's lock (RUN_DIR/lock, a POSIX record lock) until its
+  # exit completes, and a big one (an ASan build's shadow memory) unmaps for a while first: the next
+  # attempt must not start before the kernel has dropped the lock (/proc/locks; up to 60 s).
+  local ino polls=0
+  ino=$(stat -c %i "$dir/lock" 2> /dev/null) || ino=
+  while [ -n "$ino" ] && grep -q ":$ino " /proc/locks 2> /dev/null && [ $polls -lt 6000 ]; do
+    sleep 0.01; polls=$((polls + 1))
+  done
   [ "$(newest_checkpoint "$dir")" -ge "$at" ] || fail "$dir: no checkpoint of step $at before the kill: $(tail -n 3 "$TMP/attempt.out")"
   [ ! -f "$dir/weights.safetensors" ] || fail "$dir: the kill at step $at came after the end of the run"
 }
