@@ -142,6 +142,19 @@ static void test_state_round_trip(fixture *fx)
     CHECK_MSG(o.conv == CREW_CONV_LIBRARY, "a resumed run does not take its checkpoint's way of convolving");
 }
 
+/* Checkpoint dir's state.json as a string in out[cap] ("" when it cannot be read). */
+static void state_text(const char *dir, char *out, size_t cap)
+{
+    char path[800];
+    snprintf(path, sizeof path, "%s/state.json", dir);
+    size_t n = 0;
+    uint8_t *b = read_file(path, &n);
+    n = b && n < cap ? n : 0;
+    if (b) memcpy(out, b, n);
+    out[n] = '\0';
+    free(b);
+}
+
 /* text with its first `from` replaced by `to`, into out; 0 when it has no `from`. */
 static int replaced(const char *text, const char *from, const char *to, char *out, size_t len)
 {
@@ -154,12 +167,9 @@ static int replaced(const char *text, const char *from, const char *to, char *ou
  * nothing) reads as every layer one way. */
 static void test_conv_keys(fixture *fx)
 {
-    char path[700], text[16384], edited[16384], again[16384];
-    snprintf(path, sizeof path, "%s/step-00000011/state.json", fx->root);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f) fclose(f);
-    text[n] = '\0';
+    char dir[700], text[16384], edited[16384], again[16384];
+    snprintf(dir, sizeof dir, "%s/step-00000011", fx->root);
+    state_text(dir, text, sizeof text);
     const struct {
         const char *from, *to, *needle;
     } bad[] = { /* cJSON writes a tab after the colon */
@@ -377,14 +387,10 @@ static void rewrite_state(const char *dir, const char *text)
 {
     char path[800], marker[64];
     snprintf(path, sizeof path, "%s/state.json", dir);
-    FILE *f = fopen(path, "wb");
-    CHECK(f && fwrite(text, 1, strlen(text), f) == strlen(text));
-    if (f) fclose(f);
+    write_file(path, text, strlen(text));
     snprintf(path, sizeof path, "%s/COMPLETE", dir);
     snprintf(marker, sizeof marker, "%016" PRIx64 "\n", (uint64_t)XXH3_64bits(text, strlen(text)));
-    f = fopen(path, "wb");
-    CHECK(f && fputs(marker, f) >= 0);
-    if (f) fclose(f);
+    write_file(path, marker, strlen(marker));
 }
 
 /* The CPU GEMM library that wrote a checkpoint is in state.json; a resume under the same one says
@@ -414,11 +420,7 @@ static void test_gemm_recorded(void)
 
     /* an older crew's state.json, without the key */
     snprintf(dir, sizeof dir, "%s/step-00000004", fx.root);
-    snprintf(path, sizeof path, "%s/state.json", dir);
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-    if (f) fclose(f);
-    text[n] = '\0';
+    state_text(dir, text, sizeof text);
     CHECK(replaced(text, "\"gemm\":\t\"a GEMM library of another build\",", "", edited, sizeof edited));
     rewrite_state(dir, edited);
     CHECK_OK(crew_checkpoint_resume(fx.root, fx.m, &fx.opt, &st, note, sizeof note));
