@@ -27,10 +27,12 @@
 /* How long a rank arriving at a barrier watches for the last one before it sleeps. Waking a
  * sleeping thread costs tens of microseconds (more in a VM, where it takes an interrupt between
  * cores), and a step meets at two or more barriers per collective: the MLP's 2-replica step spent
- * about 0.5 ms of its 4 ms in one small all-reduce before this. A short watch catches the common
- * case, replicas arriving close together, without holding a core that another thread needs for
- * long; it is skipped when there are more ranks than cores. */
-#define SPIN_S 50e-6
+ * about 0.5 ms of its 4 ms in one small all-reduce before there was a watch at all. 50 us still
+ * left the 2-replica MLP (a 1.4 ms step, four barriers) sleeping and waking at some of them: 200
+ * us made it 5-7% faster (three paired rounds on 2 cores, docs/PERFORMANCE.md), the CNN the same
+ * within the noise, and a longer watch gained nothing more. It is skipped when there are more
+ * ranks than cores, where a watching rank would hold the core of the one it waits for. */
+#define SPIN_S 200e-6
 
 struct crew_local_comm {
     int size;
