@@ -251,17 +251,85 @@ static const lane_ints IOTA = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14,
 static const lane_ints ONES = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 static const lanes ZERO = {0};
 
-/* The pooled window (ph, pw) of sample b: its output positions k0 .. k1 − 1 (row-major over the
- * window), their taps (tv[k·taps + t]) and their indices' base into the convolution's output
- * (pos[k]). */
-static void window_taps(const padded *p, const crew_window *g, int64_t out_c, int64_t b, int64_t ph, int64_t pw,
-                        int k0, int k1, int64_t taps, float *tv, int64_t *pos)
+/* What a lane group of the one pass needs of sample b: its padded values, the filters' group at f0
+ * (kg [taps, n], rounded) and the output's. */
+typedef struct pool_pass {
+    const padded *p;
+    const crew_window *g;
+    const float *kg, *bias; /* bias: the layer's, or NULL */
+    float *y;
+    int32_t *argmax;
+    int64_t out_c, b, f0, n, taps;
+} pool_pass;
+
+/* Output position k (row-major in the pooled window (ph, pw)): its corner in the padded sample and
+ * its index's base into the convolution's output. */
+#define WINDOW_CELL(w, ph, pw, k, corner, pos)                                                              \
+    const int64_t oh_##k = 2 * (ph) + (k) / 2, ow_##k = 2 * (pw) + (k) % 2;                                  \
+    const float *corner = (w)->p->v + (oh_##k * (w)->g->stride_h * (w)->p->wp + ow_##k * (w)->g->stride_w) * \
+                                          (w)->g->in_c;                                                      \
+    const int64_t pos = (((w)->b * (w)->g->out_h + oh_##k) * (w)->g->out_w + ow_##k) * (w)->out_c
+
+/* Filters f .. f + LANES of the group through every pooled window of the sample, the kernel's
+ * values kept in registers (kv) where TAPS is a constant: they were loaded again for each of a
+ * window's four cells, and the cells' taps copied out first. The products and the sums as
+ * conv_taps_forward's, in the same order. A macro for the same reason as load and store. */
+#define POOL_FORWARD_GROUP(TAPS)                                                                              \
+    do {                                                                                                      \
+        const int64_t ph_n_ = w->g->out_h / 2, pw_n_ = w->g->out_w / 2;                                       \
+        lanes kv[TAPS];                                                                                       \
+        for (int64_t t = 0; t < (TAPS); t++) kv[t] = load(w->kg + t * w->n + f);                              \
+        const lanes bv = w->bias ? load(w->bias + w->f0 + f) : ZERO;                                          \
+        for (int64_t ph = 0; ph < ph_n_; ph++)                                                                \
+            for (int64_t pw = 0; pw < pw_n_; pw++) {                                                          \
+                lanes best = ZERO;                                                                            \
+                lane_ints at = {0};                                                                           \
+                for (int k = 0; k < 4; k++) {                                                                 \
+                    WINDOW_CELL(w, ph, pw, k, corner, pos);                                                   \
+                    lanes acc = kv[0] * corner[w->p->off[0]];                                                 \
+                    for (int64_t t = 1; t < (TAPS); t++) acc = acc + kv[t] * corner[w->p->off[t]];            \
+                    const lanes v = w->bias ? bv + acc : acc;                                                 \
+                    const lanes r = floats(bits(v) & (v > ZERO)); /* relu: v where v > 0, else +0 */          \
+                    const lane_ints idx = IOTA + (int32_t)(pos + w->f0 + f);                                  \
+                    const lane_ints gt = k ? r > best : ONES; /* the first cell seeds */                      \
+                    best = pick(gt, r, best);                                                                 \
+                    at = pick_ints(gt, idx, at);                                                              \
+                }                                                                                             \
+                const int64_t o = ((w->b * ph_n_ + ph) * pw_n_ + pw) * w->out_c + w->f0 + f;                  \
+                store(w->y + o, best);                                                                        \
+                store_ints(w->argmax + o, pick_ints(best > ZERO, at, ONES));                                  \
+            }                                                                                                 \
+    } while (0)
+
+static void pool_forward_group_9(const pool_pass *w, int64_t f)
 {
-    for (int k = k0; k < k1; k++) {
-        const int64_t oh = 2 * ph + k / 2, ow = 2 * pw + k % 2;
-        gather_taps(p, g, oh, ow, taps, tv + k * taps);
-        pos[k] = ((b * g->out_h + oh) * g->out_w + ow) * out_c;
-    }
+    POOL_FORWARD_GROUP(9); /* a 3x3 kernel over one channel: the grey-scale CNN's first layer */
+}
+
+static void pool_forward_group(const pool_pass *w, int64_t f) { POOL_FORWARD_GROUP(w->taps); }
+
+/* The filters past the last whole lane group, one at a time. */
+static void pool_forward_tail(const pool_pass *w, int64_t f)
+{
+    const int64_t ph_n = w->g->out_h / 2, pw_n = w->g->out_w / 2;
+    for (int64_t ph = 0; ph < ph_n; ph++)
+        for (int64_t pw = 0; pw < pw_n; pw++) {
+            float best = 0.0f;
+            int32_t at = -1;
+            for (int k = 0; k < 4; k++) {
+                WINDOW_CELL(w, ph, pw, k, corner, pos);
+                float acc = w->kg[f] * corner[w->p->off[0]];
+                for (int64_t t = 1; t < w->taps; t++) acc = acc + w->kg[t * w->n + f] * corner[w->p->off[t]];
+                const float r = crew_act_relu(w->bias ? w->bias[w->f0 + f] + acc : acc);
+                if (k == 0 || r > best) {
+                    best = r;
+                    at = (int32_t)(pos + w->f0 + f);
+                }
+            }
+            const int64_t o = ((w->b * ph_n + ph) * pw_n + pw) * w->out_c + w->f0 + f;
+            w->y[o] = best;
+            w->argmax[o] = best > 0.0f ? at : -1;
+        }
 }
 
 void cpu_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, const float *bias, float *y,
@@ -269,9 +337,8 @@ void cpu_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, 
 {
     cpu_ctx *cx = ctx;
     const int bf16 = cx->bf16;
-    const int64_t taps = g->k_h * g->k_w * g->in_c, ph_n = g->out_h / 2, pw_n = g->out_w / 2;
-    float tv[4 * CREW_CONV_TAPS_MAX], kg[CREW_CONV_TAPS_MAX * GROUP];
-    int64_t pos[4];
+    const int64_t taps = g->k_h * g->k_w * g->in_c;
+    float kg[CREW_CONV_TAPS_MAX * GROUP];
     padded p;
     if (!padded_for(cx, g, &p)) return;
     for (int64_t f0 = 0; f0 < out_c; f0 += GROUP) {
@@ -279,44 +346,13 @@ void cpu_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, 
         kernel_group(kernel, taps, out_c, f0, n, bf16, kg);
         for (int64_t b = 0; b < g->batch; b++) {
             pad_sample(x, g, b, bf16, &p);
-            for (int64_t ph = 0; ph < ph_n; ph++)
-                for (int64_t pw = 0; pw < pw_n; pw++) {
-                    window_taps(&p, g, out_c, b, ph, pw, 0, 4, taps, tv, pos);
-                    const int64_t o = ((b * ph_n + ph) * pw_n + pw) * out_c + f0;
-                    for (int64_t f = 0; f < whole; f += LANES) {
-                        lanes best = {0};
-                        lane_ints at = {0};
-                        for (int k = 0; k < 4; k++) {
-                            const float *tk = tv + k * taps;
-                            lanes acc = load(kg + f) * tk[0];
-                            for (int64_t t = 1; t < taps; t++) acc = acc + load(kg + t * n + f) * tk[t];
-                            const lanes v = bias ? load(bias + f0 + f) + acc : acc;
-                            const lanes r = floats(bits(v) & (v > ZERO)); /* relu: v where v > 0, else +0 */
-                            const lane_ints idx = IOTA + (int32_t)(pos[k] + f0 + f);
-                            const lane_ints gt = k ? r > best : ONES; /* the first cell seeds */
-                            best = pick(gt, r, best);
-                            at = pick_ints(gt, idx, at);
-                        }
-                        store(y + o + f, best);
-                        store_ints(argmax + o + f, pick_ints(best > ZERO, at, ONES));
-                    }
-                    for (int64_t f = whole; f < n; f++) {
-                        float best = 0.0f;
-                        int32_t at = -1;
-                        for (int k = 0; k < 4; k++) {
-                            const float *tk = tv + k * taps;
-                            float acc = kg[f] * tk[0];
-                            for (int64_t t = 1; t < taps; t++) acc = acc + kg[t * n + f] * tk[t];
-                            const float r = crew_act_relu(bias ? bias[f0 + f] + acc : acc);
-                            if (k == 0 || r > best) {
-                                best = r;
-                                at = (int32_t)(pos[k] + f0 + f);
-                            }
-                        }
-                        y[o + f] = best;
-                        argmax[o + f] = best > 0.0f ? at : -1;
-                    }
-                }
+            const pool_pass w = {&p, g, kg, bias, y, argmax, out_c, b, f0, n, taps};
+            for (int64_t f = 0; f < whole; f += LANES)
+                if (taps == 9)
+                    pool_forward_group_9(&w, f);
+                else
+                    pool_forward_group(&w, f);
+            for (int64_t f = whole; f < n; f++) pool_forward_tail(&w, f);
         }
     }
 }
@@ -330,16 +366,6 @@ struct bias_sums {
 };
 typedef struct bias_sums bias_sums;
 
-/* Position r's block opens (the one before joins the sum). */
-static void bias_row(bias_sums *bs, int64_t r, int64_t n)
-{
-    if (!bs->block || r / bs->block == bs->open) return;
-    if (bs->open >= 0)
-        for (int64_t f = 0; f < n; f++) bs->s[f] = bs->s[f] + bs->p[f];
-    memset(bs->p, 0, (size_t)n * sizeof *bs->p);
-    bs->open = r / bs->block;
-}
-
 static void bias_close(bias_sums *bs, int64_t n)
 {
     if (bs->block && bs->open >= 0)
@@ -351,44 +377,121 @@ static void bias_close(bias_sums *bs, int64_t n)
  * order, as conv_taps_filter_grad and col_sum take them from the pool's dx: each pooled row's top
  * output row, then its bottom one, and in each a window's left position, then its right. Only a
  * window's winner has a gradient there; the other positions' terms are 0, and adding 0 to a sum
- * that started at +0 leaves it as it is, so they are skipped (added as +0). */
+ * that started at +0 leaves it as it is, so they are skipped (added as +0).
+ *
+ * One lane group of filters at a time through all the sample's positions, its taps' sums held in
+ * vector registers (pool_lane_group): with the positions outside and the filters inside, each sum
+ * was loaded and stored again at every position, and the stores bounded the loop (the demo CNN's
+ * largest pass outside GEMM, 7.7% of a step). Every sum still takes the positions in the order
+ * above, so the bits are the same. */
+
+/* The sample's bias block state at its start, and what pool_lane_group needs of the sample. */
+typedef struct pool_sample {
+    const padded *p;
+    const float *dy;
+    const int32_t *argmax;
+    const crew_window *g;
+    int64_t out_c, b, f0, taps;
+    int bf16;
+    int64_t block, open; /* bias_sums' block and the block open when the sample starts */
+} pool_sample;
+
+/* Filters f .. f + LANES (of the group at f0) through the sample: acc[t] the taps' sums, from and
+ * into part's rows; the bias's open block sum and total, from and into bs's. TAPS: the taps, a
+ * constant where the caller names one, so that acc lives in registers. Returns the block open at
+ * the end. A macro for the same reason as load and store. */
+#define POOL_LANE_GROUP(TAPS)                                                                                    \
+    do {                                                                                                        \
+        const crew_window *g_ = w->g;                                                                           \
+        const int64_t ph_n_ = g_->out_h / 2, pw_n_ = g_->out_w / 2, n_ = w->out_c;                              \
+        lanes acc[TAPS];                                                                                        \
+        for (int64_t t = 0; t < (TAPS); t++) acc[t] = load(part + t * n + f);                                   \
+        lanes sum = load(bs->s + f), open_sum = load(bs->p + f);                                                \
+        int64_t open = w->open;                                                                                 \
+        for (int64_t oh = 0; oh < 2 * ph_n_; oh++)                                                              \
+            for (int64_t ow = 0; ow < 2 * pw_n_; ow++) {                                                        \
+                const int64_t r = (w->b * g_->out_h + oh) * g_->out_w + ow;                                     \
+                const int64_t o = ((w->b * ph_n_ + oh / 2) * pw_n_ + ow / 2) * n_ + w->f0 + f;                  \
+                const float *corner = w->p->v + (oh * g_->stride_h * w->p->wp + ow * g_->stride_w) * g_->in_c;  \
+                const lane_ints won = load_ints(w->argmax + o) == IOTA + (int32_t)(r * n_ + w->f0 + f);         \
+                lanes dv = load(w->dy + o);                                                                     \
+                if (w->bf16)                                                                                    \
+                    for (int i = 0; i < LANES; i++) dv[i] = crew_bf16_round(dv[i]);                             \
+                dv = floats(bits(dv) & won);                                                                    \
+                const lanes raw = floats(bits(load(w->dy + o)) & won);                                          \
+                if (w->block && r / w->block != open) { /* the next block opens; the one before joins the sum */                       \
+                    if (open >= 0) sum = sum + open_sum;                                                        \
+                    open_sum = ZERO;                                                                            \
+                    open = r / w->block;                                                                        \
+                }                                                                                               \
+                if (w->block)                                                                                   \
+                    open_sum = open_sum + raw;                                                                  \
+                else                                                                                            \
+                    sum = sum + raw;                                                                            \
+                for (int64_t t = 0; t < (TAPS); t++) acc[t] = acc[t] + dv * corner[w->p->off[t]];               \
+            }                                                                                                   \
+        for (int64_t t = 0; t < (TAPS); t++) store(part + t * n + f, acc[t]);                                   \
+        store(bs->s + f, sum);                                                                                  \
+        store(bs->p + f, open_sum);                                                                             \
+        end_open = open;                                                                                        \
+    } while (0)
+
+static int64_t pool_lane_group_9(const pool_sample *w, bias_sums *bs, int64_t n, int64_t f, float *part)
+{
+    int64_t end_open;
+    POOL_LANE_GROUP(9); /* a 3x3 kernel over one channel: the grey-scale CNN's first layer */
+    return end_open;
+}
+
+static int64_t pool_lane_group(const pool_sample *w, bias_sums *bs, int64_t n, int64_t f, float *part)
+{
+    int64_t end_open;
+    POOL_LANE_GROUP(w->taps);
+    return end_open;
+}
+
+/* The filters past the last whole lane group, one at a time, in the same order. */
+static int64_t pool_tail(const pool_sample *w, bias_sums *bs, int64_t n, int64_t f, float *part)
+{
+    const crew_window *g = w->g;
+    const int64_t ph_n = g->out_h / 2, pw_n = g->out_w / 2;
+    float sum = bs->s[f], open_sum = bs->p[f];
+    int64_t open = w->open;
+    for (int64_t oh = 0; oh < 2 * ph_n; oh++)
+        for (int64_t ow = 0; ow < 2 * pw_n; ow++) {
+            const int64_t r = (w->b * g->out_h + oh) * g->out_w + ow;
+            const int64_t o = ((w->b * ph_n + oh / 2) * pw_n + ow / 2) * w->out_c + w->f0 + f;
+            if (w->block && r / w->block != open) {
+                if (open >= 0) sum = sum + open_sum;
+                open_sum = 0.0f;
+                open = r / w->block;
+            }
+            if (w->argmax[o] != (int32_t)(r * w->out_c + w->f0 + f)) continue;
+            const float raw = w->dy[o], d = w->bf16 ? crew_bf16_round(raw) : raw;
+            if (w->block)
+                open_sum = open_sum + raw;
+            else
+                sum = sum + raw;
+            const float *corner = w->p->v + (oh * g->stride_h * w->p->wp + ow * g->stride_w) * g->in_c;
+            for (int64_t t = 0; t < w->taps; t++) part[t * n + f] = part[t * n + f] + d * corner[w->p->off[t]];
+        }
+    bs->s[f] = sum;
+    bs->p[f] = open_sum;
+    return open;
+}
+
 static void sample_pool_grads(const padded *p, const float *dy, const int32_t *argmax, const crew_window *g,
                               int64_t out_c, int64_t b, int64_t f0, int64_t n, int bf16, float *part,
                               struct bias_sums *bs)
 {
-    const int64_t taps = g->k_h * g->k_w * g->in_c, whole = n - n % LANES, ph_n = g->out_h / 2, pw_n = g->out_w / 2;
-    float tv[4 * CREW_CONV_TAPS_MAX], dr[GROUP];
-    int64_t pos[4];
-    float *bias = bs->block ? bs->p : bs->s;
+    const int64_t taps = g->k_h * g->k_w * g->in_c, whole = n - n % LANES;
+    const pool_sample w = {p, dy, argmax, g, out_c, b, f0, taps, bf16, bs->block, bs->open};
+    int64_t open = bs->open;
     memset(part, 0, (size_t)(taps * n) * sizeof *part);
-    for (int64_t ph = 0; ph < ph_n; ph++)
-        for (int half = 0; half < 2; half++)
-            for (int64_t pw = 0; pw < pw_n; pw++) {
-                window_taps(p, g, out_c, b, ph, pw, 2 * half, 2 * half + 2, taps, tv, pos);
-                const int64_t o = ((b * ph_n + ph) * pw_n + pw) * out_c + f0;
-                /* the kernel's products round dy as the GEMM would; the bias sums it as it is (col_sum) */
-                const float *raw = dy + o, *d = raw;
-                if (bf16) {
-                    for (int64_t f = 0; f < n; f++) dr[f] = crew_bf16_round(raw[f]);
-                    d = dr;
-                }
-                for (int k = 2 * half; k < 2 * half + 2; k++) { /* left, then right */
-                    bias_row(bs, pos[k] / out_c, n);
-                    bias = bs->block ? bs->p : bs->s;
-                    const float *tk = tv + k * taps;
-                    for (int64_t f = 0; f < whole; f += LANES) {
-                        const lane_ints won = load_ints(argmax + o + f) == IOTA + (int32_t)(pos[k] + f0 + f);
-                        const lanes dv = floats(bits(load(d + f)) & won); /* +0 where it did not win */
-                        store(bias + f, load(bias + f) + floats(bits(load(raw + f)) & won));
-                        for (int64_t t = 0; t < taps; t++) store(part + t * n + f, load(part + t * n + f) + dv * tk[t]);
-                    }
-                    for (int64_t f = whole; f < n; f++) {
-                        if (argmax[o + f] != (int32_t)(pos[k] + f0 + f)) continue;
-                        bias[f] = bias[f] + raw[f];
-                        for (int64_t t = 0; t < taps; t++) part[t * n + f] = part[t * n + f] + d[f] * tk[t];
-                    }
-                }
-            }
+    for (int64_t f = 0; f < whole; f += LANES)
+        open = taps == 9 ? pool_lane_group_9(&w, bs, n, f, part) : pool_lane_group(&w, bs, n, f, part);
+    for (int64_t f = whole; f < n; f++) open = pool_tail(&w, bs, n, f, part);
+    bs->open = open;
 }
 
 void cpu_conv_taps_pool_grads(void *ctx, const float *x, const float *dy, const int32_t *argmax, float *dkernel,
@@ -405,6 +508,7 @@ void cpu_conv_taps_pool_grads(void *ctx, const float *x, const float *dy, const 
         const int64_t n = out_c - f0 < GROUP ? out_c - f0 : GROUP;
         bias_sums bs = {bias_s, bias_p, block, -1};
         memset(bias_s, 0, sizeof bias_s);
+        memset(bias_p, 0, sizeof bias_p);
         /* the kernel's sums as conv_taps_filter_grad's; the bias's as col_sum's, over the batch */
         const sample_sums w = {x, dy, argmax, &bs, g, out_c, cx->bf16};
         kernel_sums(&w, &p, block, f0, n, part, sum, total);
