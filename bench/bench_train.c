@@ -31,6 +31,7 @@ typedef struct bench_args {
     int devices, threads, repeats, json;
     int prefetch, loader_threads; /* 0: the library's choice */
     int shard_optimizer;
+    int bind_cores; /* crew_fit_options.bind_cores: 0 the library's choice, 1 on, -1 off */
     double bucket_mb; /* 0: the library's choice */
 } bench_args;
 
@@ -45,11 +46,13 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: bench_train MODEL.json DATA_DIR --batch B --steps S [--devices N] [--bucket-mb MB]\n"
                "                   [--threads-per-device T] [--init-weights FILE] [--save-init FILE]\n"
-               "                   [--prefetch D] [--loader-threads K] [--shard-optimizer] [--repeats R] [--json]\n"
+               "                   [--prefetch D] [--loader-threads K] [--shard-optimizer] [--bind-cores auto|on|off]\n"
+               "                   [--repeats R] [--json]\n"
                "  --batch B               global batch (a multiple of N; each replica takes B/N)\n"
                "  --steps S               optimizer steps per timed fit\n"
                "  --devices N             data-parallel replicas, one thread each [1]\n"
-               "  --threads-per-device T  OpenBLAS threads per replica [1]\n"
+               "  --threads-per-device T  GEMM threads per replica [1]\n"
+               "  --bind-cores W          each replica on a core of its own: the library's choice (auto), on, off\n"
                "  --init-weights FILE     start every fit from these weights [random, seed 1]\n"
                "  --save-init FILE        write the initial weights (safetensors) for PyTorch\n"
                "  --repeats R             timed fits; the median is reported [3]\n"
@@ -81,6 +84,14 @@ static int parse_args(int argc, char **argv, bench_args *a)
             i++;
             if (!strcmp(arg, "--init-weights")) { a->init_weights = v; continue; }
             if (!strcmp(arg, "--save-init")) { a->save_init = v; continue; }
+            if (!strcmp(arg, "--bind-cores")) {
+                a->bind_cores = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : !strcmp(v, "auto") ? 0 : 2;
+                if (a->bind_cores == 2) {
+                    fprintf(stderr, "bench_train: --bind-cores takes auto, on or off, got '%s'\n", v);
+                    return -1;
+                }
+                continue;
+            }
             if (!strcmp(arg, "--bucket-mb")) {
                 char *end = NULL;
                 a->bucket_mb = strtod(v, &end);
@@ -152,6 +163,7 @@ static crew_status one_fit(crew_model *m, const crew_dataset *train, const bench
     if (a->prefetch > 0) o.prefetch = a->prefetch;
     if (a->loader_threads > 0) o.loader_threads = a->loader_threads;
     o.shard_optimizer = a->shard_optimizer;
+    o.bind_cores = a->bind_cores;
     return crew_model_fit(m, train, &o, res);
 }
 

@@ -518,6 +518,13 @@ typedef struct crew_fit_options {
      * -1 off, 0 the planner's choice: off where every core computes a replica (a communication
      * thread there only takes time from them), else on. The same bits either way. */
     int shard_overlap;
+    /* Each rank's thread bound to cores of its own (CPUs [i·T, (i+1)·T) of the process's affinity
+     * mask for local rank i of T BLAS threads), and its loader threads with it, so that the
+     * replicas keep a core each as separate processes under `taskset` would: 1 on (an error where
+     * the ranks' threads outnumber the cores, or with several processes or a GPU kind), -1 off,
+     * 0 the planner's choice: on where every core of one process computes a rank of a CPU kind and
+     * there are several ranks. The same bits either way. */
+    int bind_cores;
 } crew_fit_options;
 
 /* What data-parallel replicas shard (crew_fit_options.shard). */
@@ -684,6 +691,7 @@ typedef struct crew_fit_plan {
     int shard_units;
     int shard_pinned_unit;
     int shard_overlap;          /* 1: the units' collectives overlap compute (crew_fit_options.shard_overlap) */
+    int bind_cores;             /* 1: each rank and its loader bound to cores of its own (crew_fit_options.bind_cores) */
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With

@@ -39,6 +39,7 @@ _ENUMS = {
     "unordered_allreduce": {"ordered": 0, "fast": 1},
     "shard": {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3},
     "shard_overlap": {"auto": 0, "on": 1, "off": -1},
+    "bind_cores": {"auto": 0, "on": 1, "off": -1},
 }
 # crew train's flag names that differ from the member they set.
 _ALIASES = {"sync_bn": "sync_batch_norm", "attention": "attention_recompute", "allreduce": "unordered_allreduce",

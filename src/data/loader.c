@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "core/status.h"
 #include "core/thread_name.h"
 #include "core/timer.h"
@@ -223,9 +224,18 @@ crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options 
     }
     if (!s) s = alloc_ring(l);
     if (!s && !(l->threads = calloc((size_t)o->threads, sizeof *l->threads))) s = CREW_OOM();
-    for (int i = 0; !s && i < o->threads; i++, l->n_threads++)
-        if (pthread_create(&l->threads[i], NULL, producer, l) != 0)
-            s = crew_errorf(CREW_CODE_INTERNAL, "could not start loader thread %d", i);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    int err = o->n_cpus > 0 ? crew_cpu_bind_attr(&attr, o->cpus, o->n_cpus) : 0;
+    for (int i = 0; !s && i < o->threads; i++) {
+        if (!err) err = pthread_create(&l->threads[i], &attr, producer, l);
+        if (err) /* the threads started so far are joined by crew_loader_free */
+            s = crew_errorf(CREW_CODE_INTERNAL, "could not start loader thread %d%s: %s", i,
+                            o->n_cpus > 0 ? " on its rank's cores" : "", strerror(err));
+        else
+            l->n_threads++;
+    }
+    pthread_attr_destroy(&attr);
     if (s) {
         crew_loader_free(l);
         return s;

@@ -35,6 +35,10 @@ typedef struct crew_loader_options {
     void *(*slot_alloc)(void *user, size_t bytes);
     void (*slot_free)(void *user, void *p);
     void *slot_user;
+    /* n_cpus > 0: the producer threads run on cpus[0 .. n_cpus) (copied), those of the rank they
+     * feed when the run binds its ranks to cores (crew_fit_plan.bind_cores) */
+    const int *cpus;
+    int n_cpus;
     /* A test seam (src/train/hooks.h, loader_epoch): the epoch whose sample order this loader
      * serves for `epoch`, asked with order_user and order_rank (the rank the loader is for); NULL,
      * as in every real run: its own. */

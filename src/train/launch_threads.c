@@ -24,6 +24,7 @@
 
 #include "comm/comm_mpi.h"
 #include "comm/comm_nccl.h"
+#include "core/cpu.h"
 #include "core/status.h"
 #include "core/thread_name.h"
 #include "core/timer.h"
@@ -74,6 +75,9 @@ struct launch {
     crew_local_comm **stage_lc;
     crew_mpi_comm **stage_mc;
     int stages;                 /* 1 without a pipeline */
+    /* With plan.bind_cores, [n · threads_per_device]: local rank i's thread, and its loader's,
+     * run on CPUs cpus[i·T, (i+1)·T); NULL unbound */
+    int *cpus;
     crew_run run;               /* the ranks' copy of the run's description */
     crew_fit_options opts;      /* and of its options */
 };
@@ -97,6 +101,7 @@ static void launch_free(launch *l)
     free(l->stage_lc);
     crew_mpi_comm_free(l->mc);
     crew_local_comm_free(l->lc);
+    free(l->cpus);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->changed);
     free(l);
@@ -111,12 +116,32 @@ static void launch_leave(launch *l)
     if (last) launch_free(l);
 }
 
+/* Local rank i's CPUs (l->cpus), NULL unbound. */
+static const int *rank_cpus(const launch *l, int i)
+{
+    return l->cpus ? l->cpus + (size_t)i * (size_t)l->run.plan.threads_per_device : NULL;
+}
+
+/* The rank's thread onto its cores (plan.bind_cores), before it starts the threads that inherit
+ * the binding: its BLAS library's, its communication thread. */
+static crew_status bind_rank(const launch *l, const rank_slot *r)
+{
+    const int i = r->ctx.rank - l->first, t = l->run.plan.threads_per_device;
+    const int *cpus = rank_cpus(l, i);
+    if (!cpus) return CREW_OK;
+    int err = crew_cpu_bind_self(cpus, t);
+    if (!err) return CREW_OK;
+    return crew_errorf(CREW_CODE_IO, "rank %d: its thread could not be bound to CPU %d%s: %s (--bind-cores off leaves "
+                       "the threads unbound)", r->ctx.rank, cpus[0], t > 1 ? " and the next" : "", strerror(err));
+}
+
 static void *rank_thread(void *arg)
 {
     rank_slot *r = arg;
     launch *l = r->l;
     crew_thread_name("rank", r->ctx.rank);
-    crew_status s = crew_rank_main(&r->ctx);
+    crew_status s = bind_rank(l, r);
+    if (!s) s = crew_rank_main(&r->ctx);
     if (s) {
         r->ctx.comm.ops->abort(r->ctx.comm.ctx, r->ctx.rank);
         if (l->stages > 1) r->ctx.stage_comm.ops->abort(r->ctx.stage_comm.ctx, r->ctx.stage_comm.rank);
@@ -249,7 +274,9 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
                                .sum_block = l->run.hooks.sum_block};
     CREW_TRY(crew_device_open(l->run.plan.device_kind, l->device_base + i, &dev, &r->ctx.device));
     r->opened = 1;
-    if (l->run.plan.nccl) return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.device, &r->ctx.loader);
+    const int *cpus = rank_cpus(l, i), n_cpus = cpus ? l->run.plan.threads_per_device : 0;
+    if (l->run.plan.nccl)
+        return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.device, cpus, n_cpus, &r->ctx.loader);
     /* A device the host threads cannot reach takes part through host copies (comm_staged.c). */
     const crew_backend *reach = crew_comm_needs_staging(&r->ctx.device) ? NULL : &r->ctx.device;
     CREW_TRY(crew_local_comm_attach(l->lc, i, reach));
@@ -267,9 +294,10 @@ static crew_status open_rank(launch *l, rank_slot *r, int i)
             CREW_TRY(crew_staged_comm_create(r->ctx.stage_comm, &r->ctx.device, &r->stage_staged));
             r->ctx.stage_comm = crew_staged_comm_rank(r->stage_staged);
         }
-        return crew_run_open_loader(&l->run, r->ctx.replica, l->run.plan.devices, &r->ctx.device, &r->ctx.loader);
+        return crew_run_open_loader(&l->run, r->ctx.replica, l->run.plan.devices, &r->ctx.device, cpus, n_cpus,
+                                    &r->ctx.loader);
     }
-    return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.device, &r->ctx.loader);
+    return crew_run_open_loader(&l->run, l->first + i, l->size, &r->ctx.device, cpus, n_cpus, &r->ctx.loader);
 }
 
 /* What each process tells the others before its ranks open: its host, so that processes sharing
@@ -337,6 +365,19 @@ static crew_status open_nccl(launch *l, const crew_nccl_id *id)
 #endif
 }
 
+/* The first `want` CPUs of the launching thread's affinity mask (the process's, which the ranks'
+ * and the loaders' threads inherit), for plan.bind_cores. */
+static crew_status list_cpus(launch *l, int want)
+{
+    l->cpus = malloc((size_t)want * sizeof *l->cpus);
+    if (!l->cpus) return CREW_OOM();
+    int n = crew_cpu_list(l->cpus, want);
+    if (n < want)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "binding the ranks to cores: they need %d CPUs, and this thread "
+                           "may run on %d (its affinity mask changed since the plan?)", want, n);
+    return CREW_OK;
+}
+
 static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, launch **out)
 {
     const crew_process_group *g = run->opts->group;
@@ -365,6 +406,7 @@ static crew_status launch_create(const crew_run *run, crew_run_sinks *sinks, lau
         s = crew_errorf(CREW_CODE_INVALID_ARGUMENT, "NCCL needs a GPU of its own for every rank: this process is the "
                         "number %d on its machine, with %d ranks from GPU %d on, and the machine shows %d GPUs; give "
                         "fewer ranks per machine, or --comm host", node_index + 1, n, l->device_base, gpus);
+    if (!s && run->plan.bind_cores) s = list_cpus(l, n * run->plan.threads_per_device);
     if (!s) s = crew_local_comm_create(n, &l->lc);
     if (!s && processes > 1 && !run->plan.nccl) s = crew_mpi_comm_create(g, l->lc, n, &l->mc);
     if (!s && l->mc) crew_mpi_comm_set_unordered(l->mc, run->plan.unordered_allreduce);

@@ -351,6 +351,41 @@ static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fi
     p->buckets = p->devices > 1 ? crew_bucket_count(n, p->bucket_mb) : 0;
 }
 
+/* Each rank's thread, and its loader threads, bound to cores of its own (crew_fit_options.bind_cores).
+ * Where every core of one process computes a rank, unbound, the replicas and their loaders share
+ * the cores as the scheduler likes: a loader thread that runs on the other replica's core delays
+ * that replica, and the first waits for it at the next collective. Bound, each core carries one
+ * replica and its loader, as two processes under `taskset` would: the 2-replica MLP ran 8% faster,
+ * and steadier (docs/PERFORMANCE.md, "Replicas bound to cores"). With spare cores the planner
+ * leaves the threads free: the loaders then have cores of their own. */
+static crew_status plan_binding(const crew_fit_options *o, crew_fit_plan *p)
+{
+    if (o->bind_cores < -1 || o->bind_cores > 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "bind_cores %d: expected -1 (off), 0 (the planner's) or 1 (on)",
+                           o->bind_cores);
+    const crew_device_kind *k = crew_device_kind_find(p->device_kind);
+    const int ranks = p->devices * (p->stages > 1 ? p->stages : 1), cores = crew_cpu_cores();
+    const int fits = ranks * p->threads_per_device <= cores;
+    if (o->bind_cores < 0) return CREW_OK;
+    if (o->bind_cores == 0) {
+        p->bind_cores = ranks > 1 && fits && every_core_computes(o, p);
+        return CREW_OK;
+    }
+    if (!k || k->memory_bytes)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "--bind-cores on binds the ranks of the CPU kinds to cores; "
+                           "device kind %s computes elsewhere", p->device_kind);
+    if (crew_group_size(o->group) > 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "--bind-cores on binds the threads of one process; under "
+                           "mpirun, its --bind-to binds each process");
+    if (!fits)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "--bind-cores on: %d rank%s x %d BLAS thread%s need %d cores, and "
+                           "this process may use %d (its affinity mask)", ranks, ranks == 1 ? "" : "s",
+                           p->threads_per_device, p->threads_per_device == 1 ? "" : "s", ranks * p->threads_per_device,
+                           cores);
+    p->bind_cores = 1;
+    return CREW_OK;
+}
+
 crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, const crew_fit_options *o,
                                    crew_fit_plan *p)
 {
@@ -443,7 +478,7 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
                            : o->noise_scale_every ? o->noise_scale_every : CREW_NOISE_SCALE_EVERY;
     CREW_TRY(plan_communicator(o, p));
     plan_buckets(m, o, p);
-    return CREW_OK;
+    return plan_binding(o, p);
 }
 
 const char *crew_shard_level_name(int level)

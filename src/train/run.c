@@ -36,7 +36,7 @@ int crew_run_inputs_in_place(const crew_run *run, const crew_backend *device)
 }
 
 crew_status crew_run_open_loader(const crew_run *run, int rank, int size, const crew_backend *device,
-                                 crew_loader **out)
+                                 const int *cpus, int n_cpus, crew_loader **out)
 {
     const crew_fit_options *o = run->opts;
     int k = run->plan.accumulation;
@@ -51,7 +51,9 @@ crew_status crew_run_open_loader(const crew_run *run, int rank, int size, const 
                               .timeout_s = 0.8 * run->timeout_s,
                               .slot_alloc = device ? staging_alloc : NULL,
                               .slot_free = device ? staging_free : NULL,
-                              .slot_user = (void *)device};
+                              .slot_user = (void *)device,
+                              .cpus = cpus,
+                              .n_cpus = n_cpus};
     if (run->hooks.rank) { /* test seams (hooks.h) */
         lo.order_epoch = run->hooks.rank->loader_epoch;
         lo.order_user = run->hooks.rank_user;

@@ -74,10 +74,11 @@ typedef struct crew_rank_ctx {
 } crew_rank_ctx;
 
 /* The loader of rank `rank` of `size`: its micro-batches r·k … r·k+k−1 of every step, with its share
- * of the run's loader threads (at least one). For launchers: the launcher owns it, so that it can
- * stop it (crew_loader_shutdown) when the rank never returns. */
+ * of the run's loader threads (at least one), bound to cpus[0 .. n_cpus) when n_cpus > 0 (the
+ * rank's own, plan.bind_cores). For launchers: the launcher owns it, so that it can stop it
+ * (crew_loader_shutdown) when the rank never returns. */
 crew_status crew_run_open_loader(const crew_run *run, int rank, int size, const crew_backend *device,
-                                  struct crew_loader **out);
+                                  const int *cpus, int n_cpus, struct crew_loader **out);
 /* Whether the ranks on `device` read their micro-batches' inputs where the loader left them (the
  * backend's in_place) instead of copying them: data-parallel ranks (no pipeline) on a device whose
  * ops read host memory. Such a rank holds a step's loader slots until the step ends, so its loader

@@ -23,6 +23,9 @@ static const char *usage_text =
     "  --devices KIND:N           N replicas, data-parallel, one device each; KIND alone = every\n"
     "                             device of that kind ('cpu': all cores) [cpu]. Kinds: crew --version\n"
     "  --threads-per-device T     BLAS threads per replica [1]\n"
+    "  --bind-cores auto|on|off   each replica's thread, and its loader's, on cores of its own (its T\n"
+    "                             BLAS threads' worth); auto: on where every core of the process computes\n"
+    "                             a replica of a CPU kind; the same bits [auto]\n"
     "  --layout replicas|auto     replicas: one per core, 1 BLAS thread each; auto: the faster of\n"
     "                             R replicas x cores/R threads for this model here, measured once\n"
     "                             (a few seconds) and cached: the same global batch, but the last\n"
@@ -154,6 +157,7 @@ typedef struct train_args {
     int64_t epochs, max_steps, batch, global_batch, seed, devices, threads, base_batch, warmup_steps;
     int64_t replicas;           /* devices / pipeline stages */
     int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, shard, shard_overlap, comm, precision, attention;
+    int bind_cores;             /* an index of overlap_ways: auto, on, off */
     double shard_unit_mb;
     cli_conv conv;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
@@ -230,6 +234,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_INT_FLAG(train_args, "--batch-per-device", batch, 1, 1 << 20),
     CLI_INT_FLAG(train_args, "--global-batch", global_batch, 1, 1 << 30),
     CLI_INT_FLAG(train_args, "--threads-per-device", threads, 1, 1024),
+    CLI_CHOICE_FLAG(train_args, "--bind-cores", bind_cores, overlap_ways),
     CLI_INT_FLAG(train_args, "--seed", seed, 0, INT64_MAX),
     CLI_FLOAT_FLAG(train_args, "--lr", lr, 1e-12, 1e3),
     CLI_INT_FLAG(train_args, "--base-batch", base_batch, 1, 1 << 30),
@@ -522,6 +527,7 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     if (a->shard >= 0) o->shard = a->shard;
     o->shard_unit_mb = a->shard_unit_mb;
     o->shard_overlap = a->shard_overlap == 1 ? 1 : a->shard_overlap == 2 ? -1 : 0;
+    o->bind_cores = a->bind_cores == 1 ? 1 : a->bind_cores == 2 ? -1 : 0;
     o->communicator = a->comm;
     if (a->precision >= 0) o->precision = a->precision;
     o->attention_recompute = a->attention;

@@ -1,0 +1,176 @@
+/* test_fit_bind.c — ranks bound to cores of their own (crew_fit_options.bind_cores):
+ * - the planner binds where every core of the process computes a rank (several of them), leaves
+ *   the threads free otherwise and when told off, and refuses "on" where the ranks' threads
+ *   outnumber the cores; the plan says which CPUs;
+ * - in a bound run each rank's thread and its loader threads run on that rank's CPU, the i-th of
+ *   the process's affinity mask, and in an unbound run anywhere in the mask;
+ * - the weights are the same bits bound or not. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/cpu.h"
+#include "model_values.h"
+#include "synthetic.h"
+
+enum { SAMPLES = 256, MAX_CPUS = 1024 };
+
+static crew_model *mlp(void)
+{
+    crew_model *m = NULL;
+    CHECK_OK(crew_model_create((int64_t[]){SYN_SIDE, SYN_SIDE, 1}, 3, &m));
+    CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_FLATTEN}));
+    CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = 16,
+                                                  .activation = CREW_ACT_RELU}));
+    CHECK_OK(crew_model_add(m, &(crew_layer_spec){.type = CREW_LAYER_DENSE, .units = SYN_CLASSES}));
+    CHECK_OK(crew_model_compile(m, &(crew_compile_options){
+        .loss = CREW_LOSS_SOFTMAX_CROSS_ENTROPY, .optimizer = {.type = CREW_OPT_ADAMW, .lr = 0.01f}}));
+    return m;
+}
+
+static crew_fit_options options(crew_model *m, int devices, int threads, int bind)
+{
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    o.devices = devices;
+    o.threads_per_device = threads;
+    o.batch_per_device = 16;
+    o.epochs = 1;
+    o.max_steps = 4;
+    o.bind_cores = bind;
+    return o;
+}
+
+static crew_status plan(const crew_dataset *d, int devices, int threads, int bind, crew_fit_plan *p)
+{
+    crew_model *m = mlp();
+    crew_fit_options o = options(m, devices, threads, bind);
+    memset(p, 0, sizeof *p);
+    crew_status s = crew_model_plan_fit(m, d, &o, p);
+    crew_model_free(m);
+    return s;
+}
+
+static void test_planner(const crew_dataset *d)
+{
+    const int cores = crew_cpu_cores();
+    crew_fit_plan p;
+    CHECK_OK(plan(d, cores, 1, -1, &p));
+    CHECK(p.bind_cores == 0); /* off */
+    CHECK_OK(plan(d, 1, 1, 0, &p));
+    CHECK(p.bind_cores == 0); /* one rank: nothing to keep apart */
+    CHECK_OK(plan(d, cores + 1, 1, 0, &p));
+    CHECK(p.bind_cores == 0); /* more ranks than cores: they share them whatever binds them */
+    if (cores >= 2) {
+        CHECK_OK(plan(d, cores, 1, 0, &p));
+        CHECK_MSG(p.bind_cores == 1, "%d replicas on %d cores: the planner's choice is to bind", cores, cores);
+        char text[4096];
+        crew_fit_plan_text(&p, "cpu", text, sizeof text);
+        CHECK_MSG(strstr(text, "each replica bound to a core of its own") != NULL, "the plan says it:\n%s", text);
+    }
+    CHECK_OK(plan(d, 1, 1, 1, &p));
+    CHECK(p.bind_cores == 1); /* on: one rank too */
+    CHECK_ERR(plan(d, cores + 1, 1, 1, &p), "--bind-cores on: ");
+    CHECK_ERR(plan(d, 1, cores + 1, 1, &p), "need");
+    CHECK_ERR(plan(d, 1, 1, 2, &p), "bind_cores 2");
+}
+
+/* What on_step saw of the process's threads at the first step. */
+typedef struct seen {
+    int cpus[MAX_CPUS], n_cpus; /* the process's mask, as the launcher listed it */
+    int bound;                  /* the run binds */
+    int checked, ranks, loaders, wrong;
+} seen;
+
+/* Thread `tid` named crew-rank<i> or crew-loader<i> runs on the CPUs it should: cpus[i] bound,
+ * the whole mask unbound. */
+static void check_thread(seen *s, pid_t tid, const char *name)
+{
+    int index = -1, loader = 0;
+    if (!strncmp(name, "crew-rank", 9))
+        index = atoi(name + 9);
+    else if (!strncmp(name, "crew-loader", 11))
+        index = atoi(name + 11), loader = 1;
+    if (index < 0 || index >= s->n_cpus) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(tid, sizeof set, &set) != 0) return; /* the thread left meanwhile */
+    int ok = s->bound ? CPU_COUNT(&set) == 1 && CPU_ISSET(s->cpus[index], &set) : CPU_COUNT(&set) == s->n_cpus;
+    if (!ok) {
+        s->wrong++;
+        fprintf(stderr, "%s runs on %d CPUs%s\n", name, CPU_COUNT(&set),
+                s->bound ? ", not only its rank's" : ", not the whole mask");
+    }
+    s->ranks += !loader;
+    s->loaders += loader;
+}
+
+static void on_step(void *user, const crew_step_info *info)
+{
+    seen *s = user;
+    if (info->step != 1) return;
+    s->checked = 1;
+    DIR *dir = opendir("/proc/self/task");
+    if (!dir) return;
+    for (struct dirent *e; (e = readdir(dir));) {
+        if (e->d_name[0] == '.') continue;
+        char path[300], name[32] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(name, sizeof name, f)) name[strcspn(name, "\n")] = '\0';
+        fclose(f);
+        check_thread(s, (pid_t)atoi(e->d_name), name);
+    }
+    closedir(dir);
+}
+
+static crew_model *train(const crew_dataset *d, int devices, int bind, seen *s)
+{
+    crew_model *m = mlp();
+    crew_fit_options o = options(m, devices, 1, bind);
+    o.on_step = on_step;
+    o.user = s;
+    s->n_cpus = crew_cpu_list(s->cpus, MAX_CPUS);
+    crew_fit_plan p;
+    CHECK_OK(crew_model_plan_fit(m, d, &o, &p));
+    s->bound = p.bind_cores;
+    crew_fit_result r;
+    CHECK_OK(crew_model_fit(m, d, &o, &r));
+    return m;
+}
+
+static void test_threads_bound(const crew_dataset *d)
+{
+    const int devices = crew_cpu_cores() >= 2 ? 2 : 1;
+    seen bound = {0}, free_ = {0};
+    crew_model *a = train(d, devices, 1, &bound), *b = train(d, devices, -1, &free_);
+    CHECK(bound.bound == 1 && free_.bound == 0);
+    CHECK(bound.checked && free_.checked);
+    CHECK_MSG(bound.ranks == devices && bound.loaders >= devices, "bound: %d rank and %d loader threads seen of %d ranks",
+              bound.ranks, bound.loaders, devices);
+    CHECK_MSG(free_.ranks == devices && free_.loaders >= devices, "free: %d rank and %d loader threads seen of %d ranks",
+              free_.ranks, free_.loaders, devices);
+    CHECK(bound.wrong == 0 && free_.wrong == 0);
+    CHECK_MSG(mv_equal(a, b), "the weights of a bound run and a free one differ");
+    crew_model_free(a);
+    crew_model_free(b);
+}
+
+int main(void)
+{
+    char dir[64] = "/tmp/crew-test-bind-XXXXXX", data[300];
+    CHECK(syn_make_dataset(dir, SAMPLES, data, sizeof data) == 0);
+    crew_dataset *d = NULL;
+    CHECK_OK(crew_dataset_open(data, "train", &d));
+    if (d) {
+        test_planner(d);
+        test_threads_bound(d);
+    }
+    crew_dataset_free(d);
+    syn_remove(dir);
+    return check_report();
+}
