@@ -355,7 +355,7 @@ static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fi
  * Where every core of one process computes a rank, unbound, the replicas and their loaders share
  * the cores as the scheduler likes: a loader thread that runs on the other replica's core delays
  * that replica, and the first waits for it at the next collective. Bound, each core carries one
- * replica and its loader, as two processes under `taskset` would: the 2-replica MLP ran 8% faster,
+ * replica and its loader, as two processes under `taskset` would: the 2-replica MLP ran 5% faster
  * and steadier (docs/PERFORMANCE.md, "Replicas bound to cores"). With spare cores the planner
  * leaves the threads free: the loaders then have cores of their own. */
 static crew_status plan_binding(const crew_fit_options *o, crew_fit_plan *p)
