@@ -119,10 +119,10 @@ static inline const float *corner_of(const padded *p, const crew_window *g, int6
 }
 
 /* Filters f .. f + LANES of the group at f0 (kg [taps, n]) for every output position of sample b,
- * the kernel's values in registers where TAPS is a constant (a 3x3 kernel over one channel): with
- * the positions outside and the filters inside they were loaded again at every position, and the
- * position's taps copied out first. The same products and sums, in the same order. A macro for
- * the reason load and store are. */
+ * the kernel's values in registers where TAPS is a constant (9 or 27 taps: 3x3 over one or three
+ * channels): with the positions outside and the filters inside they were loaded again at every
+ * position, and the position's taps copied out first. The same products and sums, in the same
+ * order. A macro for the reason load and store are. */
 #define FORWARD_GROUP(TAPS, SIZE)                                                                                   \
     do {                                                                                                            \
         lanes kv[SIZE];                                                                                             \
