@@ -82,11 +82,13 @@ static void test_planner(const crew_dataset *d)
 typedef struct seen {
     int cpus[MAX_CPUS], n_cpus; /* the process's mask, as the launcher listed it */
     int bound;                  /* the run binds */
-    int checked, ranks, loaders, wrong;
+    int checked, wrong;
+    unsigned ranks, loaders;    /* bit i: a thread of rank i, or of its loader, was seen */
 } seen;
 
 /* Thread `tid` named crew-rank<i> or crew-loader<i> runs on the CPUs it should: cpus[i] bound,
- * the whole mask unbound. */
+ * the whole mask unbound. A thread a rank starts (a backend's or BLAS library's) carries the
+ * rank's name, and its binding, until it names itself. */
 static void check_thread(seen *s, pid_t tid, const char *name)
 {
     int index = -1, loader = 0;
@@ -94,7 +96,7 @@ static void check_thread(seen *s, pid_t tid, const char *name)
         index = atoi(name + 9);
     else if (!strncmp(name, "crew-loader", 11))
         index = atoi(name + 11), loader = 1;
-    if (index < 0 || index >= s->n_cpus) return;
+    if (index < 0 || index >= s->n_cpus || index >= 32) return;
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(tid, sizeof set, &set) != 0) return; /* the thread left meanwhile */
@@ -104,8 +106,10 @@ static void check_thread(seen *s, pid_t tid, const char *name)
         fprintf(stderr, "%s runs on %d CPUs%s\n", name, CPU_COUNT(&set),
                 s->bound ? ", not only its rank's" : ", not the whole mask");
     }
-    s->ranks += !loader;
-    s->loaders += loader;
+    if (loader)
+        s->loaders |= 1u << index;
+    else
+        s->ranks |= 1u << index;
 }
 
 static void on_step(void *user, const crew_step_info *info)
@@ -150,10 +154,11 @@ static void test_threads_bound(const crew_dataset *d)
     crew_model *a = train(d, devices, 1, &bound), *b = train(d, devices, -1, &free_);
     CHECK(bound.bound == 1 && free_.bound == 0);
     CHECK(bound.checked && free_.checked);
-    CHECK_MSG(bound.ranks == devices && bound.loaders >= devices, "bound: %d rank and %d loader threads seen of %d ranks",
-              bound.ranks, bound.loaders, devices);
-    CHECK_MSG(free_.ranks == devices && free_.loaders >= devices, "free: %d rank and %d loader threads seen of %d ranks",
-              free_.ranks, free_.loaders, devices);
+    const unsigned all = (1u << devices) - 1;
+    CHECK_MSG(bound.ranks == all && bound.loaders == all, "bound: the threads of ranks %#x and the loaders of %#x "
+              "seen, of %d ranks", bound.ranks, bound.loaders, devices);
+    CHECK_MSG(free_.ranks == all && free_.loaders == all, "free: the threads of ranks %#x and the loaders of %#x seen, "
+              "of %d ranks", free_.ranks, free_.loaders, devices);
     CHECK(bound.wrong == 0 && free_.wrong == 0);
     CHECK_MSG(mv_equal(a, b), "the weights of a bound run and a free one differ");
     crew_model_free(a);
