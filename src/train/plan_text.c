@@ -81,34 +81,38 @@ static void buckets(text_out *t, const crew_fit_plan *p)
                "      backward has completed it\n", how, p->buckets, stage, size);
 }
 
+/* cpus[0 .. n) as ranges: "0-3, 8-11". */
+static void put_cpus(text_out *t, const int *cpus, int n)
+{
+    for (int i = 0, j; i < n; i = j + 1) {
+        for (j = i; j + 1 < n && cpus[j + 1] == cpus[j] + 1; j++) continue;
+        if (j > i)
+            put(t, "%s%d-%d", i ? ", " : "", cpus[i], cpus[j]);
+        else
+            put(t, "%s%d", i ? ", " : "", cpus[i]);
+    }
+}
+
 /* The cores the ranks are bound to (crew_fit_plan.bind_cores): the first ranks × threads CPUs of the
- * process's affinity mask, in rank order, written as ranges ("0-3, 8-11"). */
+ * process's affinity mask, in rank order. */
 static void binding(text_out *t, const crew_fit_plan *p)
 {
     if (!p->bind_cores) return;
     const int ranks = p->devices * (p->stages > 1 ? p->stages : 1), want = ranks * p->threads_per_device;
     int cpus[1024];
     const int n = crew_cpu_list(cpus, want < 1024 ? want : 1024);
-    char list[96] = "";
-    size_t used = 0;
-    for (int i = 0; i < n && used < sizeof list; i++) {
-        int j = i;
-        while (j + 1 < n && cpus[j + 1] == cpus[j] + 1) j++;
-        int w = j > i ? snprintf(list + used, sizeof list - used, "%s%d-%d", i ? ", " : "", cpus[i], cpus[j])
-                      : snprintf(list + used, sizeof list - used, "%s%d", i ? ", " : "", cpus[i]);
-        used += w > 0 ? (size_t)w : 0;
-        i = j;
-    }
     const char *who = p->stages > 1 ? "rank" : "replica";
     if (ranks == 1) {
-        put(t, "      the %s's thread%s bound to CPU%s %s, its loader threads with it\n", who,
-            p->threads_per_device > 1 ? "s" : "", want > 1 ? "s" : "", list);
+        put(t, "      the %s's thread%s bound to CPU%s ", who, p->threads_per_device > 1 ? "s" : "", want > 1 ? "s" : "");
+        put_cpus(t, cpus, n);
+        put(t, ", its loader threads with it\n");
         return;
     }
     char cores[32] = "a core";
     if (p->threads_per_device > 1) snprintf(cores, sizeof cores, "%d cores", p->threads_per_device);
-    put(t, "      each %s bound to %s of its own, its loader threads with it (CPUs %s, in rank order)\n", who, cores,
-        list);
+    put(t, "      each %s bound to %s of its own, its loader threads with it (CPUs ", who, cores);
+    put_cpus(t, cpus, n);
+    put(t, ", in rank order)\n");
 }
 
 /* What the replicas shard (ZeRO-1/2/3), and how the units move. */

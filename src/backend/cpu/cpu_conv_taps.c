@@ -118,6 +118,11 @@ static inline const float *corner_of(const padded *p, const crew_window *g, int6
     return p->v + (oh * g->stride_h * p->wp + ow * g->stride_w) * g->in_c;
 }
 
+/* fn_9, fn_27 or fn, by the number of taps: the first two are a loop's instances for a count the
+ * compiler sees, which it keeps in registers (below). */
+#define BY_TAPS(taps, fn, ...) \
+    ((taps) == 9 ? fn##_9(__VA_ARGS__) : (taps) == 27 ? fn##_27(__VA_ARGS__) : fn(__VA_ARGS__))
+
 /* Filters f .. f + LANES of the group at f0 (kg [taps, n]) for every output position of sample b,
  * the kernel's values in registers where TAPS is a constant (9 or 27 taps: 3x3 over one or three
  * channels): with the positions outside and the filters inside they were loaded again at every
@@ -171,12 +176,7 @@ void cpu_conv_taps_forward(void *ctx, const float *x, const float *kernel, const
         for (int64_t b = 0; b < g->batch; b++) {
             pad_sample(x, g, b, bf16, &p);
             for (int64_t f = 0; f < whole; f += LANES)
-                if (taps == 9)
-                    forward_group_9(&p, g, kg, bias, y, out_c, b, f0, n, f);
-                else if (taps == 27)
-                    forward_group_27(&p, g, kg, bias, y, out_c, b, f0, n, f);
-                else
-                    forward_group(&p, g, kg, bias, y, out_c, b, f0, n, f);
+                BY_TAPS(taps, forward_group, &p, g, kg, bias, y, out_c, b, f0, n, f);
             for (int64_t f = whole; f < n; f++) /* the filters past the last whole lane group */
                 for (int64_t oh = 0; oh < g->out_h; oh++)
                     for (int64_t ow = 0; ow < g->out_w; ow++) {
@@ -232,12 +232,7 @@ static void sample_filter_grad(const padded *p, const float *dy, const crew_wind
 {
     const int64_t taps = g->k_h * g->k_w * g->in_c, whole = n - n % LANES;
     for (int64_t f = 0; f < whole; f += LANES)
-        if (taps == 9)
-            filter_grad_group_9(p, dy, g, out_c, b, f0, n, f, bf16, part);
-        else if (taps == 27)
-            filter_grad_group_27(p, dy, g, out_c, b, f0, n, f, bf16, part);
-        else
-            filter_grad_group(p, dy, g, out_c, b, f0, n, f, bf16, part);
+        BY_TAPS(taps, filter_grad_group, p, dy, g, out_c, b, f0, n, f, bf16, part);
     for (int64_t f = whole; f < n; f++) { /* the filters past the last whole lane group */
         for (int64_t t = 0; t < taps; t++) part[t * n + f] = 0.0f;
         for (int64_t oh = 0; oh < g->out_h; oh++)
@@ -427,13 +422,7 @@ void cpu_conv_taps_pool_forward(void *ctx, const float *x, const float *kernel, 
         for (int64_t b = 0; b < g->batch; b++) {
             pad_sample(x, g, b, bf16, &p);
             const pool_pass w = {&p, g, kg, bias, y, argmax, out_c, b, f0, n, taps};
-            for (int64_t f = 0; f < whole; f += LANES)
-                if (taps == 9)
-                    pool_forward_group_9(&w, f);
-                else if (taps == 27)
-                    pool_forward_group_27(&w, f);
-                else
-                    pool_forward_group(&w, f);
+            for (int64_t f = 0; f < whole; f += LANES) BY_TAPS(taps, pool_forward_group, &w, f);
             for (int64_t f = whole; f < n; f++) pool_forward_tail(&w, f);
         }
     }
@@ -578,9 +567,7 @@ static void sample_pool_grads(const padded *p, const float *dy, const int32_t *a
     int64_t open = bs->open;
     memset(part, 0, (size_t)(taps * n) * sizeof *part);
     for (int64_t f = 0; f < whole; f += LANES)
-        open = taps == 9    ? pool_lane_group_9(&w, bs, n, f, part)
-               : taps == 27 ? pool_lane_group_27(&w, bs, n, f, part)
-                            : pool_lane_group(&w, bs, n, f, part);
+        open = BY_TAPS(taps, pool_lane_group, &w, bs, n, f, part);
     for (int64_t f = whole; f < n; f++) open = pool_tail(&w, bs, n, f, part);
     bs->open = open;
 }
