@@ -4,8 +4,8 @@
  * Why: as a GEMM, a 3x3 convolution of one channel has k = 9. Its products are few, but im2col
  * writes the columns, the layer seeds y with the bias, and the GEMM reads and writes y again, each
  * a pass over an output 32/9 times the columns' size: the demo CNN's first layer took about 3 ms of
- * a 21 ms step for 2% of its FLOPs. Here the filters go 16 at a time (a lane group, one vector
- * register) through a sample's output positions, reading each position's taps where the padded
+ * a 21 ms step for 2% of its FLOPs. Here the filters go a vector register's width at a time (a
+ * lane group: 16 with AVX-512) through a sample's output positions, reading each position's taps where the padded
  * sample holds them; y is written once, and the kernel gradient reads x and dy once. Within a lane
  * group the kernel's values (forward) or the gradient's sums (backward) stay in registers for the
  * whole sample where the number of taps is a constant the compiler sees (9: 3x3 over one channel;
@@ -31,10 +31,21 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/bf16.h"
 
-/* 16 floats in a vector register (two AVX2 registers, or scalars, where the machine has less);
- * aligned(4): loads and stores of it may start at any float. GCC's and Clang's vector extension,
- * which compiles to whatever the target has, where intrinsics would tie the file to one ISA. */
+/* As many floats as one vector register holds: 16 with AVX-512, 8 with AVX2, 4 with SSE or NEON.
+ * A lane group's values (FORWARD_GROUP's kernel, the gradients' sums: 9 lane vectors for a 3x3
+ * kernel) must fit the register file: with 16 lanes on AVX2, two registers a vector, they did not,
+ * and the spills made the first layer's two passes 36% of the demo CNN's step on an AMD EPYC
+ * (AVX2), against 8% on an AVX-512 Xeon. Each filter is a lane of its own and its sums take the
+ * same order at any width, so the bits do not depend on it. aligned(4): loads and stores of it may
+ * start at any float. GCC's and Clang's vector extension, which compiles to whatever the target
+ * has, where intrinsics would tie the file to one ISA. */
+#if defined(__AVX512F__)
 #define LANES 16
+#elif defined(__AVX__)
+#define LANES 8
+#else
+#define LANES 4
+#endif
 typedef float lanes __attribute__((vector_size(LANES * sizeof(float)), aligned(sizeof(float))));
 
 /* Filters in groups of at most this many (a multiple of LANES): the kernel gradient's per-sample
@@ -321,9 +332,24 @@ typedef int32_t lane_ints __attribute__((vector_size(LANES * sizeof(int32_t)), a
 #define pick(m, a, b) floats((bits(a) & (m)) | (bits(b) & ~(m)))
 #define pick_ints(m, a, b) (((a) & (m)) | ((b) & ~(m)))
 
-static const lane_ints IOTA = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+/* 0, 1, .. LANES − 1 */
+static const lane_ints IOTA = {0, 1, 2, 3,
+#if LANES > 4
+                               4, 5, 6, 7,
+#endif
+#if LANES > 8
+                               8, 9, 10, 11, 12, 13, 14, 15
+#endif
+};
 /* every bit set: a mask of every lane, and −1 in each */
-static const lane_ints ONES = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+static const lane_ints ONES = {-1, -1, -1, -1,
+#if LANES > 4
+                               -1, -1, -1, -1,
+#endif
+#if LANES > 8
+                               -1, -1, -1, -1, -1, -1, -1, -1
+#endif
+};
 
 /* What a lane group of the one pass needs of sample b: its padded values, the filters' group at f0
  * (kg [taps, n], rounded) and the output's. */
