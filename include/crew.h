@@ -909,14 +909,20 @@ typedef struct crew_verify_result {
     char first_step_decided_by[192];/* "<run>: <layer>.<param>" or "<run>: loss", the largest ratio */
     double first_step_diff;         /* its difference (max |x − c| of the tensor, or of the loss) */
     double first_step_allowed;      /* and its bound */
-    int reference_ok;               /* (d) and (e) passed the first-step check (1 when they did not run) */
+    int reference_ok;               /* (d), (e) and (h) passed the first-step check (1 when they did not run) */
     int reference_replicas;         /* (e)'s replicas and per-replica batch; 0 when (e) did not run */
     int64_t reference_batch;
+    /* (h): the full batch on one replica, every GEMM summed in (a)'s own blocks of this many rows
+     * (its per-replica micro-batch), without replicas; 0 when it did not run (no rounding
+     * references, or (a)'s blocks are the full batch) */
+    int64_t own_blocks_batch;
+    int own_blocks_exact;           /* 1: (h) ended with (a)'s bits (every sum over the batch a dense
+                                       layer's); 0 where some layer sums in other blocks, or (h) did not run */
     /* the trajectory */
     double max_rel_diff_full_batch; /* (a) vs (c) */
     double tolerance;               /* the given one, else the floor 1e-3 */
     int fixed_tolerance;            /* 1: tolerance was given, (d) and (e) did not run */
-    double rounding_spread;         /* (c) vs (d) and (e), the largest over tensors; 0 without them */
+    double rounding_spread;         /* (c) vs (d), (e), (g) and (h), the largest over tensors; 0 without them */
     char decided_by[160];           /* "<layer>.<param>": the tensor nearest its bound */
     double decided_by_diff;         /* its (a) vs (c) difference, */
     double decided_by_spread;       /* its rounding spread, */

@@ -809,9 +809,11 @@ static void test_to_bf16(const device *d)
 
 /* crew_device_options.sum_block (crew verify's reference of other blocks without replicas): on a
  * device opened with it, a GEMM over the rows (op(a) = a) is the same GEMM block of rows by block,
- * a sum over the rows (aᵀ·b) each block's product added to the sum before (beta = 1 after the
- * first), a column sum each block's sum added to those before; and the other GEMMs are whole. Bit
- * for bit against those pieces run on d (opened whole). */
+ * a sum over the rows (aᵀ·b) the first block's GEMM (with the caller's beta), then each other
+ * block's product on its own (beta = 0) added to the sum before, as the ordered all-reduce adds a
+ * replica's (not the library's beta = 1, whose bits are its own); a column sum each block's sum
+ * added to those before; and the other GEMMs are whole. Bit for bit against those pieces run on d
+ * (opened whole). */
 static void check_sum_block(const device *d)
 {
     device bv = {d->kind, {0}}, *bl = &bv;
@@ -835,10 +837,15 @@ static void check_sum_block(const device *d)
                 for (int64_t m0 = 0; m0 < m; m0 += block)
                     d->be.ops->gemm(d->be.ctx, ta, tb, m - m0 < block ? m - m0 : block, n, k, 1.0f, a_d + m0 * lda, lda, b_d,
                                     ldb, 0.5f, c_d + m0 * n, n);
-            else if (!tb) /* the sum over k's rows block by block */
-                for (int64_t k0 = 0; k0 < k; k0 += block)
+            else if (!tb) { /* the sum over k's rows block by block: each block's product, then added */
+                float *part = dev_f32(d, c, m * n);
+                for (int64_t k0 = 0; k0 < k; k0 += block) {
                     d->be.ops->gemm(d->be.ctx, 1, 0, m, n, k - k0 < block ? k - k0 : block, 1.0f, a_d + k0 * lda, lda,
-                                    b_d + k0 * ldb, ldb, k0 ? 1.0f : 0.5f, c_d, n);
+                                    b_d + k0 * ldb, ldb, k0 ? 0.0f : 0.5f, k0 ? part : c_d, n);
+                    if (k0) d->be.ops->axpby(d->be.ctx, m * n, 1.0f, part, 1.0f, c_d);
+                }
+                DEV_FREE(d, part);
+            }
             else /* aᵀ·bᵀ sums over no rows of the batch: whole */
                 d->be.ops->gemm(d->be.ctx, ta, tb, m, n, k, 1.0f, a_d, lda, b_d, ldb, 0.5f, c_d, n);
             EXPECT_SYNCED(d);

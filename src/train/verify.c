@@ -18,8 +18,10 @@
  * with its length and barely depends on its order, so N replicas summing N shorter pieces differ
  * from the full batch by more than its reversed rows do (measured: the Keras batch-norm fixture
  * at N = 2 and 8 samples per replica ended 3.2e-3 from the full batch on a moving mean, 42 times
- * the reversed rows' 7.5e-5, while 4 replicas of 4 ended 5e-5 from 2 of 8). The spread is the
- * larger of the two. A real error (a micro-batch missing or counted twice, a wrong average) moves weights by
+ * the reversed rows' 7.5e-5, while 4 replicas of 4 ended 5e-5 from 2 of 8). (h), the full batch
+ * with every GEMM summed in (a)'s own blocks on one replica, is a third: what (a)'s row count does
+ * to a GEMM library's bits, which neither of the others moves (plan_runs says when it mattered).
+ * The spread is the largest of them (and of (g), below). A real error (a micro-batch missing or counted twice, a wrong average) moves weights by
  * O(1e-2) to O(1) of their scale from the first step on, far beyond it; and the first-step check
  * holds (d) itself to float32 summation's bound, so a bug that moves (d) (a mask keyed by the row
  * instead of the sample: reversing the rows gives the samples other masks) fails there instead of
@@ -208,9 +210,9 @@ typedef struct verify_runs {
     int path_ref[CREW_VERIFY_MAX_PATHS];    /* 0: (b), 1: (b2) */
     crew_verify_values path[CREW_VERIFY_MAX_PATHS];
     int a_is_path0;                         /* no batch norm: (a) is the first path */
-    run_spec a_spec, b_spec[2], c_spec, d_spec[2], f_spec, g_spec;
-    int has_b2, has_d, has_e, has_f;        /* (g) runs with (d) */
-    crew_verify_values a, b[2], c, d[2], f, g;
+    run_spec a_spec, b_spec[2], c_spec, d_spec[2], f_spec, g_spec, h_spec;
+    int has_b2, has_d, has_e, has_f, has_h; /* (g) runs with (d) */
+    crew_verify_values a, b[2], c, d[2], f, g, h;
 } verify_runs;
 
 static void verify_runs_free(verify_runs *w)
@@ -225,6 +227,7 @@ static void verify_runs_free(verify_runs *w)
     crew_verify_values_free(&w->d[1]);
     crew_verify_values_free(&w->f);
     crew_verify_values_free(&w->g);
+    crew_verify_values_free(&w->h);
 }
 
 /* The specs: (a) as asked; the paths: k and the other k, each with the run's buckets and with
@@ -282,6 +285,19 @@ static void plan_runs(verify_ctx *v, int n, int total, int64_t batch, int k, int
      * replica, every GEMM summing its k terms in blocks of that many */
     w->g_spec = (run_spec){"rounding reference (full batch, GEMMs summed in blocks)", 1, g[0], g[0], 0, run_mb, -1, 0,
                            COL_NONE, NULL, 0, w->has_e ? e_batch : batch > 1 ? batch / 2 : 1};
+    /* (h): (a)'s own blocks without the replicas: the full batch on one replica, every GEMM
+     * summing its k terms in blocks of (a)'s micro-batch, and over its rows in those blocks, as
+     * (a)'s replicas do. It measures what (a)'s blocks do to rounding that reversing the rows and
+     * other blocks cannot: a GEMM library's bits for a row may depend on the call's row count
+     * (oneDNN's dy·Wᵀ on an AVX2 CPU gives other bits at 128 rows than at 64 or 1024), and such a
+     * difference, which training amplifies at random (a ReLU or an Adam sign flipped), is (a)'s
+     * alone. Measured: the example MLP on 8 replicas of 128 (AMD EPYC, AVX2) ended 0.087 from the
+     * full batch on a bias while (d) and (e) stayed within 8e-6 of it (a FAIL of a correct build);
+     * with 2, 4 or 16 replicas of the same global batch it ended within 5e-5. None where (a)'s blocks
+     * are the full batch. */
+    w->has_h = w->has_d && batch < g[0];
+    w->h_spec = (run_spec){"rounding reference (full batch, GEMMs summed in the replicas' blocks)", 1, g[0], g[0], 0,
+                           run_mb, -1, 0, COL_NONE, NULL, 0, batch};
     w->has_f = v->opts->against_kind != NULL;
     w->f_spec = (run_spec){"1 replica full batch on the other kind (--against)", 1, g[0], g[0], 0, run_mb, -1, 0,
                            COL_NONE, v->opts->against_kind, 0, 0};
@@ -318,7 +334,9 @@ static crew_status run_references(verify_ctx *v, verify_runs *w)
     if (!w->c.m || !w->has_d) return CREW_OK;
     CREW_TRY(run_one(v, &w->d_spec[0], &w->d[0]));
     if (!w->d[0].m) return CREW_OK;
-    return run_one(v, &w->g_spec, &w->g);
+    CREW_TRY(run_one(v, &w->g_spec, &w->g));
+    if (!w->g.m || !w->has_h) return CREW_OK;
+    return run_one(v, &w->h_spec, &w->h);
 }
 
 /* (e), process 0 only, after the deadline is known: it has replicas of its own; then (f). */
@@ -341,7 +359,8 @@ static crew_status judge_against(verify_ctx *v, verify_runs *w)
     res->against_first_step_ratio = mine.first_step_ratio;
     snprintf(res->against_first_step_decided_by, sizeof res->against_first_step_decided_by, "%s",
              mine.first_step_decided_by);
-    CREW_TRY(crew_verify_judge(w->f.m, w->c.m, w->has_d ? w->d[0].m : NULL, w->has_e ? w->d[1].m : NULL, NULL, &mine));
+    CREW_TRY(crew_verify_judge(w->f.m, w->c.m, w->has_d ? w->d[0].m : NULL, w->has_e ? w->d[1].m : NULL, NULL, NULL,
+                               &mine));
     res->against_ok = mine.full_batch_ok;
     res->against_max_rel_diff = mine.max_rel_diff_full_batch;
     snprintf(res->against_decided_by, sizeof res->against_decided_by, "%s", mine.decided_by);
@@ -352,7 +371,7 @@ static crew_status judge_against(verify_ctx *v, verify_runs *w)
 
 static double slowest_reference_step(const verify_runs *w)
 {
-    const crew_verify_values *r[] = {&w->b[0], &w->b[1], &w->c, &w->d[0], &w->g};
+    const crew_verify_values *r[] = {&w->b[0], &w->b[1], &w->c, &w->d[0], &w->g, &w->h};
     double s = 0.0;
     for (size_t i = 0; i < sizeof r / sizeof *r; i++) s = r[i]->slowest_step_s > s ? r[i]->slowest_step_s : s;
     return s;
@@ -384,9 +403,11 @@ static crew_status judge_runs(verify_ctx *v, verify_runs *w)
         res->reference_ok &= crew_verify_first_step(&w->d[0], &w->c, g, "rounding reference (rows reversed)", res);
         if (w->has_e)
             res->reference_ok &= crew_verify_first_step(&w->d[1], &w->c, g, "rounding reference (other blocks)", res);
+        if (w->has_h)
+            res->reference_ok &= crew_verify_first_step(&w->h, &w->c, g, "rounding reference (the replicas' blocks)", res);
     }
     CREW_TRY(crew_verify_judge(w->a.m, w->c.m, w->has_d ? w->d[0].m : NULL, w->has_e ? w->d[1].m : NULL,
-                               w->has_d ? w->g.m : NULL, res));
+                               w->has_d ? w->g.m : NULL, w->has_h ? w->h.m : NULL, res));
     return CREW_OK;
 }
 
@@ -492,6 +513,7 @@ static crew_status verify(crew_model *m, const crew_dataset *train, const crew_v
         res->reference_replicas = w.d_spec[1].devices;
         res->reference_batch = w.d_spec[1].batch;
     }
+    if (w.has_h) res->own_blocks_batch = w.h_spec.sum_block;
     res->paths = w.n_paths;
     for (int i = 0; i < w.n_paths; i++)
         res->path[i] = (crew_verify_path){.accumulation = w.path_ref[i] ? k2 : k,

@@ -34,9 +34,10 @@ int crew_verify_first_step(const crew_verify_values *x, const crew_verify_values
  * of its differences between (c) and the rounding references d and e (either may be NULL; both
  * NULL: the tolerance alone). Sets max_rel_diff_full_batch, rounding_spread, allowed and
  * decided_by* (the tensor nearest its bound) and full_batch_ok. With the reference g (the full
- * batch with every GEMM summed in blocks; else NULL), e's spread is held to 10 times the larger
- * of d's and g's, which a bug in the replicas' machinery cannot move (other_blocks_*). */
+ * batch with every GEMM summed in (e)'s blocks; else NULL), e's spread is held to 10 times the
+ * larger of d's and g's, which a bug in the replicas' machinery cannot move (other_blocks_*).
+ * g and h (the full batch summed in (a)'s own blocks; else NULL) widen the spread too. */
 crew_status crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, const crew_model *e,
-                              const crew_model *g, crew_verify_result *res);
+                              const crew_model *g, const crew_model *h, crew_verify_result *res);
 
 #endif

@@ -199,17 +199,22 @@ int crew_verify_first_step(const crew_verify_values *x, const crew_verify_values
 
 /* One tensor's differences from (c): of (a), and of each reference (0 where it did not run). */
 typedef struct tensor_spreads {
-    double a, d, e, g;
+    double a, d, e, g, h;
 } tensor_spreads;
 
-static tensor_spreads spreads_of(const crew_param *q, const host_values *a, const host_values *c, const host_values *d,
-                                 const host_values *e, const host_values *g)
+/* The rounding references' values, each NULL where it did not run (crew_verify_judge). */
+typedef struct references {
+    const host_values *d, *e, *g, *h;
+} references;
+
+static tensor_spreads spreads_of(const crew_param *q, const host_values *a, const host_values *c, const references *r)
 {
     const int64_t n = crew_shape_size(&q->shape);
-    tensor_spreads t = {tensor_rel_diff(tensor(a, q), tensor(c, q), n), 0, 0, 0};
-    if (d) t.d = tensor_rel_diff(tensor(c, q), tensor(d, q), n);
-    if (e) t.e = tensor_rel_diff(tensor(c, q), tensor(e, q), n);
-    if (g) t.g = tensor_rel_diff(tensor(c, q), tensor(g, q), n);
+    tensor_spreads t = {tensor_rel_diff(tensor(a, q), tensor(c, q), n), 0, 0, 0, 0};
+    if (r->d) t.d = tensor_rel_diff(tensor(c, q), tensor(r->d, q), n);
+    if (r->e) t.e = tensor_rel_diff(tensor(c, q), tensor(r->e, q), n);
+    if (r->g) t.g = tensor_rel_diff(tensor(c, q), tensor(r->g, q), n);
+    if (r->h) t.h = tensor_rel_diff(tensor(c, q), tensor(r->h, q), n);
     return t;
 }
 
@@ -218,8 +223,8 @@ static tensor_spreads spreads_of(const crew_param *q, const host_values *a, cons
  * ROUNDING_FACTOR (below which it widens no bound). The whole model's largest, not the tensor's
  * own: a tensor whose gradient is rounding noise (a bias before batch norm, under Adam) wanders
  * at random in every run, and one run's figure for it may be a tenth of another's. */
-static void judge_other_blocks(const crew_model *m, const host_values *a, const host_values *c, const host_values *d,
-                               const host_values *e, const host_values *g, crew_verify_result *res)
+static void judge_other_blocks(const crew_model *m, const host_values *a, const host_values *c, const references *r,
+                               crew_verify_result *res)
 {
     res->other_blocks_ok = 1;
     res->immune_spread = res->other_blocks_diff = res->other_blocks_allowed = 0.0;
@@ -228,7 +233,7 @@ static void judge_other_blocks(const crew_model *m, const host_values *a, const 
             for (int j = 0; j < m->layers[i]->n_params; j++) {
                 const crew_param *q = &m->layers[i]->params[j];
                 if (!crew_param_owned(q)) continue;
-                tensor_spreads t = spreads_of(q, a, c, d, e, g);
+                tensor_spreads t = spreads_of(q, a, c, r);
                 if (pass == 0) { /* the immune references' largest */
                     double immune = t.g > t.d ? t.g : t.d;
                     if (immune > res->immune_spread) res->immune_spread = immune;
@@ -248,24 +253,28 @@ static void judge_other_blocks(const crew_model *m, const host_values *a, const 
      * layer's sums over the batch take the blocks as replicas do: dense layers; not convolutions,
      * which sum over output positions, nor a GPT's rows of tokens) */
     res->other_blocks_exact =
-        memcmp(e->params, g->params, (size_t)m->n_params * sizeof *e->params) == 0 &&
-        (!m->n_state || memcmp(e->state, g->state, (size_t)m->n_state * sizeof *e->state) == 0);
+        memcmp(r->e->params, r->g->params, (size_t)m->n_params * sizeof *r->e->params) == 0 &&
+        (!m->n_state || memcmp(r->e->state, r->g->state, (size_t)m->n_state * sizeof *r->e->state) == 0);
 }
 
-static void judge(const crew_model *m, const host_values *a, const host_values *c, const host_values *d,
-                  const host_values *e, const host_values *g, crew_verify_result *res)
+static void judge(const crew_model *m, const host_values *a, const host_values *c, const references *r,
+                  crew_verify_result *res)
 {
     double worst_ratio = -1.0;
     res->max_rel_diff_full_batch = res->rounding_spread = 0.0;
-    if (e && g) judge_other_blocks(m, a, c, d, e, g, res);
+    if (r->e && r->g) judge_other_blocks(m, a, c, r, res);
+    /* (h) an exact stand-in for (a), as (g) for (e) */
+    res->own_blocks_exact = r->h && memcmp(a->params, r->h->params, (size_t)m->n_params * sizeof *a->params) == 0 &&
+                            (!m->n_state || memcmp(a->state, r->h->state, (size_t)m->n_state * sizeof *a->state) == 0);
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             const crew_param *q = &m->layers[i]->params[j];
             if (!crew_param_owned(q)) continue;
-            tensor_spreads t = spreads_of(q, a, c, d, e, g);
+            tensor_spreads t = spreads_of(q, a, c, r);
             double spread = t.d;
             if (t.e > spread) spread = t.e;
             if (t.g > spread) spread = t.g;
+            if (t.h > spread) spread = t.h;
             double bound = res->tolerance > ROUNDING_FACTOR * spread ? res->tolerance : ROUNDING_FACTOR * spread;
             if (t.a > res->max_rel_diff_full_batch) res->max_rel_diff_full_batch = t.a;
             if (spread > res->rounding_spread) res->rounding_spread = spread;
@@ -281,19 +290,22 @@ static void judge(const crew_model *m, const host_values *a, const host_values *
 }
 
 crew_status crew_verify_judge(const crew_model *a, const crew_model *c, const crew_model *d, const crew_model *e,
-                              const crew_model *g, crew_verify_result *res)
+                              const crew_model *g, const crew_model *h, crew_verify_result *res)
 {
-    host_values ha = {0}, hc = {0}, hd = {0}, he = {0}, hp = {0};
+    host_values ha = {0}, hc = {0}, hd = {0}, he = {0}, hg = {0}, hh = {0};
     crew_status s = host_values_of(a, &ha);
     if (!s) s = host_values_of(c, &hc);
     if (!s && d) s = host_values_of(d, &hd);
     if (!s && e) s = host_values_of(e, &he);
-    if (!s && g) s = host_values_of(g, &hp);
-    if (!s) judge(a, &ha, &hc, d ? &hd : NULL, e ? &he : NULL, g ? &hp : NULL, res);
+    if (!s && g) s = host_values_of(g, &hg);
+    if (!s && h) s = host_values_of(h, &hh);
+    const references r = {d ? &hd : NULL, e ? &he : NULL, g ? &hg : NULL, h ? &hh : NULL};
+    if (!s) judge(a, &ha, &hc, &r, res);
     host_values_free(&ha);
     host_values_free(&hc);
     host_values_free(&hd);
     host_values_free(&he);
-    host_values_free(&hp);
+    host_values_free(&hg);
+    host_values_free(&hh);
     return s;
 }

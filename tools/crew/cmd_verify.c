@@ -47,7 +47,8 @@ static const char *usage_text =
     "JSON object: devices, steps, global_batch, accumulation, buckets, paths [{k, buckets,\n"
     "global_batch, sharded, shard, bitwise_equal, max_rel_diff}], replicas_compared, replica_checks, bitwise_equal,\n"
     "batch_norm_synced, first_step_ok, first_step_ratio, first_step_decided_by, reference_ok,\n"
-    "reference_replicas, reference_batch (0: no reference in other blocks),\n"
+    "reference_replicas, reference_batch (0: no reference in other blocks), own_blocks_batch\n"
+    "(0: no reference in the replicas' blocks), own_blocks_exact,\n"
     "max_rel_diff_full_batch, tolerance, rounding_spread, decided_by, decided_by_diff,\n"
     "decided_by_spread, allowed, other_blocks_ok, immune_spread, other_blocks_decided_by,\n"
     "other_blocks_diff, other_blocks_allowed, other_blocks_exact, samples, dataset_samples,\n"
@@ -120,18 +121,19 @@ static void print_paths(const crew_verify_result *r)
 /* The rounding references, as the verdicts name them. */
 static const char *references(const crew_verify_result *r, char *buf, size_t len)
 {
-    if (r->reference_replicas)
-        snprintf(buf, len, "samples reversed; %d replicas of %lld", r->reference_replicas,
-                 (long long)r->reference_batch);
-    else
-        snprintf(buf, len, "samples reversed");
+    int at = snprintf(buf, len, "samples reversed");
+    if (r->reference_replicas && at >= 0 && (size_t)at < len)
+        at += snprintf(buf + at, len - (size_t)at, "; %d replicas of %lld", r->reference_replicas,
+                       (long long)r->reference_batch);
+    if (r->own_blocks_batch && at >= 0 && (size_t)at < len)
+        snprintf(buf + at, len - (size_t)at, "; 1 replica in blocks of %lld", (long long)r->own_blocks_batch);
     return buf;
 }
 
 /* The first step: the largest difference against its bound. */
 static void print_first_step(const crew_verify_result *r)
 {
-    char refs[96];
+    char refs[128];
     printf("first step, loss and every gradient vs 1 replica on the full batch (bound 8 u n S): %s\n"
            "  largest: %s, %.3g of %.3g (%.3g of its bound); the loss of N replicas %.3g from it (relative)\n",
            r->first_step_ok && r->reference_ok ? "ok" : "TOO LARGE", r->first_step_decided_by, r->first_step_diff,
@@ -151,7 +153,7 @@ static void print_full_batch_verdict(const crew_verify_result *r)
                r->decided_by_diff);
         return;
     }
-    char refs[96];
+    char refs[128];
     printf("  rounding alone (%s) moves tensors by up to %.3g;\n"
            "  each may differ by 30 times its own figure, at least %.3g; nearest its bound: %s, %.3g of %.3g\n",
            references(r, refs, sizeof refs), r->rounding_spread, r->tolerance, r->decided_by, r->decided_by_diff,
@@ -162,6 +164,11 @@ static void print_full_batch_verdict(const crew_verify_result *r)
                r->reference_replicas, (long long)r->reference_batch, (long long)r->reference_batch, r->immune_spread,
                r->other_blocks_ok ? "yes" : "NO: they moved by more than rounding, a bug they share with the N replicas",
                r->other_blocks_decided_by, r->other_blocks_diff, r->other_blocks_allowed);
+    if (r->own_blocks_batch)
+        printf(r->own_blocks_exact
+                   ? "  (1 replica in blocks of %lld, without replicas, ended with the N replicas' bits)\n"
+                   : "  (1 replica in blocks of %lld, without replicas, is a stand-in for the N replicas, not their bits)\n",
+               (long long)r->own_blocks_batch);
     if (r->reference_replicas)
         printf(r->other_blocks_exact
                    ? "  (the blocks without replicas ended with the replicas' bits: an exact stand-in for them)\n"
@@ -201,8 +208,10 @@ static void print_json(const crew_verify_result *r)
            cli_json_number(r->max_rel_diff_accum, b2, sizeof b2), r->batch_norm_synced ? "true" : "false",
            r->first_step_ok ? "true" : "false", cli_json_number(r->first_step_ratio, b3, sizeof b3));
     crew_json_write_string(stdout, r->first_step_decided_by);
-    printf(",\"reference_ok\":%s,\"reference_replicas\":%d,\"reference_batch\":%lld,\"max_rel_diff_full_batch\":%s,\"tolerance\":%s,\"rounding_spread\":%s,\"decided_by\":",
+    printf(",\"reference_ok\":%s,\"reference_replicas\":%d,\"reference_batch\":%lld,\"own_blocks_batch\":%lld,"
+           "\"own_blocks_exact\":%s,\"max_rel_diff_full_batch\":%s,\"tolerance\":%s,\"rounding_spread\":%s,\"decided_by\":",
            r->reference_ok ? "true" : "false", r->reference_replicas, (long long)r->reference_batch,
+           (long long)r->own_blocks_batch, r->own_blocks_exact ? "true" : "false",
            cli_json_number(r->max_rel_diff_full_batch, b4, sizeof b4),
            cli_json_number(r->tolerance, b5, sizeof b5),
            r->fixed_tolerance ? "null" : cli_json_number(r->rounding_spread, b6, sizeof b6));

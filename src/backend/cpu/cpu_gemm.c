@@ -98,8 +98,11 @@ void cpu_gemm_rounding(void *ctx, int round_a, int round_b, int trans_a, int tra
     }
     /* configure's sum_block: the batch's rows in blocks, as replicas of those blocks would compute
      * them. A GEMM of a's rows (op(a) = a: the rows of the batch) runs block by block; a sum over
-     * them (aᵀ·b: a weight gradient) adds each block's product, op(a)'s columns and op(b)'s rows
-     * k0 .. k0 + kb, to the sum of those before. */
+     * them (aᵀ·b: a weight gradient) computes each block's product, op(a)'s columns and op(b)'s
+     * rows k0 .. k0 + kb, on its own, as a replica would, and adds it to the sum of those before,
+     * as the ordered all-reduce does. Not by the library's beta = 1: how a library folds c into its
+     * sums is its own (oneDNN's AVX2 kernels, at 128 terms a block, gave other bits than a product
+     * and an add), and these sums must be the replicas' bits on every library. */
     const int64_t rows_block = x ? x->sum_block : 0;
     if (rows_block > 0 && !trans_a && m > rows_block) {
         for (int64_t m0 = 0; m0 < m; m0 += rows_block)
@@ -107,14 +110,29 @@ void cpu_gemm_rounding(void *ctx, int round_a, int round_b, int trans_a, int tra
                   c + m0 * ldc, ldc);
         return;
     }
-    const int64_t block = rows_block > 0 && k > rows_block && trans_a && !trans_b ? rows_block : k;
-    int64_t k0 = 0;
-    do {
-        const int64_t kb = k - k0 < block ? k - k0 : block;
-        const float *ak = trans_a ? a + k0 * lda : a + k0, *bk = trans_b ? b + k0 : b + k0 * ldb;
-        sgemm(x, trans_a, trans_b, m, n, kb, alpha, ak, lda, bk, ldb, k0 ? 1.0f : beta, c, ldc);
-        k0 += kb;
-    } while (k0 < k);
+    if (!(rows_block > 0 && k > rows_block && trans_a && !trans_b)) {
+        sgemm(x, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    /* the first block as the first replica computes it (with the caller's beta); each other one
+     * into block_sum, then added */
+    sgemm(x, 1, 0, m, n, rows_block, alpha, a, lda, b, ldb, beta, c, ldc);
+    const size_t need = (size_t)m * (size_t)n;
+    if (need > x->cap_block_sum) {
+        float *grown = realloc(x->block_sum, need * sizeof *grown);
+        if (!grown) {
+            x->out_of_memory = 1;
+            return;
+        }
+        x->block_sum = grown;
+        x->cap_block_sum = need;
+    }
+    for (int64_t k0 = rows_block; k0 < k; k0 += rows_block) {
+        const int64_t kb = k - k0 < rows_block ? k - k0 : rows_block;
+        sgemm(x, 1, 0, m, n, kb, alpha, a + k0 * lda, lda, b + k0 * ldb, ldb, 0.0f, x->block_sum, n);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) c[i * ldc + j] = c[i * ldc + j] + x->block_sum[i * n + j];
+    }
 }
 
 crew_status cpu_configure(void *ctx, const crew_device_options *o)
@@ -145,7 +163,8 @@ crew_status cpu_take_failure(void *ctx)
     if (!x || !x->out_of_memory) return CREW_OK;
     x->out_of_memory = 0;
     return crew_errorf(CREW_CODE_OUT_OF_MEMORY, "cpu backend: no memory for bfloat16 copies (a GEMM's operands "
-                       "rounded, or bfloat16 activations widened) or a convolution's padded sample");
+                       "rounded, or bfloat16 activations widened), a convolution's padded sample, or a block's "
+                       "product of a sum in blocks (crew verify's references)");
 }
 
 float *cpu_widened(cpu_ctx *c, int slot, const crew_bf16 *x, int64_t n)
@@ -193,4 +212,5 @@ void cpu_gemm_free(cpu_ctx *c)
     free(c->round_b);
     free(c->widen[0]);
     free(c->widen[1]);
+    free(c->block_sum);
 }

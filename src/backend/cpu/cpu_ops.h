@@ -20,6 +20,8 @@ typedef struct cpu_ctx {
     size_t cap_widen[2];
     float *taps;                /* a sample with its padding, for the convolutions of few taps (cpu_conv_taps.c) */
     size_t cap_taps;
+    float *block_sum;           /* one block's product of a sum in blocks (sum_block), before it joins the sum */
+    size_t cap_block_sum;
     int out_of_memory;          /* a GEMM found no room for its copies (or a convolution of few taps for
                                    its padded sample): the next sync, download or
                                    softmax_xent fails (the CPU runs every op at once and has no other
