@@ -4,7 +4,13 @@
 #include "core/status.h"
 #include "core/timer.h"
 
-#define PEAK_N 512 /* square GEMMs: large enough for the BLAS's best kernels, 3 MB in all */
+/* Square GEMMs of two sizes, the best rate of either: a BLAS's blocking suits some sizes better
+ * than others, and one size alone can miss its best kernels. oneDNN's AVX2 sgemm on an AMD EPYC
+ * ran 512 at 72 GFLOP/s and 1024 at 91 (the example models' large GEMMs at 85-95), so a demo CNN
+ * measured against 512 alone read 98% of a peak it was not near. 12 MB in all. */
+static const int64_t peak_sizes[] = {512, 1024};
+#define PEAK_SIZES (sizeof peak_sizes / sizeof peak_sizes[0])
+#define PEAK_MAX 1024
 
 crew_status crew_measure_peak(const char *device_kind, int threads_per_device, double seconds, double *gflops)
 {
@@ -16,7 +22,7 @@ crew_status crew_measure_peak(const char *device_kind, int threads_per_device, d
     crew_device_options o = {.blas_threads = threads_per_device};
     crew_backend be = {0};
     CREW_TRY(crew_device_open(device_kind, 0, &o, &be));
-    const int64_t n = PEAK_N, values = n * n;
+    const int64_t values = (int64_t)PEAK_MAX * PEAK_MAX;
     float *a = NULL, *b = NULL, *c = NULL;
     crew_status s = crew_dev_alloc_f32(&be, values, &a);
     if (!s) s = crew_dev_alloc_f32(&be, values, &b);
@@ -25,12 +31,17 @@ crew_status crew_measure_peak(const char *device_kind, int threads_per_device, d
     if (!s) {
         be.ops->fill(be.ctx, a, 0.5f, values);
         be.ops->fill(be.ctx, b, 0.25f, values);
-        be.ops->gemm(be.ctx, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n); /* warm: pages, kernels, threads */
+        for (size_t i = 0; i < PEAK_SIZES; i++) { /* warm: pages, kernels, threads */
+            const int64_t n = peak_sizes[i];
+            be.ops->gemm(be.ctx, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        }
         s = be.ops->sync(be.ctx, NULL);
     }
-    const double flops = 2.0 * (double)n * (double)n * (double)n, until = crew_now() + seconds;
-    for (int rep = 0; !s && (rep < 3 || crew_now() < until); rep++) {
-        double t0 = crew_now();
+    /* the sizes in turn, at least three of each */
+    const double until = crew_now() + seconds;
+    for (int rep = 0; !s && (rep < 3 * (int)PEAK_SIZES || crew_now() < until); rep++) {
+        const int64_t n = peak_sizes[(size_t)rep % PEAK_SIZES];
+        const double flops = 2.0 * (double)n * (double)n * (double)n, t0 = crew_now();
         be.ops->gemm(be.ctx, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
         s = be.ops->sync(be.ctx, NULL);
         double dt = crew_now() - t0;
