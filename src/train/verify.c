@@ -21,8 +21,9 @@
  * the reversed rows' 7.5e-5, while 4 replicas of 4 ended 5e-5 from 2 of 8). (h), the full batch
  * with every GEMM summed in (a)'s own blocks on one replica, is a third: what (a)'s row count does
  * to a GEMM library's bits, which neither of the others moves (plan_runs says when it mattered).
- * The spread is the largest of them (and of (g), below). A real error (a micro-batch missing or counted twice, a wrong average) moves weights by
- * O(1e-2) to O(1) of their scale from the first step on, far beyond it; and the first-step check
+ * The spread is the largest of them (and of (g), below). A real error (a micro-batch missing or
+ * counted twice, a wrong average) moves weights by O(1e-2) to O(1) of their scale from the first
+ * step on, far beyond it; and the first-step check
  * holds (d) itself to float32 summation's bound, so a bug that moves (d) (a mask keyed by the row
  * instead of the sample: reversing the rows gives the samples other masks) fails there instead of
  * widening every bound.
