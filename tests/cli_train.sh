@@ -129,9 +129,11 @@ for model in fashion_mlp fashion_cnn; do
     rc=$?
     [ $rc -eq 0 ] && [ "$(json_field "$TMP/v.out" pass)" = true ] && ok || fail "verify $model cpu:$n: $(tail -n 1 "$TMP/v.out")"
     # the MLP's sums over the batch are all dense layers': its blocks without replicas, (g), end with
-    # the replicas' bits, (e) (docs/VERIFY.md); whatever the GEMM library, as each makes equal calls
+    # the replicas' bits, (e), and (h) with (a)'s (docs/VERIFY.md); whatever the GEMM library, as each
+    # makes equal calls and the blocks' products are added as the all-reduce adds them
     if [ $model = fashion_mlp ]; then
-      [ "$(json_field "$TMP/v.out" other_blocks_exact)" = true ] && ok \
+      [ "$(json_field "$TMP/v.out" other_blocks_exact)" = true ] && [ "$(json_field "$TMP/v.out" own_blocks_exact)" = true ] \
+        && [ "$(json_field "$TMP/v.out" own_blocks_batch)" = 8 ] && ok \
         || fail "verify $model cpu:$n: the blocks without replicas are not the replicas' bits: $(tail -n 1 "$TMP/v.out")"
     fi
   done

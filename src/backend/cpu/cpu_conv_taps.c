@@ -5,13 +5,13 @@
  * writes the columns, the layer seeds y with the bias, and the GEMM reads and writes y again, each
  * a pass over an output 32/9 times the columns' size: the demo CNN's first layer took about 3 ms of
  * a 21 ms step for 2% of its FLOPs. Here the filters go a vector register's width at a time (a
- * lane group: 16 with AVX-512) through a sample's output positions, reading each position's taps where the padded
- * sample holds them; y is written once, and the kernel gradient reads x and dy once. Within a lane
- * group the kernel's values (forward) or the gradient's sums (backward) stay in registers for the
- * whole sample where the number of taps is a constant the compiler sees (9: 3x3 over one channel;
- * 27: over three): with the positions outside and the filters inside, as at first, they were
- * loaded, and the sums stored, again at every position, and the one pass with the pool took 13%
- * of the demo CNN's step (now 8%).
+ * lane group: 16 with AVX-512) through a sample's output positions, reading each position's taps
+ * where the padded sample holds them; y is written once, and the kernel gradient reads x and dy
+ * once. Within a lane group the kernel's values (forward) or the gradient's sums (backward) stay in
+ * registers for the whole sample where the number of taps is a constant the compiler sees (9: 3x3
+ * over one channel; 27: over three): with the positions outside and the filters inside, as at
+ * first, they were loaded, and the sums stored, again at every position, and the one pass with the
+ * pool took 13% of the demo CNN's step (now 8%).
  *
  * Sums, in float, in a fixed order that depends on the shapes alone (never on the machine or the
  * replica count): forward, y[f] = bias[f] + Σ_t tap_t · kernel[t, f], t ascending from 0 (a tap
