@@ -780,7 +780,8 @@ crew_status crew_model_flops(const crew_model *m, crew_flops *out);
 
 /* One device's measured single-precision GEMM rate, GFLOP/s: square GEMMs of 512 and 1024 in
  * turn through the device's own backend at threads_per_device BLAS threads, for about `seconds`
- * (at least three of each), the best of them. A run's peak is that times its replicas, when each has cores of its own. */
+ * (at least three of each), the best of them. A run's peak is that times its replicas, when each
+ * has cores of its own. */
 crew_status crew_measure_peak(const char *device_kind, int threads_per_device, double seconds, double *gflops);
 /* crew_measure_peak, measured once: the figure for this host, build, kind and thread count from
  * the cache file at cache_path (lines "<key> <gflops>"; NULL: no cache), else measured for 0.3 s
