@@ -1,5 +1,6 @@
 /* peak.c — one device's measured GEMM rate (crew_measure_peak in crew.h): the ceiling a training
  * step's FLOP rate is measured against. */
+#include "advise/peak_cache.h"
 #include "backend/backend.h"
 #include "core/status.h"
 #include "core/timer.h"
@@ -8,9 +9,8 @@
  * than others, and one size alone can miss its best kernels. oneDNN's AVX2 sgemm on an AMD EPYC
  * ran 512 at 72 GFLOP/s and 1024 at 91 (the example models' large GEMMs at 85-95), so a demo CNN
  * measured against 512 alone read 98% of a peak it was not near. 12 MB in all. */
-static const int64_t peak_sizes[] = {512, 1024};
+static const int64_t peak_sizes[] = {CREW_PEAK_SIZES};
 #define PEAK_SIZES (sizeof peak_sizes / sizeof peak_sizes[0])
-#define PEAK_MAX 1024
 
 crew_status crew_measure_peak(const char *device_kind, int threads_per_device, double seconds, double *gflops)
 {
@@ -22,7 +22,9 @@ crew_status crew_measure_peak(const char *device_kind, int threads_per_device, d
     crew_device_options o = {.blas_threads = threads_per_device};
     crew_backend be = {0};
     CREW_TRY(crew_device_open(device_kind, 0, &o, &be));
-    const int64_t values = (int64_t)PEAK_MAX * PEAK_MAX;
+    int64_t largest = 0;
+    for (size_t i = 0; i < PEAK_SIZES; i++) largest = peak_sizes[i] > largest ? peak_sizes[i] : largest;
+    const int64_t values = largest * largest;
     float *a = NULL, *b = NULL, *c = NULL;
     crew_status s = crew_dev_alloc_f32(&be, values, &a);
     if (!s) s = crew_dev_alloc_f32(&be, values, &b);

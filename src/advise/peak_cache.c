@@ -20,9 +20,9 @@ void crew_peak_cache_key(const char *kind, int threads, char *buf, size_t len)
     host[sizeof host - 1] = '\0';
     crew_blas_describe(blas, sizeof blas);
     if (len > CREW_PEAK_KEY_MAX) len = CREW_PEAK_KEY_MAX;
-    /* gemm=512,1024: the probe's sizes (peak.c), so that a figure another probe measured is measured again */
-    snprintf(buf, len, "crew-%s|gemm=512,1024|%s|%s|threads=%d|%s", crew_version(), host, kind ? kind : "cpu", threads,
-             blas);
+    /* the probe's sizes: a figure another probe measured is measured again (spaces become '_' below) */
+    snprintf(buf, len, "crew-%s|gemm=%s|%s|%s|threads=%d|%s", crew_version(), CREW_PEAK_TEXT(CREW_PEAK_SIZES), host,
+             kind ? kind : "cpu", threads, blas);
     for (char *p = buf; *p; p++)
         if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') *p = '_';
 }

@@ -8,6 +8,13 @@
 
 #include <stddef.h>
 
+/* The square GEMMs' sizes crew_measure_peak measures (peak.c), in turn, the best rate of any: in
+ * the probe's array and in the cache's key, so that a figure another probe measured is measured
+ * again. */
+#define CREW_PEAK_SIZES 512, 1024
+#define CREW_PEAK_TEXT_(...) #__VA_ARGS__
+#define CREW_PEAK_TEXT(...) CREW_PEAK_TEXT_(__VA_ARGS__)
+
 /* Longest key, and longest line the cache keeps. */
 #define CREW_PEAK_KEY_MAX 400
 
