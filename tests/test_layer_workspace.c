@@ -11,7 +11,9 @@
  * - what crew_model_reserve allocates for a whole model (activations, gradient ping-pong buffers,
  *   labels, row losses, workspace) against the planner's figure, to the byte (crew_model_buffers
  *   is the one statement of the model's own buffers);
- * - a training pass over every layer type with workspace reserved this way (the sizes suffice);
+ * - a training pass over every layer type with workspace reserved this way (the sizes suffice),
+ *   and again with every gradient written over its parameter's value (ZeRO-3's units): the same
+ *   gradients, bit for bit (each layer reads a value before writing its gradient, or keeps a copy);
  * - a GPT's transformer block, its attention probabilities float32 and (--precision bf16) bfloat16;
  * - the layers' scratch shared in a model: one buffer per slot, the largest any layer asks for;
  * - layer norm behind parameter-free layers (dropout, flatten): the model's backward passes it no
@@ -181,28 +183,32 @@ static crew_model *free_first_model(void)
 
 /* ---------------------------------------------------------------- the checks */
 
-static void expect(const crew_model *m, int layer, int64_t rows, int64_t n0, int64_t n1, int64_t n2)
+static void expect4(const crew_model *m, int layer, int64_t rows, int64_t n0, int64_t n1, int64_t n2, int64_t n3)
 {
     int64_t n[CREW_LAYER_MAX_WORK];
     crew_layer_workspace(m->layers[layer], rows, n);
-    CHECK_MSG(n[0] == n0 && n[1] == n1 && n[2] == n2 && n[3] == 0,
-              "layer %d (%s), %lld rows: workspace {%lld, %lld, %lld, %lld}, expected {%lld, %lld, %lld, 0}", layer,
-              m->layers[layer]->name, (long long)rows, (long long)n[0], (long long)n[1], (long long)n[2],
-              (long long)n[3], (long long)n0, (long long)n1, (long long)n2);
+    CHECK_MSG(n[0] == n0 && n[1] == n1 && n[2] == n2 && n[3] == n3 && n[4] == 0,
+              "layer %d (%s), %lld rows: workspace {%lld, %lld, %lld, %lld, %lld}, expected {%lld, %lld, %lld, %lld, 0}",
+              layer, m->layers[layer]->name, (long long)rows, (long long)n[0], (long long)n[1], (long long)n[2],
+              (long long)n[3], (long long)n[4], (long long)n0, (long long)n1, (long long)n2, (long long)n3);
+}
+static void expect(const crew_model *m, int layer, int64_t rows, int64_t n0, int64_t n1, int64_t n2)
+{
+    expect4(m, layer, rows, n0, n1, n2, 0);
 }
 
 /* The sizes by hand, from the shapes in image_model's comments. */
 static void check_image_sizes(const crew_model *m)
 {
     for (int64_t rows = 1; rows <= 64; rows *= 4) {
-        expect(m, 0, rows, rows * 15 * 13, rows * 15 * 13, rows * 15 * 13 * 3); /* mean, rstd; spare dx */
+        expect4(m, 0, rows, rows * 15 * 13, rows * 15 * 13, rows * 15 * 13 * 3, 3); /* mean, rstd; spare dx; gamma */
         expect(m, 1, rows, rows * 7 * 9 * (3 * 5 * 3), 0, 0);                   /* im2col columns */
         expect(m, 2, rows, 0, 0, 0);
-        expect(m, 3, rows, 2 * 7, 4 * 7 * 2, 0);            /* per channel, any batch: mean, var; 4 double sums */
+        expect(m, 3, rows, 2 * 7, 4 * 7 * 2, 7);     /* per channel, any batch: mean, var; 4 double sums; gamma */
         expect(m, 4, rows, rows * 4 * 5 * 7, 0, 0);                             /* arg-maxes */
         expect(m, 5, rows, rows * 4 * 5 * (3 * 3 * 7), 0, 0);
         expect(m, 6, rows, 0, 0, 0);
-        expect(m, 7, rows, rows * 2 * 3, rows * 2 * 3, 0);                      /* backward passes dx here */
+        expect4(m, 7, rows, rows * 2 * 3, rows * 2 * 3, 0, 5);                  /* backward passes dx here */
         expect(m, 8, rows, rows * 2 * 3 * 5, 0, 0);                             /* mask */
         for (int i = 9; i <= 11; i++) expect(m, i, rows, 0, 0, 0);
         expect(m, 12, rows, rows * 11, 0, 0);
@@ -219,14 +225,14 @@ static void check_token_sizes(const crew_model *m)
 {
     for (int64_t rows = 1; rows <= 64; rows *= 4) {
         expect(m, 0, rows, 0, 0, 0);
-        expect(m, 1, rows, rows * 9, rows * 9, 0); /* one position per token */
+        expect4(m, 1, rows, rows * 9, rows * 9, 0, 6); /* one position per token; gamma */
         expect(m, 2, rows, 0, 0, 0);
         expect(m, 3, rows, 0, 0, 0);
     }
 }
 
 /* The block's buffers (layer_transformer.c's W_*), n = 9·rows positions of width 8, the
- * probabilities and their gradient rows·2·9·9 values, no dropout masks. In bfloat16 (s.bf16), ln_1,
+ * probabilities and their gradient rows·2·9·9 values, no dropout masks, a gamma's copy (8). In bfloat16 (s.bf16), ln_1,
  * the attention output, ln_2, the GELU's output and the probabilities two to a 4-byte element;
  * recomputed (s.att_recompute), the probabilities in W_ATT_RE (16) instead of W_ATT (3). */
 static void gpt_block_want(int64_t rows, crew_act_storage s, int64_t want[CREW_LAYER_MAX_WORK])
@@ -234,7 +240,7 @@ static void gpt_block_want(int64_t rows, crew_act_storage s, int64_t want[CREW_L
     int64_t n = 9 * rows, att = rows * 2 * 9 * 9, c = s.bf16 ? 4 * n : 8 * n, p = s.bf16 ? (att + 1) / 2 : att;
     int64_t w[CREW_LAYER_MAX_WORK] = {c, 2 * n, 24 * n, s.att_recompute ? 0 : p, c, 8 * n, c, 2 * n, 32 * n,
                                       s.bf16 ? 16 * n : 32 * n, 32 * n, 8 * n, 8 * n, att, 0, 0,
-                                      s.att_recompute ? p : 0};
+                                      s.att_recompute ? p : 0, 8};
     memcpy(want, w, sizeof w);
 }
 
@@ -271,10 +277,10 @@ static void check_free_first_sizes(const crew_model *m)
     int64_t px = SYN_SIDE * SYN_SIDE;
     for (int64_t rows = 1; rows <= 64; rows *= 4) {
         expect(m, 0, rows, rows * px, 0, 0);                   /* mask */
-        expect(m, 1, rows, rows * px, rows * px, rows * px);   /* mean, rstd; spare dx: no dx comes */
+        expect4(m, 1, rows, rows * px, rows * px, rows * px, 1); /* mean, rstd; spare dx: no dx comes */
         expect(m, 2, rows, 0, 0, 0);
         expect(m, 3, rows, 0, 0, 0);
-        expect(m, 4, rows, rows, rows, 0);                     /* behind dense: backward passes dx */
+        expect4(m, 4, rows, rows, rows, 0, 6);                 /* behind dense: backward passes dx */
         expect(m, 5, rows, 0, 0, 0);
     }
 }
@@ -375,7 +381,38 @@ static void check_model_reserve_matches_plan(crew_model *m, const char *what)
 }
 
 /* A training step through every layer on workspace sized by the op, all buffers counted. */
-static void check_training_pass(crew_model *m, int64_t rows, int token_ids)
+/* The pass again with every gradient written over its parameter's value, as ZeRO-3 writes a
+ * gathered unit's (nn/layer.h: each layer reads a value before it writes its gradient, or keeps a
+ * copy): the values' buffer then holds the first pass's gradients, bit for bit. */
+static void check_grads_over_values(crew_model *m, crew_pass *p, const char *what)
+{
+    const crew_backend_ops *o = m->be.ops;
+    const int64_t n = m->n_params;
+    float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+    if (!want || !got) abort();
+    CHECK_OK(o->download(m->be.ctx, want, m->grads, n, CREW_DT_F32));
+    for (int i = 0; i < m->n_layers; i++)
+        for (int j = 0; j < m->layers[i]->n_params; j++) {
+            crew_param *q = &m->layers[i]->params[j];
+            if (q->trainable && !q->tied) q->grad = q->value;
+        }
+    crew_model_point_tied(m);
+    double loss = 0.0, correct = 0.0;
+    crew_status s = crew_model_forward(m, p);
+    if (!s) s = crew_model_loss(m, p, 1.0f / (float)p->rows, &loss, &correct);
+    if (!s) s = crew_model_backward(m, p, NULL, NULL);
+    CHECK_OK(s);
+    CHECK_OK(o->download(m->be.ctx, got, m->params, n, CREW_DT_F32));
+    int64_t first = -1;
+    for (int64_t i = 0; i < n && first < 0; i++)
+        if (memcmp(&got[i], &want[i], sizeof *got) != 0) first = i;
+    CHECK_MSG(first < 0, "%s: the gradients written over the values differ from the first pass's at value %lld of "
+              "%lld", what, (long long)first, (long long)n);
+    free(want);
+    free(got);
+}
+
+static void check_training_pass(crew_model *m, int64_t rows, int token_ids, const char *what)
 {
     m->be = counting_backend();
     m->has_backend = 1;
@@ -408,6 +445,7 @@ static void check_training_pass(crew_model *m, int64_t rows, int token_ids)
     if (!s) s = crew_model_backward(m, &p, NULL, NULL);
     CHECK_OK(s);
     CHECK_MSG(loss > 0.0 && loss < 1e3 * (double)rows, "loss %g", loss);
+    if (!s) check_grads_over_values(m, &p, what);
     crew_model_free(m);
     CHECK_MSG(counter.live == 0, "the model left %lld bytes allocated", (long long)counter.live);
 }
@@ -566,7 +604,7 @@ int main(void)
         check_reserve_matches_plan(m, MODELS[i].what);
         crew_model *fresh = MODELS[i].build();
         if (fresh) check_model_reserve_matches_plan(fresh, MODELS[i].what);
-        check_training_pass(m, 37, MODELS[i].token_ids);
+        check_training_pass(m, 37, MODELS[i].token_ids, MODELS[i].what);
     }
     check_scratch_shared(image_model(), "image model (two convolutions)");
     check_scratch_shared(gpt_model(), "GPT (two blocks)");

@@ -271,14 +271,17 @@ static void check_ladder(const char *src)
     CHECK(strstr(p.verdict_text, "stage 1: layers") != NULL);
     crew_memory_plan_release(&p);
 
-    /* 4 MiB: the dense layer alone is too large for one device even at one sample, but 64
-     * replicas of one sample each, keeping 1/64 of its AdamW state, keep the global batch */
+    /* 4 MiB: the dense layer alone is too large for one device even at one sample, but 16
+     * replicas of 4 samples each, keeping 1/16 of every weight and gathering the dense layer's
+     * parameters alone (its gradient written over them), keep the global batch */
     o.device_memory_bytes = 4 << 20;
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
-    CHECK_MSG(p.verdict == CREW_MEMORY_SHARD_OPTIMIZER && p.advised_devices == 64 && p.advised_batch == 1 &&
+    CHECK_MSG(p.verdict == CREW_MEMORY_SHARD_OPTIMIZER && p.advised_shard == CREW_SHARD_PARAMETERS &&
+              p.advised_devices == 16 && p.advised_batch == 4 &&
               strstr(p.verdict_text, "keeps the global batch of 64"), "verdict %d: %s", (int)p.verdict, p.verdict_text);
     crew_memory_plan_release(&p);
-    o.device_memory_bytes = 3 << 20;
+    /* 2 MiB: not even that at 64 replicas of one sample */
+    o.device_memory_bytes = 2 << 20;
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
     CHECK_MSG(p.verdict == CREW_MEMORY_TOO_LARGE && strstr(p.verdict_text, "layer 7 (dense)"), "verdict %d: %s",
               (int)p.verdict, p.verdict_text);

@@ -26,6 +26,7 @@
 #include "model_values.h"
 #include "nn/model.h"
 #include "train/hooks.h"
+#include "train/step.h"
 #include "train/train.h"
 
 #include "small_cnn.h"
@@ -157,13 +158,16 @@ static void check_memory(const crew_dataset *d)
 {
     const double unit_mb = 64 * 4.0 / (1024 * 1024);
     for (int n = 2; n <= 4; n += 2) {
-        run_out r[4];
-        int64_t peak[4];
-        for (int level = 0; level < 4; level++) {
-            /* ZeRO-3 with overlap: two buffers of a unit, which the plan counts too */
-            r[level] = run(d, &(run_spec){&ADAMW, n, level, 8 * n, level >= CREW_SHARD_GRADIENTS ? unit_mb : 0, NULL,
-                                          0, 0, level == CREW_SHARD_PARAMETERS ? 1 : -1});
-            peak[level] = r[level].res.stage_peak_bytes[0];
+        /* ZeRO-3 twice: with overlap, two buffers of a unit's parameters and two of its gradient;
+         * without, one buffer that takes the unit's gradient over its parameters */
+        run_out r[5];
+        int64_t peak[5];
+        for (int i = 0; i < 5; i++) {
+            const int level = i < 4 ? i : CREW_SHARD_PARAMETERS, overlap = i == CREW_SHARD_PARAMETERS;
+            r[i] = run(d, &(run_spec){&ADAMW, n, level, 8 * n, level >= CREW_SHARD_GRADIENTS ? unit_mb : 0, NULL, 0, 0,
+                                      level == CREW_SHARD_PARAMETERS ? overlap : -1});
+            CHECK(level < CREW_SHARD_PARAMETERS || r[i].plan.shard_overlap == overlap);
+            peak[i] = r[i].res.stage_peak_bytes[0];
             crew_memory_options mo;
             crew_memory_options_init(&mo);
             mo.batch_per_device = 8;
@@ -171,16 +175,28 @@ static void check_memory(const crew_dataset *d)
             mo.global_batch = 8 * n;
             mo.shard = level;
             mo.shard_unit_mb = unit_mb;
-            mo.shard_overlap = level == CREW_SHARD_PARAMETERS;
+            mo.shard_overlap = overlap;
             crew_memory_plan planned;
             CHECK_OK(crew_model_plan_memory(r[0].m, &mo, &planned));
-            printf("%d replicas sharding %s: device peak %lld, planned %lld\n", n, crew_shard_level_name(level),
-                   (long long)peak[level], (long long)planned.bytes_per_device);
-            double off = (double)peak[level] / (double)planned.bytes_per_device - 1.0;
-            CHECK_MSG(off > -0.01 && off < 0.01, "%d replicas sharding %s: measured peak %lld vs planned %lld", n,
-                      crew_shard_level_name(level), (long long)peak[level], (long long)planned.bytes_per_device);
+            printf("%d replicas sharding %s%s: device peak %lld, planned %lld\n", n, crew_shard_level_name(level),
+                   overlap ? " (overlap)" : "", (long long)peak[i], (long long)planned.bytes_per_device);
+            double off = (double)peak[i] / (double)planned.bytes_per_device - 1.0;
+            CHECK_MSG(off > -0.01 && off < 0.01, "%d replicas sharding %s%s: measured peak %lld vs planned %lld", n,
+                      crew_shard_level_name(level), overlap ? " (overlap)" : "", (long long)peak[i],
+                      (long long)planned.bytes_per_device);
             crew_memory_plan_release(&planned);
         }
+        /* the gradient over the parameters: ZeRO-3 without overlap holds, besides its shards, the
+         * gathered unit's parameters alone, two of its buffers fewer than with overlap */
+        crew_unit units[64];
+        const int n_units = crew_model_units(r[0].m, crew_bucket_values(unit_mb), units, 64);
+        int64_t widest = 0;
+        for (int u = 0; u < n_units && u < 64; u++)
+            if (units[u].hi - units[u].lo > widest) widest = units[u].hi - units[u].lo;
+        const int64_t fewer = peak[3] - peak[4], bufs = 3 * widest * (int64_t)sizeof(float);
+        CHECK_MSG(n_units <= 64 && widest > 0 && fewer >= bufs && fewer < bufs + 3 * 1024, "%d replicas: ZeRO-3 "
+                  "without overlap %lld bytes, with %lld, not 3 buffers of the widest unit (%lld values) fewer", n,
+                  (long long)peak[4], (long long)peak[3], (long long)widest);
         const int64_t values = r[0].m->n_params * (int64_t)sizeof(float), state = 2 * values; /* AdamW's two moments */
         double saved = (double)(peak[0] - peak[1]), expect = (double)state * (n - 1) / n;
         CHECK_MSG(saved > 0.95 * expect && saved < 1.05 * expect + 1024, "%d replicas: sharding the optimizer saved "
@@ -188,7 +204,7 @@ static void check_memory(const crew_dataset *d)
         /* ZeRO-2 and 3 trade a whole buffer for the widest shard and the widest unit's buffer; this
          * model's widest layer holds half its parameters, so they save nothing here: how much they
          * save on a model of many units is cli_shard.sh's (gpt_tiny) */
-        for (int level = 0; level < 4; level++) run_free(&r[level]);
+        for (int i = 0; i < 5; i++) run_free(&r[i]);
     }
 }
 

@@ -125,12 +125,14 @@ static void sharded_weights(const crew_mem_model *mm, int devices, int shard, cr
     for (int q = 0; q < devices; q++)
         if (bounds[q + 1] - bounds[q] > widest) widest = bounds[q + 1] - bounds[q];
     const int64_t own = bounds[1];
-    const int64_t units = (mm->unit_overlap ? 2 : 1) * crew_mem_alloc_bytes(mm->unit_widest, F32) +
-                          (mm->unit_pinned ? crew_mem_alloc_bytes(mm->unit_pinned, F32) : 0);
-    out->gradient = crew_mem_alloc_bytes(widest, F32) + units;
+    const int64_t slots = (mm->unit_overlap ? 2 : 1) * crew_mem_alloc_bytes(mm->unit_widest, F32);
+    const int64_t pinned = mm->unit_pinned ? crew_mem_alloc_bytes(mm->unit_pinned, F32) : 0;
+    /* ZeRO-3 writes a unit's gradient over its gathered parameters: the pinned unit's always, the
+     * others' without overlap (rank_units.c) */
+    const int zero3 = shard >= CREW_SHARD_PARAMETERS;
+    out->gradient = crew_mem_alloc_bytes(widest, F32) + (!zero3 ? slots + pinned : mm->unit_overlap ? slots : 0);
     out->param = crew_mem_alloc_bytes(mm->n_state, F32) +
-                 (shard >= CREW_SHARD_PARAMETERS ? crew_mem_alloc_bytes(own, F32) + units
-                                                 : crew_mem_alloc_bytes(mm->n_params, F32));
+                 (zero3 ? crew_mem_alloc_bytes(own, F32) + slots + pinned : crew_mem_alloc_bytes(mm->n_params, F32));
     if (mm->slots) out->optimizer = mm->slots * crew_mem_alloc_bytes(own, F32);
 }
 

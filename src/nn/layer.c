@@ -73,6 +73,14 @@ crew_param *crew_layer_declare_normal(crew_layer *l, const char *name, crew_shap
     return p;
 }
 
+const float *crew_layer_value_kept(const crew_layer *l, const crew_pass *p, int i, float *spare)
+{
+    const crew_param *q = &l->params[i];
+    if (q->grad != q->value) return q->value;
+    p->be->ops->copy(p->be->ctx, spare, q->value, crew_shape_size(&q->shape));
+    return spare;
+}
+
 void crew_layer_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER_MAX_WORK])
 {
     for (int i = 0; i < CREW_LAYER_MAX_WORK; i++) n[i] = 0;

@@ -9,7 +9,10 @@
  * - x is [rows, in], y is [rows, out] (in, out: the layer's per-sample sizes);
  * - backward overwrites its parameter gradients (the trainer accumulates micro-batches itself,
  *   so that the order of every floating-point sum is fixed) and writes dx unless dx is NULL,
- *   which the model passes exactly when l->needs_input_grad is 0 (see that field).
+ *   which the model passes exactly when l->needs_input_grad is 0 (see that field);
+ * - a parameter's gradient may be its value's memory (ZeRO-3, src/train/rank_units.c: the
+ *   gathered unit's buffer takes its gradient), so backward reads each value before it writes that
+ *   parameter's gradient (dx first), or keeps a copy of what it reads after (crew_layer_value_kept).
  */
 #ifndef CREW_NN_LAYER_H
 #define CREW_NN_LAYER_H
@@ -150,6 +153,11 @@ static inline int crew_layer_trains(const crew_layer *l)
 {
     return l->n_params && l->params[0].trainable && !l->params[0].tied;
 }
+
+/* Parameter i's value for a backward pass that still reads it after writing the parameter's
+ * gradient (layer norm's gamma, which one op reads while it sums the gradient): the value itself,
+ * or, where the gradient is written over it (ZeRO-3), a copy in spare ([the parameter's count]). */
+const float *crew_layer_value_kept(const crew_layer *l, const crew_pass *p, int i, float *spare);
 
 /* The table for each layer type; NULL for an unknown type. */
 const crew_layer_ops *crew_layer_ops_for(crew_layer_type type);

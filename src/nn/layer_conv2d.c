@@ -101,9 +101,38 @@ static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *
     return CREW_OK;
 }
 
-/* Chunk by chunk: the chunk's share of the bias gradient; rebuild the columns from x, add their
- * share of the kernel gradient, then reuse the buffer for the columns' gradient and scatter it
- * into dx. */
+/* Chunk by chunk, what `part` asks: GRADS, the chunk's share of the bias gradient, the columns
+ * rebuilt from x and their share of the kernel gradient (unless the taps wrote it); DX, the
+ * columns' gradient in the same buffer, scattered into dx. Rows are added in the same order as in
+ * one pass over the batch, so the sums' bits do not depend on the chunks. */
+enum { CONV_GRADS = 1, CONV_DX = 2 };
+static void conv_backward_chunks(crew_layer *l, const crew_pass *p, crew_window g, const float *x, const float *dy,
+                                 float *dx, int taps, int part)
+{
+    const crew_backend_ops *o = p->be->ops;
+    const int64_t k = g.k_h * g.k_w * g.in_c, n = l->spec.filters, chunk = conv_chunk(l, p->rows);
+    const int64_t x_per = g.in_h * g.in_w * g.in_c, y_per = g.out_h * g.out_w * n;
+    for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {
+        g.batch = p->rows - r0 < chunk ? p->rows - r0 : chunk;
+        int64_t m = g.batch * g.out_h * g.out_w;
+        const float *dy_c = dy + r0 * y_per;
+        if (part & CONV_GRADS) {
+            if (!l->spec.no_bias) o->col_sum(p->be->ctx, dy_c, m, n, l->params[1].grad, r0 > 0);
+            if (!taps) {
+                o->im2col(p->be->ctx, x + r0 * x_per, l->work[0], &g);
+                o->gemm(p->be->ctx, 1, 0, k, n, m, 1.0f, l->work[0], k, dy_c, n, r0 ? 1.0f : 0.0f, l->params[0].grad,
+                        n);
+            }
+        }
+        if (part & CONV_DX) {
+            o->gemm(p->be->ctx, 0, 1, m, k, n, 1.0f, dy_c, n, l->params[0].value, n, 0.0f, l->work[0], k);
+            o->col2im(p->be->ctx, l->work[0], dx + r0 * x_per, &g);
+        }
+    }
+}
+
+/* The gradients and dx; dx before the kernel's gradient where that is written over the kernel
+ * (ZeRO-3, layer.h): then the chunks twice, dx's pass first. */
 static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float *x, const float *y,
                                  const float *dy, float *dx)
 {
@@ -112,34 +141,25 @@ static crew_status conv_backward(crew_layer *l, const crew_pass *p, const float 
     crew_window g = {0};
     CREW_TRY(crew_conv2d_window(l, p->rows, &g));
     if (by_library(l, p, &g)) {
+        if (dx) o->conv_backward_data(p->be->ctx, dy, l->params[0].value, dx, &g, l->spec.filters);
         if (!l->spec.no_bias)
             o->col_sum(p->be->ctx, dy, p->rows * g.out_h * g.out_w, l->spec.filters, l->params[1].grad, 0);
         o->conv_backward_filter(p->be->ctx, x, dy, l->params[0].grad, &g, l->spec.filters);
-        if (dx) o->conv_backward_data(p->be->ctx, dy, l->params[0].value, dx, &g, l->spec.filters);
         return CREW_OK;
     }
-    const int64_t k = g.k_h * g.k_w * g.in_c, n = l->spec.filters, chunk = conv_chunk(l, p->rows);
-    const int64_t x_per = g.in_h * g.in_w * g.in_c, y_per = g.out_h * g.out_w * n;
-    const int taps = by_taps(l, p, &g);
+    const int taps = by_taps(l, p, &g), over = l->params[0].grad == l->params[0].value;
+    const int64_t n = l->spec.filters;
     if (taps) { /* the kernel's gradient directly; columns only for dx, when a layer below needs it */
+        if (dx) conv_backward_chunks(l, p, g, x, dy, dx, taps, CONV_DX | CONV_GRADS);
+        else if (!l->spec.no_bias) o->col_sum(p->be->ctx, dy, p->rows * g.out_h * g.out_w, n, l->params[1].grad, 0);
         o->conv_taps_filter_grad(p->be->ctx, x, dy, l->params[0].grad, &g, n);
-        if (!dx && !l->spec.no_bias) o->col_sum(p->be->ctx, dy, p->rows * g.out_h * g.out_w, n, l->params[1].grad, 0);
-        if (!dx) return CREW_OK;
+        return CREW_OK;
     }
-    for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {
-        g.batch = p->rows - r0 < chunk ? p->rows - r0 : chunk;
-        int64_t m = g.batch * g.out_h * g.out_w;
-        const float *dy_c = dy + r0 * y_per;
-        /* rows added in the same order as in one pass over the batch: the same bits */
-        if (!l->spec.no_bias) o->col_sum(p->be->ctx, dy_c, m, n, l->params[1].grad, r0 > 0);
-        if (!taps) {
-            o->im2col(p->be->ctx, x + r0 * x_per, l->work[0], &g);
-            o->gemm(p->be->ctx, 1, 0, k, n, m, 1.0f, l->work[0], k, dy_c, n, r0 ? 1.0f : 0.0f, l->params[0].grad, n);
-        }
-        if (dx) {
-            o->gemm(p->be->ctx, 0, 1, m, k, n, 1.0f, dy_c, n, l->params[0].value, n, 0.0f, l->work[0], k);
-            o->col2im(p->be->ctx, l->work[0], dx + r0 * x_per, &g);
-        }
+    if (dx && over) {
+        conv_backward_chunks(l, p, g, x, dy, dx, taps, CONV_DX);
+        conv_backward_chunks(l, p, g, x, dy, dx, taps, CONV_GRADS);
+    } else {
+        conv_backward_chunks(l, p, g, x, dy, dx, taps, dx ? CONV_GRADS | CONV_DX : CONV_GRADS);
     }
     return CREW_OK;
 }

@@ -38,6 +38,7 @@ static void bn_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER
     (void)rows;
     n[0] = 2 * channels(l);                 /* mean | var */
     n[1] = 4 * channels(l) * 2;             /* the four sums, doubles of two 4-byte elements each */
+    n[2] = channels(l);                     /* backward: gamma, kept (crew_layer_value_kept) */
 }
 
 static double *bn_sums(const crew_layer *l) { return (double *)(void *)l->work[1]; }
@@ -85,6 +86,8 @@ static crew_status bn_backward(crew_layer *l, const crew_pass *p, const float *x
     float *mean = l->work[0], *var = mean + c;
     double *sum_dy = bn_sums(l) + 2 * c, *sum_dy_xmu = sum_dy + c;
     o->bn_backward_sums(ctx, dy, x, mean, rows, c, sum_dy, sum_dy_xmu);
+    /* dx below reads gamma after its gradient is written (layer.h) */
+    const float *gamma = crew_layer_value_kept(l, p, BN_GAMMA, l->work[2]);
     /* Parameter gradients take this replica's share; the gradient all-reduce adds the rest. */
     o->fill(ctx, l->params[BN_GAMMA].grad, 0.0f, c);
     o->fill(ctx, l->params[BN_BETA].grad, 0.0f, c);
@@ -92,13 +95,14 @@ static crew_status bn_backward(crew_layer *l, const crew_pass *p, const float *x
     if (!dx) return CREW_OK;
     CREW_TRY(sync(p, sum_dy, 2 * c)); /* both sums, side by side, in one all-reduce */
     double total = (p->sync_sum ? p->total_rows : (double)p->rows) * (double)(crew_shape_size(&l->in) / c);
-    o->bn_backward(ctx, dy, x, mean, var, l->params[BN_GAMMA].value, bn_eps(l), sum_dy, sum_dy_xmu, total, dx,
+    o->bn_backward(ctx, dy, x, mean, var, gamma, bn_eps(l), sum_dy, sum_dy_xmu, total, dx,
                    rows, c);
     return CREW_OK;
 }
 
 /* ---- layer norm: per position, over the channel axis. work[0]: mean, work[1]: rstd, both
- * [positions]; work[2]: a dx buffer when the caller needs none (the kernel writes one). */
+ * [positions]; work[2]: a dx buffer when the caller needs none (the kernel writes one); work[3]:
+ * backward's copy of gamma, which the kernel reads while it sums gamma's gradient (layer.h). */
 
 static float ln_eps(const crew_layer *l) { return l->spec.epsilon > 0.0f ? l->spec.epsilon : 1e-3f; }
 
@@ -122,6 +126,7 @@ static void ln_workspace(const crew_layer *l, int64_t rows, int64_t n[CREW_LAYER
     n[0] = positions(l, rows); /* mean */
     n[1] = positions(l, rows); /* rstd */
     if (!l->needs_input_grad) n[2] = rows * crew_shape_size(&l->in);
+    n[3] = channels(l);
 }
 
 static crew_status ln_forward(crew_layer *l, const crew_pass *p, const float *x, float *y)
@@ -137,16 +142,19 @@ static crew_status ln_backward(crew_layer *l, const crew_pass *p, const float *x
     (void)y;
     const crew_backend_ops *o = p->be->ops;
     int64_t c = channels(l);
+    const float *gamma = crew_layer_value_kept(l, p, 0, l->work[3]);
     o->fill(p->be->ctx, l->params[0].grad, 0.0f, c);
     o->fill(p->be->ctx, l->params[1].grad, 0.0f, c);
     if (!dx) dx = l->work[2];
     if (!dx) return crew_errorf(CREW_CODE_INTERNAL, "layer normalization: no buffer for the input gradient");
-    o->layernorm_backward(p->be->ctx, dy, x, l->params[0].value, l->work[0], l->work[1], dx, l->params[0].grad,
+    o->layernorm_backward(p->be->ctx, dy, x, gamma, l->work[0], l->work[1], dx, l->params[0].grad,
                           l->params[1].grad, positions(l, p->rows), c);
     return CREW_OK;
 }
 
-const crew_layer_ops crew_batch_norm_ops = {bn_build, bn_workspace, bn_forward, bn_backward, crew_layer_free_work, 0};
-/* the spare input gradient is backward's alone */
-const crew_layer_ops crew_layer_norm_ops = {ln_build, ln_workspace, ln_forward, ln_backward, crew_layer_free_work,
+/* the copy of gamma is backward's alone */
+const crew_layer_ops crew_batch_norm_ops = {bn_build, bn_workspace, bn_forward, bn_backward, crew_layer_free_work,
                                             1u << 2};
+/* the spare input gradient and the copy of gamma are backward's alone */
+const crew_layer_ops crew_layer_norm_ops = {ln_build, ln_workspace, ln_forward, ln_backward, crew_layer_free_work,
+                                            1u << 2 | 1u << 3};

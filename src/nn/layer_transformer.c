@@ -56,6 +56,7 @@ enum {
     W_DROP1,    /* [n, C]   dropout masks of the attention and MLP branches (rate > 0 only) */
     W_DROP2,
     W_ATT_RE,   /* [rows, H, T, T] the probabilities when backward recomputes them; bf16 */
+    W_GAMMA,    /* [C]      backward: a layer norm's gamma, kept where its gradient is written over it */
     N_WORK
 };
 
@@ -102,6 +103,7 @@ static void block_workspace(const crew_layer *l, int64_t rows, int64_t w[CREW_LA
     w[W_QKV] = 3 * n * C;
     w[W_FC] = w[W_GELU] = w[W_D4C] = 4 * n * C;
     w[W_ATT] = w[W_DATT] = att;
+    w[W_GAMMA] = C;
     if (l->store.bf16) { /* two bfloat16 values to a 4-byte element */
         w[W_LN1] = w[W_ATTY] = w[W_LN2] = (n * C + 1) / 2;
         w[W_GELU] = (4 * n * C + 1) / 2;
@@ -142,14 +144,15 @@ static void dense(const crew_pass *p, const void *x, crew_dtype xt, const float 
     o->gemm_typed(p->be->ctx, 0, 0, n, out, in, 1.0f, x, xt, in, kernel, CREW_DT_F32, out, 1.0f, y, out);
 }
 
-/* d kernel = xᵀ · dy, d bias = Σ_rows dy (both overwritten), and dx = dy · kernelᵀ when dx is given */
+/* dx = dy · kernelᵀ when dx is given, then d kernel = xᵀ · dy, d bias = Σ_rows dy (both
+ * overwritten; under ZeRO-3 written over the kernel and the bias, layer.h) */
 static void dense_back(const crew_pass *p, const void *x, crew_dtype xt, const float *dy, const float *kernel,
                        float *dkernel, float *dbias, float *dx, int64_t n, int64_t in, int64_t out)
 {
     const crew_backend_ops *o = p->be->ops;
+    if (dx) o->gemm(p->be->ctx, 0, 1, n, in, out, 1.0f, dy, out, kernel, out, 0.0f, dx, in);
     o->gemm_typed(p->be->ctx, 1, 0, in, out, n, 1.0f, x, xt, in, dy, CREW_DT_F32, out, 0.0f, dkernel, out);
     o->col_sum(p->be->ctx, dy, n, out, dbias, 0);
-    if (dx) o->gemm(p->be->ctx, 0, 1, n, in, out, 1.0f, dy, out, kernel, out, 0.0f, dx, in);
 }
 
 /* Where an op writes a buffer marked bf16: the buffer itself in float32, else float scratch. */
@@ -210,9 +213,10 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
     /* GELU's derivative reads its input alone (backend.h lets y be x) */
     o->act_backward(ctx, CREW_ACT_GELU_TANH, w[W_FC], w[W_FC], w[W_D4C], w[W_D4C], 4 * n * C);
     dense_back(p, w[W_LN2], kt, w[W_D4C], val(l, P_FC_K), grad(l, P_FC_K), grad(l, P_FC_B), w[W_DC], n, C, 4 * C);
+    const float *gamma2 = crew_layer_value_kept(l, p, P_LN2_G, w[W_GAMMA]);
     o->fill(ctx, grad(l, P_LN2_G), 0.0f, C);
     o->fill(ctx, grad(l, P_LN2_B), 0.0f, C);
-    o->layernorm_backward(ctx, w[W_DC], w[W_RES], val(l, P_LN2_G), w[W_LN2_STAT], w[W_LN2_STAT] + n, w[W_DRES],
+    o->layernorm_backward(ctx, w[W_DC], w[W_RES], gamma2, w[W_LN2_STAT], w[W_LN2_STAT] + n, w[W_DRES],
                           grad(l, P_LN2_G), grad(l, P_LN2_B), n, C);
     o->axpby(ctx, n * C, 1.0f, dy, 1.0f, w[W_DRES]); /* d r = through ln_2 + the residual's dy */
     /* attention branch; W_D4C, spent by now, takes the masked gradient */
@@ -227,18 +231,19 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
     o->attention_backward(ctx, w[W_DC], w[W_QKV], att_buffer(l), kt, w[W_DATT], w[W_D4C], p->rows, T, H, C / H);
     dense_back(p, w[W_LN1], kt, w[W_D4C], val(l, P_ATTN_K), grad(l, P_ATTN_K), grad(l, P_ATTN_B), w[W_DC], n, C,
                3 * C);
+    const float *gamma1 = crew_layer_value_kept(l, p, P_LN1_G, w[W_GAMMA]);
     o->fill(ctx, grad(l, P_LN1_G), 0.0f, C);
     o->fill(ctx, grad(l, P_LN1_B), 0.0f, C);
     /* without a dx to write (nothing upstream trains), W_D4C, spent by now, takes it */
     float *dxo = dx ? dx : w[W_D4C];
-    o->layernorm_backward(ctx, w[W_DC], x, val(l, P_LN1_G), w[W_LN1_STAT], w[W_LN1_STAT] + n, dxo, grad(l, P_LN1_G),
+    o->layernorm_backward(ctx, w[W_DC], x, gamma1, w[W_LN1_STAT], w[W_LN1_STAT] + n, dxo, grad(l, P_LN1_G),
                           grad(l, P_LN1_B), n, C);
     if (dx) o->axpby(ctx, n * C, 1.0f, w[W_DRES], 1.0f, dx); /* dx = through ln_1 + the residual's d r */
     return CREW_OK;
 }
 
-/* backward's four buffers, which forward also uses for its float32 staging and scores, and the
- * probabilities that backward recomputes */
+/* backward's four buffers, which forward also uses for its float32 staging and scores, the
+ * probabilities that backward recomputes, and backward's copy of a gamma */
 const crew_layer_ops crew_transformer_block_ops = {
     block_build, block_workspace, block_forward, block_backward, crew_layer_free_work,
-    1u << W_D4C | 1u << W_DC | 1u << W_DRES | 1u << W_DATT | 1u << W_ATT_RE};
+    1u << W_D4C | 1u << W_DC | 1u << W_DRES | 1u << W_DATT | 1u << W_ATT_RE | 1u << W_GAMMA};

@@ -131,7 +131,8 @@ static void sharding(text_out *t, const crew_fit_plan *p)
         p->shard_pinned_unit >= 0 ? " (one, holding a tied weight, kept through the step)" : "");
     if (zero3)
         put(t, "      each gathered before it runs, forward and backward, and its gradient reduce-scattered as\n"
-               "      backward completes it; the same weights bit for bit\n");
+               "      backward completes it; the same weights bit for bit\n%s",
+            p->shard_overlap ? "" : "      backward writes a unit's gradient over its gathered parameters, no buffer of its own\n");
     else
         put(t, "      each unit's gradient reduce-scattered as backward completes it, the parameters all-gathered\n"
                "      after the update; the same weights bit for bit\n");

@@ -13,10 +13,14 @@
  *   - Parameters (ZeRO-3): the model has no parameter buffer either. Each rank keeps its shard's
  *     parameters; a unit's are all-gathered into one buffer of the largest unit just before its
  *     first layer runs, forward and backward (the last unit of the forward pass is still there when
- *     backward begins).
+ *     backward begins). Backward writes the unit's gradient over its parameters in that buffer
+ *     (each layer reads a value before it writes its gradient: nn/layer.h), so ZeRO-3 holds no
+ *     gradient buffer of a unit; with overlap, where the next unit's gather would land in a buffer
+ *     whose reduce-scatter is still in flight, the units keep gradient buffers of their own.
  *   - A tied parameter (a GPT's token table, which the lm_head reads and adds a gradient to at the
- *     other end of the pass) keeps its unit, the pinned unit, in buffers of its own, gathered at
- *     the first forward layer and reduced after the unit's last backward layer.
+ *     other end of the pass) keeps its unit, the pinned unit, in a buffer of its own, gathered at
+ *     the first forward layer and reduced after the unit's last backward layer (ZeRO-2: and a
+ *     gradient buffer of its own; ZeRO-3: its gradient over its values, as the other units').
  *   - The update: every shard's squared gradient norm through the backend's sum_squares lanes,
  *     handed from rank to rank in shard order, so that clipping uses the whole buffer's norm to the
  *     bit; each rank updates its shard (crew_optimizer_step_shard); under ZeRO-2 the parameters
@@ -46,8 +50,9 @@ typedef struct crew_rank_units {
      * alternately in layer order), so that the next unit's collective runs while this one computes. */
     int overlap;
     int *slot;                  /* [n] */
-    float *unit_grads[2];       /* [widest] the running unit's gradient */
-    float *pinned_grads;        /* [the pinned unit's] */
+    int over;                   /* ZeRO-3 without overlap: a unit's gradient written over its parameters */
+    float *unit_grads[2];       /* [widest] the running unit's gradient (NULL where over) */
+    float *pinned_grads;        /* [the pinned unit's] (ZeRO-2 only) */
     float *param_shard;         /* ZeRO-3: [the rank's shard] its parameters */
     float *unit_params[2];      /* ZeRO-3: [widest] the gathered units */
     float *pinned_params;       /* ZeRO-3: [the pinned unit's] */
@@ -87,14 +92,17 @@ static const int64_t *unit_bounds(const crew_rank *r, int u)
     return r->units->bounds + (size_t)u * (size_t)(r->replicas + 1);
 }
 
-/* The unit's gradient buffer, and (ZeRO-3) its parameters' */
-static float *grads_of(const crew_rank_units *x, int u)
-{
-    return u == x->pinned ? x->pinned_grads : x->unit_grads[x->slot[u]];
-}
+/* The unit's parameters' buffer (ZeRO-3), and its gradient's: the same under ZeRO-3 for the pinned
+ * unit, and for the others where `over` */
 static float *params_of(const crew_rank_units *x, int u)
 {
     return u == x->pinned ? x->pinned_params : x->unit_params[x->slot[u]];
+}
+static int grads_over_params(const crew_rank_units *x, int u) { return x->params && (u == x->pinned || x->over); }
+static float *grads_of(const crew_rank_units *x, int u)
+{
+    if (grads_over_params(x, u)) return params_of(x, u);
+    return u == x->pinned ? x->pinned_grads : x->unit_grads[x->slot[u]];
 }
 /* The reduce-scatter slot of unit u: its buffers' slot, or 2 for the pinned unit. */
 static int reduce_slot(const crew_rank_units *x, int u) { return u == x->pinned ? 2 : x->slot[u]; }
@@ -155,8 +163,9 @@ static crew_status alloc_units(crew_rank *r)
     const crew_backend *be = r->be;
     const int64_t pinned = x->pinned >= 0 ? unit_len(&x->unit[x->pinned]) : 0;
     CREW_TRY(crew_dev_alloc_f32(be, widest_shard, &x->grad_shard));
-    for (int i = 0; i <= x->overlap; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads[i]));
-    if (pinned) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_grads));
+    if (!x->over)
+        for (int i = 0; i <= x->overlap; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads[i]));
+    if (pinned && !x->params) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_grads));
     if (x->params) {
         CREW_TRY(crew_dev_alloc_f32(be, crew_rank_shard_len(r, r->replica), &x->param_shard));
         for (int i = 0; i <= x->overlap; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_params[i]));
@@ -176,6 +185,7 @@ crew_status crew_rank_units_init(crew_rank *r)
     r->units->params = p->shard >= CREW_SHARD_PARAMETERS;
     r->units->k = p->accumulation;
     r->units->overlap = p->shard_overlap && r->replicas > 1; /* the communication thread starts after set-up */
+    r->units->over = r->units->params && !r->units->overlap;
     if (r->m->compile.optimizer.clip_norm > 0.0f && !r->be->ops->sum_squares_lanes)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "clipping with sharded %s on %s: the device has no sum_squares "
                            "lanes to hand on for the whole gradient's norm yet; --shard optimizer clips sharded",
@@ -439,6 +449,10 @@ static crew_status backward_done(crew_rank *r, int i, int u)
     }
     x->done_from = lo;
     if (i != x->complete_at[u]) return CREW_OK;
+    if (grads_over_params(x, u)) { /* the buffer holds the gradient now: gathered anew when next needed */
+        if (u == x->pinned) x->pinned_gathered = 0;
+        else x->held[x->slot[u]] = -1;
+    }
     if (x->micro < x->k - 1) {
         r->be->ops->copy(r->be->ctx, x->saved[x->micro] + un->lo, grads_of(x, u), unit_len(un));
         return CREW_OK;
@@ -456,6 +470,9 @@ static crew_status visit(void *user, int layer, crew_visit what)
     /* the unit's gradient buffer: free once the reduce-scatter of the unit before in it is done */
     if (what == CREW_VISIT_BACKWARD && x->reducing[reduce_slot(x, u)] >= 0 && x->reducing[reduce_slot(x, u)] != u)
         CREW_TRY(reduce_wait(r, reduce_slot(x, u)));
+    /* below the unit's last layer with parameters backward reads none of them (its gradient may lie
+     * over them by now) */
+    if (what == CREW_VISIT_BACKWARD && layer < x->complete_at[u]) return CREW_OK;
     return x->params ? ensure_gathered(r, u, what == CREW_VISIT_FORWARD ? 1 : -1) : CREW_OK;
 }
 
