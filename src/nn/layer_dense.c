@@ -37,7 +37,7 @@ static crew_status dense_backward(crew_layer *l, const crew_pass *p, const float
     (void)y;
     const crew_backend_ops *o = p->be->ops;
     int64_t m = gemm_rows(l, p->rows), k = l->in.dim[l->in.ndim - 1], n = l->spec.units;
-    /* dx first: under ZeRO-3 the gradients are written over the values (crew_layer_ops.backward) */
+    /* dx first: under ZeRO-3 the gradients are written over the values (nn/layer.h) */
     if (dx) o->gemm(p->be->ctx, 0, 1, m, k, n, 1.0f, dy, n, l->params[0].value, n, 0.0f, dx, k); /* dy·Wᵀ */
     o->gemm(p->be->ctx, 1, 0, k, n, m, 1.0f, x, k, dy, n, 0.0f, l->params[0].grad, n); /* dW = xᵀ·dy */
     if (!l->spec.no_bias) o->col_sum(p->be->ctx, dy, m, n, l->params[1].grad, 0);

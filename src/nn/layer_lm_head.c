@@ -41,7 +41,7 @@ static crew_status lm_head_backward(crew_layer *l, const crew_pass *p, const flo
     (void)y;
     const crew_backend_ops *o = p->be->ops;
     int64_t n = positions(l, p->rows), V = l->spec.vocab, C = l->spec.dim;
-    /* dx first: the gradient may be written over the table (crew_layer_ops.backward) */
+    /* dx first: the gradient may be written over the table (nn/layer.h) */
     if (dx) o->gemm(p->be->ctx, 0, 0, n, C, V, 1.0f, dy, V, l->params[0].value, C, 0.0f, dx, C); /* dx = dy · table */
     o->gemm(p->be->ctx, 1, 0, V, C, n, 1.0f, dy, V, x, C, 0.0f, l->params[0].grad, C); /* d table = dyᵀ · x */
     return CREW_OK;
