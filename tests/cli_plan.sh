@@ -26,10 +26,10 @@ plan examples/gpt2_124m.json --devices cpu:8 --device-memory 8GB && grep -q "7.4
     && ok || fail "GPT-2 124M in 8 GB: $(grep '^verdict' "$TMP/out")"
 # GPT-2 124M at one sample a device on 4 devices of 2.5 GB: data parallelism (3.25 GiB) does not
 # fit, ZeRO-3 does, with each unit's gradient over its gathered parameters (crew train
-# --device-memory runs it: docs/PERFORMANCE.md, 2.03 GiB measured)
+# --device-memory runs it: docs/PERFORMANCE.md, 2.00 GiB measured)
 plan examples/gpt2_124m.json --devices cpu:4 --batch-per-device 1 --device-memory 2.5GB \
     && [ "$(json_field "$TMP/out" verdict_kind)" = parameter_sharding ] \
-    && grep -q "with parameter sharding (ZeRO-3) across 4 replicas.* needs 2.03 GiB of 2.33 GiB" "$TMP/out" && ok \
+    && grep -q "with parameter sharding (ZeRO-3) across 4 replicas.* needs 2.00 GiB of 2.33 GiB" "$TMP/out" && ok \
     || fail "GPT-2 124M on 4 x 2.5 GB: $(grep '^verdict' "$TMP/out")"
 # The verdict keeps the asked global batch; sharding (data parallelism) wins unless it takes more
 # devices than asked for and than a pipeline: a 4-layer 1024-wide MLP at batch 64 in 28 MB needs

@@ -383,31 +383,45 @@ static void check_model_reserve_matches_plan(crew_model *m, const char *what)
 /* A training step through every layer on workspace sized by the op, all buffers counted. */
 /* The pass again with every gradient written over its parameter's value, as ZeRO-3 writes a
  * gathered unit's (nn/layer.h: each layer reads a value before it writes its gradient, or keeps a
- * copy): the values' buffer then holds the first pass's gradients, bit for bit. */
+ * copy): the values' buffer then holds the first pass's gradients, bit for bit. Where the model
+ * can compute its tied gradients late (ZeRO-3 without overlap: crew_model.tied_grads_late), a third
+ * pass does so, from the same values: the same bits again. */
 static void check_grads_over_values(crew_model *m, crew_pass *p, const char *what)
 {
     const crew_backend_ops *o = m->be.ops;
     const int64_t n = m->n_params;
     float *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
-    if (!want || !got) abort();
+    float *values = malloc((size_t)n * sizeof *values);
+    if (!want || !got || !values) abort();
     CHECK_OK(o->download(m->be.ctx, want, m->grads, n, CREW_DT_F32));
+    CHECK_OK(o->download(m->be.ctx, values, m->params, n, CREW_DT_F32));
+    int tied = 0;
     for (int i = 0; i < m->n_layers; i++)
         for (int j = 0; j < m->layers[i]->n_params; j++) {
             crew_param *q = &m->layers[i]->params[j];
             if (q->trainable && !q->tied) q->grad = q->value;
+            tied |= q->tied;
         }
     crew_model_point_tied(m);
-    double loss = 0.0, correct = 0.0;
-    crew_status s = crew_model_forward(m, p);
-    if (!s) s = crew_model_loss(m, p, 1.0f / (float)p->rows, &loss, &correct);
-    if (!s) s = crew_model_backward(m, p, NULL, NULL);
-    CHECK_OK(s);
-    CHECK_OK(o->download(m->be.ctx, got, m->params, n, CREW_DT_F32));
-    int64_t first = -1;
-    for (int64_t i = 0; i < n && first < 0; i++)
-        if (memcmp(&got[i], &want[i], sizeof *got) != 0) first = i;
-    CHECK_MSG(first < 0, "%s: the gradients written over the values differ from the first pass's at value %lld of "
-              "%lld", what, (long long)first, (long long)n);
+    const int late_ok = crew_model_tied_late_ok(m);
+    CHECK_MSG(late_ok == tied, "%s: a tied lm_head at the top, yet its gradient cannot come late (%d)", what, late_ok);
+    for (int late = 0; late <= late_ok; late++) {
+        m->tied_grads_late = late;
+        CHECK_OK(o->upload(m->be.ctx, NULL, m->params, values, n, CREW_DT_F32));
+        double loss = 0.0, correct = 0.0;
+        crew_status s = crew_model_forward(m, p);
+        if (!s) s = crew_model_loss(m, p, 1.0f / (float)p->rows, &loss, &correct);
+        if (!s) s = crew_model_backward(m, p, NULL, NULL);
+        CHECK_OK(s);
+        CHECK_OK(o->download(m->be.ctx, got, m->params, n, CREW_DT_F32));
+        int64_t first = -1;
+        for (int64_t i = 0; i < n && first < 0; i++)
+            if (memcmp(&got[i], &want[i], sizeof *got) != 0) first = i;
+        CHECK_MSG(first < 0, "%s: the gradients written over the values%s differ from the first pass's at value %lld "
+                  "of %lld", what, late ? ", the tied ones late," : "", (long long)first, (long long)n);
+    }
+    m->tied_grads_late = 0;
+    free(values);
     free(want);
     free(got);
 }

@@ -37,6 +37,7 @@ static void unit_sizes(crew_mem_model *mm, double unit_mb)
         else if (len > mm->unit_widest) mm->unit_widest = len;
     }
     free(u);
+    mm->unit_tied_late = crew_model_tied_late_ok(mm->m);
 }
 
 void crew_mem_model_init(crew_mem_model *mm, const crew_model *m, crew_act_storage store, double unit_mb)
@@ -115,8 +116,8 @@ int64_t crew_mem_scratch_bytes(const int64_t n[CREW_LAYER_MAX_WORK])
 }
 
 /* ZeRO-2/3 (rank_units.c on replica 0): its shard of the summed gradient (a buffer of the widest
- * shard), the running unit's gradient and the pinned unit's; under ZeRO-3 its shard of the
- * parameters and the gathered units; the optimizer state of its shard. */
+ * shard), the units' gradient buffers and under ZeRO-3 its shard of the parameters and the
+ * gathered units' buffers, as crew_units_layout_for says; the optimizer state of its shard. */
 static void sharded_weights(const crew_mem_model *mm, int devices, int shard, crew_mem_costs *out)
 {
     int64_t bounds[CREW_MEM_MAX_REPLICAS + 1], widest = 0; /* replica 0's shard, and the widest */
@@ -125,14 +126,13 @@ static void sharded_weights(const crew_mem_model *mm, int devices, int shard, cr
     for (int q = 0; q < devices; q++)
         if (bounds[q + 1] - bounds[q] > widest) widest = bounds[q + 1] - bounds[q];
     const int64_t own = bounds[1];
-    const int64_t slots = (mm->unit_overlap ? 2 : 1) * crew_mem_alloc_bytes(mm->unit_widest, F32);
-    const int64_t pinned = mm->unit_pinned ? crew_mem_alloc_bytes(mm->unit_pinned, F32) : 0;
-    /* ZeRO-3 writes a unit's gradient over its gathered parameters: the pinned unit's always, the
-     * others' without overlap (rank_units.c) */
-    const int zero3 = shard >= CREW_SHARD_PARAMETERS;
-    out->gradient = crew_mem_alloc_bytes(widest, F32) + (!zero3 ? slots + pinned : mm->unit_overlap ? slots : 0);
+    crew_units_layout lay;
+    crew_units_layout_for(mm->unit_widest, mm->unit_pinned, mm->unit_tied_late, shard, mm->unit_overlap, &lay);
+    const int64_t slots = lay.slots * crew_mem_alloc_bytes(lay.slot_values, F32);
+    const int64_t pinned = lay.pinned ? crew_mem_alloc_bytes(lay.pinned, F32) : 0;
+    out->gradient = crew_mem_alloc_bytes(widest, F32) + (lay.slot_grads ? slots : 0) + (lay.pinned_grads ? pinned : 0);
     out->param = crew_mem_alloc_bytes(mm->n_state, F32) +
-                 (zero3 ? crew_mem_alloc_bytes(own, F32) + slots + pinned : crew_mem_alloc_bytes(mm->n_params, F32));
+                 (lay.params ? crew_mem_alloc_bytes(own, F32) + slots + pinned : crew_mem_alloc_bytes(mm->n_params, F32));
     if (mm->slots) out->optimizer = mm->slots * crew_mem_alloc_bytes(own, F32);
 }
 

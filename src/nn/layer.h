@@ -69,6 +69,9 @@ typedef struct crew_pass {
     crew_status (*sync_sum)(void *user, double *buf, int64_t n);
     void *sync_user;
     double total_rows;
+    /* 1: a layer with a tied parameter leaves that parameter's gradient to its tied_grad op
+     * (crew_model.tied_grads_late); its backward writes dx alone */
+    int tied_grad_late;
 } crew_pass;
 
 typedef struct crew_layer crew_layer;
@@ -111,6 +114,15 @@ typedef struct crew_layer_ops {
      * its layers one buffer for slot i, the largest any of them asks for, instead of one each
      * (crew_model_reserve): a device runs one layer at a time. */
     unsigned scratch;
+    /* A layer with a tied parameter (lm_head) may leave that parameter's gradient for later: with
+     * crew_pass.tied_grad_late set its backward writes dx alone, and the model calls tied_grad just
+     * before the owner's backward, with the layer's input and output gradient still in place
+     * (crew_model_tied_late_ok says where they are), so that a ZeRO-3 replica needs the shared table
+     * only where it reads it (src/train/rank_units.c). NULL: the layer has no tied parameter. */
+    crew_status (*tied_grad)(crew_layer *l, const crew_pass *p, const float *x, const float *dy);
+    /* 1: backward reads none of the layer's parameter values (an embedding's scatter-add), so a
+     * ZeRO-3 replica does not gather them for it. */
+    int backward_reads_no_values;
 } crew_layer_ops;
 
 struct crew_layer {

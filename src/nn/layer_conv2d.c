@@ -207,5 +207,9 @@ crew_status crew_conv2d_pool_backward(crew_layer *conv, crew_layer *pool, const 
 }
 
 /* the columns: backward rebuilds them from x, chunk by chunk */
-const crew_layer_ops crew_conv2d_ops = {conv_build, conv_workspace, conv_forward, conv_backward,
-                                        crew_layer_free_work, 1u << 0};
+const crew_layer_ops crew_conv2d_ops = {.build = conv_build,
+                                        .workspace = conv_workspace,
+                                        .forward = conv_forward,
+                                        .backward = conv_backward,
+                                        .release = crew_layer_free_work,
+                                        .scratch = 1u << 0};

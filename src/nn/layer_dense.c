@@ -45,4 +45,7 @@ static crew_status dense_backward(crew_layer *l, const crew_pass *p, const float
 }
 
 /* No workspace: the GEMMs read x and dy in place. */
-const crew_layer_ops crew_dense_ops = {dense_build, NULL, dense_forward, dense_backward, crew_layer_free_work, 0};
+const crew_layer_ops crew_dense_ops = {.build = dense_build,
+                                       .forward = dense_forward,
+                                       .backward = dense_backward,
+                                       .release = crew_layer_free_work};

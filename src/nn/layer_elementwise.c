@@ -95,8 +95,16 @@ static crew_status dropout_backward(crew_layer *l, const crew_pass *p, const flo
     return CREW_OK;
 }
 
-const crew_layer_ops crew_flatten_ops = {flatten_build, NULL, copy_forward, copy_backward, crew_layer_free_work, 0};
-const crew_layer_ops crew_activation_ops = {activation_build, NULL, activation_forward, activation_backward,
-                                            crew_layer_free_work, 0};
-const crew_layer_ops crew_dropout_ops = {dropout_build, dropout_workspace, dropout_forward, dropout_backward,
-                                         crew_layer_free_work, 0};
+const crew_layer_ops crew_flatten_ops = {.build = flatten_build,
+                                         .forward = copy_forward,
+                                         .backward = copy_backward,
+                                         .release = crew_layer_free_work};
+const crew_layer_ops crew_activation_ops = {.build = activation_build,
+                                            .forward = activation_forward,
+                                            .backward = activation_backward,
+                                            .release = crew_layer_free_work};
+const crew_layer_ops crew_dropout_ops = {.build = dropout_build,
+                                         .workspace = dropout_workspace,
+                                         .forward = dropout_forward,
+                                         .backward = dropout_backward,
+                                         .release = crew_layer_free_work};

@@ -45,5 +45,9 @@ static crew_status embedding_backward(crew_layer *l, const crew_pass *p, const f
     return CREW_OK;
 }
 
-const crew_layer_ops crew_embedding_ops = {embedding_build, NULL, embedding_forward, embedding_backward,
-                                           crew_layer_free_work, 0};
+/* backward scatter-adds dy into the table's gradient: it reads none of the values */
+const crew_layer_ops crew_embedding_ops = {.build = embedding_build,
+                                           .forward = embedding_forward,
+                                           .backward = embedding_backward,
+                                           .release = crew_layer_free_work,
+                                           .backward_reads_no_values = 1};

@@ -55,5 +55,9 @@ static crew_status gpt_embedding_backward(crew_layer *l, const crew_pass *p, con
     return CREW_OK;
 }
 
-const crew_layer_ops crew_gpt_embedding_ops = {gpt_embedding_build, NULL, gpt_embedding_forward,
-                                               gpt_embedding_backward, crew_layer_free_work, 0};
+/* backward scatter-adds dy into the table's gradient: it reads none of the values */
+const crew_layer_ops crew_gpt_embedding_ops = {.build = gpt_embedding_build,
+                                               .forward = gpt_embedding_forward,
+                                               .backward = gpt_embedding_backward,
+                                               .release = crew_layer_free_work,
+                                               .backward_reads_no_values = 1};

@@ -33,18 +33,29 @@ static crew_status lm_head_forward(crew_layer *l, const crew_pass *p, const floa
     return CREW_OK;
 }
 
-/* Runs before the owner's backward (it is later in the model), so it writes the table's gradient
- * and the owner adds its own part to it. */
+/* d table = dyᵀ · x [vocab, C], over what the table's gradient held: the head runs its backward
+ * before the owner's (it is later in the model), so it writes the gradient's first part and the
+ * owner adds its own. Called from backward, or late, just before the owner's backward
+ * (crew_layer_ops.tied_grad), with the same x and dy: the same product, the same bits. */
+static crew_status lm_head_tied_grad(crew_layer *l, const crew_pass *p, const float *x, const float *dy)
+{
+    int64_t n = positions(l, p->rows), V = l->spec.vocab, C = l->spec.dim;
+    p->be->ops->gemm(p->be->ctx, 1, 0, V, C, n, 1.0f, dy, V, x, C, 0.0f, l->params[0].grad, C);
+    return CREW_OK;
+}
+
 static crew_status lm_head_backward(crew_layer *l, const crew_pass *p, const float *x, const float *y,
                                     const float *dy, float *dx)
 {
     (void)y;
-    const crew_backend_ops *o = p->be->ops;
     int64_t n = positions(l, p->rows), V = l->spec.vocab, C = l->spec.dim;
     /* dx first: the gradient may be written over the table (nn/layer.h) */
-    if (dx) o->gemm(p->be->ctx, 0, 0, n, C, V, 1.0f, dy, V, l->params[0].value, C, 0.0f, dx, C); /* dx = dy · table */
-    o->gemm(p->be->ctx, 1, 0, V, C, n, 1.0f, dy, V, x, C, 0.0f, l->params[0].grad, C); /* d table = dyᵀ · x */
-    return CREW_OK;
+    if (dx) p->be->ops->gemm(p->be->ctx, 0, 0, n, C, V, 1.0f, dy, V, l->params[0].value, C, 0.0f, dx, C); /* dx = dy · table */
+    return p->tied_grad_late ? CREW_OK : lm_head_tied_grad(l, p, x, dy);
 }
 
-const crew_layer_ops crew_lm_head_ops = {lm_head_build, NULL, lm_head_forward, lm_head_backward, crew_layer_free_work, 0};
+const crew_layer_ops crew_lm_head_ops = {.build = lm_head_build,
+                                         .forward = lm_head_forward,
+                                         .backward = lm_head_backward,
+                                         .release = crew_layer_free_work,
+                                         .tied_grad = lm_head_tied_grad};

@@ -153,8 +153,16 @@ static crew_status ln_backward(crew_layer *l, const crew_pass *p, const float *x
 }
 
 /* the copy of gamma is backward's alone */
-const crew_layer_ops crew_batch_norm_ops = {bn_build, bn_workspace, bn_forward, bn_backward, crew_layer_free_work,
-                                            1u << 2};
+const crew_layer_ops crew_batch_norm_ops = {.build = bn_build,
+                                            .workspace = bn_workspace,
+                                            .forward = bn_forward,
+                                            .backward = bn_backward,
+                                            .release = crew_layer_free_work,
+                                            .scratch = 1u << 2};
 /* the spare input gradient and the copy of gamma are backward's alone */
-const crew_layer_ops crew_layer_norm_ops = {ln_build, ln_workspace, ln_forward, ln_backward, crew_layer_free_work,
-                                            1u << 2 | 1u << 3};
+const crew_layer_ops crew_layer_norm_ops = {.build = ln_build,
+                                            .workspace = ln_workspace,
+                                            .forward = ln_forward,
+                                            .backward = ln_backward,
+                                            .release = crew_layer_free_work,
+                                            .scratch = 1u << 2 | 1u << 3};

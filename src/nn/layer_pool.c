@@ -105,9 +105,16 @@ static crew_status gap_backward(crew_layer *l, const crew_pass *p, const float *
     return CREW_OK;
 }
 
-const crew_layer_ops crew_max_pool2d_ops = {pool_build, maxpool_workspace, maxpool_forward, maxpool_backward,
-                                            crew_layer_free_work, 0};
-const crew_layer_ops crew_avg_pool2d_ops = {pool_build, NULL, avgpool_forward, avgpool_backward,
-                                            crew_layer_free_work, 0};
-const crew_layer_ops crew_global_avg_pool2d_ops = {gap_build, NULL, gap_forward, gap_backward,
-                                                   crew_layer_free_work, 0};
+const crew_layer_ops crew_max_pool2d_ops = {.build = pool_build,
+                                            .workspace = maxpool_workspace,
+                                            .forward = maxpool_forward,
+                                            .backward = maxpool_backward,
+                                            .release = crew_layer_free_work};
+const crew_layer_ops crew_avg_pool2d_ops = {.build = pool_build,
+                                            .forward = avgpool_forward,
+                                            .backward = avgpool_backward,
+                                            .release = crew_layer_free_work};
+const crew_layer_ops crew_global_avg_pool2d_ops = {.build = gap_build,
+                                                   .forward = gap_forward,
+                                                   .backward = gap_backward,
+                                                   .release = crew_layer_free_work};

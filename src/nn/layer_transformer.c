@@ -244,6 +244,10 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
 
 /* backward's four buffers, which forward also uses for its float32 staging and scores, the
  * probabilities that backward recomputes, and backward's copy of a gamma */
-const crew_layer_ops crew_transformer_block_ops = {
-    block_build, block_workspace, block_forward, block_backward, crew_layer_free_work,
-    1u << W_D4C | 1u << W_DC | 1u << W_DRES | 1u << W_DATT | 1u << W_ATT_RE | 1u << W_GAMMA};
+const crew_layer_ops crew_transformer_block_ops = {.build = block_build,
+                                                   .workspace = block_workspace,
+                                                   .forward = block_forward,
+                                                   .backward = block_backward,
+                                                   .release = crew_layer_free_work,
+                                                   .scratch = 1u << W_D4C | 1u << W_DC | 1u << W_DRES | 1u << W_DATT |
+                                                             1u << W_ATT_RE | 1u << W_GAMMA};

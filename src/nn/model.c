@@ -706,8 +706,38 @@ crew_status crew_model_loss(crew_model *m, const crew_pass *p, float scale, doub
     return CREW_OK;
 }
 
-crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_ready_fn ready, void *user)
+int crew_model_tied_late_ok(const crew_model *m)
 {
+    const int top = crew_model_computed_layers(m) - 1; /* the planner's models are not counted */
+    int tied = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        const crew_layer *l = m->layers[i];
+        for (int j = 0; j < l->n_params; j++) {
+            if (!l->params[j].tied) continue;
+            if (!l->ops->tied_grad || i != top) return 0;
+            tied = 1;
+        }
+    }
+    return tied && m->layer_base == 0 && crew_model_loss_in_place(m);
+}
+
+/* With tied_grads_late, before owner i's backward: the gradient parts of the tied layers that share
+ * its parameters (the top layer alone: crew_model_tied_late_ok), from their input and the logits'
+ * gradient, both still where forward and the loss left them. */
+static crew_status late_tied_grads(crew_model *m, const crew_pass *p, int i)
+{
+    crew_layer *top = m->layers[m->n_compute - 1];
+    for (int j = 0; j < top->n_params; j++)
+        if (top->params[j].tied && top->params[j].tie_layer == i)
+            return top->ops->tied_grad(top, p, m->act[m->n_compute - 1], m->act[m->n_compute]);
+    return CREW_OK;
+}
+
+crew_status crew_model_backward(crew_model *m, const crew_pass *pass, crew_grads_ready_fn ready, void *user)
+{
+    crew_pass late = *pass;
+    late.tied_grad_late = m->tied_grads_late;
+    const crew_pass *p = &late;
     /* Below the first layer with trainable parameters nothing needs a gradient: the input is
      * data. So that layer skips its input gradient and the pass stops there (for an MLP behind
      * a flatten, a quarter of the backward GEMM work); without any, it stops at the last
@@ -723,6 +753,7 @@ crew_status crew_model_backward(crew_model *m, const crew_pass *p, crew_grads_re
          * is, the dx of the layer below */
         const int passes = crew_model_layer_passes(m, i) || layer_absorbed(m, i);
         crew_status s = m->visit ? m->visit(m->visit_user, i, CREW_VISIT_BACKWARD) : CREW_OK;
+        if (!s && m->tied_grads_late) s = late_tied_grads(m, p, i);
         if (!s && !passes) /* taking in its relu and pool, dy is the pool's, and there is no dx */
             s = crew_model_layer_absorbs(m, i)
                     ? crew_conv2d_pool_backward(l, m->layers[i + 2], p, m->act[i], m->act[i + 1], dy)

@@ -87,6 +87,11 @@ struct crew_model {
      * values, a unit's gradient) before its layer runs, through `visit`. Set before
      * crew_model_layout and crew_model_reserve. */
     int params_elsewhere, grads_elsewhere;
+    /* 1: the tied layers' parameter gradients are computed just before their owners' backward
+     * instead of in their own (crew_layer_ops.tied_grad; only where crew_model_tied_late_ok), so
+     * that a ZeRO-3 replica need not keep the shared table through the backward pass. The same
+     * products in the same order: the same bits. */
+    int tied_grads_late;
     crew_layer_visit_fn visit;      /* NULL: none */
     void *visit_user;
 };
@@ -238,6 +243,12 @@ void crew_model_stage_offsets(const crew_model *full, int first, int64_t *params
 crew_status crew_model_view(crew_model *m, int64_t max_rows, crew_model **out);
 /* After crew_model_backward of a model with input_grad: d loss / d input, [rows, input size]. */
 float *crew_model_input_grad(const crew_model *m);
+
+/* 1 when m has a tied parameter and can compute its gradients late (crew_model.tied_grads_late):
+ * every tied layer has a tied_grad op and is the top computed layer of a whole model whose loss
+ * writes its gradient over the logits (crew_model_loss_in_place), so that its input and output
+ * gradient are still in place when the owner's backward comes. */
+int crew_model_tied_late_ok(const crew_model *m);
 
 /* Units of a sharded replica (model_units.c, ZeRO-2/3): layers [first, end) whose owned trainable
  * parameters are [lo, hi) of the flat buffer, grown from the first layer until they hold at least

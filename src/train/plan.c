@@ -11,6 +11,7 @@
 #include "core/options.h"
 #include "core/status.h"
 #include "train/pipeline.h"
+#include "train/rank.h"
 #include "train/step.h"
 #include "data/dataset.h"
 #include "nn/model.h"
@@ -522,13 +523,23 @@ static crew_status plan_sharding(crew_model *m, const crew_fit_options *o, crew_
     if (!u) return CREW_OOM();
     crew_model_units(m, crew_bucket_values(p->shard_unit_mb), u, n);
     p->shard_units = n;
+    int64_t widest = 0, pinned = 0;
     for (int i = 0; i < n; i++)
-        if (u[i].pinned) p->shard_pinned_unit = i;
+        if (u[i].pinned) {
+            p->shard_pinned_unit = i;
+            pinned = u[i].hi - u[i].lo;
+        } else if (u[i].hi - u[i].lo > widest) {
+            widest = u[i].hi - u[i].lo;
+        }
     free(u);
     if (o->shard_overlap < -1 || o->shard_overlap > 1)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "shard_overlap %d: expected -1 (off), 0 (the planner's) or 1 (on)",
                            o->shard_overlap);
     p->shard_overlap = o->shard_overlap ? o->shard_overlap > 0 : !every_core_computes(o, p);
+    crew_units_layout lay; /* rank_units.c's buffers: whether the tied weight's unit is kept apart */
+    crew_units_layout_for(widest, pinned, crew_model_tied_late_ok(m), p->shard, p->shard_overlap, &lay);
+    p->shard_tied_late = lay.tied_late;
+    if (lay.tied_late) p->shard_pinned_unit = -1;
     return CREW_OK;
 }
 

@@ -228,6 +228,31 @@ crew_status crew_rank_shard_gather_grad(crew_rank *r, float *grad);
  *   grads_to_host: the summed gradient, whole, into rank 0's host memory (verify's first step) */
 crew_status crew_rank_units_init(crew_rank *r);
 void crew_rank_units_release(crew_rank *r);
+
+/* The buffers a sharded replica's units keep, by level (crew_shard_level: ZeRO-2 or 3) and overlap
+ * (--shard-overlap with replicas > 1), from the model's units: the widest but the pinned one
+ * (widest), the pinned one's values (pinned, 0: none), and whether the model can compute its tied
+ * gradients late (crew_model_tied_late_ok). rank_units.c allocates what it says and the memory plan
+ * (src/advise/memory_plan.c) counts it: the one statement of the rule.
+ *   - ZeRO-3 writes a unit's gradient over its gathered parameters (nn/layer.h's rule), the pinned
+ *     unit's always and the others' without overlap (with overlap the next unit's gather would
+ *     land in a buffer whose reduce-scatter may still be in flight);
+ *   - ZeRO-3 without overlap keeps no pinned unit where the tied gradients come late: the tied
+ *     table takes its turn in the one buffer, gathered again for the lm_head, and its gradient is
+ *     computed at the embedding (crew_model.tied_grads_late). */
+typedef struct crew_units_layout {
+    int slots;                  /* buffers the units but a pinned one take turns in: 1, or 2 (overlap) */
+    int64_t slot_values;        /* each: the widest unit that takes turns */
+    int64_t pinned;             /* values of the pinned unit's buffers of its own; 0: none */
+    int params;                 /* 1: ZeRO-3: the slots and the pinned unit hold gathered parameters */
+    int slot_grads;             /* 1: the slots have gradient buffers of their own */
+    int pinned_grads;           /* 1: the pinned unit has a gradient buffer of its own */
+    int grads_over;             /* 1: the units but a pinned one write their gradient over their parameters */
+    int tied_late;              /* 1: no pinned unit; crew_model.tied_grads_late */
+} crew_units_layout;
+void crew_units_layout_for(int64_t widest, int64_t pinned, int tied_late_ok, int level, int overlap,
+                           crew_units_layout *out);
+
 crew_status crew_rank_units_start(crew_rank *r);
 void crew_rank_units_begin(crew_rank *r, int measure, crew_step_times *times);
 void crew_rank_units_micro(crew_rank *r, int micro);

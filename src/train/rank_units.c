@@ -13,14 +13,20 @@
  *   - Parameters (ZeRO-3): the model has no parameter buffer either. Each rank keeps its shard's
  *     parameters; a unit's are all-gathered into one buffer of the largest unit just before its
  *     first layer runs, forward and backward (the last unit of the forward pass is still there when
- *     backward begins). Backward writes the unit's gradient over its parameters in that buffer
- *     (each layer reads a value before it writes its gradient: nn/layer.h), so ZeRO-3 holds no
- *     gradient buffer of a unit; with overlap, where the next unit's gather would land in a buffer
- *     whose reduce-scatter is still in flight, the units keep gradient buffers of their own.
+ *     backward begins; a layer whose backward reads no values, an embedding's, is not gathered
+ *     for). Backward writes the unit's gradient over its parameters in that buffer (each layer
+ *     reads a value before it writes its gradient: nn/layer.h), so ZeRO-3 holds no gradient buffer
+ *     of a unit; with overlap, where the next unit's gather would land in a buffer whose
+ *     reduce-scatter is still in flight, the units keep gradient buffers of their own.
  *   - A tied parameter (a GPT's token table, which the lm_head reads and adds a gradient to at the
  *     other end of the pass) keeps its unit, the pinned unit, in a buffer of its own, gathered at
  *     the first forward layer and reduced after the unit's last backward layer (ZeRO-2: and a
  *     gradient buffer of its own; ZeRO-3: its gradient over its values, as the other units').
+ *     Except under ZeRO-3 without overlap, where the model computes the lm_head's part of the
+ *     table's gradient late, just before the embedding's backward (crew_model.tied_grads_late):
+ *     there the table is a unit like the others, gathered into the one buffer for the embedding,
+ *     again for the lm_head (which reads it in forward and backward), and its gradient written
+ *     there at the embedding. crew_units_layout_for says which buffers each case keeps.
  *   - The update: every shard's squared gradient norm through the backend's sum_squares lanes,
  *     handed from rank to rank in shard order, so that clipping uses the whole buffer's norm to the
  *     bit; each rank updates its shard (crew_optimizer_step_shard); under ZeRO-2 the parameters
@@ -50,8 +56,8 @@ typedef struct crew_rank_units {
      * alternately in layer order), so that the next unit's collective runs while this one computes. */
     int overlap;
     int *slot;                  /* [n] */
-    int over;                   /* ZeRO-3 without overlap: a unit's gradient written over its parameters */
-    float *unit_grads[2];       /* [widest] the running unit's gradient (NULL where over) */
+    crew_units_layout lay;      /* which buffers there are */
+    float *unit_grads[2];       /* [widest] the running unit's gradient (NULL where grads_over) */
     float *pinned_grads;        /* [the pinned unit's] (ZeRO-2 only) */
     float *param_shard;         /* ZeRO-3: [the rank's shard] its parameters */
     float *unit_params[2];      /* ZeRO-3: [widest] the gathered units */
@@ -98,7 +104,10 @@ static float *params_of(const crew_rank_units *x, int u)
 {
     return u == x->pinned ? x->pinned_params : x->unit_params[x->slot[u]];
 }
-static int grads_over_params(const crew_rank_units *x, int u) { return x->params && (u == x->pinned || x->over); }
+static int grads_over_params(const crew_rank_units *x, int u)
+{
+    return x->params && (u == x->pinned || x->lay.grads_over);
+}
 static float *grads_of(const crew_rank_units *x, int u)
 {
     if (grads_over_params(x, u)) return params_of(x, u);
@@ -109,6 +118,23 @@ static int reduce_slot(const crew_rank_units *x, int u) { return u == x->pinned 
 
 
 /* ------------------------------------------------------------------ set-up */
+
+void crew_units_layout_for(int64_t widest, int64_t pinned, int tied_late_ok, int level, int overlap,
+                           crew_units_layout *out)
+{
+    const int params = level >= CREW_SHARD_PARAMETERS;
+    const int over = params && !overlap, late = over && pinned > 0 && tied_late_ok;
+    *out = (crew_units_layout){
+        .slots = overlap ? 2 : 1,
+        .slot_values = late && pinned > widest ? pinned : widest,
+        .pinned = late ? 0 : pinned,
+        .params = params,
+        .slot_grads = !over,
+        .pinned_grads = pinned > 0 && !late && !params,
+        .grads_over = over,
+        .tied_late = late,
+    };
+}
 
 /* Every parameter's value (ZeRO-3) and gradient pointed at its unit's buffers, at its place
  * relative to the unit's start; the tied ones then at their owners'. */
@@ -143,12 +169,19 @@ static crew_status alloc_units(crew_rank *r)
     if (!x->unit || !x->complete_at || !x->bounds || !x->slot || !x->parts[0] || !x->parts[1] || !x->parts[2])
         return CREW_OOM();
     crew_model_units(r->m, crew_bucket_values(p->shard_unit_mb), x->unit, x->n);
+    int64_t widest = 0, pinned = 0;
+    for (int u = 0; u < x->n; u++)
+        if (x->unit[u].pinned) pinned = unit_len(&x->unit[u]);
+        else if (unit_len(&x->unit[u]) > widest) widest = unit_len(&x->unit[u]);
+    crew_units_layout_for(widest, pinned, crew_model_tied_late_ok(r->m), p->shard, x->overlap, &x->lay);
+    r->m->tied_grads_late = x->lay.tied_late;
+    x->widest = x->lay.slot_values;
     x->pinned = -1;
     for (int u = 0, turn = 0; u < x->n; u++) {
         const crew_unit *un = &x->unit[u];
-        if (un->pinned) x->pinned = u;
-        else if (unit_len(un) > x->widest) x->widest = unit_len(un);
-        if (!un->pinned) x->slot[u] = x->overlap ? turn++ % 2 : 0;
+        const int apart = un->pinned && !x->lay.tied_late;
+        if (apart) x->pinned = u;
+        else x->slot[u] = x->overlap ? turn++ % 2 : 0;
         x->complete_at[u] = -1; /* the unit's first layer with parameters of its own */
         for (int i = un->end - 1; i >= un->first; i--)
             if (crew_layer_trains(r->m->layers[i])) x->complete_at[u] = i;
@@ -161,15 +194,14 @@ static crew_status alloc_units(crew_rank *r)
     for (int q = 0; q < r->replicas; q++)
         if (crew_rank_shard_len(r, q) > widest_shard) widest_shard = crew_rank_shard_len(r, q);
     const crew_backend *be = r->be;
-    const int64_t pinned = x->pinned >= 0 ? unit_len(&x->unit[x->pinned]) : 0;
+    const crew_units_layout *lay = &x->lay;
     CREW_TRY(crew_dev_alloc_f32(be, widest_shard, &x->grad_shard));
-    if (!x->over)
-        for (int i = 0; i <= x->overlap; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads[i]));
-    if (pinned && !x->params) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_grads));
-    if (x->params) {
+    for (int i = 0; lay->slot_grads && i < lay->slots; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads[i]));
+    if (lay->pinned_grads) CREW_TRY(crew_dev_alloc_f32(be, lay->pinned, &x->pinned_grads));
+    if (lay->params) {
         CREW_TRY(crew_dev_alloc_f32(be, crew_rank_shard_len(r, r->replica), &x->param_shard));
-        for (int i = 0; i <= x->overlap; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_params[i]));
-        if (pinned) CREW_TRY(crew_dev_alloc_f32(be, pinned, &x->pinned_params));
+        for (int i = 0; i < lay->slots; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_params[i]));
+        if (lay->pinned) CREW_TRY(crew_dev_alloc_f32(be, lay->pinned, &x->pinned_params));
     }
     if (x->k > 1) {
         if (!(x->saved = calloc((size_t)x->k - 1, sizeof *x->saved))) return CREW_OOM();
@@ -185,7 +217,6 @@ crew_status crew_rank_units_init(crew_rank *r)
     r->units->params = p->shard >= CREW_SHARD_PARAMETERS;
     r->units->k = p->accumulation;
     r->units->overlap = p->shard_overlap && r->replicas > 1; /* the communication thread starts after set-up */
-    r->units->over = r->units->params && !r->units->overlap;
     if (r->m->compile.optimizer.clip_norm > 0.0f && !r->be->ops->sum_squares_lanes)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "clipping with sharded %s on %s: the device has no sum_squares "
                            "lanes to hand on for the whole gradient's norm yet; --shard optimizer clips sharded",
@@ -221,7 +252,10 @@ void crew_rank_units_release(crew_rank *r)
     free(x->bounds);
     free(x);
     r->units = NULL;
-    if (r->m) r->m->visit = NULL;
+    if (r->m) {
+        r->m->visit = NULL;
+        r->m->tied_grads_late = 0;
+    }
 }
 
 /* ------------------------------------------------------------------ shards to and from rank 0 */
@@ -460,6 +494,16 @@ static crew_status backward_done(crew_rank *r, int i, int u)
     return reduce_unit(r, u);
 }
 
+/* With the tied gradients late: the unit of the parameters that layer i reads but does not own (the
+ * lm_head's table, a unit like the others then); -1: none. */
+static int tied_unit(const crew_rank *r, int i)
+{
+    const crew_layer *l = r->m->layers[i];
+    for (int j = 0; r->units->lay.tied_late && j < l->n_params; j++)
+        if (l->params[j].tied) return crew_model_unit_of(r->units->unit, r->units->n, l->params[j].tie_layer);
+    return -1;
+}
+
 static crew_status visit(void *user, int layer, crew_visit what)
 {
     crew_rank *r = user;
@@ -467,13 +511,25 @@ static crew_status visit(void *user, int layer, crew_visit what)
     const int u = crew_model_unit_of(x->unit, x->n, layer);
     if (u < 0) return crew_errorf(CREW_CODE_INTERNAL, "layer %d belongs to no unit", layer);
     if (what == CREW_VISIT_BACKWARD_DONE) return backward_done(r, layer, u);
+    const int t = tied_unit(r, layer); /* it reads the owner's values alone, forward and backward */
+    if (t >= 0) return ensure_gathered(r, t, what == CREW_VISIT_FORWARD ? 1 : -1);
     /* the unit's gradient buffer: free once the reduce-scatter of the unit before in it is done */
     if (what == CREW_VISIT_BACKWARD && x->reducing[reduce_slot(x, u)] >= 0 && x->reducing[reduce_slot(x, u)] != u)
         CREW_TRY(reduce_wait(r, reduce_slot(x, u)));
     /* below the unit's last layer with parameters backward reads none of them (its gradient may lie
      * over them by now) */
     if (what == CREW_VISIT_BACKWARD && layer < x->complete_at[u]) return CREW_OK;
-    return x->params ? ensure_gathered(r, u, what == CREW_VISIT_FORWARD ? 1 : -1) : CREW_OK;
+    if (!x->params) return CREW_OK;
+    /* a unit's last backward layer that reads no values (an embedding's) where no layer above it in
+     * the unit has gathered it: nothing to gather, and where its gradient goes over its buffer,
+     * what the buffer held is gone */
+    if (what == CREW_VISIT_BACKWARD && layer == x->complete_at[u] && u != x->pinned &&
+        r->m->layers[layer]->ops->backward_reads_no_values && x->held[x->slot[u]] != u &&
+        x->gathering[x->slot[u]] != u) {
+        if (grads_over_params(x, u)) x->held[x->slot[u]] = -1;
+        return CREW_OK;
+    }
+    return ensure_gathered(r, u, what == CREW_VISIT_FORWARD ? 1 : -1);
 }
 
 void crew_rank_units_begin(crew_rank *r, int measure, crew_step_times *times)
