@@ -280,11 +280,21 @@ static void check_ladder(const char *src)
               p.advised_devices == 16 && p.advised_batch == 4 &&
               strstr(p.verdict_text, "keeps the global batch of 64"), "verdict %d: %s", (int)p.verdict, p.verdict_text);
     crew_memory_plan_release(&p);
-    /* 2 MiB: not even that at 64 replicas of one sample */
+    /* 2 MiB: not even that at 64 replicas of one sample; the verdict says how far off that layout
+     * is: what the plan of ZeRO-3 on 64 replicas of one sample needs */
     o.device_memory_bytes = 2 << 20;
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
-    CHECK_MSG(p.verdict == CREW_MEMORY_TOO_LARGE && strstr(p.verdict_text, "layer 7 (dense)"), "verdict %d: %s",
-              (int)p.verdict, p.verdict_text);
+    crew_memory_plan z3;
+    crew_memory_options zo = {.struct_size = sizeof(crew_memory_options), .batch_per_device = 1, .devices = 64,
+                              .shard = CREW_SHARD_PARAMETERS};
+    CHECK_OK(crew_model_plan_memory(m, &zo, &z3));
+    char need[32], want[96];
+    snprintf(want, sizeof want, "a replica needs %s at the least (ZeRO-3 on 64 replicas",
+             crew_format_bytes(z3.bytes_per_device, need, sizeof need));
+    CHECK_MSG(p.verdict == CREW_MEMORY_TOO_LARGE && strstr(p.verdict_text, "layer 7 (dense)") &&
+              strstr(p.verdict_text, want) && z3.bytes_per_device > (2 << 20), "verdict %d: %s (want \"%s\")",
+              (int)p.verdict, p.verdict_text, want);
+    crew_memory_plan_release(&z3);
     crew_memory_plan_release(&p);
     crew_model_free(m);
 

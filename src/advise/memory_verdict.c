@@ -316,7 +316,27 @@ static int model_parallel(ladder *l)
     return 1;
 }
 
-/* Rung 5: even one layer on a device of its own, at a micro-batch of one, is too large. */
+/* The least a replica can need sharded: the heaviest level the optimizer allows, one sample a
+ * replica, on each replica count that keeps the global batch (accumulating the rest); 0 where
+ * sharding is off or no count keeps it. *n_out: that count, *level_out: that level. */
+static int64_t least_sharded(const ladder *l, int *n_out, int *level_out)
+{
+    const crew_memory_plan *p = l->p;
+    if (l->no_sharding) return 0;
+    const int level = crew_optimizer_layerwise(&l->mm->m->compile.optimizer) ? CREW_SHARD_OPTIMIZER
+                                                                            : CREW_SHARD_PARAMETERS;
+    int64_t least = 0, bytes = 0;
+    for (int n = 2; n <= MAX_SHARDS && n <= p->global_batch; n++) {
+        if (p->global_batch % n != 0) continue;
+        replica_fits(l, 1, n, (int)(p->global_batch / n), level, 1, &bytes);
+        if (!least || bytes < least) least = bytes, *n_out = n;
+    }
+    *level_out = level;
+    return least;
+}
+
+/* Rung 5: even one layer on a device of its own, at a micro-batch of one, is too large, and
+ * sharding across as many replicas as the global batch allows does not make one fit either. */
 static void too_large(ladder *l)
 {
     crew_memory_plan *p = l->p;
@@ -331,17 +351,26 @@ static void too_large(ladder *l)
                         pingpong_bytes(l, i, i);
         if (bytes > worst_bytes) worst = i, worst_bytes = bytes;
     }
-    char need[32], mem[32];
+    char need[32], mem[32], sharded[200] = "";
     crew_format_bytes(worst_bytes, need, sizeof need);
     crew_format_bytes(p->device_memory_bytes, mem, sizeof mem);
+    int n = 0, level = 0;
+    const int64_t least = least_sharded(l, &n, &level);
+    if (least > 0) { /* how far off the nearest layout is: the one number a user can act on */
+        char at[32];
+        crew_format_bytes(least, at, sizeof at);
+        snprintf(sharded, sizeof sharded, "; sharded, a replica needs %s at the least (%s on %d replicas of one "
+                 "sample each, which keep the global batch of %lld)", at,
+                 level == CREW_SHARD_PARAMETERS ? "ZeRO-3" : "ZeRO-1", n, (long long)p->global_batch);
+    }
     p->verdict = CREW_MEMORY_TOO_LARGE;
     p->advised_batch = 1;
     p->advised_accumulation = (int)p->batch_per_device * p->accumulation;
     p->advised_devices = 0;
     p->advised_bytes_per_device = worst_bytes;
-    say(p, "does not fit: layer %d (%s) alone needs %s even for one sample, more than a device's %s; it needs "
+    say(p, "does not fit: layer %d (%s) alone needs %s even for one sample, more than a device's %s%s; it needs "
         "splitting within the layer (tensor parallelism) or devices with more memory", worst, m->layers[worst]->name,
-        need, mem);
+        need, mem, sharded);
 }
 
 crew_status crew_mem_verdict(const crew_mem_model *mm, const crew_memory_options *o, crew_memory_plan *p)
