@@ -690,9 +690,9 @@ typedef struct crew_fit_plan {
     double shard_unit_mb;
     int shard_units;
     int shard_pinned_unit;
-    /* 1: under ZeRO-3 without overlap the tied weight's unit takes its turn like the others (gathered
-     * again where the tied layer reads it, the tied layer's part of its gradient computed just
-     * before its owner's backward), so no unit is kept through the step: shard_pinned_unit is -1 */
+    /* 1: under ZeRO-2/3 without overlap the tied weight's unit takes its turn like the others (the
+     * tied layer's part of its gradient computed just before its owner's backward; ZeRO-3: gathered
+     * again where the tied layer reads it), so no unit is kept apart: shard_pinned_unit is -1 */
     int shard_tied_late;
     int shard_overlap;          /* 1: the units' collectives overlap compute (crew_fit_options.shard_overlap) */
     int bind_cores;             /* 1: each rank and its loader bound to cores of its own (crew_fit_options.bind_cores) */

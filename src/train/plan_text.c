@@ -131,14 +131,14 @@ static void sharding(text_out *t, const crew_fit_plan *p)
         p->shard_pinned_unit >= 0 ? " (one, holding a tied weight, kept through the step)" : "");
     if (zero3)
         put(t, "      each gathered before it runs, forward and backward, and its gradient reduce-scattered as\n"
-               "      backward completes it; the same weights bit for bit\n%s%s",
-            p->shard_overlap ? "" : "      backward writes a unit's gradient over its gathered parameters, no buffer of its own\n",
-            p->shard_tied_late ? "      the tied token table a unit like the others: gathered again for the lm_head, whose part\n"
-                                 "      of its gradient is computed just before the embedding's backward\n"
-                               : "");
+               "      backward completes it; the same weights bit for bit\n%s",
+            p->shard_overlap ? "" : "      backward writes a unit's gradient over its gathered parameters, no buffer of its own\n");
     else
         put(t, "      each unit's gradient reduce-scattered as backward completes it, the parameters all-gathered\n"
                "      after the update; the same weights bit for bit\n");
+    if (p->shard_tied_late)
+        put(t, "      the tied token table a unit like the others: %sits lm_head part of the gradient\n"
+               "      computed just before the embedding's backward\n", zero3 ? "gathered again for the lm_head, " : "");
     put(t, "      %s\n", p->shard_overlap ? "the units' collectives on a communication thread, overlapping compute (two "
                                             "buffers of a unit)"
                                           : "the units' collectives on the replicas' own threads: every core computes\n"

@@ -237,9 +237,9 @@ void crew_rank_units_release(crew_rank *r);
  *   - ZeRO-3 writes a unit's gradient over its gathered parameters (nn/layer.h's rule), the pinned
  *     unit's always and the others' without overlap (with overlap the next unit's gather would
  *     land in a buffer whose reduce-scatter may still be in flight);
- *   - ZeRO-3 without overlap keeps no pinned unit where the tied gradients come late: the tied
- *     table takes its turn in the one buffer, gathered again for the lm_head, and its gradient is
- *     computed at the embedding (crew_model.tied_grads_late). */
+ *   - without overlap no unit is pinned where the tied gradients can come late: the tied table
+ *     takes its turn in the one buffer (ZeRO-3: gathered again for the lm_head) and its gradient
+ *     is computed at the embedding (crew_model.tied_grads_late). */
 typedef struct crew_units_layout {
     int slots;                  /* buffers the units but a pinned one take turns in: 1, or 2 (overlap) */
     int64_t slot_values;        /* each: the widest unit that takes turns */

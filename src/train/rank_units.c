@@ -22,11 +22,11 @@
  *     other end of the pass) keeps its unit, the pinned unit, in a buffer of its own, gathered at
  *     the first forward layer and reduced after the unit's last backward layer (ZeRO-2: and a
  *     gradient buffer of its own; ZeRO-3: its gradient over its values, as the other units').
- *     Except under ZeRO-3 without overlap, where the model computes the lm_head's part of the
- *     table's gradient late, just before the embedding's backward (crew_model.tied_grads_late):
- *     there the table is a unit like the others, gathered into the one buffer for the embedding,
- *     again for the lm_head (which reads it in forward and backward), and its gradient written
- *     there at the embedding. crew_units_layout_for says which buffers each case keeps.
+ *     Except without overlap, where the model computes the lm_head's part of the table's
+ *     gradient late, just before the embedding's backward (crew_model.tied_grads_late): there the
+ *     table is a unit like the others, its gradient written into the one buffer at the embedding
+ *     (ZeRO-3: gathered into it for the embedding, again for the lm_head, which reads it in
+ *     forward and backward). crew_units_layout_for says which buffers each case keeps.
  *   - The update: every shard's squared gradient norm through the backend's sum_squares lanes,
  *     handed from rank to rank in shard order, so that clipping uses the whole buffer's norm to the
  *     bit; each rank updates its shard (crew_optimizer_step_shard); under ZeRO-2 the parameters
@@ -123,7 +123,7 @@ void crew_units_layout_for(int64_t widest, int64_t pinned, int tied_late_ok, int
                            crew_units_layout *out)
 {
     const int params = level >= CREW_SHARD_PARAMETERS;
-    const int over = params && !overlap, late = over && pinned > 0 && tied_late_ok;
+    const int over = params && !overlap, late = !overlap && pinned > 0 && tied_late_ok;
     *out = (crew_units_layout){
         .slots = overlap ? 2 : 1,
         .slot_values = late && pinned > widest ? pinned : widest,
@@ -512,7 +512,7 @@ static crew_status visit(void *user, int layer, crew_visit what)
     if (u < 0) return crew_errorf(CREW_CODE_INTERNAL, "layer %d belongs to no unit", layer);
     if (what == CREW_VISIT_BACKWARD_DONE) return backward_done(r, layer, u);
     const int t = tied_unit(r, layer); /* it reads the owner's values alone, forward and backward */
-    if (t >= 0) return ensure_gathered(r, t, what == CREW_VISIT_FORWARD ? 1 : -1);
+    if (t >= 0) return x->params ? ensure_gathered(r, t, what == CREW_VISIT_FORWARD ? 1 : -1) : CREW_OK;
     /* the unit's gradient buffer: free once the reduce-scatter of the unit before in it is done */
     if (what == CREW_VISIT_BACKWARD && x->reducing[reduce_slot(x, u)] >= 0 && x->reducing[reduce_slot(x, u)] != u)
         CREW_TRY(reduce_wait(r, reduce_slot(x, u)));
