@@ -71,7 +71,8 @@ if "$CREW" --version | grep -q '^MPI: Open MPI\|^MPI: MPICH' && command -v mpiru
   MPIRUN=(env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" timeout -k 5 300 mpirun --oversubscribe --bind-to none)
   for level in gradients parameters; do
     "${MPIRUN[@]}" -np 2 "$CREW" train $GPT "${G[@]}" --devices cpu:1 --global-batch 32 --shard $level \
-      --shard-overlap off --run-dir "$TMP/gpt-mpi-$level" > "$TMP/out" 2>&1 || fail "gpt_tiny, 2 processes, --shard $level: $(tail -n 3 "$TMP/out")"
+      --shard-overlap off --run-dir "$TMP/gpt-mpi-$level" > "$TMP/out" 2>&1 \
+      || fail "gpt_tiny, 2 processes, --shard $level: $(tail -n 3 "$TMP/out")"
     same "$TMP/gpt-2" "$TMP/gpt-mpi-$level" && ok || fail "gpt_tiny: 2 processes sharding $level differ from unsharded"
     "${MPIRUN[@]}" -np 2 "$CREW" train examples/fashion_mlp.json --data "$DATA" --max-steps 6 --batch-per-device 8 \
       --global-batch 64 --quiet --shard $level --run-dir "$TMP/mlp-mpi-$level" > "$TMP/out" 2>&1 \

@@ -131,8 +131,8 @@ static void sharded_weights(const crew_mem_model *mm, int devices, int shard, cr
     const int64_t slots = lay.slots * crew_mem_alloc_bytes(lay.slot_values, F32);
     const int64_t pinned = lay.pinned ? crew_mem_alloc_bytes(lay.pinned, F32) : 0;
     out->gradient = crew_mem_alloc_bytes(widest, F32) + (lay.slot_grads ? slots : 0) + (lay.pinned_grads ? pinned : 0);
-    out->param = crew_mem_alloc_bytes(mm->n_state, F32) +
-                 (lay.params ? crew_mem_alloc_bytes(own, F32) + slots + pinned : crew_mem_alloc_bytes(mm->n_params, F32));
+    out->param = crew_mem_alloc_bytes(mm->n_state, F32) + (lay.params ? crew_mem_alloc_bytes(own, F32) + slots + pinned
+                                                                      : crew_mem_alloc_bytes(mm->n_params, F32));
     if (mm->slots) out->optimizer = mm->slots * crew_mem_alloc_bytes(own, F32);
 }
 

@@ -35,7 +35,7 @@ typedef struct crew_mem_model {
     /* ZeRO-2/3's units (crew_model_units at the run's unit size): the widest but the pinned one,
      * and the pinned one's values (0: none) */
     int64_t unit_widest, unit_pinned;
-    int unit_tied_late;          /* crew_model_tied_late_ok: ZeRO-3 without overlap keeps no pinned unit */
+    int unit_tied_late;          /* crew_model_tied_late_ok: without overlap no unit is pinned */
     int unit_overlap;            /* 1: the units but the pinned one double-buffered (crew_fit_plan.shard_overlap) */
 } crew_mem_model;
 

@@ -117,8 +117,9 @@ typedef struct crew_layer_ops {
     /* A layer with a tied parameter (lm_head) may leave that parameter's gradient for later: with
      * crew_pass.tied_grad_late set its backward writes dx alone, and the model calls tied_grad just
      * before the owner's backward, with the layer's input and output gradient still in place
-     * (crew_model_tied_late_ok says where they are), so that a ZeRO-3 replica needs the shared table
-     * only where it reads it (src/train/rank_units.c). NULL: the layer has no tied parameter. */
+     * (crew_model_tied_late_ok says where they are), so that a sharded replica (ZeRO-2/3) keeps no
+     * buffer of the shared table's own through the pass (src/train/rank_units.c). NULL: the layer
+     * has no tied parameter. */
     crew_status (*tied_grad)(crew_layer *l, const crew_pass *p, const float *x, const float *dy);
     /* 1: backward reads none of the layer's parameter values (an embedding's scatter-add), so a
      * ZeRO-3 replica does not gather them for it. */

@@ -50,7 +50,8 @@ static crew_status lm_head_backward(crew_layer *l, const crew_pass *p, const flo
     (void)y;
     int64_t n = positions(l, p->rows), V = l->spec.vocab, C = l->spec.dim;
     /* dx first: the gradient may be written over the table (nn/layer.h) */
-    if (dx) p->be->ops->gemm(p->be->ctx, 0, 0, n, C, V, 1.0f, dy, V, l->params[0].value, C, 0.0f, dx, C); /* dx = dy · table */
+    if (dx) /* dx = dy · table */
+        p->be->ops->gemm(p->be->ctx, 0, 0, n, C, V, 1.0f, dy, V, l->params[0].value, C, 0.0f, dx, C);
     return p->tied_grad_late ? CREW_OK : lm_head_tied_grad(l, p, x, dy);
 }
 

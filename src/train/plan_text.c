@@ -138,11 +138,13 @@ static void sharding(text_out *t, const crew_fit_plan *p)
                "      after the update; the same weights bit for bit\n");
     if (p->shard_tied_late)
         put(t, "      the tied token table a unit like the others: %sits lm_head part of the gradient\n"
-               "      computed just before the embedding's backward\n", zero3 ? "gathered again for the lm_head, " : "");
+               "      computed just before the embedding's backward\n",
+            zero3 ? "gathered again for the lm_head, " : "");
     put(t, "      %s\n", p->shard_overlap ? "the units' collectives on a communication thread, overlapping compute (two "
                                             "buffers of a unit)"
                                           : "the units' collectives on the replicas' own threads: every core computes\n"
-                                            "      (--shard-overlap on would run them on a communication thread beside compute)");
+                                            "      (--shard-overlap on would run them on a communication thread beside\n"
+                                            "      compute)");
     if (p->accumulation > 1)
         put(t, "      with %d micro-batches a replica, the earlier micro-batches' gradients are kept whole for the\n"
                "      ordered sum\n", p->accumulation);

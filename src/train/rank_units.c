@@ -58,7 +58,7 @@ typedef struct crew_rank_units {
     int *slot;                  /* [n] */
     crew_units_layout lay;      /* which buffers there are */
     float *unit_grads[2];       /* [widest] the running unit's gradient (NULL where grads_over) */
-    float *pinned_grads;        /* [the pinned unit's] (ZeRO-2 only) */
+    float *pinned_grads;        /* [the pinned unit's] (ZeRO-2 with overlap) */
     float *param_shard;         /* ZeRO-3: [the rank's shard] its parameters */
     float *unit_params[2];      /* ZeRO-3: [widest] the gathered units */
     float *pinned_params;       /* ZeRO-3: [the pinned unit's] */
@@ -196,7 +196,8 @@ static crew_status alloc_units(crew_rank *r)
     const crew_backend *be = r->be;
     const crew_units_layout *lay = &x->lay;
     CREW_TRY(crew_dev_alloc_f32(be, widest_shard, &x->grad_shard));
-    for (int i = 0; lay->slot_grads && i < lay->slots; i++) CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads[i]));
+    for (int i = 0; lay->slot_grads && i < lay->slots; i++)
+        CREW_TRY(crew_dev_alloc_f32(be, x->widest, &x->unit_grads[i]));
     if (lay->pinned_grads) CREW_TRY(crew_dev_alloc_f32(be, lay->pinned, &x->pinned_grads));
     if (lay->params) {
         CREW_TRY(crew_dev_alloc_f32(be, crew_rank_shard_len(r, r->replica), &x->param_shard));
