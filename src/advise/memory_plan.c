@@ -31,11 +31,7 @@ static void unit_sizes(crew_mem_model *mm, double unit_mb)
     crew_unit *u = malloc((size_t)n * sizeof *u + 1);
     if (!u) return; /* counted as none: a plan off by the units, not a failure */
     crew_model_units(mm->m, target, u, n);
-    for (int i = 0; i < n; i++) {
-        int64_t len = u[i].hi - u[i].lo;
-        if (u[i].pinned) mm->unit_pinned = len;
-        else if (len > mm->unit_widest) mm->unit_widest = len;
-    }
+    crew_model_unit_widths(u, n, &mm->unit_widest, &mm->unit_pinned);
     free(u);
     mm->unit_tied_late = crew_model_tied_late_ok(mm->m);
 }

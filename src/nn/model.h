@@ -263,6 +263,9 @@ typedef struct crew_unit {
 int crew_model_units(const crew_model *m, int64_t target, crew_unit *out, int cap);
 /* The unit that holds layer `layer` (-1: none). */
 int crew_model_unit_of(const crew_unit *units, int n, int layer);
+/* The values of the widest of n units but the pinned one (*widest) and of the pinned one (*pinned, 0:
+ * none): what the buffers of a sharded replica are sized by (crew_units_layout_for). */
+void crew_model_unit_widths(const crew_unit *units, int n, int64_t *widest, int64_t *pinned);
 
 /* Layer i's training FLOPs per sample (forward and backward; model_flops.c). */
 double crew_model_layer_flops(const crew_model *m, int i);

@@ -54,6 +54,16 @@ int crew_model_units(const crew_model *m, int64_t target, crew_unit *out, int ca
     return n;
 }
 
+void crew_model_unit_widths(const crew_unit *units, int n, int64_t *widest, int64_t *pinned)
+{
+    *widest = *pinned = 0;
+    for (int u = 0; u < n; u++) {
+        const int64_t len = units[u].hi - units[u].lo;
+        if (units[u].pinned) *pinned = len;
+        else if (len > *widest) *widest = len;
+    }
+}
+
 int crew_model_unit_of(const crew_unit *units, int n, int layer)
 {
     for (int u = 0; u < n; u++)

@@ -523,14 +523,10 @@ static crew_status plan_sharding(crew_model *m, const crew_fit_options *o, crew_
     if (!u) return CREW_OOM();
     crew_model_units(m, crew_bucket_values(p->shard_unit_mb), u, n);
     p->shard_units = n;
-    int64_t widest = 0, pinned = 0;
     for (int i = 0; i < n; i++)
-        if (u[i].pinned) {
-            p->shard_pinned_unit = i;
-            pinned = u[i].hi - u[i].lo;
-        } else if (u[i].hi - u[i].lo > widest) {
-            widest = u[i].hi - u[i].lo;
-        }
+        if (u[i].pinned) p->shard_pinned_unit = i;
+    int64_t widest, pinned;
+    crew_model_unit_widths(u, n, &widest, &pinned);
     free(u);
     if (o->shard_overlap < -1 || o->shard_overlap > 1)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "shard_overlap %d: expected -1 (off), 0 (the planner's) or 1 (on)",

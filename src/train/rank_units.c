@@ -169,10 +169,8 @@ static crew_status alloc_units(crew_rank *r)
     if (!x->unit || !x->complete_at || !x->bounds || !x->slot || !x->parts[0] || !x->parts[1] || !x->parts[2])
         return CREW_OOM();
     crew_model_units(r->m, crew_bucket_values(p->shard_unit_mb), x->unit, x->n);
-    int64_t widest = 0, pinned = 0;
-    for (int u = 0; u < x->n; u++)
-        if (x->unit[u].pinned) pinned = unit_len(&x->unit[u]);
-        else if (unit_len(&x->unit[u]) > widest) widest = unit_len(&x->unit[u]);
+    int64_t widest, pinned;
+    crew_model_unit_widths(x->unit, x->n, &widest, &pinned);
     crew_units_layout_for(widest, pinned, crew_model_tied_late_ok(r->m), p->shard, x->overlap, &x->lay);
     r->m->tied_grads_late = x->lay.tied_late;
     x->widest = x->lay.slot_values;
