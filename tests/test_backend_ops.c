@@ -2730,6 +2730,40 @@ static void check_activation_backward_over_dy(const device *d, crew_activation a
     DEV_FREE(d, x_d, y_d, dy_d, dx_d, v_d);
 }
 
+/* act_forward_slope with the slope written over x, as a transformer block keeps GELU's: y is
+ * act_forward's, bit for bit, and the slope is the derivative; for the GELUs dy · slope (mul, over
+ * dy as the block runs it) is act_backward's dx bit for bit, the promise backend.h makes. */
+static void check_activation_slope(const device *d, crew_activation act, const float *x, const float *dy, int n)
+{
+    const crew_backend *be = &d->be;
+    float *x_d = dev_f32(d, x, n), *y_d = dev_zeros_f32(d, n), *dy_d = dev_f32(d, dy, n), *dx_d = dev_zeros_f32(d, n);
+    float *s_d = dev_f32(d, x, n), *ys_d = dev_zeros_f32(d, n), *v_d = dev_f32(d, dy, n);
+    be->ops->act_forward(be->ctx, act, x_d, y_d, n);
+    be->ops->act_backward(be->ctx, act, x_d, y_d, dy_d, dx_d, n);
+    be->ops->act_forward_slope(be->ctx, act, s_d, ys_d, s_d, n);
+    be->ops->mul(be->ctx, n, v_d, s_d, v_d);
+    EXPECT_SYNCED(d);
+    float *y = host_f32(d, y_d, n), *dx = host_f32(d, dx_d, n), *ys = host_f32(d, ys_d, n);
+    float *slope = host_f32(d, s_d, n), *v = host_f32(d, v_d, n);
+    const int exact = act == CREW_ACT_GELU || act == CREW_ACT_GELU_TANH;
+    int bad_y = -1, bad_slope = -1, bad_dx = -1;
+    for (int i = n - 1; i >= 0; i--) {
+        double f, df;
+        act_reference(act, x[i], &f, &df);
+        if (memcmp(&y[i], &ys[i], sizeof y[i]) != 0) bad_y = i;
+        if (!close_to(slope[i], df, tol_for(d, act_backward_tol))) bad_slope = i;
+        if (exact && memcmp(&dx[i], &v[i], sizeof dx[i]) != 0) bad_dx = i;
+    }
+    EXPECT(d, bad_y < 0, "activation %d with its slope: y at x = %.9g is %.9g, act_forward's %.9g", (int)act,
+           bad_y < 0 ? 0.0 : x[bad_y], bad_y < 0 ? 0.0 : ys[bad_y], bad_y < 0 ? 0.0 : y[bad_y]);
+    EXPECT(d, bad_slope < 0, "activation %d: slope at x = %.9g is %.9g", (int)act, bad_slope < 0 ? 0.0 : x[bad_slope],
+           bad_slope < 0 ? 0.0 : slope[bad_slope]);
+    EXPECT(d, bad_dx < 0, "activation %d: dy times the slope at x = %.9g is %.9g, act_backward's %.9g", (int)act,
+           bad_dx < 0 ? 0.0 : x[bad_dx], bad_dx < 0 ? 0.0 : v[bad_dx], bad_dx < 0 ? 0.0 : dx[bad_dx]);
+    HOST_FREE(y, dx, ys, slope, v);
+    DEV_FREE(d, x_d, y_d, dy_d, dx_d, s_d, ys_d, v_d);
+}
+
 static void test_activations(const device *d)
 {
     enum { N = 64 };
@@ -2745,6 +2779,7 @@ static void test_activations(const device *d)
     for (int a = 0; a < 6; a++) check_activation(d, acts[a], x, dy, x_d, dy_d, y_d, dx_d, N);
     DEV_FREE(d, x_d, dy_d, y_d, dx_d);
     check_activation_backward_over_dy(d, CREW_ACT_GELU_TANH, x, dy, N);
+    for (int a = 0; a < 6; a++) check_activation_slope(d, acts[a], x, dy, N);
 }
 
 /* backend.h: act_forward may run in place (y == x), and then act_backward gets x == y; relu, tanh

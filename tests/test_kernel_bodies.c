@@ -59,9 +59,10 @@ static crew_rng rng;
 
 /* ------------------------------------------------------------------ the kernels covered */
 
-/* Every __global__ kernel of crew (grep -n __global__ -r src): 44. */
+/* Every __global__ kernel of crew (grep -n __global__ -r src): 47. */
 static const char *const all_kernels[] = {
-    "k_fill", "k_axpby", "k_mul", "k_broadcast_rows", "k_col_sum", "k_act_forward", "k_act_backward", "k_dropout",
+    "k_fill", "k_axpby", "k_mul", "k_broadcast_rows", "k_col_sum", "k_act_forward", "k_act_backward",
+    "k_act_forward_slope", "k_dropout",
     "k_im2col", "k_col2im", "k_maxpool_forward", "k_maxpool_backward", "k_avgpool_forward", "k_avgpool_backward",
     "k_bn_col_sum", "k_col_sqdev", "k_bn_scale_sums", "k_bn_forward", "k_bn_backward_sums", "k_bn_backward",
     "k_bn_param_grads", "k_layernorm_forward", "k_layernorm_dx", "k_layernorm_params", "k_causal_softmax",
@@ -528,9 +529,15 @@ static void check_activations(void)
             for (int64_t i = 0; i < n; i++) crew_body_act_backward(acts[a], x, y, dy, got, i);
             be.ops->act_backward(be.ctx, acts[a], x, y, want, want, n); /* dx over dy, as backend.h allows */
             SAME_F("k_act_backward", geo, got, want, n);
-            free(x), free(y), free(got), free(dy), free(want);
+            /* the slope written over x, as a transformer block keeps it */
+            float *slope_want = floats(n), *slope = copy_of(x, n);
+            for (int64_t i = 0; i < n; i++) crew_body_act_forward_slope(acts[a], x, got, slope_want, i);
+            be.ops->act_forward_slope(be.ctx, acts[a], slope, want, slope, n);
+            SAME_F("k_act_forward_slope", geo, got, want, n);
+            SAME_F("k_act_forward_slope", geo, slope_want, slope, n);
+            free(x), free(y), free(got), free(dy), free(want), free(slope_want), free(slope);
         }
-    cover("k_act_forward"), cover("k_act_backward");
+    cover("k_act_forward"), cover("k_act_backward"), cover("k_act_forward_slope");
 }
 
 static void check_dropout(void)

@@ -72,6 +72,9 @@ typedef struct crew_pass {
     /* 1: a layer with a tied parameter leaves that parameter's gradient to its tied_grad op
      * (crew_model.tied_grads_late); its backward writes dx alone */
     int tied_grad_late;
+    /* 1: no backward follows this forward (evaluation, prediction), so a layer need not prepare
+     * what only its backward reads (a transformer block's GELU slope) */
+    int forward_only;
 } crew_pass;
 
 typedef struct crew_layer crew_layer;

@@ -45,7 +45,7 @@ enum {
     W_RES,      /* [n, C]   r, the residual stream after attention */
     W_LN2,      /* [n, C]   ln_2(r); bf16 */
     W_LN2_STAT, /* [2n] */
-    W_FC,       /* [n, 4C]  before GELU */
+    W_FC,       /* [n, 4C]  before GELU; once GELU has run (but in a forward-only pass), its slope */
     W_GELU,     /* [n, 4C]  after GELU; bf16 */
     W_D4C,      /* [n, 4C]  backward: d before GELU, the masked d of the attention branch, d qkv,
                    then d x when no dx comes; forward (bf16): GELU's output in float32 */
@@ -185,7 +185,12 @@ static crew_status block_forward(crew_layer *l, const crew_pass *p, const float 
                          w[W_LN2_STAT], w[W_LN2_STAT] + n, n, C);
     keep(l, p, W_LN2, W_DC, n * C);
     dense(p, w[W_LN2], kt, val(l, P_FC_K), val(l, P_FC_B), w[W_FC], n, C, 4 * C);
-    o->act_forward(ctx, CREW_ACT_GELU_TANH, w[W_FC], staged(l, W_GELU, W_D4C), 4 * n * C);
+    /* GELU's input is read by nothing after it but its derivative: the slope goes over it, so that
+     * backward is one product (backend.h, act_forward_slope: the bits of act_backward) */
+    if (p->forward_only)
+        o->act_forward(ctx, CREW_ACT_GELU_TANH, w[W_FC], staged(l, W_GELU, W_D4C), 4 * n * C);
+    else
+        o->act_forward_slope(ctx, CREW_ACT_GELU_TANH, w[W_FC], staged(l, W_GELU, W_D4C), w[W_FC], 4 * n * C);
     keep(l, p, W_GELU, W_D4C, 4 * n * C);
     dense(p, w[W_GELU], kt, val(l, P_MLP_PROJ_K), val(l, P_MLP_PROJ_B), y, n, 4 * C, C);
     if (dropping(l, p)) drop(l, p, y, w[W_DROP2], 2);
@@ -210,8 +215,8 @@ static crew_status block_backward(crew_layer *l, const crew_pass *p, const float
     }
     dense_back(p, w[W_GELU], kt, dmlp, val(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_K), grad(l, P_MLP_PROJ_B), w[W_D4C],
                n, 4 * C, C);
-    /* GELU's derivative reads its input alone (backend.h lets y be x) */
-    o->act_backward(ctx, CREW_ACT_GELU_TANH, w[W_FC], w[W_FC], w[W_D4C], w[W_D4C], 4 * n * C);
+    /* through GELU: d before it = d after it · the slope forward left in W_FC */
+    o->mul(ctx, 4 * n * C, w[W_D4C], w[W_FC], w[W_D4C]);
     dense_back(p, w[W_LN2], kt, w[W_D4C], val(l, P_FC_K), grad(l, P_FC_K), grad(l, P_FC_B), w[W_DC], n, C, 4 * C);
     const float *gamma2 = crew_layer_value_kept(l, p, P_LN2_G, w[W_GAMMA]);
     o->fill(ctx, grad(l, P_LN2_G), 0.0f, C);

@@ -44,7 +44,7 @@ crew_status crew_eval_range(crew_model *m, const crew_dataset *d, int64_t lo, in
         crew_dataset_gather(d, idx, rows, x, y);
         s = be->ops->upload(be->ctx, NULL, m->act[0], x, rows * in, CREW_DT_F32);
         if (!s) s = be->ops->upload(be->ctx, NULL, m->labels, y, rows * pos, CREW_DT_I32);
-        crew_pass p = {.be = be, .rows = rows, .training = 0};
+        crew_pass p = {.be = be, .rows = rows, .training = 0, .forward_only = 1};
         if (!s) s = crew_model_forward(m, &p);
         double l = 0.0, c = 0.0;
         if (!s) s = crew_model_loss(m, &p, 1.0f, &l, &c); /* synchronous: x and y may be refilled after */
@@ -90,7 +90,7 @@ crew_status crew_model_predict(crew_model *m, const float *x, int64_t n, float *
     for (int64_t start = 0; start < n; start += batch) {
         int64_t rows = n - start < batch ? n - start : batch;
         CREW_TRY(crew_dev_upload_f32(&m->be, m->act[0], x + start * in, rows * in));
-        crew_pass p = {.be = &m->be, .rows = rows, .training = 0};
+        crew_pass p = {.be = &m->be, .rows = rows, .training = 0, .forward_only = 1};
         CREW_TRY(crew_model_forward(m, &p));
         o->softmax(m->be.ctx, m->act[m->n_compute], m->act[m->n_compute], rows * pos, classes); /* in place */
         CREW_TRY(crew_dev_download_f32(&m->be, probs + start * out, m->act[m->n_compute], rows * out));

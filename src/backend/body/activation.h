@@ -84,6 +84,34 @@ CREW_BODY float crew_act_gelu_tanh_slope(float x)
 CREW_BODY float crew_act_tanh_grad(float y, float dy) { return dy * (1.0f - y * y); }
 CREW_BODY float crew_act_sigmoid_grad(float y, float dy) { return dy * y * (1.0f - y); }
 
+/* act'(x), from x alone: what act_forward_slope keeps for backward (backend.h). For the GELUs,
+ * dy · this is act_backward's dx bit for bit (the same function of the same x, multiplied last). */
+CREW_BODY float crew_act_slope_of(crew_activation act, float x)
+{
+    switch (act) {
+    case CREW_ACT_RELU: return x > 0.0f ? 1.0f : 0.0f;
+    case CREW_ACT_GELU: return crew_act_gelu_slope(x);
+    case CREW_ACT_GELU_TANH: return crew_act_gelu_tanh_slope(x);
+    case CREW_ACT_TANH: {
+        float t = tanhf(x);
+        return 1.0f - t * t;
+    }
+    case CREW_ACT_SIGMOID: {
+        float s = crew_act_sigmoid(x);
+        return s * (1.0f - s);
+    }
+    default: return 1.0f;
+    }
+}
+
+/* y[i] and slope[i] from x[i], read first: either output may be x (backend.h) */
+CREW_BODY void crew_body_act_forward_slope(crew_activation act, const float *x, float *y, float *slope, int64_t i)
+{
+    const float xi = x[i];
+    y[i] = crew_act_forward_of(act, xi);
+    slope[i] = crew_act_slope_of(act, xi);
+}
+
 /* dx[i] from what the activation reads: x[i] or y[i], never the other (either may be stale). */
 CREW_BODY void crew_body_act_backward(crew_activation act, const float *x, const float *y, const float *dy, float *dx,
                                       int64_t i)

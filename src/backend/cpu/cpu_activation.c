@@ -1,6 +1,8 @@
 /* cpu_activation.c — elementwise activations and dropout: the formulas of
  * backend/body/activation.h, which the CUDA kernels run too, each activation in a loop of its own
  * (the switch outside, so that every loop vectorises). */
+#include <string.h>
+
 #include "backend/body/activation.h"
 #include "backend/cpu/cpu_ops.h"
 
@@ -62,6 +64,43 @@ void cpu_act_backward(void *ctx, crew_activation act, const float *x, const floa
     default:
         for (int64_t i = 0; i < n; i++) dx[i] = dy[i];
         break;
+    }
+}
+
+/* In blocks through local buffers, as GELU's backward: slope (or y) may be x, and a loop whose
+ * output may alias its input runs unvectorised. The GELUs' loops call the forward and the slope
+ * of backend/body/activation.h on the same x, and the compiler computes their common terms (u,
+ * the exponential) once: the same operations on the same values, so the same bits as the two
+ * computed apart (-ffp-contract is off in ISO C). */
+void cpu_act_forward_slope(void *ctx, crew_activation act, const float *x, float *y, float *slope, int64_t n)
+{
+    (void)ctx;
+    for (int64_t i0 = 0; i0 < n; i0 += GELU_BLOCK) {
+        float yb[GELU_BLOCK], g[GELU_BLOCK];
+        const int64_t m = n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK;
+        const float *xb = x + i0;
+        switch (act) {
+        case CREW_ACT_GELU_TANH:
+            for (int64_t i = 0; i < m; i++) {
+                yb[i] = crew_act_gelu_tanh(xb[i]);
+                g[i] = crew_act_gelu_tanh_slope(xb[i]);
+            }
+            break;
+        case CREW_ACT_GELU:
+            for (int64_t i = 0; i < m; i++) {
+                yb[i] = crew_act_gelu(xb[i]);
+                g[i] = crew_act_gelu_slope(xb[i]);
+            }
+            break;
+        default:
+            for (int64_t i = 0; i < m; i++) {
+                yb[i] = crew_act_forward_of(act, xb[i]);
+                g[i] = crew_act_slope_of(act, xb[i]);
+            }
+            break;
+        }
+        memcpy(y + i0, yb, (size_t)m * sizeof *yb);
+        memcpy(slope + i0, g, (size_t)m * sizeof *g);
     }
 }
 

@@ -300,6 +300,7 @@ const crew_backend_ops crew_cpu_ops = {
     .col_sum = cpu_col_sum,
     .act_forward = cpu_act_forward,
     .act_backward = cpu_act_backward,
+    .act_forward_slope = cpu_act_forward_slope,
     .im2col = cpu_im2col,
     .col2im = cpu_col2im,
     .conv_taps_forward = cpu_conv_taps_forward,

@@ -628,6 +628,16 @@ static void guard_act_backward(void *ctx, crew_activation act, const float *x, c
     if (c.ok) crew_cpu_ops.act_backward(c.cpu, act, sx, sy, sdy, sdx, n);
 }
 
+static void guard_act_forward_slope(void *ctx, crew_activation act, const float *x, float *y, float *slope,
+                                    int64_t n)
+{
+    op_call c = begin(ctx, "act_forward_slope");
+    const float *sx = f32(&c, "x", x, n);
+    float *sy = f32(&c, "y", y, n);
+    float *ss = f32(&c, "slope", slope, n);
+    if (c.ok) crew_cpu_ops.act_forward_slope(c.cpu, act, sx, sy, ss, n);
+}
+
 static void guard_im2col(void *ctx, const float *x, float *col, const crew_window *w)
 {
     op_call c = begin(ctx, "im2col");
@@ -1051,6 +1061,7 @@ static void guard_conv_taps_pool_grads(void *ctx, const float *x, const float *d
     .col_sum = guard_col_sum, \
     .act_forward = guard_act_forward, \
     .act_backward = guard_act_backward, \
+    .act_forward_slope = guard_act_forward_slope, \
     .im2col = guard_im2col, \
     .col2im = guard_col2im, \
     .conv_taps_forward = guard_conv_taps_forward, \

@@ -87,6 +87,7 @@ void cpu_conv_direct_backward_filter(const float *x, const float *dy, float *dke
 void cpu_act_forward(void *ctx, crew_activation act, const float *x, float *y, int64_t n);
 void cpu_act_backward(void *ctx, crew_activation act, const float *x, const float *y, const float *dy,
                       float *dx, int64_t n);
+void cpu_act_forward_slope(void *ctx, crew_activation act, const float *x, float *y, float *slope, int64_t n);
 void cpu_dropout_forward(void *ctx, const float *x, float *y, float *mask, int64_t rows, int64_t cols,
                          float rate, uint64_t key, const int64_t *sample_ids);
 

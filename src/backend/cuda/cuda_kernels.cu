@@ -165,6 +165,11 @@ __global__ void k_act_backward(crew_activation act, const float *x, const float 
     FOR_EACH(i, n) crew_body_act_backward(act, x, y, dy, dx, i);
 }
 
+__global__ void k_act_forward_slope(crew_activation act, const float *x, float *y, float *slope, int64_t n)
+{
+    FOR_EACH(i, n) crew_body_act_forward_slope(act, x, y, slope, i);
+}
+
 static void cuda_act_forward(void *ctx, crew_activation act, const float *x, float *y, int64_t n)
 {
     cuda_ctx *c = enter(ctx);
@@ -180,6 +185,14 @@ static void cuda_act_backward(void *ctx, crew_activation act, const float *x, co
     if (n <= 0) return;
     k_act_backward LAUNCH(c, n)(act, x, y, dy, dx, n);
     cuda_launched(c, "activation backward");
+}
+
+static void cuda_act_forward_slope(void *ctx, crew_activation act, const float *x, float *y, float *slope, int64_t n)
+{
+    cuda_ctx *c = enter(ctx);
+    if (n <= 0) return;
+    k_act_forward_slope LAUNCH(c, n)(act, x, y, slope, n);
+    cuda_launched(c, "activation and its slope");
 }
 
 /* The CPU's counter-based stream (core/rng.h): the same masks for the same samples. */
@@ -755,6 +768,7 @@ void cuda_kernel_ops(crew_backend_ops *o)
     o->col_sum = cuda_col_sum;
     o->act_forward = cuda_act_forward;
     o->act_backward = cuda_act_backward;
+    o->act_forward_slope = cuda_act_forward_slope;
     o->im2col = cuda_im2col;
     o->col2im = cuda_col2im;
     o->maxpool_forward = cuda_maxpool_forward;
