@@ -2181,6 +2181,8 @@ static const attn_case attn_cases[] = {
     {1, 1, 1, 1, 1.0f},   /* the smallest: every size 1 */
     {2, 9, 2, 4, 200.0f}, /* scores past 88, where expf overflows float: the row's max must come off */
     {1, 40, 2, 4, 1.0f},  /* T past the CPU's 32-row blocks of the causal products, not a multiple of them */
+    {2, 64, 2, 32, 1.0f}, /* gpt_tiny's head width: the CPU's register tiles whole, rows and columns */
+    {1, 70, 2, 48, 1.0f}, /* tiles with a remainder of rows, one vector past a pair, rows past whole strips */
 };
 
 /* The sizes of one case's arrays. */

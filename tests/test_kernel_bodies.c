@@ -922,7 +922,10 @@ static void emulate_softmax_backward(const void *att, int bf16, float *datt, int
 
 static void check_attention(void)
 {
-    const int64_t shapes[][4] = {{1, 1, 1, 1}, {2, 5, 2, 3}, {1, 33, 1, 4}, {1, 64, 2, 8}, {2, 7, 3, 5}, {1, 70, 1, 2}};
+    /* the last two: whole vectors of columns and tiles of rows on every width (with 70, rows whose
+     * strips of 32 pass T) */
+    const int64_t shapes[][4] = {{1, 1, 1, 1}, {2, 5, 2, 3}, {1, 33, 1, 4}, {1, 64, 2, 8}, {2, 7, 3, 5},
+                                 {1, 70, 1, 2}, {2, 64, 2, 32}, {1, 70, 2, 48}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int a16 = 0; a16 <= 1; a16++) {
             const int64_t batch = shapes[s][0], T = shapes[s][1], heads = shapes[s][2], d = shapes[s][3];
@@ -937,16 +940,22 @@ static void check_attention(void)
             float *scores = floats(n), *datt = floats(n), *dqkv = floats(batch * T * ld);
             be.ops->attention_forward(be.ctx, qkv, att, type, scores, y, batch, T, heads, d);
             be.ops->attention_backward(be.ctx, dy, qkv, att, type, datt, dqkv, batch, T, heads, d);
-            /* the kernels' inputs, as the CPU computes them: the scores q·kᵀ/√d, and dy·vᵀ, by the
-             * same GEMMs with the same arguments, a block of rows at a time up to the block's last
-             * column (the rest is masked; a row's bits may depend on the GEMM's shape) */
+            /* the kernels' inputs, as the CPU computes them: the scores q·kᵀ/√d, and dy·vᵀ, by its
+             * register tiles (float32), or by the same GEMMs with the same arguments, a block of
+             * rows at a time up to the block's last column (bfloat16 att; the rest is masked, and a
+             * row's bits may depend on the GEMM's shape) */
             const float scale = 1.0f / sqrtf((float)d);
-            float *raw = floats(n), *da = floats(n);
+            float *raw = floats(n), *da = floats(n), *head_t = floats(T * d);
             for (int64_t b = 0; b < batch; b++)
                 for (int64_t h = 0; h < heads; h++) {
                     const float *q = qkv + b * T * ld + h * d, *k = q + C, *v = q + 2 * C;
                     const float *dyh = dy + b * T * C + h * d;
                     const int64_t at = (b * heads + h) * T * T;
+                    if (!a16) {
+                        cpu_attention_scores(q, ld, k, ld, T, d, scale, head_t, raw + at);
+                        cpu_attention_scores(dyh, C, v, ld, T, d, 1.0f, head_t, da + at);
+                        continue;
+                    }
                     for (int64_t t0 = 0; t0 < T; t0 += CPU_ATTENTION_BLOCK) {
                         const int64_t t1 = t0 + CPU_ATTENTION_BLOCK < T ? t0 + CPU_ATTENTION_BLOCK : T;
                         float *raw_t = raw + at + t0 * T, *da_t = da + at + t0 * T;
@@ -967,7 +976,7 @@ static void check_attention(void)
             SAME_F("k_softmax_backward_rows", geo, eds, datt, n);
             free(eds);
             free(qkv), free(dy), free(y), free(att), free(scores), free(datt), free(dqkv), free(raw), free(da),
-                free(wide), free(ewide), free(sc), free(eatt), free(eatt16);
+                free(head_t), free(wide), free(ewide), free(sc), free(eatt), free(eatt16);
         }
     cover("k_causal_softmax"), cover("k_softmax_backward_rows");
 }

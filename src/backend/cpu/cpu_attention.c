@@ -1,17 +1,23 @@
-/* cpu_attention.c — causal multi-head self-attention, one (sample, head) at a time, its products
- * as GEMMs (cpu_gemm.c) on strided views of qkv (no copies into per-head buffers).
+/* cpu_attention.c — causal multi-head self-attention, one (sample, head) at a time, read where qkv
+ * holds it (no copies into per-head buffers but kᵀ or vᵀ).
  *
  * Shapes (backend.h): qkv [batch, T, 3C] holding q | k | v, head h in columns [h·d, (h+1)·d) of
  * each; att and datt [batch, heads, T, T]; y and dy [batch, T, C]; C = heads · d.
- * The masked half (s > t) is skipped by blocks: rows t in [t0, t1) of the scores need only
- * columns s < t1, and a product summing over the T × T matrix sums only over its non-zero part
- * (rows' products up to column t1; columns' products from row s0 on). A block of
- * CPU_ATTENTION_BLOCK rows keeps
- * the GEMMs large enough to run near their peak, and does about 5/8 of the square's work at
- * T = 128 (1/2 + BLOCK/2T). The skipped entries are what the softmax sets to 0, and the products
- * leave out only terms that are 0. Every sum runs in a fixed order set by T alone, so results do
- * not depend on the batch's split across replicas (each sample is its own set of products). */
+ *
+ * In float32 the products are cpu_attention_tiles.c's register tiles, a head's rows a tile at a
+ * time: its scores, their softmax and its rows of y (forward), or its rows of d att, their
+ * softmax backward and its rows of dq (backward) one after the other while the tile's rows are in
+ * the cache; dv and dk sum over columns, after all rows. With bfloat16 products (--precision bf16,
+ * or att kept in bfloat16) they are GEMMs (cpu_gemm.c, which rounds their operands) on strided
+ * views, and the masked half is skipped by blocks: rows t in [t0, t1) of the scores need only
+ * columns s < t1, and a product summing over the T × T matrix sums only over its non-zero part.
+ * A block of CPU_ATTENTION_BLOCK rows keeps the GEMMs large enough to run near their peak, and
+ * does about 5/8 of the square's work at T = 128 (1/2 + BLOCK/2T). The skipped entries are what the
+ * softmax sets to 0, and the products leave out only terms that are 0. Every sum runs in a fixed
+ * order set by T alone, so results do not depend on the batch's split across replicas (each
+ * sample is its own set of products). */
 #include <math.h>
+#include <stdlib.h>
 
 #include "backend/body/attention.h"
 #include "backend/cpu/cpu_lanes.h"
@@ -38,22 +44,64 @@ static head_view head_at(int64_t b, int64_t h, int64_t T, int64_t heads, int64_t
                        (size_t)(b * T * C + h * d)};
 }
 
+/* Row t's causal part s ≤ t in whole strips of the 32 lanes, [0, up), where those fit in the row:
+ * then every loop below runs over whole strips, and none ends in a scalar remainder (at T = 128 a
+ * row's remainder was as long as its vector part, its exponentials one at a time); 0 where they do
+ * not fit (the last rows of a T that is no multiple of 32), and the rows' loops run to t. */
+static int64_t strips_end(int64_t t, int64_t T)
+{
+    const int64_t up = (t + CPU_LANES) / CPU_LANES * CPU_LANES;
+    return up <= T ? up : 0;
+}
+
 /* Row t of a [T, T] score matrix becomes softmax over s ≤ t (max subtracted first, so exp never
  * overflows), and zeros above the diagonal: backend/body/attention.h's formulas, its maximum and
  * sum in the order of the CUDA kernel's warp per row (cpu_lanes.h; a maximum is exact in any
- * order), its exponentials in a loop of their own. */
-static void causal_softmax(float *a, int64_t T)
+ * order), its exponentials in a loop of their own. Over whole strips the elements past t take part
+ * as −∞ in the maximum (never greater than the row's first score, where every lane starts) and as
+ * +0 in the sum (a lane's partial, never −0, is the same with +0 added): the same bits. */
+static void causal_softmax(float *a, int64_t T, int64_t t0, int64_t t1)
 {
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         float *row = a + t * T;
-        const float max = cpu_lanes_row_max(row, t + 1);
-        for (int64_t s = 0; s <= t; s++) row[s] = crew_att_exp(row[s], max); /* vectorised */
+        const int64_t up = strips_end(t, T), n = up ? up : t + 1;
         float p[CPU_LANES];
+        for (int l = 0; l < CPU_LANES; l++) p[l] = row[0];
+        for (int64_t s0 = 0; s0 < n; s0 += CPU_LANES) {
+            const int64_t w = cpu_lanes_width(n, s0);
+            for (int64_t l = 0; l < w; l++) {
+                const float x = s0 + l <= t ? row[s0 + l] : -INFINITY;
+                p[l] = x > p[l] ? x : p[l];
+            }
+        }
+        const float max = cpu_lanes_max(p);
+        for (int64_t s = 0; s < n; s++) row[s] = s <= t ? crew_att_exp(row[s], max) : 0.0f; /* vectorised */
         cpu_lanes_zero(p);
-        cpu_lanes_add(p, row, t + 1);
+        cpu_lanes_add(p, row, n);
         const float inv = 1.0f / cpu_lanes_sum(p);
-        for (int64_t s = 0; s <= t; s++) row[s] = crew_att_prob(row[s], inv);
-        for (int64_t s = t + 1; s < T; s++) row[s] = 0.0f;
+        for (int64_t s = 0; s < n; s++) row[s] = s <= t ? crew_att_prob(row[s], inv) : 0.0f;
+        for (int64_t s = n; s < T; s++) row[s] = 0.0f;
+    }
+}
+
+/* Through the softmax, rows [t0, t1) of a head: ds = att ⊙ (d att − Σ_s att·d att), over da; 0
+ * above the diagonal. Over whole strips as causal_softmax, the elements past t adding +0 to their
+ * lane's partial (d att there is whatever the products left, so they are masked, not multiplied). */
+static void softmax_backward(const float *a, float *da, int64_t T, int64_t t0, int64_t t1)
+{
+    for (int64_t t = t0; t < t1; t++) {
+        const float *ar = a + t * T;
+        float *dr = da + t * T;
+        const int64_t up = strips_end(t, T), n = up ? up : t + 1;
+        float p[CPU_LANES]; /* Σ_s att·datt in the warp's order (crew_att_lane_dot) */
+        cpu_lanes_zero(p);
+        for (int64_t s0 = 0; s0 < n; s0 += CPU_LANES) {
+            const int64_t w = cpu_lanes_width(n, s0);
+            for (int64_t l = 0; l < w; l++) p[l] += s0 + l <= t ? ar[s0 + l] * dr[s0 + l] : 0.0f;
+        }
+        const float dot = cpu_lanes_sum(p);
+        for (int64_t s = 0; s < n; s++) dr[s] = s <= t ? crew_att_grad(ar[s], dr[s], dot) : 0.0f;
+        for (int64_t s = n; s < T; s++) dr[s] = 0.0f;
     }
 }
 
@@ -69,9 +117,90 @@ static int64_t block_end(int64_t t0, int64_t T)
     return t0 + CPU_ATTENTION_BLOCK < T ? t0 + CPU_ATTENTION_BLOCK : T;
 }
 
+/* Rows of a head that go through scores, softmax and y (or d att, its backward and dq) together: a
+ * multiple of the tiles' rows, 16 KB of a [128, 128] head's att */
+#define SWEEP_ROWS 32
+
+static int64_t sweep_end(int64_t t0, int64_t T) { return t0 + SWEEP_ROWS < T ? t0 + SWEEP_ROWS : T; }
+
+/* The context's [d, T] scratch for one head's kᵀ or vᵀ; NULL, the device's pending error set, when
+ * there is no room */
+static float *head_scratch(cpu_ctx *x, int64_t T, int64_t d)
+{
+    const size_t need = (size_t)T * (size_t)d;
+    if (need > x->cap_head_t) {
+        float *grown = realloc(x->head_t, need * sizeof *grown);
+        if (!grown) {
+            x->out_of_memory = 1;
+            return NULL;
+        }
+        x->head_t = grown;
+        x->cap_head_t = need;
+    }
+    return x->head_t;
+}
+
+void cpu_attention_scores(const float *x, int64_t ldx, const float *y, int64_t ldy, int64_t T, int64_t d, float f,
+                          float *yt, float *out)
+{
+    cpu_att_transpose(y, ldy, T, d, yt);
+    cpu_att_rows_dot(x, ldx, yt, T, d, f, out, T, 0, T, T);
+}
+
+/* float32: one head's scores, softmax and y a sweep of rows at a time */
+static void forward_tiles(cpu_ctx *x, const float *qkv, float *att, float *y, int64_t batch, int64_t T, int64_t heads,
+                          int64_t d)
+{
+    const float scale = 1.0f / sqrtf((float)d);
+    float *kt = head_scratch(x, T, d);
+    if (!kt) return;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < heads; h++) {
+            head_view hv = head_at(b, h, T, heads, d);
+            const float *q = qkv + hv.qkv, *k = q + hv.C, *v = q + 2 * hv.C;
+            float *a = att + hv.att;
+            cpu_att_transpose(k, hv.ld, T, d, kt);
+            for (int64_t t0 = 0; t0 < T; t0 = sweep_end(t0, T)) {
+                const int64_t t1 = sweep_end(t0, T);
+                cpu_att_rows_dot(q, hv.ld, kt, T, d, scale, a, T, t0, t1, T); /* a = q·kᵀ/√d */
+                causal_softmax(a, T, t0, t1);
+                if (y) cpu_att_rows_mul(a, T, v, hv.ld, d, 1.0f, y + hv.out, hv.C, t0, t1); /* y_h = a·v */
+            }
+        }
+}
+
+/* float32: d att, its softmax backward and dq a sweep of rows at a time, then dv and dk */
+static void backward_tiles(cpu_ctx *x, const float *dy, const float *qkv, const float *att, float *datt, float *dqkv,
+                           int64_t batch, int64_t T, int64_t heads, int64_t d)
+{
+    const float scale = 1.0f / sqrtf((float)d);
+    float *vt = head_scratch(x, T, d);
+    if (!vt) return;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < heads; h++) {
+            head_view hv = head_at(b, h, T, heads, d);
+            const int64_t C = hv.C, ld = hv.ld;
+            const float *q = qkv + hv.qkv, *k = q + C, *v = q + 2 * C, *a = att + hv.att, *dyh = dy + hv.out;
+            float *da = datt + hv.att, *dq = dqkv + hv.qkv, *dk = dq + C, *dv = dq + 2 * C;
+            cpu_att_transpose(v, ld, T, d, vt);
+            for (int64_t t0 = 0; t0 < T; t0 = sweep_end(t0, T)) {
+                const int64_t t1 = sweep_end(t0, T);
+                cpu_att_rows_dot(dyh, C, vt, T, d, 1.0f, da, T, t0, t1, T); /* d att = dy_h·vᵀ */
+                softmax_backward(a, da, T, t0, t1);                            /* ds, over d att */
+                cpu_att_rows_mul(da, T, k, ld, d, scale, dq, ld, t0, t1);      /* dq = ds·k/√d */
+            }
+            cpu_att_cols_mul(a, T, dyh, C, d, 1.0f, dv, ld, T);  /* dv = attᵀ·dy_h */
+            cpu_att_cols_mul(da, T, q, ld, d, scale, dk, ld, T); /* dk = dsᵀ·q/√d */
+        }
+}
+
 void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
                            int64_t batch, int64_t T, int64_t heads, int64_t d)
 {
+    if (!products_in_bf16(ctx, att_type)) {
+        forward_tiles(ctx, qkv, att, y, batch, T, heads, d);
+        return;
+    }
     const float scale = 1.0f / sqrtf((float)d);
     const int bf16 = ((cpu_ctx *)ctx)->bf16, bf16_att = products_in_bf16(ctx, att_type);
     const int keep16 = att_type == CREW_DT_BF16;
@@ -85,7 +214,7 @@ void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype at
                 const int64_t t1 = block_end(t0, T);
                 gemm(ctx, bf16, 0, 1, t1 - t0, t1, d, scale, q + t0 * ld, ld, k, ld, a + t0 * T, T);
             }
-            causal_softmax(a, T);
+            causal_softmax(a, T, 0, T);
             if (keep16) { /* att keeps them in bfloat16; the product below rounds a to the same values */
                 crew_bf16 *a16 = (crew_bf16 *)att + hv.att;
                 for (int64_t i = 0; i < T * T; i++) crew_body_to_bf16(a, a16, i);
@@ -100,6 +229,10 @@ void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype at
 void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,
                             float *datt, float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t d)
 {
+    if (!products_in_bf16(ctx, att_type)) {
+        backward_tiles(ctx, dy, qkv, att, datt, dqkv, batch, T, heads, d);
+        return;
+    }
     const float scale = 1.0f / sqrtf((float)d);
     const int bf16 = ((cpu_ctx *)ctx)->bf16, bf16_att = products_in_bf16(ctx, att_type);
     for (int64_t b = 0; b < batch; b++)
@@ -122,18 +255,7 @@ void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const 
             for (int64_t s0 = 0; s0 < T; s0 = block_end(s0, T))
                 cpu_gemm_rounding(ctx, bf16_att && att_type != CREW_DT_BF16, bf16_att, 1, 0, block_end(s0, T) - s0, d,
                                   T - s0, 1.0f, a + s0 * T + s0, T, dyh + s0 * C, C, 0.0f, dv + s0 * ld, ld);
-            /* through the softmax: ds = att ⊙ (d att − Σ_s att·d att), row by row; 0 above the diagonal */
-            for (int64_t t = 0; t < T; t++) {
-                const float *ar = a + t * T;
-                float *dr = da + t * T;
-                float p[CPU_LANES]; /* Σ_s att·datt in the warp's order (crew_att_lane_dot) */
-                cpu_lanes_zero(p);
-                for (int64_t s0 = 0; s0 <= t; s0 += CPU_LANES) {
-                    const int64_t w = cpu_lanes_width(t + 1, s0);
-                    for (int64_t l = 0; l < w; l++) p[l] += ar[s0 + l] * dr[s0 + l];
-                }
-                crew_att_lane_grad(ar, 0, dr, t, T, cpu_lanes_sum(p), 0, 1);
-            }
+            softmax_backward(a, da, T, 0, T);
             for (int64_t t0 = 0; t0 < T; t0 = block_end(t0, T)) { /* dq = ds · k / √d, over s < t1 */
                 const int64_t t1 = block_end(t0, T);
                 gemm(ctx, bf16, 0, 0, t1 - t0, d, t1, scale, da + t0 * T, T, k, ld, dq + t0 * ld, ld);

@@ -26,6 +26,7 @@ static void cpu_destroy(void *ctx)
     if (ctx) {
         cpu_gemm_free(ctx);
         free(((cpu_ctx *)ctx)->taps);
+        free(((cpu_ctx *)ctx)->head_t);
     }
     free(ctx);
 }

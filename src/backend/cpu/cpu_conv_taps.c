@@ -29,33 +29,22 @@
 
 #include "backend/body/window.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/cpu_vec.h"
 #include "core/bf16.h"
 
-/* As many floats as one vector register holds: 16 with AVX-512, 8 with AVX2, 4 with SSE or NEON.
- * A lane group's values (FORWARD_GROUP's kernel, the gradients' sums: 9 lane vectors for a 3x3
- * kernel) must fit the register file: with 16 lanes on AVX2, two registers a vector, they did not,
- * and the spills made the first layer's two passes 36% of the demo CNN's step on an AMD EPYC
- * (AVX2), against 8% on an AVX-512 Xeon. Each filter is a lane of its own and its sums take the
- * same order at any width, so the bits do not depend on it. aligned(4): loads and stores of it may
- * start at any float. GCC's and Clang's vector extension, which compiles to whatever the target
- * has, where intrinsics would tie the file to one ISA. */
-#if defined(__AVX512F__)
-#define LANES 16
-#elif defined(__AVX__)
-#define LANES 8
-#else
-#define LANES 4
-#endif
-typedef float lanes __attribute__((vector_size(LANES * sizeof(float)), aligned(sizeof(float))));
+/* A lane group is one vector register of filters (cpu_vec.h). Its values (FORWARD_GROUP's kernel,
+ * the gradients' sums: 9 lane vectors for a 3x3 kernel) must fit the register file: with 16 lanes
+ * on AVX2, two registers a vector, they did not, and the spills made the first layer's two passes
+ * 36% of the demo CNN's step on an AMD EPYC (AVX2), against 8% on an AVX-512 Xeon. Each filter is a
+ * lane of its own and its sums take the same order at any width, so the bits do not depend on it. */
+#define LANES CPU_VEC_LANES
+typedef cpu_vec lanes;
+#define load(p) cpu_vec_load(p)
+#define store(p, v) cpu_vec_store(p, v)
 
 /* Filters in groups of at most this many (a multiple of LANES): the kernel gradient's per-sample
  * sums of a group, [taps, group], stay on the stack. */
 #define GROUP 128
-
-/* Macros, not functions: a function taking or returning a 64-byte vector has another ABI with and
- * without AVX-512 (gcc's -Wpsabi), and the sanitizer builds are not built for this machine. */
-#define load(p) (*(const lanes *)(p))
-#define store(p, v) (*(lanes *)(p) = (v))
 
 static const lanes ZERO = {0};
 

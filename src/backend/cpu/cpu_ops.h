@@ -20,6 +20,8 @@ typedef struct cpu_ctx {
     size_t cap_widen[2];
     float *taps;                /* a sample with its padding, for the convolutions of few taps (cpu_conv_taps.c) */
     size_t cap_taps;
+    float *head_t;              /* one head's kᵀ or vᵀ [d, T], for attention's tiles (cpu_attention.c) */
+    size_t cap_head_t;
     float *block_sum;           /* one block's product of a sum in blocks (sum_block), before it joins the sum */
     size_t cap_block_sum;
     int out_of_memory;          /* a GEMM found no room for its copies (or a convolution of few taps for
@@ -110,15 +112,35 @@ void cpu_layernorm_backward(void *ctx, const float *dy, const float *x, const fl
                             const float *mean, const float *rstd, float *dx, float *dgamma, float *dbeta,
                             int64_t rows, int64_t c);
 
-/* cpu_attention.c. Rows of the score matrix per block of the causal products: a row's scores are
- * the GEMM of its block (rows t0 .. t0 + 32, columns up to the block's end), and a GEMM library's
- * bits for a row may depend on the call's shape (oneDNN's do), so a check that recomputes them
- * (test_kernel_bodies) uses the same blocks. */
+/* cpu_attention.c. Rows of the score matrix per block of the causal products where they are GEMMs
+ * (bfloat16 products): a row's scores are the GEMM of its block (rows t0 .. t0 + 32, columns up to
+ * the block's end), and a GEMM library's bits for a row may depend on the call's shape (oneDNN's
+ * do), so a check that recomputes them (test_kernel_bodies) uses the same blocks. In float32 the
+ * products are cpu_attention_tiles.c's, and such a check calls cpu_attention_scores. */
 #define CPU_ATTENTION_BLOCK 32
+/* out [T, T] = f · x·yᵀ over the causal part (rows t, columns s ≤ t, and what shares their tiles),
+ * as cpu_attention_forward computes a head's scores (f = 1/√d, x = q, y = k) and its backward
+ * d att (f = 1, x = dy, y = v) in float32; x and y [T, d] with leading dimensions ldx and ldy,
+ * yt [d, T] scratch. */
+void cpu_attention_scores(const float *x, int64_t ldx, const float *y, int64_t ldy, int64_t T, int64_t d, float f,
+                          float *yt, float *out);
 void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype att_type, float *scores, float *y,
                            int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
 void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const void *att, crew_dtype att_type,
                             float *datt, float *dqkv, int64_t batch, int64_t T, int64_t heads, int64_t head_dim);
+
+/* cpu_attention_tiles.c: one head's products in register tiles, each sum ascending over its index
+ * (that file says which terms a causal range leaves out). out[t, s] = f · Σ_k x[t, k] · yt[k, s]
+ * for rows [t0, t1), columns s ≤ t (and those sharing their vectors, below n); out[t, c] = f ·
+ * Σ_{s ≤ t} a[t, s] · v[s, c] for rows [t0, t1), c < width; out[s, c] = f · Σ_{t ≥ s} a[t, s] ·
+ * v[t, c] for s, t < n, c < width; xt [cols, rows] = xᵀ. */
+void cpu_att_rows_dot(const float *x, int64_t ldx, const float *yt, int64_t ldy, int64_t k_n, float f, float *out,
+                      int64_t ldo, int64_t t0, int64_t t1, int64_t n);
+void cpu_att_rows_mul(const float *a, int64_t lda, const float *v, int64_t ldv, int64_t width, float f, float *out,
+                      int64_t ldo, int64_t t0, int64_t t1);
+void cpu_att_cols_mul(const float *a, int64_t lda, const float *v, int64_t ldv, int64_t width, float f, float *out,
+                      int64_t ldo, int64_t n);
+void cpu_att_transpose(const float *x, int64_t ldx, int64_t rows, int64_t cols, float *xt);
 
 /* cpu_loss.c */
 crew_status cpu_softmax_xent(void *ctx, const float *logits, const int32_t *labels, int64_t rows, int64_t classes,
