@@ -2349,10 +2349,11 @@ static int attention_grad_agrees_with_differences(const attn_case *ac, double *q
 }
 
 /* att, y and dqkv relative to the size of their terms (mag, first_mismatch_of_sum). A score is a
- * sum of d ≤ 8 products, an att value a few float operations more on it and the row's sum of
- * T ≤ 9 exponentials, y and each piece of dqkv a GEMM over T or d ≤ 9 terms, the softmax's
- * backward one dot over T more: ≤ ~30 roundings of 2^-24, under 2e-6 of the terms, so 1e-5 leaves
- * a margin of 5x while a wrong index, scale or mask errs by O(1). */
+ * sum of d ≤ 48 products, an att value a few float operations more on it and the row's sum of
+ * T ≤ 70 exponentials, y and each piece of dqkv a sum over T or d terms, the softmax's backward one
+ * dot over T more: at worst ~150 roundings of 2^-24, 9e-6 of the terms, and in practice (roundings
+ * that do not all fall one way) a few times less, so 1e-5 holds while a wrong index, scale or mask
+ * errs by O(1). */
 static const tolerance attn_forward_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
 static const tolerance attn_backward_tol[] = {{"cpu", RTOL, 1e-7}, {NULL, 0, 0}};
 
@@ -2421,8 +2422,11 @@ static void check_attention(const device *d, const attn_case *ac)
     for (int64_t j = 0; j < z.n_y; j++) dy_r[j] = dy[j];
     double max_score = attention_ref_forward(ac, qkv_r, want_att, want_y, mag_att, mag_y);
     attention_ref_backward(ac, qkv_r, want_att, dy_r, want_dqkv, mag_dqkv);
-    EXPECT(d, attention_grad_agrees_with_differences(ac, qkv_r, dy_r, want_dqkv, mag_dqkv),
-           "attention (%s): the reference dqkv disagrees with finite differences", shape);
+    /* the reference checks itself on the small cases (two reference passes per input: at the
+     * tile-sized ones, 20,000 inputs of a 500,000-product pass, minutes under the sanitizers) */
+    if (attn_sizes_of(ac).n_qkv <= 2048)
+        EXPECT(d, attention_grad_agrees_with_differences(ac, qkv_r, dy_r, want_dqkv, mag_dqkv),
+               "attention (%s): the reference dqkv disagrees with finite differences", shape);
     if (ac->q_scale > 1.0f)
         EXPECT(d, max_score > 89.0, "attention (%s): the largest score is %.3g, which expf does not overflow on",
                shape, max_score);
