@@ -886,6 +886,126 @@ static void check_sum_block(const device *d)
     crew_device_close(&bl->be);
 }
 
+/* gemm_bias (backend.h): c = a · b + bias on d, against the double reference (the padding columns of
+ * c left alone, bias NULL: the product alone, k = 0: the bias itself); a bfloat16 a gives the bits
+ * of its widened values on a device opened in bf16, and a float32 a on that device is near the
+ * rounded operands' reference; on a device summing in blocks of rows it is its blocks' products.
+ * (Not that a row's bits are the same whatever rows share the call: a library's are not always,
+ * docs/ARCHITECTURE.md, and equal runs make equal calls.) */
+static int64_t first_mismatch_of_sum(const float *got, const double *want, const double *mag, int64_t n,
+                                     tolerance t);
+
+/* want, and in mag the sum of the terms' sizes (the float sum's error grows with them, not with
+ * the result: first_mismatch_of_sum) */
+static void gemm_bias_reference(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                                int64_t ldb, const float *bias, const float *c, int64_t ldc, double *want, double *mag)
+{
+    for (int64_t i = 0; i < m * ldc; i++) want[i] = c[i], mag[i] = 0.0;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0.0, size = bias ? fabs(bias[j]) : 0.0;
+            for (int64_t p = 0; p < k; p++) {
+                double t = (double)a[i * lda + p] * b[p * ldb + j];
+                s += t, size += fabs(t);
+            }
+            want[i * ldc + j] = s + (bias ? bias[j] : 0.0);
+            mag[i * ldc + j] = size;
+        }
+}
+
+/* c_d [m, ldc] holding c on d, gemm_bias run on it, back on the host */
+static float *run_gemm_bias(const device *d, int64_t m, int64_t n, int64_t k, const void *a, crew_dtype at,
+                            int64_t lda, const float *b, int64_t ldb, const float *bias, const float *c, int64_t ldc)
+{
+    void *a_d = dev_copy_of(d, at, a, m * lda);
+    float *b_d = dev_f32(d, b, k * ldb), *bias_d = bias ? dev_f32(d, bias, n) : NULL, *c_d = dev_f32(d, c, m * ldc);
+    d->be.ops->gemm_bias(d->be.ctx, m, n, k, a_d, at, lda, b_d, ldb, bias_d, c_d, ldc);
+    EXPECT_SYNCED(d);
+    float *got = host_f32(d, c_d, m * ldc);
+    DEV_FREE(d, a_d, b_d, c_d);
+    if (bias_d) DEV_FREE(d, bias_d);
+    return got;
+}
+
+static void check_gemm_bias(const device *d, int64_t m, int64_t n, int64_t k, int with_bias)
+{
+    const int64_t lda = k + 3, ldb = n + 2, ldc = n + 1;
+    float *a = fbuf(m * lda), *b = fbuf((k ? k : 1) * ldb), *bias = fbuf(n), *c = fbuf(m * ldc);
+    double *want = dbuf(m * ldc), *mag = dbuf(m * ldc);
+    fill_uniform(a, m * lda, -1.0f, 1.0f, 71);
+    fill_uniform(b, (k ? k : 1) * ldb, -1.0f, 1.0f, 73);
+    fill_uniform(bias, n, -1.0f, 1.0f, 79);
+    fill_uniform(c, m * ldc, -9.0f, 9.0f, 83); /* what c held before: no part of the answer */
+    const float *bp = with_bias ? bias : NULL;
+    gemm_bias_reference(m, n, k, a, lda, b, ldb, bp, c, ldc, want, mag);
+    float *got = run_gemm_bias(d, m, n, k, a, CREW_DT_F32, lda, b, ldb, bp, c, ldc);
+    int64_t bad = first_mismatch_of_sum(got, want, mag, m * ldc, tol_for(d, gemm_tol));
+    EXPECT(d, bad < 0, "gemm_bias m=%lld n=%lld k=%lld bias %d: c[%lld] = %.9g, want %.9g", (long long)m, (long long)n,
+           (long long)k, with_bias, (long long)bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad]);
+    HOST_FREE(a, b, bias, c, want, mag, got);
+}
+
+static void check_gemm_bias_bf16(const device *d, int64_t m, int64_t n, int64_t k)
+{
+    device bv = {d->kind, {0}}, *bf = &bv;
+    const crew_device_options o = {.blas_threads = 1, .precision = CREW_PRECISION_BF16};
+    EXPECT_OK(bf, crew_device_open(bf->kind->name, 0, &o, &bf->be));
+    if (!bf->be.ops) return;
+    const int64_t lda = k + 1, ldb = n, ldc = n;
+    float *a = fbuf(m * lda), *b = fbuf(k * ldb), *bias = fbuf(n), *c = fbuf(m * ldc), *ra = fbuf(m * lda),
+          *rb = fbuf(k * ldb);
+    crew_bf16 *a_bits = hbuf(CREW_DT_BF16, m * lda);
+    double *want = dbuf(m * ldc), *mag = dbuf(m * ldc);
+    fill_uniform(a, m * lda, -1.0f, 1.0f, 87);
+    fill_uniform(b, k * ldb, -1.0f, 1.0f, 89);
+    fill_uniform(bias, n, -1.0f, 1.0f, 97);
+    fill_uniform(c, m * ldc, -1.0f, 1.0f, 101);
+    for (int64_t i = 0; i < m * lda; i++) a_bits[i] = crew_bf16_bits(a[i]), ra[i] = crew_bf16_round(a[i]);
+    for (int64_t i = 0; i < k * ldb; i++) rb[i] = crew_bf16_round(b[i]);
+    /* float32 operands on the bf16 device: the rounded operands' product */
+    gemm_bias_reference(m, n, k, ra, lda, rb, ldb, bias, c, ldc, want, mag);
+    float *got = run_gemm_bias(bf, m, n, k, a, CREW_DT_F32, lda, b, ldb, bias, c, ldc);
+    int64_t bad = first_mismatch_of_sum(got, want, mag, m * ldc, tol_for(d, gemm_bf16_tol));
+    EXPECT(bf, bad < 0, "gemm_bias in bf16 m=%lld n=%lld k=%lld: c[%lld] = %.9g, want %.9g", (long long)m,
+           (long long)n, (long long)k, (long long)bad, bad < 0 ? 0.0 : got[bad], bad < 0 ? 0.0 : want[bad]);
+    /* a held in bfloat16, on either device: those bits */
+    for (int on_bf = 0; on_bf < 2; on_bf++) {
+        const device *t = on_bf ? bf : d;
+        float *typed = run_gemm_bias(t, m, n, k, a_bits, CREW_DT_BF16, lda, b, ldb, bias, c, ldc);
+        EXPECT(t, memcmp(typed, got, sizeof(float) * (size_t)(m * ldc)) == 0,
+               "gemm_bias with a in bfloat16 m=%lld n=%lld k=%lld on a device opened in %s: not the bits of its "
+               "values in bf16", (long long)m, (long long)n, (long long)k, on_bf ? "bf16" : "fp32");
+        HOST_FREE(typed);
+    }
+    HOST_FREE(a, b, bias, c, ra, rb, a_bits, want, mag, got);
+    crew_device_close(&bf->be);
+}
+
+static void check_gemm_bias_blocks(const device *d)
+{
+    device bv = {d->kind, {0}}, *bl = &bv;
+    const int64_t block = 3, m = 8, n = 5, k = 7;
+    const crew_device_options o = {.blas_threads = 1, .sum_block = block};
+    EXPECT_OK(bl, crew_device_open(bl->kind->name, 0, &o, &bl->be));
+    if (!bl->be.ops) return;
+    float *a = fbuf(m * k), *b = fbuf(k * n), *bias = fbuf(n), *c = fbuf(m * n);
+    fill_uniform(a, m * k, -1.0f, 1.0f, 103);
+    fill_uniform(b, k * n, -1.0f, 1.0f, 107);
+    fill_uniform(bias, n, -1.0f, 1.0f, 109);
+    fill_uniform(c, m * n, -1.0f, 1.0f, 113);
+    float *got = run_gemm_bias(bl, m, n, k, a, CREW_DT_F32, k, b, n, bias, c, n);
+    for (int64_t r0 = 0; r0 < m; r0 += block) {
+        int64_t rows = m - r0 < block ? m - r0 : block;
+        float *want = run_gemm_bias(d, rows, n, k, a + r0 * k, CREW_DT_F32, k, b, n, bias, c + r0 * n, n);
+        EXPECT(d, memcmp(got + r0 * n, want, sizeof(float) * (size_t)(rows * n)) == 0,
+               "gemm_bias on a device summing in blocks of %lld rows: rows %lld.. are not their block's product",
+               (long long)block, (long long)r0);
+        HOST_FREE(want);
+    }
+    HOST_FREE(a, b, bias, c, got);
+    crew_device_close(&bl->be);
+}
+
 static void test_gemm(const device *d)
 {
     check_sum_block(d);
@@ -908,6 +1028,17 @@ static void test_gemm(const device *d)
             check_gemm(d, ta, tb, 4, 3, 0, 1.0f, 0.0f);
         }
     check_gemm_refused(d);
+    /* gemm_bias: the models' forward products' shapes in small (a dense layer's 784 inputs, a
+     * transformer's 128 and 512, a convolution's 288) and odd ones */
+    check_gemm_bias(d, 7, 5, 9, 1);
+    check_gemm_bias(d, 37, 33, 128, 1);
+    check_gemm_bias(d, 21, 19, 512, 1);
+    check_gemm_bias(d, 6, 17, 784, 1);
+    check_gemm_bias(d, 50, 64, 288, 1);
+    check_gemm_bias(d, 9, 12, 40, 0);
+    check_gemm_bias(d, 4, 3, 0, 1); /* nothing summed: the bias */
+    check_gemm_bias_bf16(d, 6, 9, 33);
+    check_gemm_bias_blocks(d);
 }
 
 /* ------------------------------------------------------------------ convolution */

@@ -59,9 +59,9 @@ static crew_rng rng;
 
 /* ------------------------------------------------------------------ the kernels covered */
 
-/* Every __global__ kernel of crew (grep -n __global__ -r src): 47. */
+/* Every __global__ kernel of crew (grep -n __global__ -r src): 48. */
 static const char *const all_kernels[] = {
-    "k_fill", "k_axpby", "k_mul", "k_broadcast_rows", "k_col_sum", "k_act_forward", "k_act_backward",
+    "k_fill", "k_axpby", "k_mul", "k_broadcast_rows", "k_bias_rows", "k_col_sum", "k_act_forward", "k_act_backward",
     "k_act_forward_slope", "k_dropout",
     "k_im2col", "k_col2im", "k_maxpool_forward", "k_maxpool_backward", "k_avgpool_forward", "k_avgpool_backward",
     "k_bn_col_sum", "k_col_sqdev", "k_bn_scale_sums", "k_bn_forward", "k_bn_backward_sums", "k_bn_backward",
@@ -226,6 +226,16 @@ static void check_elementwise(void)
         for (int64_t i = 0; i < n; i++) crew_body_broadcast_rows(got, bias, cols, i);
         be.ops->broadcast_rows(be.ctx, want, bias, rows, cols);
         SAME_F("k_broadcast_rows", geo, got, want, n);
+        { /* into rows 3 apart wider than the block: gemm_bias of no terms leaves the bias there */
+            const int64_t ld = cols + 3;
+            float *c_got = floats(rows * ld), *c_want = floats(rows * ld);
+            uniform(c_got, rows * ld, -1, 1);
+            memcpy(c_want, c_got, (size_t)(rows * ld) * sizeof *c_got);
+            for (int64_t i = 0; i < n; i++) crew_body_bias_rows(c_got, ld, bias, cols, i);
+            be.ops->gemm_bias(be.ctx, rows, cols, 0, x, CREW_DT_F32, 1, x, cols, bias, c_want, ld);
+            SAME_F("k_bias_rows", geo, c_got, c_want, rows * ld);
+            free(c_got), free(c_want);
+        }
         for (int acc = 0; acc <= 1; acc++) {
             uniform(got, cols, -5, 5);
             memcpy(want, got, (size_t)cols * sizeof *got);
@@ -235,7 +245,7 @@ static void check_elementwise(void)
         }
         free(x), free(bias), free(got), free(want);
     }
-    cover("k_broadcast_rows"), cover("k_col_sum");
+    cover("k_broadcast_rows"), cover("k_bias_rows"), cover("k_col_sum");
 }
 
 static void check_to_bf16(void)

@@ -192,6 +192,13 @@ typedef struct crew_backend_ops {
     void (*gemm_typed)(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                        const void *a, crew_dtype a_type, int64_t lda, const void *b, crew_dtype b_type, int64_t ldb,
                        float beta, float *c, int64_t ldc);
+    /* A layer's forward product: c[m, n] = a[m, k] · b[k, n] + bias, the row bias[n] added to every
+     * row of the finished sum (a GEMM library's epilogue: oneDNN's matmul bias, cuBLAS's beta = 1
+     * over rows of bias), so no pass seeds c first; bias NULL: the product alone (gemm's beta = 0).
+     * a is float32 or bfloat16 (a_type), b float32, with gemm_typed's rule: a bfloat16 product when
+     * a is bfloat16 or the device runs in bf16. */
+    void (*gemm_bias)(void *ctx, int64_t m, int64_t n, int64_t k, const void *a, crew_dtype a_type, int64_t lda,
+                      const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc);
     /* y[i] = x[i] rounded to bfloat16 (to nearest, ties to even; core/bf16.h), i < n */
     void (*to_bf16)(void *ctx, const float *x, crew_bf16 *y, int64_t n);
     /* y = alpha x + beta y, computed as written for every beta (0 · NaN is NaN, unlike BLAS's
@@ -200,8 +207,8 @@ typedef struct crew_backend_ops {
     void (*mul)(void *ctx, int64_t n, const float *a, const float *b, float *out);          /* out = a * b */
 
     /* ---- rows × columns: x [rows, cols] */
-    /* y[r,c] = b[c]: a layer preloads its bias, then accumulates the GEMM on top (beta = 1), which
-     * saves the pass that zeroes C for beta = 0 and a separate pass adding the bias. */
+    /* y[r,c] = b[c]: the bias of a product gemm_bias does not make (a convolution library's, which
+     * accumulates on top of it), and gemm_bias's own on a GPU (then a GEMM with beta = 1). */
     void (*broadcast_rows)(void *ctx, float *y, const float *bias, int64_t rows, int64_t cols);
     void (*col_sum)(void *ctx, const float *x, int64_t rows, int64_t cols, float *out, int accumulate);
 

@@ -92,11 +92,9 @@ static crew_status conv_forward(crew_layer *l, const crew_pass *p, const float *
     for (int64_t r0 = 0; r0 < p->rows; r0 += chunk) {
         g.batch = p->rows - r0 < chunk ? p->rows - r0 : chunk;
         int64_t m = g.batch * g.out_h * g.out_w;
-        /* the bias seeds the chunk's outputs right before the GEMM adds to them, still in cache */
-        if (!l->spec.no_bias) o->broadcast_rows(p->be->ctx, y + r0 * y_per, l->params[1].value, m, n);
         o->im2col(p->be->ctx, x + r0 * x_per, l->work[0], &g);
-        o->gemm(p->be->ctx, 0, 0, m, n, k, 1.0f, l->work[0], k, l->params[0].value, n,
-                l->spec.no_bias ? 0.0f : 1.0f, y + r0 * y_per, n);
+        o->gemm_bias(p->be->ctx, m, n, k, l->work[0], CREW_DT_F32, k, l->params[0].value, n,
+                     l->spec.no_bias ? NULL : l->params[1].value, y + r0 * y_per, n);
     }
     return CREW_OK;
 }

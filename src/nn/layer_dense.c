@@ -26,8 +26,8 @@ static crew_status dense_forward(crew_layer *l, const crew_pass *p, const float 
 {
     const crew_backend_ops *o = p->be->ops;
     int64_t m = gemm_rows(l, p->rows), k = l->in.dim[l->in.ndim - 1], n = l->spec.units;
-    if (!l->spec.no_bias) o->broadcast_rows(p->be->ctx, y, l->params[1].value, m, n);
-    o->gemm(p->be->ctx, 0, 0, m, n, k, 1.0f, x, k, l->params[0].value, n, l->spec.no_bias ? 0.0f : 1.0f, y, n);
+    o->gemm_bias(p->be->ctx, m, n, k, x, CREW_DT_F32, k, l->params[0].value, n,
+                 l->spec.no_bias ? NULL : l->params[1].value, y, n);
     return CREW_OK;
 }
 

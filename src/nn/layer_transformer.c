@@ -135,13 +135,12 @@ static float *att_buffer(crew_layer *l) { return l->work[l->store.att_recompute 
 static float *val(crew_layer *l, int i) { return l->params[i].value; }
 static float *grad(crew_layer *l, int i) { return l->params[i].grad; }
 
-/* y [n, out] = bias + x [n, in] · kernel [in, out]; x of type xt */
+/* y [n, out] = x [n, in] · kernel [in, out] + bias (added to the finished sum); x of type xt */
 static void dense(const crew_pass *p, const void *x, crew_dtype xt, const float *kernel, const float *bias, float *y,
                   int64_t n, int64_t in, int64_t out)
 {
     const crew_backend_ops *o = p->be->ops;
-    o->broadcast_rows(p->be->ctx, y, bias, n, out);
-    o->gemm_typed(p->be->ctx, 0, 0, n, out, in, 1.0f, x, xt, in, kernel, CREW_DT_F32, out, 1.0f, y, out);
+    o->gemm_bias(p->be->ctx, n, out, in, x, xt, in, kernel, out, bias, y, out);
 }
 
 /* dx = dy · kernelᵀ when dx is given, then d kernel = xᵀ · dy, d bias = Σ_rows dy (both

@@ -18,6 +18,14 @@ CREW_BODY void crew_body_mul(const float *a, const float *b, float *out, int64_t
 /* y [rows, cols] = bias in every row; the CPU copies a row at a time */
 CREW_BODY void crew_body_broadcast_rows(float *y, const float *bias, int64_t cols, int64_t i) { y[i] = bias[i % cols]; }
 
+/* The same into a [rows, cols] block of c whose rows lie ldc apart (the other columns untouched):
+ * a GPU's gemm_bias, which then adds the product with beta = 1 (the CPU's adds the bias after the
+ * product: for k = 0 it leaves the bias, these values) */
+CREW_BODY void crew_body_bias_rows(float *c, int64_t ldc, const float *bias, int64_t cols, int64_t i)
+{
+    c[(i / cols) * ldc + i % cols] = bias[i % cols];
+}
+
 /* Column j's sum over the rows in order, onto out[j] (accumulate) or from 0. The CPU walks rows
  * outer, columns inner (contiguous): the same adds in the same order for every column. */
 CREW_BODY void crew_body_col_sum(const float *x, int64_t rows, int64_t cols, float *out, int accumulate, int64_t j)

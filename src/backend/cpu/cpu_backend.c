@@ -294,6 +294,7 @@ const crew_backend_ops crew_cpu_ops = {
     .fill = cpu_fill,
     .gemm = cpu_gemm,
     .gemm_typed = cpu_gemm_typed,
+    .gemm_bias = cpu_gemm_bias,
     .to_bf16 = cpu_to_bf16,
     .axpby = cpu_axpby,
     .mul = cpu_mul,

@@ -62,7 +62,7 @@ static void sgemm(cpu_ctx *x, int trans_a, int trans_b, int64_t m, int64_t n, in
     omp_set_num_threads(x ? x->blas_threads : 1);
     dnnl_status_t st =
         dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (st != dnnl_success && x && !x->gemm_status) x->gemm_status = (int)st;
+    if (st != dnnl_success && x && !x->gemm_status) x->gemm_status = (int)st, x->gemm_failed = "sgemm";
 #else
     (void)x;
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (blasint)m,
@@ -135,6 +135,47 @@ void cpu_gemm_rounding(void *ctx, int round_a, int round_b, int trans_a, int tra
     }
 }
 
+/* c[m, n] = a[m, k] · b[k, n] + bias in float32, the bias added to the finished sum: oneDNN's
+ * matmul with the bias in its kernel (cpu_matmul.c), or the library's sgemm and then the bias,
+ * which is the same order. Without a bias, sgemm with beta = 0. */
+static void sgemm_bias(cpu_ctx *x, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                       int64_t ldb, const float *bias, float *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0) return;
+#if CREW_GEMM_ONEDNN
+    if (bias && k > 0) {
+        int st = cpu_matmul_bias(x, m, n, k, a, lda, b, ldb, bias, c, ldc);
+        if (st && !x->gemm_status) x->gemm_status = st, x->gemm_failed = "matmul";
+        return;
+    }
+#endif
+    sgemm(x, 0, 0, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    if (!bias) return;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) c[i * ldc + j] += bias[j];
+}
+
+void cpu_gemm_bias(void *ctx, int64_t m, int64_t n, int64_t k, const void *a, crew_dtype a_type, int64_t lda,
+                   const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc)
+{
+    cpu_ctx *x = ctx;
+    const int a16 = a_type == CREW_DT_BF16;
+    const float *fa = a, *fb = b;
+    if (a16 && m > 0 && k > 0 && !(fa = cpu_widened(x, 0, a, (m - 1) * lda + k))) return;
+    if ((x->bf16 || a16) && m > 0 && n > 0 && k > 0) { /* gemm_typed's rule: a bfloat16 product */
+        if (!a16 && (fa = rounded(&x->round_a, &x->cap_a, fa, m, k, lda))) lda = k;
+        if ((fb = rounded(&x->round_b, &x->cap_b, b, k, n, ldb))) ldb = n;
+        if (!fa || !fb) {
+            x->out_of_memory = 1;
+            return;
+        }
+    }
+    /* configure's sum_block: the batch's rows block by block, as gemm's */
+    const int64_t block = x->sum_block > 0 && m > x->sum_block ? x->sum_block : m;
+    for (int64_t m0 = 0; m0 < m; m0 += block)
+        sgemm_bias(x, m - m0 < block ? m - m0 : block, n, k, fa + m0 * lda, lda, fb, ldb, bias, c + m0 * ldc, ldc);
+}
+
 crew_status cpu_configure(void *ctx, const crew_device_options *o)
 {
     cpu_ctx *x = ctx;
@@ -157,7 +198,7 @@ crew_status cpu_take_failure(void *ctx)
         int st = x->gemm_status;
         x->gemm_status = 0;
         return crew_errorf(st == 1 ? CREW_CODE_OUT_OF_MEMORY : CREW_CODE_INTERNAL,
-                           "cpu backend: oneDNN's sgemm failed with status %d (%s)", st,
+                           "cpu backend: oneDNN's %s failed with status %d (%s)", x->gemm_failed, st,
                            st == 1 ? "out of memory" : st == 2 ? "invalid arguments" : "see dnnl_types.h");
     }
     if (!x || !x->out_of_memory) return CREW_OK;
@@ -213,4 +254,7 @@ void cpu_gemm_free(cpu_ctx *c)
     free(c->widen[0]);
     free(c->widen[1]);
     free(c->block_sum);
+#if CREW_GEMM_ONEDNN
+    cpu_matmul_free(c->matmuls);
+#endif
 }

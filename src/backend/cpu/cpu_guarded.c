@@ -568,6 +568,17 @@ static void guard_gemm_typed(void *ctx, int trans_a, int trans_b, int64_t m, int
         crew_cpu_ops.gemm_typed(c.cpu, trans_a, trans_b, m, n, k, alpha, sa, a_type, lda, sb, b_type, ldb, beta, sc, ldc);
 }
 
+static void guard_gemm_bias(void *ctx, int64_t m, int64_t n, int64_t k, const void *a, crew_dtype a_type, int64_t lda,
+                            const float *b, int64_t ldb, const float *bias, float *cm, int64_t ldc)
+{
+    op_call c = begin(ctx, "gemm_bias");
+    const void *sa = float_type_ok(&c, "a", a_type) ? operand(&c, "a", a, matrix_extent(m, k, lda), a_type) : a;
+    const float *sb = f32(&c, "b", b, matrix_extent(k, n, ldb));
+    const float *sbias = bias ? f32(&c, "bias", bias, n) : NULL;
+    float *sc = f32(&c, "c", cm, matrix_extent(m, n, ldc));
+    if (c.ok) crew_cpu_ops.gemm_bias(c.cpu, m, n, k, sa, a_type, lda, sb, ldb, sbias, sc, ldc);
+}
+
 static void guard_to_bf16(void *ctx, const float *x, crew_bf16 *y, int64_t n)
 {
     op_call c = begin(ctx, "to_bf16");
@@ -1054,6 +1065,7 @@ static void guard_conv_taps_pool_grads(void *ctx, const float *x, const float *d
     .fill = guard_fill, \
     .gemm = guard_gemm, \
     .gemm_typed = guard_gemm_typed, \
+    .gemm_bias = guard_gemm_bias, \
     .to_bf16 = guard_to_bf16, \
     .axpby = guard_axpby, \
     .mul = guard_mul, \

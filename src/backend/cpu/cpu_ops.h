@@ -24,12 +24,14 @@ typedef struct cpu_ctx {
     size_t cap_head_t;
     float *block_sum;           /* one block's product of a sum in blocks (sum_block), before it joins the sum */
     size_t cap_block_sum;
+    struct cpu_matmuls *matmuls; /* oneDNN's matmul primitives made for gemm_bias (cpu_matmul.c); NULL: none yet */
     int out_of_memory;          /* a GEMM found no room for its copies (or a convolution of few taps for
                                    its padded sample): the next sync, download or
                                    softmax_xent fails (the CPU runs every op at once and has no other
                                    way to fail one) */
-    int gemm_status;            /* the first failed sgemm's status (oneDNN's dnnl_status_t), reported the
-                                   same way; 0: none */
+    int gemm_status;            /* the first failed sgemm's or matmul's status (oneDNN's dnnl_status_t),
+                                   reported the same way; 0: none */
+    const char *gemm_failed;    /* which of the two failed: "sgemm" or "matmul" */
 } cpu_ctx;
 
 /* cpu_gemm.c: c[m, n] = alpha · op(a) · op(b) + beta · c (backend.h), in the device's precision */
@@ -46,6 +48,14 @@ float *cpu_widened(cpu_ctx *c, int slot, const crew_bf16 *x, int64_t n);
 void cpu_gemm_typed(void *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *a,
                     crew_dtype a_type, int64_t lda, const void *b, crew_dtype b_type, int64_t ldb, float beta, float *c,
                     int64_t ldc);
+/* c[m, n] = a · b + bias, the bias added to the finished sum (backend.h's gemm_bias) */
+void cpu_gemm_bias(void *ctx, int64_t m, int64_t n, int64_t k, const void *a, crew_dtype a_type, int64_t lda,
+                   const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc);
+/* cpu_matmul.c (oneDNN builds): the same in float32 by oneDNN's matmul primitive, made once per shape
+ * and kept in the context; returns oneDNN's status (0: done) */
+int cpu_matmul_bias(cpu_ctx *x, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b,
+                    int64_t ldb, const float *bias, float *c, int64_t ldc);
+void cpu_matmul_free(struct cpu_matmuls *mm);
 void cpu_to_bf16(void *ctx, const float *x, crew_bf16 *y, int64_t n);
 crew_status cpu_configure(void *ctx, const crew_device_options *o);
 /* The failure a GEMM left (out_of_memory), then cleared; CREW_OK without one. */

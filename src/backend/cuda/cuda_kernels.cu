@@ -103,6 +103,10 @@ __global__ void k_broadcast_rows(float *y, const float *bias, int64_t rows, int6
 {
     FOR_EACH(i, rows * cols) crew_body_broadcast_rows(y, bias, cols, i);
 }
+__global__ void k_bias_rows(float *c, int64_t ldc, const float *bias, int64_t rows, int64_t cols)
+{
+    FOR_EACH(i, rows * cols) crew_body_bias_rows(c, ldc, bias, cols, i);
+}
 /* One thread per column, the rows in order. */
 __global__ void k_col_sum(const float *x, int64_t rows, int64_t cols, float *out, int accumulate, int64_t block)
 {
@@ -142,6 +146,21 @@ static void cuda_broadcast_rows(void *ctx, float *y, const float *bias, int64_t 
     if (rows * cols <= 0) return;
     k_broadcast_rows LAUNCH(c, rows * cols)(y, bias, rows, cols);
     cuda_launched(c, "broadcast_rows");
+}
+
+/* The bias in every row, then cuBLAS adds the product to it with beta = 1: its epilogue computes
+ * alpha · sum + beta · c, the bias joining the finished sum as backend.h asks. */
+static void cuda_gemm_bias(void *ctx, int64_t m, int64_t n, int64_t k, const void *a, crew_dtype a_type, int64_t lda,
+                           const float *b, int64_t ldb, const float *bias, float *out, int64_t ldc)
+{
+    cuda_ctx *c = enter(ctx);
+    if (m <= 0 || n <= 0) return;
+    if (bias) {
+        k_bias_rows LAUNCH(c, m * n)(out, ldc, bias, m, n);
+        cuda_launched(c, "gemm_bias's bias");
+    }
+    cuda_gemm_typed(c, 0, 0, m, n, k, 1.0f, a, a_type, lda, 0, b, CREW_DT_F32, ldb, 0, bias ? 1.0f : 0.0f, out, ldc, 0,
+                    1);
 }
 
 static void cuda_col_sum(void *ctx, const float *x, int64_t rows, int64_t cols, float *out, int accumulate)
@@ -765,6 +784,7 @@ void cuda_kernel_ops(crew_backend_ops *o)
     o->axpby = cuda_axpby;
     o->mul = cuda_mul;
     o->broadcast_rows = cuda_broadcast_rows;
+    o->gemm_bias = cuda_gemm_bias;
     o->col_sum = cuda_col_sum;
     o->act_forward = cuda_act_forward;
     o->act_backward = cuda_act_backward;
