@@ -677,11 +677,12 @@ typedef struct crew_fit_plan {
      * the planner's choice when it is 0) and how many the model's (a pipeline's largest stage's)
      * gradients make; 0 buckets with one replica. One bucket is reduced by the replicas' own threads
      * after the backward pass; several, each on a communication thread as soon as backward has
-     * completed it. bucket_auto: 1 when the planner chose (docs/PERFORMANCE.md says by what
-     * measurement). */
+     * completed it. bucket_auto: 1 when the planner chose; bucket_rule: by which rule
+     * (crew_bucket_rule; docs/PERFORMANCE.md has the measurements behind each). */
     double bucket_mb;
     int buckets;
     int bucket_auto;
+    int bucket_rule;            /* why that size (a crew_bucket_rule) */
     /* What the replicas shard (crew_fit_options.shard and shard_optimizer, as resolved: NONE with
      * one replica; shard_optimizer above is 1 from OPTIMIZER on), and with GRADIENTS or PARAMETERS
      * the units of layers they gather and reduce-scatter: their size and count, and the unit a tied
@@ -1515,6 +1516,19 @@ int crew_group_rank(const crew_process_group *g);
 int crew_group_size(const crew_process_group *g);
 /* This process's host, as MPI names it. */
 const char *crew_group_host(const crew_process_group *g);
+/* Why a run's gradient buckets have their size (crew_fit_plan.bucket_rule; docs/PERFORMANCE.md has
+ * the measurements behind each): as asked (--bucket-mb); one bucket, where every core of a single
+ * process's machine computes a replica; about a sixteenth of the gradients a bucket, where the
+ * processes are on several hosts and the all-reduce crosses a network; else PyTorch DDP's 25 MB. */
+typedef enum crew_bucket_rule {
+    CREW_BUCKETS_ASKED,
+    CREW_BUCKETS_BUSY_CORES,
+    CREW_BUCKETS_HOSTS,
+    CREW_BUCKETS_DDP,
+} crew_bucket_rule;
+
+/* How many hosts the group's processes are on: their distinct host names (1 without a group). */
+int crew_group_hosts(const crew_process_group *g);
 /* Every process passes its own `value` of the same `what` ("model file", "crew version", ...);
  * CREW_OK when all are equal, else a CREW_CODE_BAD_INPUT error on every process that names the
  * first process whose value differs from process 0's and both values. Values longer than 400

@@ -26,6 +26,12 @@ NETNS_MPI_TIMEOUT=300 netns_mpirun "$P" 1 -- "$CREW_ABS" train "$MODEL" "${COMMO
   > "$TMP/hosts.out" 2>&1 || fail "two hosts: $(tail -n 5 "$TMP/hosts.out")"
 cmp -s "$TMP/threads/weights.safetensors" "$TMP/hosts/weights.safetensors" && ok \
   || fail "two hosts: weights differ from two threads of one process"
+# Two host names (netns_agent.sh): the planner's buckets for a network, several of them, on a
+# communication thread each; the weights above show they leave the bits alone.
+grep -A3 '"gradient_buckets"' "$TMP/hosts/config.json" | grep -q '"rule":[[:space:]]*"hosts"' && ok \
+  || fail "two hosts: config.json's gradient buckets are not the planner's for several hosts"
+grep -A1 '"gradient_buckets"' "$TMP/hosts/config.json" | grep -Eq '"count":[[:space:]]*(1[0-9]|[2-9])' && ok \
+  || fail "two hosts: fewer than 2 gradient buckets"
 n=$(grep -m1 '"type":"step"' "$TMP/hosts/metrics.jsonl" 2> /dev/null | grep -o '"rank":' | wc -l)
 [ "$n" = 2 ] && ok || fail "two hosts: a step record holds $n replicas' timings, not 2"
 # A pipeline with a stage on each host: the activations and their gradients cross the veth.

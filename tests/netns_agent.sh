@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # netns_agent.sh — Open MPI's remote-launch agent (plm_rsh_agent) for netns_hosts.sh. mpirun runs it
 # as `AGENT [ssh-like options] HOST WORD...`; it runs the WORDs, joined by spaces as ssh would send
-# them to a remote shell, through sh -c inside the namespace that is HOST.
+# them to a remote shell, through sh -c inside the namespace that is HOST, under a host name of its own.
 # NETNS_PREFIX (exported by netns_mpirun) names the namespaces. NETNS_AGENT_LOG=FILE logs each call.
 # Open MPI 4.1 calls it as `AGENT 10.213.0.2 "" orted --daemonize -mca ...` (an empty word where a
 # PATH/LD_LIBRARY_PATH prefix goes), with -x before the host when the agent's name is ssh.
@@ -23,4 +23,6 @@ case $1 in
   *) echo "netns_agent.sh: unknown host $1" >&2; exit 255 ;;
 esac
 shift
-exec ip netns exec "$ns" sh -c "$*"
+# A host name of its own too (a UTS namespace: MPI_Get_processor_name), as a second machine has:
+# crew plans for processes on several hosts by their names.
+exec ip netns exec "$ns" unshare --uts sh -c "echo $ns > /proc/sys/kernel/hostname && $*"

@@ -24,6 +24,7 @@
 #include "check.h"
 #include "model_values.h"
 #include "nn/model.h"
+#include "train/step.h"
 #include "train/train.h"
 #include "train/verify.h"
 
@@ -287,22 +288,35 @@ static void check_bucket_plan(const crew_dataset *d)
               plan.bucket_mb, (long long)n);
     CHECK_MSG(strstr(text, "gradients all-reduced in one bucket by the replicas' own threads after backward: every core"),
               "%s", text);
+    CHECK(plan.bucket_rule == CREW_BUCKETS_BUSY_CORES);
     plan_with(m, d, 2, busy, 0, &plan, text, sizeof text); /* the cores busy with BLAS threads: the same */
     CHECK(plan.bucket_auto == 1 && plan.buckets == 1 && plan.bucket_mb < 25.0);
     if (cores > 2) { /* cores left over: DDP's buckets, reduced on a communication thread */
         plan_with(m, d, 2, 1, 0, &plan, text, sizeof text);
         CHECK_MSG(plan.bucket_auto == 1 && plan.bucket_mb == 25.0 && plan.buckets == 1 && strstr(text, "25 MiB (as PyTorch DDP)"),
                   "%g MiB: %s", plan.bucket_mb, text);
+        CHECK(plan.bucket_rule == CREW_BUCKETS_DDP);
     }
     /* asked for: 64 values a bucket */
     const double mb = 64.0 * 4 / (1024 * 1024);
     plan_with(m, d, 2, 1, mb, &plan, text, sizeof text);
-    CHECK_MSG(plan.bucket_auto == 0 && plan.bucket_mb == mb && plan.buckets == (int)((n + 63) / 64), "%d buckets",
-              plan.buckets);
+    CHECK_MSG(plan.bucket_auto == 0 && plan.bucket_rule == CREW_BUCKETS_ASKED && plan.bucket_mb == mb &&
+                  plan.buckets == (int)((n + 63) / 64), "%d buckets", plan.buckets);
     char want[128];
     snprintf(want, sizeof want, "gradients all-reduced in %d buckets of %g MiB (--bucket-mb), each on a communication",
              plan.buckets, mb);
     CHECK_MSG(strstr(text, want), "wanted '%s' in:\n%s", want, text);
+    /* processes on several hosts (tests/cli_mpi_netns.sh plans for two): about 16 buckets, none under
+     * 64 KiB nor over DDP's 25 MB, each a whole number of KiB */
+    const int64_t sizes[] = {420000, 1000, 16 * 1024 * 256 + 1, (int64_t)1 << 30};
+    for (int i = 0; i < 4; i++) {
+        const double got = crew_hosts_bucket_mb(sizes[i]), kib = got * 1024.0;
+        const int count = crew_bucket_count(sizes[i], got);
+        CHECK_MSG(kib == floor(kib) && got >= 64.0 / 1024 && got <= 25.0 && (count == 16 || count == 17 || got == 64.0 / 1024 ||
+                                                                              got == 25.0),
+                  "%lld values: buckets of %g MiB, %d of them", (long long)sizes[i], got, count);
+    }
+    CHECK(crew_hosts_bucket_mb(1000) == 64.0 / 1024 && crew_hosts_bucket_mb((int64_t)1 << 30) == 25.0);
     /* one replica: nothing to reduce, nothing said */
     plan_with(m, d, 1, 1, 0, &plan, text, sizeof text);
     CHECK(plan.buckets == 0 && !strstr(text, "gradients"));

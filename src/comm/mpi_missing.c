@@ -42,6 +42,7 @@ crew_status crew_group_broadcast(const crew_process_group *g, void *buf, size_t 
 int crew_group_rank(const crew_process_group *g) { (void)g; return 0; }
 int crew_group_size(const crew_process_group *g) { (void)g; return 1; }
 const char *crew_group_host(const crew_process_group *g) { (void)g; return ""; }
+int crew_group_hosts(const crew_process_group *g) { (void)g; return 1; }
 
 crew_status crew_group_agree(const crew_process_group *g, const char *what, const char *value, double timeout_s)
 {

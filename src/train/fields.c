@@ -52,7 +52,7 @@ static const crew_field fit_plan[] = {
     F(S, sync_batch_norm), F(S, on_nan), F(S, processes), F(S, unordered_allreduce), F(S, nccl), F(S, precision),
     F(S, conv), C(S, conv_choice), F(S, shard_optimizer), F(S, flops_per_sample), F(S, peak_gflops), F(S, stages),
     F(S, pipeline_schedule), A(S, stage_first), F(S, pipeline_processes), F(S, attention_recompute),
-    F(S, noise_scale_every), F(S, bucket_mb), F(S, buckets), F(S, bucket_auto), F(S, shard), F(S, shard_unit_mb),
+    F(S, noise_scale_every), F(S, bucket_mb), F(S, buckets), F(S, bucket_auto), F(S, bucket_rule), F(S, shard), F(S, shard_unit_mb),
     F(S, shard_units), F(S, shard_pinned_unit), F(S, shard_tied_late),
     F(S, shard_overlap), F(S, bind_cores),
 };

@@ -316,14 +316,19 @@ static int64_t stage_values(const crew_model *m, int first, int last)
     return n;
 }
 
-/* The gradient buckets. Asked for: as asked. Else, where every core of this process's machine runs
- * a replica's compute (the CPU kinds, in one process, ranks × BLAS threads ≥ cores), one bucket
- * reduced by the replicas themselves after backward: a communication thread there takes its time
- * from a core that computes, and the extra hand-offs of several buckets made both example models
- * slower on 2 cores at every bucket size tried (docs/PERFORMANCE.md, "Where the all-reduce runs").
- * Elsewhere (GPUs, spare cores, processes) PyTorch DDP's 25 MB, reduced while backward runs. */
-/* Every core of this machine computes a replica (the CPU kinds, in one process): a communication
- * thread would only take time from them (docs/PERFORMANCE.md, "Where the all-reduce runs"). */
+/* The gradient buckets (crew_bucket_rule). Asked for: as asked. Else, where every core of this
+ * process's machine runs a replica's compute (the CPU kinds, in one process, ranks × BLAS threads ≥
+ * cores), one bucket reduced by the replicas themselves after backward: a
+ * communication thread there takes its time from a core that computes, and the extra hand-offs of
+ * several buckets made both example models slower on 2 cores at every bucket size tried
+ * (docs/PERFORMANCE.md, "Where the all-reduce runs"). Where the processes are on several hosts the
+ * all-reduce crosses a network, slow against shared memory: buckets of about a sixteenth of the
+ * gradients (crew_hosts_bucket_mb), so that the last layers' are on the wire while the first
+ * layers' backward runs (both example models 1.25x faster a step over a 1 Gbit/s link,
+ * docs/PERFORMANCE.md, "Buckets across hosts"). Elsewhere (GPUs, spare cores, processes on one host)
+ * PyTorch DDP's 25 MB. With several processes every input of the choice is the same on each (the
+ * model, the hosts' names gathered by all), since their buckets must match: not the cores of each
+ * one's affinity mask, which mpirun may set differently. */
 static int every_core_computes(const crew_fit_options *o, const crew_fit_plan *p)
 {
     const crew_device_kind *k = crew_device_kind_find(p->device_kind);
@@ -344,11 +349,13 @@ static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fi
     }
     p->bucket_auto = o->bucket_mb <= 0;
     if (!p->bucket_auto)
-        p->bucket_mb = o->bucket_mb;
+        p->bucket_mb = o->bucket_mb, p->bucket_rule = CREW_BUCKETS_ASKED;
     else if (every_core_computes(o, p))
-        p->bucket_mb = crew_one_bucket_mb(n);
+        p->bucket_mb = crew_one_bucket_mb(n), p->bucket_rule = CREW_BUCKETS_BUSY_CORES;
+    else if (crew_group_hosts(o->group) > 1)
+        p->bucket_mb = crew_hosts_bucket_mb(n), p->bucket_rule = CREW_BUCKETS_HOSTS;
     else
-        p->bucket_mb = CREW_DEFAULT_BUCKET_MB;
+        p->bucket_mb = CREW_DEFAULT_BUCKET_MB, p->bucket_rule = CREW_BUCKETS_DDP;
     p->buckets = p->devices > 1 ? crew_bucket_count(n, p->bucket_mb) : 0;
 }
 

@@ -66,13 +66,23 @@ static void buckets(text_out *t, const crew_fit_plan *p)
 {
     if (p->buckets < 1 || p->shard >= CREW_SHARD_GRADIENTS) return; /* sharding()'s units say it */
     const char *stage = p->stages > 1 ? " per stage" : "", *how = p->shard_optimizer ? "reduce-scattered" : "all-reduced";
-    if (p->buckets == 1 && p->bucket_auto) {
+    if (p->bucket_rule == CREW_BUCKETS_BUSY_CORES) {
         put(t, "      gradients %s in one bucket%s by the replicas' own threads after backward: every core\n"
                "      computes, so a communication thread would take time from them\n", how, stage);
         return;
     }
-    char size[48];
-    snprintf(size, sizeof size, "%g MiB (%s)", p->bucket_mb, p->bucket_auto ? "as PyTorch DDP" : "--bucket-mb");
+    if (p->bucket_rule == CREW_BUCKETS_HOSTS && p->buckets > 1) {
+        put(t, "      gradients %s in %d buckets%s of %g MiB, each on a communication thread as soon as backward\n"
+               "      has completed it: the processes are on several hosts, and buckets of about 1/16 of the\n"
+               "      gradients put the last layers' on the network while the first layers' backward runs\n",
+            how, p->buckets, stage, p->bucket_mb);
+        return;
+    }
+    const char *why = p->bucket_rule == CREW_BUCKETS_ASKED   ? "--bucket-mb"
+                      : p->bucket_rule == CREW_BUCKETS_HOSTS ? "the smallest across hosts"
+                                                             : "as PyTorch DDP";
+    char size[64];
+    snprintf(size, sizeof size, "%g MiB (%s)", p->bucket_mb, why);
     if (p->buckets == 1)
         put(t, "      gradients %s in one bucket%s of %s by the replicas' own threads after backward\n", how, stage,
             size);

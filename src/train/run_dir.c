@@ -271,6 +271,12 @@ static cJSON *plan_json(const crew_fit_plan *p)
     if (p->shard >= CREW_SHARD_GRADIENTS) {
         cJSON_AddNumberToObject(o, "shard_unit_mb", p->shard_unit_mb);
         cJSON_AddNumberToObject(o, "shard_units", p->shard_units);
+    } else if (p->buckets > 0) { /* the gradients' all-reduce: how many buckets, and why that size */
+        static const char *const rules[] = {"asked", "busy cores", "hosts", "ddp"};
+        cJSON *b = cJSON_AddObjectToObject(o, "gradient_buckets");
+        cJSON_AddNumberToObject(b, "count", p->buckets);
+        cJSON_AddNumberToObject(b, "mb", p->bucket_mb);
+        cJSON_AddStringToObject(b, "rule", p->bucket_rule >= 0 && p->bucket_rule < 4 ? rules[p->bucket_rule] : "?");
     }
     return o;
 }

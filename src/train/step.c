@@ -35,6 +35,13 @@ double crew_one_bucket_mb(int64_t n_params)
     return kib / 1024.0;
 }
 
+double crew_hosts_bucket_mb(int64_t n_params)
+{
+    double kib = ceil((double)(n_params > 0 ? n_params : 1) * sizeof(float) / 1024.0 / CREW_HOSTS_BUCKETS);
+    double mb = kib / 1024.0;
+    return mb < CREW_HOSTS_BUCKET_MIN_MB ? CREW_HOSTS_BUCKET_MIN_MB : mb > CREW_DEFAULT_BUCKET_MB ? CREW_DEFAULT_BUCKET_MB : mb;
+}
+
 int crew_bucket_count(int64_t n_params, double bucket_mb)
 {
     int64_t per = crew_bucket_values(bucket_mb);

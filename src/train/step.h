@@ -64,6 +64,13 @@ int64_t crew_bucket_values(double bucket_mb);
 int crew_bucket_count(int64_t n_params, double bucket_mb);
 /* The smallest bucket size (in MiB, a multiple of 1/1024) that holds n_params values in one bucket. */
 double crew_one_bucket_mb(int64_t n_params);
+/* Buckets for processes on several hosts: n_params values in about CREW_HOSTS_BUCKETS of them (a
+ * multiple of 1/1024 MiB), none under CREW_HOSTS_BUCKET_MIN_MB (a message's latency would outweigh
+ * its bytes) nor over PyTorch DDP's 25 MB (a large model's buckets, as DDP's). Over a 1 Gbit/s link
+ * 16 of the CNN's were the fastest of 1 to 34 (docs/PERFORMANCE.md, "Buckets across hosts"). */
+#define CREW_HOSTS_BUCKETS 16
+#define CREW_HOSTS_BUCKET_MIN_MB (64.0 / 1024.0)
+double crew_hosts_bucket_mb(int64_t n_params);
 
 crew_status crew_stepper_init(crew_stepper *s, crew_model *m, crew_comm_worker *worker, int rank, int replicas,
                               int64_t batch, int accumulation, double bucket_mb, int sync_bn);

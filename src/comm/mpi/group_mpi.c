@@ -327,6 +327,17 @@ int crew_group_rank(const crew_process_group *g) { return g ? g->rank : 0; }
 int crew_group_size(const crew_process_group *g) { return g ? g->size : 1; }
 const char *crew_group_host(const crew_process_group *g) { return g ? g->hosts[g->rank] : ""; }
 
+int crew_group_hosts(const crew_process_group *g)
+{
+    int n = 0;
+    for (int q = 0; g && q < g->size; q++) {
+        int seen = 0;
+        for (int e = 0; e < q && !seen; e++) seen = !strcmp(g->hosts[e], g->hosts[q]);
+        n += !seen;
+    }
+    return n > 0 ? n : 1;
+}
+
 #define AGREE_BYTES 400
 
 crew_status crew_group_agree(const crew_process_group *g, const char *what, const char *value, double timeout_s)
