@@ -276,7 +276,8 @@ static cJSON *plan_json(const crew_fit_plan *p)
         cJSON *b = cJSON_AddObjectToObject(o, "gradient_buckets");
         cJSON_AddNumberToObject(b, "count", p->buckets);
         cJSON_AddNumberToObject(b, "mb", p->bucket_mb);
-        cJSON_AddStringToObject(b, "rule", p->bucket_rule >= 0 && p->bucket_rule < 4 ? rules[p->bucket_rule] : "?");
+        const int known = p->bucket_rule >= 0 && p->bucket_rule < (int)(sizeof rules / sizeof rules[0]);
+        cJSON_AddStringToObject(b, "rule", known ? rules[p->bucket_rule] : "?");
     }
     return o;
 }

@@ -37,8 +37,7 @@ double crew_one_bucket_mb(int64_t n_params)
 
 double crew_hosts_bucket_mb(int64_t n_params)
 {
-    double kib = ceil((double)(n_params > 0 ? n_params : 1) * sizeof(float) / 1024.0 / CREW_HOSTS_BUCKETS);
-    double mb = kib / 1024.0;
+    const double mb = crew_one_bucket_mb((n_params + CREW_HOSTS_BUCKETS - 1) / CREW_HOSTS_BUCKETS);
     return mb < CREW_HOSTS_BUCKET_MIN_MB ? CREW_HOSTS_BUCKET_MIN_MB : mb > CREW_DEFAULT_BUCKET_MB ? CREW_DEFAULT_BUCKET_MB : mb;
 }
 
