@@ -1096,6 +1096,37 @@ static void check_optimisers(void)
     cover("k_sgd"), cover("k_adamw"), cover("k_adam_direction");
 }
 
+/* crew_body_div_rc: a float divided by c as a double product with 1 / c is the float quotient
+ * (optim.h's argument), for the bias corrections AdamW divides by and for other divisors. A quotient
+ * a·2^k / c is the quotient of a and c times 2^k, so the significands of one binade of a cover every
+ * normal a: all 2^23 of them for the first divisors, a sample for the rest. */
+static void check_adam_reciprocal(void)
+{
+    float cs[64];
+    int n = 0;
+    cs[n++] = 1.0f;
+    const double beta2s[] = {0.999, 0.99, 0.95};
+    const int ts[] = {1, 2, 3, 4, 5, 7, 10, 100, 1000, 5000, 20000};
+    for (int b = 0; b < 3; b++)
+        for (int t = 0; t < (int)(sizeof ts / sizeof *ts); t++) cs[n++] = (float)sqrt(1.0 - pow(beta2s[b], ts[t]));
+    while (n < 64) cs[n++] = 0.03f + 0.97f * (float)crew_rng_next_uniform(&rng);
+    int64_t wrong = 0;
+    for (int i = 0; i < n; i++) {
+        const double rc = 1.0 / (double)cs[i];
+        const uint32_t count = i < 8 ? 1u << 23 : 1u << 16;
+        for (uint32_t j = 0; j < count; j++) {
+            uint32_t bits = 0x3f800000u | (i < 8 ? j : (uint32_t)crew_rng_next_below(&rng, 1u << 23));
+            float a, want, got;
+            memcpy(&a, &bits, 4);
+            want = a / cs[i];
+            got = crew_body_div_rc(a, rc);
+            if (memcmp(&want, &got, 4) && wrong++ == 0)
+                fprintf(stderr, "crew_body_div_rc: %.9g / %.9g is %.9g, the product %.9g\n", a, cs[i], want, got);
+        }
+    }
+    CHECK(wrong == 0);
+}
+
 int main(void)
 {
     CHECK_OK(crew_cpu_backend_create(1, &be));
@@ -1115,6 +1146,7 @@ int main(void)
     check_attention();
     check_embedding();
     check_optimisers();
+    check_adam_reciprocal();
     be.ops->destroy(be.ctx);
 
     int count = 0;

@@ -43,6 +43,27 @@ CREW_BODY void crew_body_adamw(float *param, const float *grad, float *m, float 
     param[i] = p + -k.step_size * m[i] / (sqrtf(v[i]) / k.bias_c2_sqrt + k.eps);
 }
 
+/* √v / √(1 − β2ᵗ), torch's division, as a product in double with the divisor's reciprocal
+ * (rc = 1 / (double)bias_c2_sqrt, once per update): the same float for every float √v, so the CPU
+ * loops compute crew_body_adamw's bits with one division and one square root an element instead of
+ * two divisions and a root, which share one divider (the loop's bottleneck). Why it is exact: the
+ * product is within 2^-52 (relative) of the true quotient q = a/c, while a q of two 24-bit floats
+ * that is not a rounding midpoint m of float lies at least 2^-49 from every one (a − m·c is a
+ * non-zero multiple of the product of m's and c's last places), and q is never a midpoint (a 25-bit
+ * odd significand times c's needs more than a's 24 bits); so rounding the product to float rounds
+ * q. test_kernel_bodies checks it against the division over every significand of a binade. */
+CREW_BODY float crew_body_div_rc(float a, double rc) { return (float)((double)a * rc); }
+CREW_BODY float crew_body_adam_denom_rc(float v, double rc) { return crew_body_div_rc(sqrtf(v), rc); }
+
+/* crew_body_adamw with rc = 1 / (double)k.bias_c2_sqrt: the same bits (above) */
+CREW_BODY void crew_body_adamw_rc(float *param, const float *grad, float *m, float *v, crew_adamw_consts k, double rc,
+                                  int64_t i)
+{
+    crew_body_adam_moments(grad[i], m, v, &k, i);
+    float p = param[i] * k.decay;
+    param[i] = p + -k.step_size * m[i] / (crew_body_adam_denom_rc(v[i], rc) + k.eps);
+}
+
 /* Adam's direction (LAMB's first half): the moments as crew_body_adamw advances them, and
  * u = step_size · m / (√v / √(1 − β2ᵗ) + eps) with step_size = 1 / (1 − β1ᵗ). u may be grad. */
 CREW_BODY void crew_body_adam_direction(const float *grad, float *m, float *v, float *u, crew_adamw_consts k,
@@ -50,6 +71,14 @@ CREW_BODY void crew_body_adam_direction(const float *grad, float *m, float *v, f
 {
     crew_body_adam_moments(grad[i], m, v, &k, i);
     u[i] = k.step_size * m[i] / (sqrtf(v[i]) / k.bias_c2_sqrt + k.eps);
+}
+
+/* crew_body_adam_direction with rc = 1 / (double)k.bias_c2_sqrt: the same bits */
+CREW_BODY void crew_body_adam_direction_rc(const float *grad, float *m, float *v, float *u, crew_adamw_consts k,
+                                           double rc, int64_t i)
+{
+    crew_body_adam_moments(grad[i], m, v, &k, i);
+    u[i] = k.step_size * m[i] / (crew_body_adam_denom_rc(v[i], rc) + k.eps);
 }
 
 #endif

@@ -20,7 +20,8 @@ void cpu_adamw_update(void *ctx, float *restrict param, const float *restrict gr
     (void)ctx;
     const crew_adamw_consts kc = *k; /* a copy the loop's stores cannot alias */
     cpu_fp_mode was = cpu_flush_denormals();
-    for (int64_t i = 0; i < n; i++) crew_body_adamw(param, grad, m, v, kc, i);
+    const double rc = 1.0 / (double)kc.bias_c2_sqrt;
+    for (int64_t i = 0; i < n; i++) crew_body_adamw_rc(param, grad, m, v, kc, rc, i);
     cpu_restore_fp_mode(was);
 }
 
@@ -31,6 +32,7 @@ void cpu_adam_direction(void *ctx, const float *grad, float *restrict m, float *
     (void)ctx;
     const crew_adamw_consts kc = *k;
     cpu_fp_mode was = cpu_flush_denormals();
-    for (int64_t i = 0; i < n; i++) crew_body_adam_direction(grad, m, v, u, kc, i);
+    const double rc = 1.0 / (double)kc.bias_c2_sqrt;
+    for (int64_t i = 0; i < n; i++) crew_body_adam_direction_rc(grad, m, v, u, kc, rc, i);
     cpu_restore_fp_mode(was);
 }
