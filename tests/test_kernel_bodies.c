@@ -1042,7 +1042,8 @@ static void check_embedding(void)
 
 static void check_optimisers(void)
 {
-    const int64_t sizes[] = {1, 17, 1000};
+    /* 300000: past the count up to which the CPU's AdamW multiplies by the reciprocal (cpu_optim.c) */
+    const int64_t sizes[] = {1, 17, 1000, 300000};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         const int64_t n = sizes[s];
         float *p0 = floats(n), *g = floats(n), *v0 = floats(n), *m0 = floats(n);

@@ -44,9 +44,10 @@ CREW_BODY void crew_body_adamw(float *param, const float *grad, float *m, float 
 }
 
 /* √v / √(1 − β2ᵗ), torch's division, as a product in double with the divisor's reciprocal
- * (rc = 1 / (double)bias_c2_sqrt, once per update): the same float for every float √v, so the CPU
- * loops compute crew_body_adamw's bits with one division and one square root an element instead of
- * two divisions and a root, which share one divider (the loop's bottleneck). Why it is exact: the
+ * (rc = 1 / (double)bias_c2_sqrt, once per update): the same float for every float √v, so a CPU
+ * loop computes crew_body_adamw's bits with one division and one square root an element instead of
+ * two divisions and a root, which share one divider (the bottleneck of a loop whose arrays are in
+ * cache; cpu_optim.c says where the CPU uses it). Why it is exact: the
  * product is within 2^-52 (relative) of the true quotient q = a/c, while a q of two 24-bit floats
  * that is not a rounding midpoint m of float lies at least 2^-49 from every one (a − m·c is a
  * non-zero multiple of the product of m's and c's last places), and q is never a midpoint (a 25-bit
