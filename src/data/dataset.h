@@ -26,7 +26,10 @@ struct crew_manifest;
 struct crew_dataset {
     char dir[512];
     char split[32];
-    crew_npy x;                     /* [n, sample...] uint8 or float32 */
+    crew_npy x;                     /* [n, sample...] uint8 or float32; its data the resident
+                                       copy below when there is one */
+    void *x_resident;               /* x's values copied into huge pages, or NULL (dataset.c) */
+    size_t x_resident_len;          /* its bytes, rounded up to whole huge pages */
     crew_npy y;                     /* [n] uint8 or int32 */
     int64_t n;
     crew_shape sample;              /* per-sample shape, e.g. (28, 28, 1) */
