@@ -573,6 +573,57 @@ static void test_prep_write_failure(void)
 
 /* ---------------------------------------------------------------- the real Fashion-MNIST */
 
+/* The sample array as the file holds it (the end of the .npy file, after its header) */
+static const uint8_t *mapped_samples(const crew_dataset *d, size_t bytes)
+{
+    return (const uint8_t *)d->x.map + d->x.map_len - bytes;
+}
+
+/* A sample array of 2 MiB or more is read from a copy in memory of the process's own (huge pages
+ * where the kernel gives them), byte for byte the file's; a small one from the mapping. */
+static void test_resident_copy(void)
+{
+    enum { BIG = 3500, SIDE = 28 }; /* the train split 6/7 of it: 2.24 MiB of uint8 samples */
+    uint8_t *px = malloc((size_t)BIG * SIDE * SIDE), *lb = malloc(BIG);
+    if (!px || !lb) return;
+    for (size_t i = 0; i < (size_t)BIG * SIDE * SIDE; i++) px[i] = (uint8_t)((i * 131 + i / 977) & 0xff);
+    for (int i = 0; i < BIG; i++) lb[i] = (uint8_t)(i % 10);
+    char img[128], lab[128], out[128];
+    tmp_path(img, sizeof img, "big_imgs.gz");
+    tmp_path(lab, sizeof lab, "big_labs.gz");
+    tmp_path(out, sizeof out, "big");
+    write_idx_gz(img, 3, (uint32_t[]){BIG, SIDE, SIDE}, px, (size_t)BIG * SIDE * SIDE);
+    write_idx_gz(lab, 1, (uint32_t[]){BIG}, lb, BIG);
+    CHECK_OK(crew_prep_idx(img, lab, NULL, NULL, out, NULL, NULL));
+    crew_dataset *d = NULL;
+    CHECK_OK(crew_dataset_open(out, "train", &d));
+    if (d) {
+        const int64_t n = d->n;
+        const size_t bytes = (size_t)n * SIDE * SIDE;
+        CHECK(n == BIG - BIG / 7);
+        CHECK_MSG(d->x_resident != NULL && d->x.data == d->x_resident && d->x_resident_len >= bytes,
+                  "a %zu-byte sample array is read from a copy", bytes);
+        CHECK(memcmp(d->x.data, px, bytes) == 0 && memcmp(mapped_samples(d, bytes), px, bytes) == 0);
+        float x[2 * SIDE * SIDE];
+        int32_t y[2];
+        crew_dataset_gather(d, (int64_t[]){n - 1, 7}, 2, x, y);
+        int same = y[0] == lb[n - 1] && y[1] == lb[7];
+        for (int k = 0; k < SIDE * SIDE; k++)
+            same &= x[k] == d->lut[px[(size_t)(n - 1) * SIDE * SIDE + k]] &&
+                    x[SIDE * SIDE + k] == d->lut[px[(size_t)7 * SIDE * SIDE + k]];
+        CHECK_MSG(same, "the copy's samples gather as the file's");
+        CHECK_OK(crew_dataset_verify(d)); /* the hash reads the file */
+        crew_dataset_free(d);
+    }
+    crew_dataset *small = NULL; /* the fixture of the other tests: a few hundred bytes */
+    tmp_path(out, sizeof out, "good");
+    CHECK_OK(crew_dataset_open(out, "train", &small));
+    CHECK(small && small->x_resident == NULL);
+    crew_dataset_free(small);
+    free(px);
+    free(lb);
+}
+
 static void test_fashion_mnist(void)
 {
     if (!path_exists(FASHION_DIR "/train-images-idx3-ubyte.gz")) {
@@ -599,6 +650,8 @@ static void test_fashion_mnist(void)
     CHECK_MSG(fabs(train->mean[0] - 0.2860) < 1e-3 && fabs(train->std[0] - 0.3530) < 1e-3, "mean %g std %g",
               train->mean[0], train->std[0]);
     CHECK_OK(crew_dataset_verify(train));
+    const size_t bytes = (size_t)60000 * 28 * 28; /* 45 MiB: read from the copy, the file's bytes */
+    CHECK(train->x_resident != NULL && memcmp(train->x.data, mapped_samples(train, bytes), bytes) == 0);
     crew_dataset_free(train);
     crew_dataset_free(test);
 }
@@ -628,6 +681,7 @@ int main(void)
     test_atomic_dir();
     test_prep_refusals();
     test_prep_write_failure();
+    test_resident_copy();
     test_fashion_mnist();
     CHECK(temp_dirs_in(tmp_dir) == 0);
     nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
