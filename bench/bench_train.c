@@ -32,6 +32,7 @@ typedef struct bench_args {
     int prefetch, loader_threads; /* 0: the library's choice */
     int shard_optimizer;
     int bind_cores; /* crew_fit_options.bind_cores: 0 the library's choice, 1 on, -1 off */
+    int loader_inline; /* crew_fit_options.loader_inline, the same way; 2: not given */
     double bucket_mb; /* 0: the library's choice */
 } bench_args;
 
@@ -47,12 +48,14 @@ static void usage(FILE *f)
     fprintf(f, "usage: bench_train MODEL.json DATA_DIR --batch B --steps S [--devices N] [--bucket-mb MB]\n"
                "                   [--threads-per-device T] [--init-weights FILE] [--save-init FILE]\n"
                "                   [--prefetch D] [--loader-threads K] [--shard-optimizer] [--bind-cores auto|on|off]\n"
-               "                   [--repeats R] [--json]\n"
+               "                   [--loader-inline auto|on|off] [--repeats R] [--json]\n"
                "  --batch B               global batch (a multiple of N; each replica takes B/N)\n"
                "  --steps S               optimizer steps per timed fit\n"
                "  --devices N             data-parallel replicas, one thread each [1]\n"
                "  --threads-per-device T  GEMM threads per replica [1]\n"
                "  --bind-cores W          each replica on a core of its own: the library's choice (auto), on, off\n"
+               "  --loader-inline W       each replica prepares its own batches: auto, on, off [auto; off\n"
+               "                          with --loader-threads]\n"
                "  --init-weights FILE     start every fit from these weights [random, seed 1]\n"
                "  --save-init FILE        write the initial weights (safetensors) for PyTorch\n"
                "  --repeats R             timed fits; the median is reported [3]\n"
@@ -71,7 +74,7 @@ static int64_t parse_count(const char *text, int64_t max)
 
 static int parse_args(int argc, char **argv, bench_args *a)
 {
-    *a = (bench_args){.devices = 1, .threads = 1, .repeats = 3};
+    *a = (bench_args){.devices = 1, .threads = 1, .repeats = 3, .loader_inline = 2};
     int positional = 0;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -84,12 +87,13 @@ static int parse_args(int argc, char **argv, bench_args *a)
             i++;
             if (!strcmp(arg, "--init-weights")) { a->init_weights = v; continue; }
             if (!strcmp(arg, "--save-init")) { a->save_init = v; continue; }
-            if (!strcmp(arg, "--bind-cores")) {
-                a->bind_cores = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : !strcmp(v, "auto") ? 0 : 2;
-                if (a->bind_cores == 2) {
-                    fprintf(stderr, "bench_train: --bind-cores takes auto, on or off, got '%s'\n", v);
+            if (!strcmp(arg, "--bind-cores") || !strcmp(arg, "--loader-inline")) {
+                int w = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : !strcmp(v, "auto") ? 0 : 2;
+                if (w == 2) {
+                    fprintf(stderr, "bench_train: %s takes auto, on or off, got '%s'\n", arg, v);
                     return -1;
                 }
+                *(!strcmp(arg, "--bind-cores") ? &a->bind_cores : &a->loader_inline) = w;
                 continue;
             }
             if (!strcmp(arg, "--bucket-mb")) {
@@ -164,6 +168,8 @@ static crew_status one_fit(crew_model *m, const crew_dataset *train, const bench
     if (a->loader_threads > 0) o.loader_threads = a->loader_threads;
     o.shard_optimizer = a->shard_optimizer;
     o.bind_cores = a->bind_cores;
+    if (a->loader_inline != 2) o.loader_inline = a->loader_inline;
+    else if (a->loader_threads > 0) o.loader_inline = -1; /* threads asked for */
     return crew_model_fit(m, train, &o, res);
 }
 

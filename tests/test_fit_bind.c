@@ -1,10 +1,14 @@
-/* test_fit_bind.c — ranks bound to cores of their own (crew_fit_options.bind_cores):
+/* test_fit_bind.c — ranks bound to cores of their own (crew_fit_options.bind_cores), and where
+ * their batches are prepared (crew_fit_options.loader_inline):
  * - the planner binds where every core of the process computes a rank (several of them), leaves
  *   the threads free otherwise and when told off, and refuses "on" where the ranks' threads
  *   outnumber the cores; the plan says which CPUs;
  * - in a bound run each rank's thread and its loader threads run on that rank's CPU, the i-th of
  *   the process's affinity mask, and in an unbound run anywhere in the mask;
- * - the weights are the same bits bound or not. */
+ * - the weights are the same bits bound or not;
+ * - the planner prepares the batches on the ranks' own threads where every core computes a rank,
+ *   with loader threads otherwise and when told off; inline, a run starts no loader thread and
+ *   trains to the same bits. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <sched.h>
@@ -31,7 +35,7 @@ static crew_model *mlp(void)
     return m;
 }
 
-static crew_fit_options options(crew_model *m, int devices, int threads, int bind)
+static crew_fit_options options_loader(crew_model *m, int devices, int threads, int bind, int loader_inline)
 {
     crew_fit_options o;
     crew_model_default_fit(m, &o);
@@ -41,17 +45,54 @@ static crew_fit_options options(crew_model *m, int devices, int threads, int bin
     o.epochs = 1;
     o.max_steps = 4;
     o.bind_cores = bind;
+    o.loader_inline = loader_inline;
     return o;
 }
 
-static crew_status plan(const crew_dataset *d, int devices, int threads, int bind, crew_fit_plan *p)
+static crew_status plan_loader(const crew_dataset *d, int devices, int threads, int bind, int loader_inline,
+                               crew_fit_plan *p)
 {
     crew_model *m = mlp();
-    crew_fit_options o = options(m, devices, threads, bind);
+    crew_fit_options o = options_loader(m, devices, threads, bind, loader_inline);
     memset(p, 0, sizeof *p);
     crew_status s = crew_model_plan_fit(m, d, &o, p);
     crew_model_free(m);
     return s;
+}
+
+static crew_status plan(const crew_dataset *d, int devices, int threads, int bind, crew_fit_plan *p)
+{
+    return plan_loader(d, devices, threads, bind, 0, p);
+}
+
+static void test_loader_planner(const crew_dataset *d)
+{
+    const int cores = crew_cpu_cores();
+    crew_fit_plan p;
+    char text[4096];
+    CHECK_OK(plan_loader(d, cores, 1, 0, 0, &p));
+    CHECK_MSG(p.loader_inline == 1, "%d replicas on %d cores: the planner's choice is inline", cores, cores);
+    crew_fit_plan_text(&p, "cpu", text, sizeof text);
+    CHECK_MSG(strstr(text, "prepares its own batches as it takes them: every core computes") != NULL, "%s", text);
+    CHECK_OK(plan_loader(d, cores, 1, 0, -1, &p));
+    CHECK(p.loader_inline == 0); /* off: loader threads */
+    crew_fit_plan_text(&p, "cpu", text, sizeof text);
+    CHECK_MSG(strstr(text, "prepares its own batches") == NULL, "%s", text);
+    if (cores >= 2) {
+        CHECK_OK(plan_loader(d, 1, 1, 0, 0, &p));
+        CHECK(p.loader_inline == 0); /* a spare core: the loader threads have it */
+        CHECK_OK(plan_loader(d, 1, 1, 0, 1, &p));
+        CHECK(p.loader_inline == 1); /* on: asked for */
+        crew_fit_plan_text(&p, "cpu", text, sizeof text);
+        CHECK_MSG(strstr(text, "prepares its own batches as it takes them (--loader-inline on)") != NULL, "%s", text);
+    }
+    CHECK_ERR(plan_loader(d, 1, 1, 0, 2, &p), "loader_inline 2");
+    crew_model *m = mlp(); /* a model file that names its loader threads asks for them */
+    m->defaults.loader_threads = 3;
+    crew_fit_options o;
+    crew_model_default_fit(m, &o);
+    CHECK(o.loader_inline == -1 && o.loader_threads == 3);
+    crew_model_free(m);
 }
 
 static void test_planner(const crew_dataset *d)
@@ -132,10 +173,10 @@ static void on_step(void *user, const crew_step_info *info)
     closedir(dir);
 }
 
-static crew_model *train(const crew_dataset *d, int devices, int bind, seen *s)
+static crew_model *train(const crew_dataset *d, int devices, int bind, int loader_inline, seen *s)
 {
     crew_model *m = mlp();
-    crew_fit_options o = options(m, devices, 1, bind);
+    crew_fit_options o = options_loader(m, devices, 1, bind, loader_inline);
     o.on_step = on_step;
     o.user = s;
     s->n_cpus = crew_cpu_list(s->cpus, MAX_CPUS);
@@ -150,8 +191,10 @@ static crew_model *train(const crew_dataset *d, int devices, int bind, seen *s)
 static void test_threads_bound(const crew_dataset *d)
 {
     const int devices = crew_cpu_cores() >= 2 ? 2 : 1;
-    seen bound = {0}, free_ = {0};
-    crew_model *a = train(d, devices, 1, &bound), *b = train(d, devices, -1, &free_);
+    seen bound = {0}, free_ = {0}, own = {0};
+    /* loader threads (-1) in the first two, to see where they run */
+    crew_model *a = train(d, devices, 1, -1, &bound), *b = train(d, devices, -1, -1, &free_);
+    crew_model *c = train(d, devices, 1, 1, &own);
     CHECK(bound.bound == 1 && free_.bound == 0);
     CHECK(bound.checked && free_.checked);
     const unsigned all = (1u << devices) - 1;
@@ -161,8 +204,12 @@ static void test_threads_bound(const crew_dataset *d)
               "of %d ranks", free_.ranks, free_.loaders, devices);
     CHECK(bound.wrong == 0 && free_.wrong == 0);
     CHECK_MSG(mv_equal(a, b), "the weights of a bound run and a free one differ");
+    CHECK_MSG(own.checked && own.ranks == all && own.loaders == 0 && own.wrong == 0, "inline: the threads of ranks "
+              "%#x and the loaders of %#x seen, of %d ranks", own.ranks, own.loaders, devices);
+    CHECK_MSG(mv_equal(a, c), "the weights of a run with loader threads and one preparing its batches inline differ");
     crew_model_free(a);
     crew_model_free(b);
+    crew_model_free(c);
 }
 
 int main(void)
@@ -173,6 +220,7 @@ int main(void)
     CHECK_OK(crew_dataset_open(data, "train", &d));
     if (d) {
         test_planner(d);
+        test_loader_planner(d);
         test_threads_bound(d);
     }
     crew_dataset_free(d);

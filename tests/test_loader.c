@@ -1,6 +1,9 @@
 /* test_loader.c — the prefetching loader:
  * - results do not depend on the loader thread count or the prefetch depth (bitwise the same
- *   parameters with K = 1 and K = 4, and prefetch 1 and 6, augmentations on);
+ *   parameters with K = 1 and K = 4, and prefetch 1 and 6, augmentations on), nor on whether the
+ *   replicas prepare their batches themselves (inline, K = 0);
+ * - inline, a take fills its micro-batch; a ring place still held, or a micro-batch taken twice,
+ *   is an error naming them;
  * - the input-bound detector, fed made-up step records through the monitor: the slowest replica's
  *   wait for data above 5% of the steps of a window is reported once, with the remedies, and
  *   the run's summary says input-bound; below it, or only in the first steps (the pipeline
@@ -68,7 +71,8 @@ static crew_model *train(const crew_dataset *d, int threads, int prefetch, int d
     o.batch_per_device = 8;
     o.max_steps = steps;
     o.epochs = 1000;
-    o.loader_threads = threads;
+    o.loader_inline = threads ? -1 : 1; /* threads 0: each replica prepares its own batches */
+    if (threads) o.loader_threads = threads;
     o.prefetch = prefetch;
     o.augment = aug;
     o.straggler_window = window;
@@ -117,9 +121,12 @@ static void test_independent_of_threads(const crew_dataset *d)
     crew_fit_result r;
     crew_model *a = train(d, 1, 1, 2, aug, 0, 40, &ev, &r, 20);
     crew_model *b = train(d, 4, 6, 2, aug, 0, 40, &ev, &r, 20);
+    crew_model *c = train(d, 0, 1, 2, aug, 0, 40, &ev, &r, 20);
     CHECK_MSG(mv_equal(a, b), "K=1/prefetch 1 and K=4/prefetch 6 give different parameters");
+    CHECK_MSG(mv_equal(a, c), "loader threads and batches prepared inline give different parameters");
     crew_model_free(a);
     crew_model_free(b);
+    crew_model_free(c);
 }
 
 /* Made-up records of `steps` steps of 10 ms on n replicas, where replica r waits data[r] of each
@@ -198,8 +205,18 @@ static void test_input_bound(const crew_dataset *d)
     CHECK_MSG(strstr(r1.bottleneck, "input-bound") != NULL, "summary: %s", r1.bottleneck);
     CHECK_MSG(mv_equal(a, b), "1 and 32 slow loader threads give different parameters");
     CHECK(r2.steps == 12);
+    /* Inline the replica's own thread sleeps those 160 ms a batch: the same verdict, with the
+     * remedies of a run that has no loader threads to add. */
+    events own = {0};
+    crew_fit_result r3;
+    crew_model *c = train(d, 0, 2, 1, none, 0.020, 12, &own, &r3, 10);
+    CHECK_MSG(own.input_bound == 1 && strstr(own.message, "preparing their own batches") &&
+                  strstr(own.message, "--loader-inline off") && !strstr(own.message, "--loader-threads"),
+              "inline, slow: %d input-bound events: %s", own.input_bound, own.message);
+    CHECK_MSG(mv_equal(a, c), "a slow loader thread and the same work inline give different parameters");
     crew_model_free(a);
     crew_model_free(b);
+    crew_model_free(c);
 }
 
 static void test_last_batch(const crew_dataset *d)
@@ -347,16 +364,18 @@ static void test_take_deadline(const crew_dataset *d)
 /* One loader of all 6 micro-batches of a step against three rank loaders of 2 each (ranks × 2
  * accumulation), over two epochs and a resume mid-epoch: the same samples, pixels and labels. A
  * micro-batch outside a loader's range is refused. */
-static void test_ranges(const crew_dataset *d)
+static void test_ranges(const crew_dataset *d, int rank_threads)
 {
     enum { B = 4, PX = SYN_SIDE * SYN_SIDE, MICRO = 6 };
     crew_loader_options o = {.threads = 2, .prefetch = 2, .augment = {.crop_padding = 1, .flip = 1}};
+    crew_loader_options ro = o;
+    ro.threads = rank_threads; /* 0: each rank's take fills its micro-batch (inline) */
     crew_loader *whole = NULL, *rank[3] = {NULL, NULL, NULL};
     crew_loader_range all = {.batch = B, .micro = MICRO, .first = 0, .count = MICRO};
     CHECK_OK(crew_loader_create(d, &o, &all, 7, &whole));
     for (int r = 0; r < 3; r++) {
         crew_loader_range mine = {.batch = B, .micro = MICRO, .first = 2 * r, .count = 2};
-        CHECK_OK(crew_loader_create(d, &o, &mine, 7, &rank[r]));
+        CHECK_OK(crew_loader_create(d, &ro, &mine, 7, &rank[r]));
     }
     crew_loader_range bad = {.batch = B, .micro = MICRO, .first = 5, .count = 2};
     crew_loader *none = NULL;
@@ -379,11 +398,43 @@ static void test_ranges(const crew_dataset *d)
                 crew_loader_release(whole, epoch, step, i);
                 crew_loader_release(mine, epoch, step, i);
             }
-    CHECK_MSG(same, "the rank loaders' micro-batches differ from one loader's");
+    CHECK_MSG(same, "the rank loaders' micro-batches (%d threads each) differ from one loader's", rank_threads);
     crew_loader_batch b;
     CHECK_ERR(crew_loader_take(rank[0], 2, 0, 3, &b, &wait), "not one of [0, 2)");
     crew_loader_free(whole);
     for (int r = 0; r < 3; r++) crew_loader_free(rank[r]);
+}
+
+/* Inline (no producer threads), a take fills its micro-batch, into its step's place in the ring:
+ * a place still held by another step, or a micro-batch taken twice, is an error naming them (a
+ * producer would wait for ever instead, test_take_deadline), and a stopped loader hands out
+ * nothing. */
+static void test_inline_take(const crew_dataset *d)
+{
+    crew_loader_options o = {.threads = 0, .prefetch = 2};
+    crew_loader_range one = {.batch = 8, .micro = 1, .first = 0, .count = 1};
+    crew_loader *l = NULL;
+    CHECK_OK(crew_loader_create(d, &o, &one, 9, &l));
+    if (!l) return;
+    CHECK_OK(crew_loader_start_epoch(l, 0, 0));
+    crew_loader_batch b;
+    double wait;
+    CHECK_OK(crew_loader_take(l, 0, 0, 0, &b, &wait)); /* held, never released */
+    CHECK_ERR(crew_loader_take(l, 0, 0, 0, &b, &wait), "micro-batch 0 of step 1 (epoch 1) is taken twice");
+    CHECK_OK(crew_loader_take(l, 0, 1, 0, &b, &wait));
+    CHECK_ERR(crew_loader_take(l, 0, 2, 0, &b, &wait), "micro-batch 0 of step 3 (epoch 1) needs the place in the "
+              "ring of step 1 (epoch 1), whose micro-batches were not all released");
+    crew_loader_release(l, 0, 0, 0);
+    CHECK_OK(crew_loader_take(l, 0, 2, 0, &b, &wait)); /* its place freed, it comes */
+    crew_loader_release(l, 0, 1, 0);
+    crew_loader_release(l, 0, 2, 0);
+    crew_loader_shutdown(l);
+    crew_status s = crew_loader_take(l, 0, 3, 0, &b, &wait);
+    CHECK_MSG(crew_status_code(s) == CREW_CODE_CANCELLED, "a stopped inline loader: %s", crew_status_message(s));
+    crew_status_free(s);
+    crew_loader_free(l);
+    o.threads = -1;
+    CHECK_ERR(crew_loader_create(d, &o, &one, 9, &l), "loader threads must be in [0 (inline), 256], got -1");
 }
 
 static void test_augment(void)
@@ -425,7 +476,9 @@ int main(void)
         test_reverse_rows(d);
         test_slot_memory(d);
         test_take_deadline(d);
-        test_ranges(d);
+        test_ranges(d, 2);
+        test_ranges(d, 0);
+        test_inline_take(d);
     }
     test_augment();
     crew_dataset_free(d);

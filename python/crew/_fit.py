@@ -40,6 +40,7 @@ _ENUMS = {
     "shard": {"none": 0, "optimizer": 1, "gradients": 2, "parameters": 3},
     "shard_overlap": {"auto": 0, "on": 1, "off": -1},
     "bind_cores": {"auto": 0, "on": 1, "off": -1},
+    "loader_inline": {"auto": 0, "on": 1, "off": -1},
 }
 # crew train's flag names that differ from the member they set.
 _ALIASES = {"sync_bn": "sync_batch_norm", "attention": "attention_recompute", "allreduce": "unordered_allreduce",
@@ -312,6 +313,8 @@ def fit(model, x, y=None, *, epochs=1, batch_size=None, batch_per_device=None, d
                 _set_augment(o, value)
             else:
                 _set_option(o, key, value)
+        if "loader_threads" in options and "loader_inline" not in options:
+            o["loader_inline"] = -1  # threads asked for, as crew train's --loader-threads
         if val is not None:
             o["test"] = val.handle
         if group.handle:

@@ -38,6 +38,7 @@ def test_bad_inputs_write_nothing(tmp_path, fashion):
     _refused(tmp_path, TypeError, "unexpected keyword argument 'learning_rate'", mlp(), x, y, learning_rate=0.1)
     _refused(tmp_path, ValueError, "precision takes one of fp32, bf16", mlp(), x, y, precision="fp16")
     _refused(tmp_path, ValueError, "bind_cores takes one of auto, on, off", mlp(), x, y, bind_cores="always")
+    _refused(tmp_path, ValueError, "loader_inline takes one of auto, on, off", mlp(), x, y, loader_inline="yes")
     val = (x[:10], y[:9])
     _refused(tmp_path, ValueError, "validation_data: 10 samples but 9 labels", mlp(), x, y, validation_data=val)
 

@@ -4,7 +4,8 @@
   `crew train` on the same arrays (crew prep arrays), seed and starting weights, bit for bit, and
   Keras's own model.evaluate agrees with crew's evaluation;
 - 2 replicas equal 1 replica accumulating 2 micro-batches, bit for bit, and 2 replicas sharding their
-  gradients or parameters (shard=) equal 2 unsharded ones;
+  gradients or parameters (shard=) equal 2 unsharded ones, as do loader threads and batches prepared
+  on the replicas' own threads (loader_inline=);
 - a Functional model, a model file, the History Keras returns, Keras callbacks;
 - the run directory holds what crew train leaves there.
 """
@@ -63,6 +64,20 @@ def test_replicas_equal_one_accumulating(tmp_path, fashion):
     assert same_bits(weights(two), weights(one))
     plan = json.loads((tmp_path / "one" / "config.json").read_text())["plan"]
     assert plan["accumulation_steps"] == 2 and plan["global_batch"] == 64 and plan["batch_per_device"] == 32
+
+
+def test_loader_threads_or_inline(tmp_path, fashion):
+    """loader_threads= asks for loader threads (as --loader-threads does), loader_inline="on" for each
+    replica preparing its own batches: config.json says which, and the weights are the same bits."""
+    x, y, _, _ = fashion
+    threads, inline = mlp(), mlp()
+    crew.fit(threads, x[:3200], y[:3200], epochs=1, batch_size=64, devices="cpu:2", loader_threads=2,
+             run_dir=tmp_path / "threads", verbose=0)
+    crew.fit(inline, x[:3200], y[:3200], epochs=1, batch_size=64, devices="cpu:2", loader_inline="on",
+             run_dir=tmp_path / "inline", verbose=0)
+    assert same_bits(weights(threads), weights(inline))
+    for name, want in (("threads", "threads"), ("inline", "inline")):
+        assert json.loads((tmp_path / name / "config.json").read_text())["plan"]["loader"] == want
 
 
 @pytest.mark.parametrize("shard", ["gradients", "parameters"])

@@ -224,8 +224,8 @@ static void explain_stall(const crew_scale_model *cm, const crew_link *l, const 
             cm->cores, cm->parallel_speed < 0.9 ? " that slow each other down (shared units, memory, other processes)"
                                                 : "", cm->cores);
     else if (worst == 2)
-        say(buf, len, "%sdata loading: each replica waits %.1f ms per step for its batch; more loader threads "
-            "(--loader-threads), cheaper augmentation or faster storage would help", head, 1e3 * p->data_s);
+        say(buf, len, "%sdata loading: each replica spends %.1f ms per step getting its batch; loader threads "
+            "on cores of their own (--loader-threads), cheaper augmentation or faster storage would help", head, 1e3 * p->data_s);
     else if (worst == 1)
         say(buf, len, "%sstragglers: a step's compute varies by %.1f ms and the slowest of %d replicas sets the pace; "
             "a quieter machine, pinned threads or a larger per-device batch (steadier steps) would help", head,
@@ -340,8 +340,10 @@ int crew_fit_scaling_hint(const crew_fit_result *r, const crew_fit_plan *p, char
     if (data + comm > work) {
         say(buf, len, "hint: each step waited longer (%.0f%% on data, %.0f%% on all-reduce) than it computed (%.0f%%): "
             "%s", 100 * data, 100 * comm, 100 * work,
-            data >= comm ? "more loader threads (--loader-threads) would help more than more devices"
-                         : "a larger per-device batch or fewer devices would spend less of each step waiting");
+            data < comm ? "a larger per-device batch or fewer devices would spend less of each step waiting"
+            : p->loader_inline ? "the replicas prepare their own batches (every core computes): cores left free for "
+                                 "loader threads, or cheaper preprocessing, would help more than more devices"
+                               : "more loader threads (--loader-threads) would help more than more devices");
         return 1;
     }
     return 0;

@@ -1,6 +1,6 @@
 /* loader.c — producer threads, a ring of `prefetch` steps of one rank's micro-batches, and the rank
  * taking them. One mutex guards the ring; the work (gathering, normalising, augmenting a
- * micro-batch) runs outside it. */
+ * micro-batch) runs outside it. Inline (no producers) the rank's take fills its micro-batch. */
 #include "data/loader.h"
 
 #include <errno.h>
@@ -55,6 +55,7 @@ struct crew_loader {
     int joined;                  /* the producers have been joined (crew_loader_shutdown) */
     pthread_t *threads;
     int n_threads;
+    float *scratch;              /* inline: the augmentation's sample buffer */
 };
 
 int64_t crew_loader_steps_per_epoch(const crew_loader *l) { return l->steps_per_epoch; }
@@ -192,8 +193,9 @@ crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options 
     if (batch < 1 || micro < 1 || range->first < 0 || range->count < 1 || range->first + range->count > micro)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader: micro-batches [%d, %d) of %d of %lld samples is not a "
                            "range of a step", range->first, range->first + range->count, micro, (long long)batch);
-    if (o->threads < 1 || o->threads > 256)
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader threads must be in [1, 256], got %d", o->threads);
+    if (o->threads < 0 || o->threads > 256)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader threads must be in [0 (inline), 256], got %d",
+                           o->threads);
     if (o->prefetch < 1 || o->prefetch > 4096) /* the run's depth is at most 1024, plus a step held (run.h) */
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "prefetch depth must be in [1, 4096], got %d", o->prefetch);
     if (o->augment.crop_padding < 0 || o->augment.crop_padding > 1024)
@@ -223,7 +225,8 @@ crew_status crew_loader_create(const crew_dataset *d, const crew_loader_options 
         if (!l->perm[0] || !l->perm[1]) s = CREW_OOM();
     }
     if (!s) s = alloc_ring(l);
-    if (!s && !(l->threads = calloc((size_t)o->threads, sizeof *l->threads))) s = CREW_OOM();
+    if (!s && o->threads == 0 && !(l->scratch = malloc((size_t)l->sample_size * sizeof *l->scratch))) s = CREW_OOM();
+    if (!s && o->threads > 0 && !(l->threads = calloc((size_t)o->threads, sizeof *l->threads))) s = CREW_OOM();
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     int err = o->n_cpus > 0 ? crew_cpu_bind_attr(&attr, o->cpus, o->n_cpus) : 0;
@@ -271,6 +274,43 @@ static slot *slot_of(crew_loader *l, int epoch, int64_t step, int index, ring_st
     return index >= l->first && index < l->first + l->count ? &(*rs)->slots[index - l->first] : NULL;
 }
 
+/* Inline: the caller fills the micro-batch itself, into its step's place in the ring (which the
+ * step before in that place must have left), with the epoch's order made when first needed. The
+ * lock only guards the state a shutdown from another thread reads. */
+static crew_status take_inline(crew_loader *l, ring_step *rs, slot *sl, int epoch, int64_t step, int index)
+{
+    pthread_mutex_lock(&l->mu);
+    crew_status s = CREW_OK;
+    if (l->stop)
+        s = crew_errorf(CREW_CODE_CANCELLED, "the loader was stopped");
+    else if ((rs->epoch != epoch || rs->step != step) && rs->step >= 0 && rs->released < l->count)
+        s = crew_errorf(CREW_CODE_INTERNAL, "loader: micro-batch %d of step %lld (epoch %d) needs the place in the ring "
+                        "of step %lld (epoch %d), whose micro-batches were not all released", index,
+                        (long long)step + 1, epoch + 1, (long long)rs->step + 1, rs->epoch + 1);
+    else if (rs->epoch == epoch && rs->step == step && sl->state != SLOT_EMPTY)
+        s = crew_errorf(CREW_CODE_INTERNAL, "loader: micro-batch %d of step %lld (epoch %d) is taken twice", index,
+                        (long long)step + 1, epoch + 1);
+    if (!s && (rs->epoch != epoch || rs->step != step)) {
+        rs->epoch = epoch;
+        rs->step = step;
+        rs->released = 0;
+        for (int i = 0; i < l->count; i++) rs->slots[i].state = SLOT_EMPTY;
+    }
+    if (!s) sl->state = SLOT_FILLING;
+    pthread_mutex_unlock(&l->mu);
+    if (s) return s;
+    const int b = epoch % 2;
+    if (l->perm_epoch[b] != epoch) { /* only this thread reads or writes the orders inline */
+        order_epoch(l, l->perm[b], epoch);
+        l->perm_epoch[b] = epoch;
+    }
+    fill(l, sl, epoch, step, index - l->first, l->scratch);
+    pthread_mutex_lock(&l->mu);
+    sl->state = SLOT_TAKEN;
+    pthread_mutex_unlock(&l->mu);
+    return CREW_OK;
+}
+
 crew_status crew_loader_take(crew_loader *l, int epoch, int64_t step, int index, crew_loader_batch *out,
                              double *wait_s)
 {
@@ -280,6 +320,12 @@ crew_status crew_loader_take(crew_loader *l, int epoch, int64_t step, int index,
     if (!sl)
         return crew_errorf(CREW_CODE_INTERNAL, "loader: micro-batch %d is not one of [%d, %d) it serves", index, l->first,
                            l->first + l->count);
+    if (l->o.threads == 0) {
+        crew_status s = take_inline(l, rs, sl, epoch, step, index);
+        *wait_s = crew_now() - t0;
+        if (!s) *out = (crew_loader_batch){sl->x, sl->y, sl->ids};
+        return s;
+    }
     struct timespec deadline;
     if (l->o.timeout_s > 0) crew_deadline_after(l->o.timeout_s, &deadline);
     int rc = 0;
@@ -339,6 +385,7 @@ void crew_loader_free(crew_loader *l)
     }
     free(l->ring);
     free(l->threads);
+    free(l->scratch);
     free(l->perm[0]);
     free(l->perm[1]);
     pthread_mutex_destroy(&l->mu);

@@ -1,5 +1,5 @@
 /* loader.h — the prefetching loader of one rank: K producer threads fill its micro-batches ahead
- * of it.
+ * of it, or, with K = 0, the rank's own thread fills each when it takes it (inline).
  *
  * A step's global batch is a sequence of micro-batches (rank r owns micro-batches r·k … r·k+k−1);
  * a rank's loader is given its range and reads only those samples. It keeps up to `prefetch`
@@ -22,7 +22,9 @@
 #include "data/augment.h"
 
 typedef struct crew_loader_options {
-    int threads;            /* producer threads K [2] */
+    int threads;            /* producer threads K [2]; 0: none, crew_loader_take fills the micro-batch
+                               on the calling thread (for a rank whose core nothing else may use:
+                               a producer there would take turns with it) */
     int prefetch;           /* steps prepared ahead D [2] */
     crew_augment augment;   /* per-sample augmentations, none by default */
     int pad_last;           /* 1: the last partial global batch is filled up with samples from the
@@ -72,7 +74,9 @@ int64_t crew_loader_steps_per_epoch(const crew_loader *l);
  * production then runs on into the following epochs. Later calls do nothing. */
 crew_status crew_loader_start_epoch(crew_loader *l, int epoch, int64_t first);
 /* Micro-batch `index` (one of the loader's range) of step `step` (0-based within epoch `epoch`),
- * once it is ready; *wait_s: the time spent waiting for it. The batch stays valid, and its slot
+ * once it is ready; *wait_s: the time spent waiting for it (inline: filling it). Inline, the step's
+ * place in the ring must have been released (a rank takes its steps in turn and gives each back, as
+ * it must for producers too); else a CREW_CODE_INTERNAL error names both steps. The batch stays valid, and its slot
  * busy, until crew_loader_release. Not ready within the options' timeout_s: a CREW_CODE_TIMEOUT
  * error naming the micro-batch (a rank asking for one its loader will never fill, because the
  * slots it still holds keep the ring full, would otherwise wait for ever). */

@@ -46,12 +46,21 @@ static crew_status close_window(crew_monitor *m, int64_t last_step)
     double frac = m->win_step > 0 ? m->win_data / m->win_step : 0.0;
     if (frac > m->cfg.input_bound_fraction && !m->input_bound_reported) {
         m->input_bound_reported = 1;
-        CREW_TRY(crew_monitor_event(m, CREW_EVENT_INPUT_BOUND, last_step, -1, frac,
-                                    "input-bound: replicas waited %.0f%% of each step for data over steps %lld-%lld "
-                                    "(%.4f s of %.4f s); use more loader threads (--loader-threads), a deeper "
-                                    "prefetch (--prefetch), or preprocess once with crew prep",
-                                    100.0 * frac, (long long)m->win_first, (long long)last_step, m->win_data / steps,
-                                    m->win_step / steps));
+        if (m->plan.loader_inline) /* no loader threads to add: the replicas' own threads did the work */
+            CREW_TRY(crew_monitor_event(m, CREW_EVENT_INPUT_BOUND, last_step, -1, frac,
+                                        "input-bound: replicas spent %.0f%% of each step preparing their own batches "
+                                        "over steps %lld-%lld (%.4f s of %.4f s); preprocess once with crew prep, use "
+                                        "cheaper augmentation, or leave cores free for loader threads (fewer "
+                                        "replicas, --loader-inline off)",
+                                        100.0 * frac, (long long)m->win_first, (long long)last_step,
+                                        m->win_data / steps, m->win_step / steps));
+        else
+            CREW_TRY(crew_monitor_event(m, CREW_EVENT_INPUT_BOUND, last_step, -1, frac,
+                                        "input-bound: replicas waited %.0f%% of each step for data over steps "
+                                        "%lld-%lld (%.4f s of %.4f s); use more loader threads (--loader-threads), a "
+                                        "deeper prefetch (--prefetch), or preprocess once with crew prep",
+                                        100.0 * frac, (long long)m->win_first, (long long)last_step,
+                                        m->win_data / steps, m->win_step / steps));
     }
     memset(m->win_compute, 0, (size_t)m->n * sizeof *m->win_compute);
     m->win_steps = 0;

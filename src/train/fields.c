@@ -41,6 +41,7 @@ static const crew_field fit_options[] = {
     F(S, pipeline_stages), F(S, pipeline_schedule), F(S, pipeline_split), F(S, pipeline_processes),
     F(S, communicator), F(S, precision), F(S, conv), F(S, conv_choice), F(S, attention_recompute),
     F(S, noise_scale_every), F(S, shard), F(S, shard_unit_mb), F(S, shard_overlap), F(S, bind_cores),
+    F(S, loader_inline),
 };
 #undef S
 #define S crew_fit_plan
@@ -54,7 +55,7 @@ static const crew_field fit_plan[] = {
     F(S, pipeline_schedule), A(S, stage_first), F(S, pipeline_processes), F(S, attention_recompute),
     F(S, noise_scale_every), F(S, bucket_mb), F(S, buckets), F(S, bucket_auto), F(S, bucket_rule), F(S, shard), F(S, shard_unit_mb),
     F(S, shard_units), F(S, shard_pinned_unit), F(S, shard_tied_late),
-    F(S, shard_overlap), F(S, bind_cores),
+    F(S, shard_overlap), F(S, bind_cores), F(S, loader_inline),
 };
 #undef S
 #define S crew_fit_result

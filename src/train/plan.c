@@ -47,6 +47,7 @@ void crew_model_default_fit(const crew_model *m, crew_fit_options *opts)
     int cores = crew_cpu_cores();
     opts->loader_threads = m && m->defaults.loader_threads > 0 ? m->defaults.loader_threads : cores > 4 ? 4 : cores;
     opts->prefetch = m && m->defaults.prefetch > 0 ? m->defaults.prefetch : 2;
+    opts->loader_inline = m && m->defaults.loader_threads > 0 ? -1 : 0; /* threads named: threads */
     if (m) opts->augment = m->defaults.augment;
 }
 
@@ -359,6 +360,22 @@ static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fi
     p->buckets = p->devices > 1 ? crew_bucket_count(n, p->bucket_mb) : 0;
 }
 
+/* Where each rank's batches are prepared (crew_fit_options.loader_inline). Where every core of the
+ * process computes a rank, a loader thread has no core of its own: it takes turns with a replica,
+ * at moments of the scheduler's choosing, so that replica reaches the next collective late and the
+ * others wait for it; the 2-replica MLP lost about twice the loader's own time a step that way. On
+ * the rank's own thread, as it takes each micro-batch, the work costs its time once, at the same
+ * point of every replica's step (docs/PERFORMANCE.md, "The loader on the replica's thread"). With
+ * spare cores, or a device that computes elsewhere, loader threads keep the batches ahead. */
+static crew_status plan_loader(const crew_fit_options *o, crew_fit_plan *p)
+{
+    if (o->loader_inline < -1 || o->loader_inline > 1)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader_inline %d: expected -1 (threads), 0 (the planner's) or "
+                           "1 (inline)", o->loader_inline);
+    p->loader_inline = o->loader_inline == 1 || (o->loader_inline == 0 && every_core_computes(o, p));
+    return CREW_OK;
+}
+
 /* Each rank's thread, and its loader threads, bound to cores of its own (crew_fit_options.bind_cores).
  * Where every core of one process computes a rank, unbound, the replicas and their loaders share
  * the cores as the scheduler likes: a loader thread that runs on the other replica's core delays
@@ -486,6 +503,7 @@ crew_status crew_plan_fit_resolved(crew_model *m, const crew_dataset *train, con
                            : o->noise_scale_every ? o->noise_scale_every : CREW_NOISE_SCALE_EVERY;
     CREW_TRY(plan_communicator(o, p));
     plan_buckets(m, o, p);
+    CREW_TRY(plan_loader(o, p));
     return plan_binding(o, p);
 }
 

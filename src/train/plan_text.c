@@ -115,14 +115,27 @@ static void binding(text_out *t, const crew_fit_plan *p)
     if (ranks == 1) {
         put(t, "      the %s's thread%s bound to CPU%s ", who, p->threads_per_device > 1 ? "s" : "", want > 1 ? "s" : "");
         put_cpus(t, cpus, n);
-        put(t, ", its loader threads with it\n");
+        put(t, p->loader_inline ? "\n" : ", its loader threads with it\n");
         return;
     }
     char cores[32] = "a core";
     if (p->threads_per_device > 1) snprintf(cores, sizeof cores, "%d cores", p->threads_per_device);
-    put(t, "      each %s bound to %s of its own, its loader threads with it (CPUs ", who, cores);
+    put(t, "      each %s bound to %s of its own%s (CPUs ", who, cores, p->loader_inline ? "" : ", its loader threads with it");
     put_cpus(t, cpus, n);
     put(t, ", in rank order)\n");
+}
+
+/* Where the batches are prepared, when not by loader threads (crew_fit_plan.loader_inline). */
+static void loader(text_out *t, const crew_fit_plan *p)
+{
+    if (!p->loader_inline) return;
+    const char *who = p->stages > 1 ? "rank" : "replica";
+    const int ranks = p->devices * (p->stages > 1 ? p->stages : 1);
+    if (p->processes <= 1 && ranks * p->threads_per_device >= crew_cpu_cores())
+        put(t, "      each %s prepares its own batches as it takes them: every core computes, so a loader\n"
+               "      thread would take turns with a %s (--loader-inline off for threads)\n", who, who);
+    else
+        put(t, "      each %s prepares its own batches as it takes them (--loader-inline on)\n", who);
 }
 
 /* What the replicas shard (ZeRO-1/2/3), and how the units move. */
@@ -185,6 +198,7 @@ size_t crew_fit_plan_text(const crew_fit_plan *p, const char *devices, char *buf
     convolutions(&t, p);
     buckets(&t, p);
     binding(&t, p);
+    loader(&t, p);
     if (p->nccl)
         put(&t, "      collectives by NCCL, each replica on a GPU of its own%s\n",
             p->unordered_allreduce ? "" : ": crew's ordered sums from NCCL's sends, the same bits as one GPU accumulating");

@@ -41,7 +41,7 @@ crew_status crew_run_open_loader(const crew_run *run, int rank, int size, const 
     const crew_fit_options *o = run->opts;
     int k = run->plan.accumulation;
     int prefetch = (o->prefetch > 0 ? o->prefetch : 2) + crew_run_inputs_in_place(run, device);
-    crew_loader_options lo = {.threads = loader_threads(run, rank, size),
+    crew_loader_options lo = {.threads = run->plan.loader_inline ? 0 : loader_threads(run, rank, size),
                               .prefetch = prefetch,
                               .augment = crew_augment_of(&o->augment, run->hooks.loader_slow_s),
                               .pad_last = o->pad_last_batch,

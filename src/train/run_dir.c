@@ -265,6 +265,7 @@ static cJSON *plan_json(const crew_fit_plan *p)
     cJSON_AddNumberToObject(aug, "crop_padding", p->augment.crop_padding);
     cJSON_AddBoolToObject(aug, "flip", p->augment.flip != 0);
     cJSON_AddBoolToObject(o, "pad_last_batch", p->pad_last_batch != 0);
+    cJSON_AddStringToObject(o, "loader", p->loader_inline ? "inline" : "threads"); /* where batches are prepared */
     cJSON_AddBoolToObject(o, "sync_batch_norm", p->sync_batch_norm != 0);
     cJSON_AddStringToObject(o, "on_nan", p->on_nan == CREW_ON_NAN_SKIP ? "skip" : "stop");
     cJSON_AddStringToObject(o, "shard", crew_shard_level_name(p->shard)); /* what the replicas shard */

@@ -103,6 +103,12 @@ static const char *usage_text =
     "  --straggler-window N       steps per straggler verdict [50]\n"
     "  --seed S                   seed for initial weights, data order and dropout [1]\n"
     "  --init-weights FILE        start from these weights (safetensors) instead of a random init\n"
+    "  --loader-inline auto|on|off\n"
+    "                             on: each replica prepares its own batches as it takes them, on\n"
+    "                             its own thread; off: loader threads prepare them ahead; auto: on\n"
+    "                             where every core of the process computes a replica of a CPU kind\n"
+    "                             (a loader thread would take turns with one); the same bits [auto;\n"
+    "                             off with --loader-threads]\n"
     "  --loader-threads K         threads preparing batches ahead of the replicas [min(4, cores)]\n"
     "  --prefetch D               steps of batches prepared ahead [2]\n"
     "  --augment LIST             per-sample augmentations: crop=P (random crop with P pixels of\n"
@@ -158,6 +164,7 @@ typedef struct train_args {
     int64_t replicas;           /* devices / pipeline stages */
     int lr_scaling, sync_bn, on_nan, allreduce, shard_optimizer, shard, shard_overlap, comm, precision, attention;
     int bind_cores;             /* an index of overlap_ways: auto, on, off */
+    int loader_inline;          /* an index of overlap_ways; -1: not given */
     double shard_unit_mb;
     cli_conv conv;
     int64_t drift_every, straggler_window, checkpoint_every, keep_checkpoints, loader_threads, prefetch;
@@ -235,6 +242,7 @@ static const cli_flag_spec train_flags[] = {
     CLI_INT_FLAG(train_args, "--global-batch", global_batch, 1, 1 << 30),
     CLI_INT_FLAG(train_args, "--threads-per-device", threads, 1, 1024),
     CLI_CHOICE_FLAG(train_args, "--bind-cores", bind_cores, overlap_ways),
+    CLI_CHOICE_FLAG(train_args, "--loader-inline", loader_inline, overlap_ways),
     CLI_INT_FLAG(train_args, "--seed", seed, 0, INT64_MAX),
     CLI_FLOAT_FLAG(train_args, "--lr", lr, 1e-12, 1e3),
     CLI_INT_FLAG(train_args, "--base-batch", base_batch, 1, 1 << 30),
@@ -313,6 +321,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     a->pipe.schedule = -1;
     a->layout = -1;
     a->shard = -1;
+    a->loader_inline = -1;
     int parsed = cli_parse_args("train", usage_text, train_flags, CLI_COUNT(train_flags), argc, argv, a, &a->model);
     if (parsed) return parsed;
     if (!a->model) return cli_usage_error("train", "missing MODEL.json");
@@ -542,6 +551,10 @@ static crew_status load_inputs(const train_args *a, train_state *st, crew_fit_op
     o->keep_checkpoints = (int)a->keep_checkpoints;
     o->resume = a->resume != NULL;
     if (a->loader_threads) o->loader_threads = (int)a->loader_threads;
+    if (a->loader_inline >= 0) /* auto, on, off; not given: threads where they were asked for */
+        o->loader_inline = a->loader_inline == 1 ? 1 : a->loader_inline == 2 ? -1 : 0;
+    else if (a->loader_threads)
+        o->loader_inline = -1;
     if (a->prefetch) o->prefetch = (int)a->prefetch;
     if (a->have_augment) o->augment = a->augment;
     o->pad_last_batch = a->pad_last;
