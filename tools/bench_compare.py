@@ -53,11 +53,12 @@ MODELS = [
     ("mlp", "examples/fashion_mlp.json", 128, 300),
     ("cnn", "examples/fashion_cnn.json", 64, 60),
 ]
-# Targets. Issue 12: crew / PyTorch at the same thread count, and data-parallel efficiency. Issue 17:
-# crew at its best 2-thread layout / PyTorch at its best thread count, and the 2 replicas'
-# throughput against the ceiling of two independent one-replica processes, one per core.
+# Targets. Issue 12: crew / PyTorch at the same thread count, and data-parallel efficiency. Issue 17,
+# as issue 36 restated them: crew at its best 2-thread layout / PyTorch at its best thread count,
+# and the 2 replicas' throughput against the ceiling of two independent one-replica processes, one
+# per core.
 TARGETS = {"mlp_ratio": 1.5, "cnn_ratio": 1.0, "cnn_dp_efficiency": 0.90,
-           "mlp_ratio_best": 3.0, "cnn_ratio_best": 2.0, "dp_vs_ceiling": 0.95}
+           "mlp_ratio_best": 2.5, "cnn_ratio_best": 2.0, "mlp_dp_vs_ceiling": 0.90, "cnn_dp_vs_ceiling": 0.95}
 FIGURES = ["crew_1", "crew_dp2", "crew_dp2_shard", "crew_blas2", "torch_2", "torch_1", "crew_dp2_fixed",
            "crew_1_one_core"]
 
@@ -357,11 +358,11 @@ def judge(results):
         rows.append((f"{label} crew/PyTorch, 1 thread", t, r["ratio_1_thread"]))
     if "cnn" in results:
         rows.append(("CNN data-parallel efficiency", TARGETS["cnn_dp_efficiency"], results["cnn"]["dp_efficiency"]))
-    for key, label in (("mlp", "MLP"), ("cnn", "CNN")):  # issue 17's
+    for key, label in (("mlp", "MLP"), ("cnn", "CNN")):  # issue 17's, as issue 36 restated them
         if key in results:
             rows.append((f"{label} crew best / PyTorch best, 2 cores", TARGETS[f"{key}_ratio_best"],
                          results[key]["ratio_best"]))
-            rows.append((f"{label} 2 replicas / 2 independent processes", TARGETS["dp_vs_ceiling"],
+            rows.append((f"{label} 2 replicas / 2 independent processes", TARGETS[f"{key}_dp_vs_ceiling"],
                          results[key]["dp_vs_ceiling"]))
     return [(label, t, v, v >= t) for label, t, v in rows]
 
@@ -401,7 +402,9 @@ def print_markdown(info, results, targets, command):
     for row in rows:
         print("| " + " | ".join(row) + " |")
     print("\nCommunication per step of the 2-replica runs at a fixed per-device batch (crew's own telemetry):\n")
-    print("| model | all-reduce exposed (ms) | exposed share of the step | hidden behind backward (ms) | data wait |")
+    # data: waiting for loader threads, or, where each replica prepares its own batches (every core
+    # computes: docs/DATA.md), the time it takes
+    print("| model | all-reduce exposed (ms) | exposed share of the step | hidden behind backward (ms) | data (wait or own prep) |")
     print("|---|--:|--:|--:|--:|")
     for r in results.values():
         f = r["crew_dp2_fixed"]
