@@ -527,9 +527,10 @@ typedef struct crew_fit_options {
     int bind_cores;
     /* Where each rank's batches are prepared (docs/DATA.md, "The loader"): 1 inline, on the rank's
      * own thread as it takes each micro-batch (no loader threads); -1 by loader_threads threads,
-     * prefetch steps ahead; 0 the planner's choice: inline where every core of one process computes
-     * a rank of a CPU kind (a loader thread there takes turns with a replica on its core, and the
-     * other replicas wait for that one at the next collective), else threads. A model file that
+     * prefetch steps ahead; 0 the planner's choice: inline where every core of the process (its
+     * affinity mask: under mpirun, the cores it was bound to) computes a rank of a CPU kind (a loader
+     * thread there takes turns with a replica on its core, and the other replicas wait for that one
+     * at the next collective), else threads. A model file that
      * names its loader_threads asks for threads. The same batches, so the same bits, either way. */
     int loader_inline;
 } crew_fit_options;
@@ -704,7 +705,8 @@ typedef struct crew_fit_plan {
     int shard_tied_late;
     int shard_overlap;          /* 1: the units' collectives overlap compute (crew_fit_options.shard_overlap) */
     int bind_cores;             /* 1: each rank and its loader bound to cores of its own (crew_fit_options.bind_cores) */
-    int loader_inline;          /* 1: each rank prepares its own batches as it takes them (crew_fit_options.loader_inline) */
+    int loader_inline;          /* each rank prepares its own batches as it takes them (crew_fit_options.loader_inline):
+                                   1 as asked, 2 since every core of the process computes a rank; 0: loader threads */
 } crew_fit_plan;
 
 /* Resolves and checks the plan; a combination that cannot work is an error saying why. With

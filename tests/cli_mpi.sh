@@ -44,6 +44,13 @@ cmp -s "$TMP/four/weights.safetensors" "$TMP/mpi2x2/weights.safetensors" && ok \
   || fail "2 processes x 2 threads: weights differ from 4 threads"
 cmp -s "$TMP/one/weights.safetensors" "$TMP/four/weights.safetensors" && ok \
   || fail "4 threads: weights differ from one replica accumulating"
+# Where the batches were prepared, each process by its own cores (its affinity mask, here all of
+# the machine's): 2 ranks on 2 cores prepare their own; 1 rank beside a spare core has a loader
+# thread. The same weights either way (above).
+if [ "$(nproc)" = 2 ]; then
+  grep -Eq '"loader":[[:space:]]*"inline"' "$TMP/mpi2x2/config.json" && grep -Eq '"loader":[[:space:]]*"threads"' "$TMP/mpi2/config.json" && ok \
+    || fail "2 processes: config.json does not say inline for 2 ranks a process and threads for 1"
+fi
 # Optimizer sharding across the processes (through the MPI communicator's ordered all-reduce and
 # broadcasts): the same weights.
 "${MPIRUN[@]}" -np 2 "$CREW" train $MODEL "${COMMON[@]}" --devices cpu:2 --shard-optimizer --run-dir "$TMP/mpi2x2s" \

@@ -71,7 +71,8 @@ static void test_loader_planner(const crew_dataset *d)
     crew_fit_plan p;
     char text[4096];
     CHECK_OK(plan_loader(d, cores, 1, 0, 0, &p));
-    CHECK_MSG(p.loader_inline == 1, "%d replicas on %d cores: the planner's choice is inline", cores, cores);
+    CHECK_MSG(p.loader_inline == 2, "%d replicas on %d cores: the planner's choice is inline (2: its own)", cores,
+              cores);
     crew_fit_plan_text(&p, "cpu", text, sizeof text);
     CHECK_MSG(strstr(text, "prepares its own batches as it takes them: every core computes") != NULL, "%s", text);
     CHECK_OK(plan_loader(d, cores, 1, 0, -1, &p));

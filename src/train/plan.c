@@ -360,6 +360,17 @@ static void plan_buckets(const crew_model *m, const crew_fit_options *o, crew_fi
     p->buckets = p->devices > 1 ? crew_bucket_count(n, p->bucket_mb) : 0;
 }
 
+/* Whether every core of this process's affinity mask computes one of its ranks, of a CPU kind. Unlike
+ * the buckets' rule (every_core_computes) it asks each process about its own cores, which mpirun may
+ * have bound: where the batches are prepared never changes the bits, so processes need not agree. */
+static int own_cores_compute(const crew_fit_options *o, const crew_fit_plan *p)
+{
+    const crew_device_kind *k = crew_device_kind_find(p->device_kind);
+    const int processes = crew_group_size(o->group) > 1 ? crew_group_size(o->group) : 1;
+    const int mine = p->devices * (p->stages > 1 ? p->stages : 1) / processes;
+    return k && !k->memory_bytes && mine * p->threads_per_device >= crew_cpu_cores();
+}
+
 /* Where each rank's batches are prepared (crew_fit_options.loader_inline). Where every core of the
  * process computes a rank, a loader thread has no core of its own: it takes turns with a replica,
  * at moments of the scheduler's choosing, so that replica reaches the next collective late and the
@@ -372,7 +383,7 @@ static crew_status plan_loader(const crew_fit_options *o, crew_fit_plan *p)
     if (o->loader_inline < -1 || o->loader_inline > 1)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "loader_inline %d: expected -1 (threads), 0 (the planner's) or "
                            "1 (inline)", o->loader_inline);
-    p->loader_inline = o->loader_inline == 1 || (o->loader_inline == 0 && every_core_computes(o, p));
+    p->loader_inline = o->loader_inline == 1 ? 1 : o->loader_inline == 0 && own_cores_compute(o, p) ? 2 : 0;
     return CREW_OK;
 }
 

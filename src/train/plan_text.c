@@ -130,8 +130,7 @@ static void loader(text_out *t, const crew_fit_plan *p)
 {
     if (!p->loader_inline) return;
     const char *who = p->stages > 1 ? "rank" : "replica";
-    const int ranks = p->devices * (p->stages > 1 ? p->stages : 1);
-    if (p->processes <= 1 && ranks * p->threads_per_device >= crew_cpu_cores())
+    if (p->loader_inline == 2)
         put(t, "      each %s prepares its own batches as it takes them: every core computes, so a loader\n"
                "      thread would take turns with a %s (--loader-inline off for threads)\n", who, who);
     else
