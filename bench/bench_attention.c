@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "bench_machine.h"
+#include "bench_stats.h"
 #include "core/timer.h"
 
 typedef struct args {
@@ -56,19 +57,6 @@ static int fine(crew_status s)
 {
     crew_status_free(s);
     return s == CREW_OK;
-}
-
-static int by_value(const void *x, const void *y)
-{
-    const double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-/* the median of n values (sorts them) */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, by_value);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int main(int argc, char **argv)
@@ -125,7 +113,7 @@ int main(int argc, char **argv)
         }
     }
     const double others = bench_load_others(&load);
-    const double f_ms = 1e3 * median(fwd, a.rounds), b_ms = 1e3 * median(bwd, a.rounds);
+    const double f_ms = 1e3 * bench_median(fwd, a.rounds), b_ms = 1e3 * bench_median(bwd, a.rounds);
     /* the causal half's products: scores and att·v, 2·d·T(T+1)/2 FLOPs each per head; backward twice */
     const double flop_fwd = 2.0 * (double)a.d * (double)a.T * (double)(a.T + 1) * (double)(a.batch * a.heads);
     printf("attention on %s (%s): %lld windows of T %lld, %lld heads of %lld; median of %d rounds\n", a.kind,

@@ -56,6 +56,7 @@
 #include <string.h>
 
 #include "bench_machine.h"
+#include "bench_stats.h"
 #include "comm/comm.h"
 #include "comm/comm_mpi.h"
 #include "core/status.h"
@@ -115,18 +116,6 @@ static float frac_value(int r, int j, int64_t i)
     h *= 2246822519u;
     h ^= h >> 13;
     return (float)(h % 200003u) / 1031.0f - 97.0f;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 typedef struct bench {
@@ -308,7 +297,7 @@ int main(int argc, char **argv)
         if (b.p == 0) {
             const double bytes = (double)size_bytes[si], bus = 2.0 * (b.P - 1) / b.P;
             double med[N_CONTESTANTS];
-            for (int c = 0; c < N_CONTESTANTS; c++) med[c] = median(tmax + (size_t)c * reps, reps);
+            for (int c = 0; c < N_CONTESTANTS; c++) med[c] = bench_median(tmax + (size_t)c * reps, reps);
             /* /proc/stat counts in ticks (10 ms): under half a second of measurement says nothing */
             double others = one_host && l.busy_s >= 0 && wall >= 0.5 ? (busy - all_own) / wall : -1;
             if (others < 0 && one_host && wall >= 0.5) others = 0;
@@ -364,7 +353,7 @@ int main(int argc, char **argv)
             }
         MPI_Reduce(t, tmax, 2 * reps, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         if (b.p == 0) {
-            double mb = median(tmax, reps), cb = median(tmax + reps, reps);
+            double mb = bench_median(tmax, reps), cb = bench_median(tmax + reps, reps);
             double load[3] = {-1, -1, -1};
             if (getloadavg(load, 3) < 0) load[0] = -1;
             printf("barrier (latency floor, median of %d): MPI_Barrier %.1f us, crew barrier %.1f us; load average %.2f "

@@ -19,21 +19,10 @@
 
 #include "backend/backend.h"
 #include "bench_machine.h"
+#include "bench_stats.h"
 #include "core/status.h"
 #include "core/timer.h"
 #include "crew.h"
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* The median seconds of one sum_squares (which = 0) or all_finite (1) over n values. */
 static double op_time(const crew_backend *be, const float *x, int64_t n, int which)
@@ -47,7 +36,7 @@ static double op_time(const crew_backend *be, const float *x, int64_t n, int whi
         t[r] = crew_now() - t0;
         crew_status_free(s);
     }
-    return median(t, RUNS);
+    return bench_median(t, RUNS);
 }
 
 /* samples/s of one fit of `steps` steps on `devices` replicas, noise scale every step (1) or off (0). */
@@ -150,7 +139,7 @@ int main(int argc, char **argv)
          * one, every `every` steps */
         const double share = (sq + (sq - fin)) / step_s / (double)every;
         printf("| %s | %lld | %.3f | %.4f | %.4f | %.2f%% | %.3f | %.3f-%.3f | %.3g |\n", model, (long long)params,
-               1e3 * step_s, 1e3 * sq, 1e3 * fin, 100.0 * share, median(ratio, rounds), lo, hi, ns);
+               1e3 * step_s, 1e3 * sq, 1e3 * fin, 100.0 * share, bench_median(ratio, rounds), lo, hi, ns);
         crew_dev_free(&be, x);
         crew_device_close(&be);
     }

@@ -17,22 +17,11 @@
 #include "backend/backend.h"
 #include "backend/body/optim.h"
 #include "bench_machine.h"
+#include "bench_stats.h"
 #include "core/timer.h"
 #include "crew.h"
 
 #define MAX_ROUNDS 99
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* The update with the division, as the CPU ran it before (the same flags: this file is built as the
  * library is). */
@@ -147,8 +136,8 @@ int main(int argc, char **argv)
         int same = !memcmp(a.p, b.p, (size_t)n * sizeof(float)) && !memcmp(a.m, b.m, (size_t)n * sizeof(float)) &&
                    !memcmp(a.v, b.v, (size_t)n * sizeof(float));
         status |= !same;
-        printf("| %lld | %.1f | %.1f | %.2fx | %s |\n", (long long)n, 1e6 * median(t_rc, rounds),
-               1e6 * median(t_div, rounds), median(ratio, rounds), same ? "yes" : "NO");
+        printf("| %lld | %.1f | %.1f | %.2fx | %s |\n", (long long)n, 1e6 * bench_median(t_rc, rounds),
+               1e6 * bench_median(t_div, rounds), bench_median(ratio, rounds), same ? "yes" : "NO");
         release(&a);
         release(&b);
     }
