@@ -530,8 +530,8 @@ typedef struct crew_fit_options {
      * prefetch steps ahead; 0 the planner's choice: inline where every core of the process (its
      * affinity mask: under mpirun, the cores it was bound to) computes a rank of a CPU kind (a loader
      * thread there takes turns with a replica on its core, and the other replicas wait for that one
-     * at the next collective), else threads. A model file that
-     * names its loader_threads asks for threads. The same batches, so the same bits, either way. */
+     * at the next collective), else threads. A model file that names its loader_threads asks for
+     * threads. The same batches, so the same bits, either way. */
     int loader_inline;
 } crew_fit_options;
 
