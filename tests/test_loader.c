@@ -337,16 +337,24 @@ static void test_slot_memory(const crew_dataset *d)
     CHECK_MSG(c.freed == c.allocated, "%d slot arrays allocated, %d freed", c.allocated, c.freed);
 }
 
+/* A loader of one micro-batch of 8 a step (seed 9), its first epoch started; NULL (and a failed
+ * check) if it could not be made. */
+static crew_loader *one_batch_loader(const crew_dataset *d, const crew_loader_options *o)
+{
+    crew_loader_range one = {.batch = 8, .micro = 1, .first = 0, .count = 1};
+    crew_loader *l = NULL;
+    CHECK_OK(crew_loader_create(d, o, &one, 9, &l));
+    if (l) CHECK_OK(crew_loader_start_epoch(l, 0, 0));
+    return l;
+}
+
 /* A micro-batch the loader will never fill (its ring is full of steps still held) times out with
  * an error naming it, instead of waiting for ever: a rank that asks for the wrong step. */
 static void test_take_deadline(const crew_dataset *d)
 {
     crew_loader_options o = {.threads = 1, .prefetch = 2, .timeout_s = 0.2};
-    crew_loader_range one = {.batch = 8, .micro = 1, .first = 0, .count = 1};
-    crew_loader *l = NULL;
-    CHECK_OK(crew_loader_create(d, &o, &one, 9, &l));
+    crew_loader *l = one_batch_loader(d, &o);
     if (!l) return;
-    CHECK_OK(crew_loader_start_epoch(l, 0, 0));
     crew_loader_batch b;
     double wait;
     CHECK_OK(crew_loader_take(l, 0, 0, 0, &b, &wait)); /* held, never released */
@@ -412,11 +420,8 @@ static void test_ranges(const crew_dataset *d, int rank_threads)
 static void test_inline_take(const crew_dataset *d)
 {
     crew_loader_options o = {.threads = 0, .prefetch = 2};
-    crew_loader_range one = {.batch = 8, .micro = 1, .first = 0, .count = 1};
-    crew_loader *l = NULL;
-    CHECK_OK(crew_loader_create(d, &o, &one, 9, &l));
+    crew_loader *l = one_batch_loader(d, &o);
     if (!l) return;
-    CHECK_OK(crew_loader_start_epoch(l, 0, 0));
     crew_loader_batch b;
     double wait;
     CHECK_OK(crew_loader_take(l, 0, 0, 0, &b, &wait)); /* held, never released */
@@ -434,6 +439,7 @@ static void test_inline_take(const crew_dataset *d)
     crew_status_free(s);
     crew_loader_free(l);
     o.threads = -1;
+    crew_loader_range one = {.batch = 8, .micro = 1, .first = 0, .count = 1};
     CHECK_ERR(crew_loader_create(d, &o, &one, 9, &l), "loader threads must be in [0 (inline), 256], got -1");
 }
 
