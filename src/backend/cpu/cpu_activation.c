@@ -1,14 +1,8 @@
 /* cpu_activation.c — elementwise activations and dropout: the formulas of
  * backend/body/activation.h, which the CUDA kernels run too, each activation in a loop of its own
  * (the switch outside, so that every loop vectorises). */
-/* 256-bit vectors for these loops even where GCC's tuning prefers 128 (-march=native on an AMD Zen 1,
- * whose units split a 256-bit operation in two): an exponential is a chain of some twenty
- * dependent operations, and two vectors' chains in flight hide its latency. A transformer
- * block's GELU with its slope took 3.9 ms instead of 4.8 per million values on a family-23 EPYC;
- * each value takes the same operations at either width, so the bits do not change. */
-#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
-#pragma GCC target("prefer-vector-width=256")
-#endif
+#include "backend/cpu/cpu_wide_vectors.h" /* first: the pragma must precede the bodies */
+
 #include <string.h>
 
 #include "backend/body/activation.h"

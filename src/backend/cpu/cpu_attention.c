@@ -16,6 +16,8 @@
  * softmax sets to 0, and the products leave out only terms that are 0. Every sum runs in a fixed
  * order set by T alone, so results do not depend on the batch's split across replicas (each
  * sample is its own set of products). */
+#include "backend/cpu/cpu_wide_vectors.h" /* first: the pragma must precede the bodies */
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -57,50 +59,100 @@ static int64_t strips_end(int64_t t, int64_t T)
 /* Row t of a [T, T] score matrix becomes softmax over s ≤ t (max subtracted first, so exp never
  * overflows), and zeros above the diagonal: backend/body/attention.h's formulas, its maximum and
  * sum in the order of the CUDA kernel's warp per row (cpu_lanes.h; a maximum is exact in any
- * order), its exponentials in a loop of their own. Over whole strips the elements past t take part
- * as −∞ in the maximum (never greater than the row's first score, where every lane starts) and as
- * +0 in the sum (a lane's partial, never −0, is the same with +0 added): the same bits. */
+ * order). Over whole strips (strips_end) the strips below the diagonal's take every lane, and the
+ * diagonal's strip masks its lanes past t by a 32-bit lane index (a 64-bit column index per lane
+ * cost the loops a second vector of indices each): there the elements past t take part as −∞ in the
+ * maximum (never greater than the row's first score, where every lane starts) and as +0 in the sum
+ * (a lane's partial, never −0, is the same with +0 added), and their probability 0 · inv is +0.
+ * Each exponential is added to its lane's partial as it is written, in the lanes' order. */
+static void softmax_strips(float *row, int64_t t, int64_t up)
+{
+    const int64_t diag = up - CPU_LANES; /* the diagonal's strip [diag, up) */
+    const int keep = (int)(t - diag);    /* its lanes l ≤ keep hold scores */
+    float p[CPU_LANES];
+    for (int l = 0; l < CPU_LANES; l++) p[l] = row[0];
+    for (int64_t s0 = 0; s0 < diag; s0 += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) p[l] = row[s0 + l] > p[l] ? row[s0 + l] : p[l];
+    for (int l = 0; l < CPU_LANES; l++) {
+        const float x = l <= keep ? row[diag + l] : -INFINITY;
+        p[l] = x > p[l] ? x : p[l];
+    }
+    const float max = cpu_lanes_max(p);
+    cpu_lanes_zero(p);
+    for (int64_t s0 = 0; s0 < diag; s0 += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) {
+            const float e = crew_att_exp(row[s0 + l], max);
+            row[s0 + l] = e;
+            p[l] += e;
+        }
+    for (int l = 0; l < CPU_LANES; l++) {
+        const float e = l <= keep ? crew_att_exp(row[diag + l], max) : 0.0f;
+        row[diag + l] = e;
+        p[l] += e;
+    }
+    const float inv = 1.0f / cpu_lanes_sum(p);
+    for (int64_t s = 0; s < up; s++) row[s] = crew_att_prob(row[s], inv);
+}
+
+/* The same over s ≤ t where the strips do not fit (the last rows of a T that is no multiple of
+ * 32): every element of [0, t] is a score, the last strip narrower */
+static void softmax_tail(float *row, int64_t t)
+{
+    const int64_t n = t + 1;
+    const float max = cpu_lanes_row_max(row, n);
+    for (int64_t s = 0; s < n; s++) row[s] = crew_att_exp(row[s], max); /* vectorised */
+    float p[CPU_LANES];
+    cpu_lanes_zero(p);
+    cpu_lanes_add(p, row, n);
+    const float inv = 1.0f / cpu_lanes_sum(p);
+    for (int64_t s = 0; s < n; s++) row[s] = crew_att_prob(row[s], inv);
+}
+
 static void causal_softmax(float *a, int64_t T, int64_t t0, int64_t t1)
 {
     for (int64_t t = t0; t < t1; t++) {
         float *row = a + t * T;
-        const int64_t up = strips_end(t, T), n = up ? up : t + 1;
-        float p[CPU_LANES];
-        for (int l = 0; l < CPU_LANES; l++) p[l] = row[0];
-        for (int64_t s0 = 0; s0 < n; s0 += CPU_LANES) {
-            const int64_t w = cpu_lanes_width(n, s0);
-            for (int64_t l = 0; l < w; l++) {
-                const float x = s0 + l <= t ? row[s0 + l] : -INFINITY;
-                p[l] = x > p[l] ? x : p[l];
-            }
-        }
-        const float max = cpu_lanes_max(p);
-        for (int64_t s = 0; s < n; s++) row[s] = s <= t ? crew_att_exp(row[s], max) : 0.0f; /* vectorised */
-        cpu_lanes_zero(p);
-        cpu_lanes_add(p, row, n);
-        const float inv = 1.0f / cpu_lanes_sum(p);
-        for (int64_t s = 0; s < n; s++) row[s] = s <= t ? crew_att_prob(row[s], inv) : 0.0f;
-        for (int64_t s = n; s < T; s++) row[s] = 0.0f;
+        const int64_t up = strips_end(t, T);
+        if (up)
+            softmax_strips(row, t, up);
+        else
+            softmax_tail(row, t);
+        for (int64_t s = up ? up : t + 1; s < T; s++) row[s] = 0.0f;
     }
 }
 
 /* Through the softmax, rows [t0, t1) of a head: ds = att ⊙ (d att − Σ_s att·d att), over da; 0
- * above the diagonal. Over whole strips as causal_softmax, the elements past t adding +0 to their
- * lane's partial (d att there is whatever the products left, so they are masked, not multiplied). */
+ * above the diagonal. Over whole strips as causal_softmax, the diagonal strip's elements past t
+ * adding +0 to their lane's partial (d att there is whatever the products left, so they are
+ * masked, not multiplied). */
+static float softmax_backward_dot(const float *ar, const float *dr, int64_t t, int64_t up)
+{
+    float p[CPU_LANES]; /* Σ_s att·datt in the warp's order (crew_att_lane_dot) */
+    cpu_lanes_zero(p);
+    if (!up) { /* no whole strips: every element of [0, t] counts, the last strip narrower */
+        for (int64_t s0 = 0; s0 <= t; s0 += CPU_LANES) {
+            const int64_t w = cpu_lanes_width(t + 1, s0);
+            for (int64_t l = 0; l < w; l++) p[l] += ar[s0 + l] * dr[s0 + l];
+        }
+        return cpu_lanes_sum(p);
+    }
+    const int64_t diag = up - CPU_LANES;
+    const int keep = (int)(t - diag);
+    for (int64_t s0 = 0; s0 < diag; s0 += CPU_LANES)
+        for (int l = 0; l < CPU_LANES; l++) p[l] += ar[s0 + l] * dr[s0 + l];
+    for (int l = 0; l < CPU_LANES; l++) p[l] += l <= keep ? ar[diag + l] * dr[diag + l] : 0.0f;
+    return cpu_lanes_sum(p);
+}
+
 static void softmax_backward(const float *a, float *da, int64_t T, int64_t t0, int64_t t1)
 {
     for (int64_t t = t0; t < t1; t++) {
         const float *ar = a + t * T;
         float *dr = da + t * T;
-        const int64_t up = strips_end(t, T), n = up ? up : t + 1;
-        float p[CPU_LANES]; /* Σ_s att·datt in the warp's order (crew_att_lane_dot) */
-        cpu_lanes_zero(p);
-        for (int64_t s0 = 0; s0 < n; s0 += CPU_LANES) {
-            const int64_t w = cpu_lanes_width(n, s0);
-            for (int64_t l = 0; l < w; l++) p[l] += s0 + l <= t ? ar[s0 + l] * dr[s0 + l] : 0.0f;
-        }
-        const float dot = cpu_lanes_sum(p);
-        for (int64_t s = 0; s < n; s++) dr[s] = s <= t ? crew_att_grad(ar[s], dr[s], dot) : 0.0f;
+        const int64_t up = strips_end(t, T), n = up ? up : t + 1, diag = up ? up - CPU_LANES : n;
+        const float dot = softmax_backward_dot(ar, dr, t, up);
+        for (int64_t s = 0; s < diag; s++) dr[s] = crew_att_grad(ar[s], dr[s], dot);
+        for (int64_t s = diag; s < n; s++) dr[s] = s <= t ? crew_att_grad(ar[s], dr[s], dot) : 0.0f;
         for (int64_t s = n; s < T; s++) dr[s] = 0.0f;
     }
 }
