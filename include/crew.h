@@ -203,6 +203,10 @@ typedef struct crew_dataset crew_dataset;
 crew_status crew_dataset_open(const char *dir, const char *split, crew_dataset **out);
 void crew_dataset_free(crew_dataset *d);
 int64_t crew_dataset_size(const crew_dataset *d);          /* samples */
+/* Bytes of memory the open split holds of its own: the copy of its sample array it reads samples
+ * from (arrays of 2 to 256 MiB, docs/DATA.md), else 0 (it reads the mapped files, whose pages the
+ * kernel may drop and read again). The memory planner's host line counts it (crew_memory_options). */
+int64_t crew_dataset_memory_bytes(const crew_dataset *d);
 int crew_dataset_classes(const crew_dataset *d);           /* number of label classes */
 /* Shape of one sample (without batch axis); returns its ndim. */
 int crew_dataset_sample_shape(const crew_dataset *d, int64_t shape[4]);
@@ -1041,6 +1045,8 @@ typedef struct crew_memory_options {
     double shard_unit_mb;
     int no_sharding;             /* 1: never advise sharding (the user said --shard none) [0] */
     int shard_overlap;           /* 1: ZeRO-2/3's units double-buffered (crew_fit_plan.shard_overlap) [0] */
+    int64_t dataset_bytes;       /* the memory the run's open splits hold of their own, in each
+                                    process (crew_dataset_memory_bytes, summed) [0: not counted] */
 } crew_memory_options;
 
 typedef struct crew_memory_layer {
@@ -1079,7 +1085,8 @@ typedef struct crew_memory_plan {
     int64_t accumulation_bytes;   /* micro-batch gradients kept for the ordered sum */
     int64_t bytes_per_device;     /* the peak of one replica: the sum of the six above */
     int64_t host_bytes;           /* host memory besides the devices': the loaders' rings and sample
-                                     orders, and the caller's copy of the weights */
+                                     orders, the datasets' own (dataset_bytes), and the caller's copy
+                                     of the weights */
     int64_t total_bytes;          /* devices × bytes_per_device + host_bytes */
     int fits;                     /* as asked */
     crew_memory_verdict verdict;

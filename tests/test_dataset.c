@@ -603,6 +603,7 @@ static void test_resident_copy(void)
         CHECK(n == BIG - BIG / 7);
         CHECK_MSG(d->x_resident != NULL && d->x.data == d->x_resident && d->x_resident_len >= bytes,
                   "a %zu-byte sample array is read from a copy", bytes);
+        CHECK(crew_dataset_memory_bytes(d) == (int64_t)d->x_resident_len); /* what the memory planner counts */
         CHECK(memcmp(d->x.data, px, bytes) == 0 && memcmp(mapped_samples(d, bytes), px, bytes) == 0);
         float x[2 * SIDE * SIDE];
         int32_t y[2];
@@ -618,7 +619,7 @@ static void test_resident_copy(void)
     crew_dataset *small = NULL; /* the fixture of the other tests: a few hundred bytes */
     tmp_path(out, sizeof out, "good");
     CHECK_OK(crew_dataset_open(out, "train", &small));
-    CHECK(small && small->x_resident == NULL);
+    CHECK(small && small->x_resident == NULL && crew_dataset_memory_bytes(small) == 0);
     crew_dataset_free(small);
     free(px);
     free(lb);

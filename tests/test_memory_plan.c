@@ -98,9 +98,9 @@ static int measure(const char *model, const char *data, int64_t batch)
     crew_model *m = NULL;
     crew_dataset *d = NULL;
     crew_status s = crew_model_load_file(model, &m);
-    if (!s) s = crew_dataset_open(data, "train", &d);
     prime_gemm_library();
-    long anon0 = status_kb("RssAnon");
+    long anon0 = status_kb("RssAnon"); /* before the dataset: its copy of the samples is the plan's host memory */
+    if (!s) s = crew_dataset_open(data, "train", &d);
     samples peak = {anon0, files_kb()};
     crew_fit_options o;
     if (!s) {
@@ -166,8 +166,15 @@ static void check_against_reality(const char *self, const char *src, const char 
             crew_model *m = NULL;
             CHECK_OK(crew_model_load_file(path, &m));
             if (!m) continue;
+            /* the measured run's one split (no test split: no evaluation): its copy of the samples
+             * is the run's anonymous memory too */
+            crew_dataset *train = NULL;
+            CHECK_OK(crew_dataset_open(data, "train", &train));
             crew_memory_options o = {.struct_size = sizeof(crew_memory_options), .batch_per_device = batches[i][j],
-                                     .train_samples = SAMPLES};
+                                     .train_samples = SAMPLES, .dataset_bytes = crew_dataset_memory_bytes(train)};
+            CHECK_MSG(o.dataset_bytes > 0, "the training split's %d samples of %d x %d bytes are resident", SAMPLES,
+                      SIDE, SIDE);
+            crew_dataset_free(train);
             crew_memory_plan p;
             CHECK_OK(crew_model_plan_memory(m, &o, &p));
             long anon = 0, hwm = 0;
@@ -231,7 +238,16 @@ static void check_breakdown(const char *src)
     o = (crew_memory_options){.struct_size = sizeof(crew_memory_options), .batch_per_device = B, .devices = 1};
     CHECK_OK(crew_model_plan_memory(m, &o, &p));
     CHECK(p.accumulation_bytes == 0 && p.shared_memory && p.device_memory_bytes > 0);
+    const int64_t host = p.host_bytes;
     crew_memory_plan_release(&p);
+    o.dataset_bytes = 46 << 20; /* Fashion-MNIST's training samples, resident */
+    CHECK_OK(crew_model_plan_memory(m, &o, &p));
+    CHECK_MSG(p.host_bytes == host + (46 << 20) && p.total_bytes == p.bytes_per_device + p.host_bytes,
+              "the datasets' own memory is host memory: %lld, was %lld", (long long)p.host_bytes, (long long)host);
+    crew_memory_plan_release(&p);
+    o.dataset_bytes = -1;
+    CHECK_ERR(crew_model_plan_memory(m, &o, &p), "datasets' bytes must not be negative");
+    o.dataset_bytes = 0;
     o.global_batch = 200; /* not a multiple of 128 */
     CHECK_ERR(crew_model_plan_memory(m, &o, &p), "not a multiple");
     o = (crew_memory_options){.struct_size = sizeof(crew_memory_options), .devices = -1};

@@ -167,14 +167,16 @@ void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int 
     out->total = out->param + out->gradient + out->optimizer + out->activation + out->workspace + out->accumulation;
 }
 
-int64_t crew_mem_host(const crew_mem_model *mm, int devices, int64_t global_batch, int prefetch, int64_t train_samples)
+int64_t crew_mem_host(const crew_mem_model *mm, int devices, int64_t global_batch, int prefetch, int64_t train_samples,
+                      int64_t dataset_bytes)
 {
     /* The rings of every rank's loader: all micro-batches of `prefetch` steps, samples as float32
-     * plus labels and ids; each rank's loader also keeps two epochs' sample orders. And the
-     * caller's model, which a run starts from and ends in: parameters and state. */
+     * plus labels and ids; each rank's loader also keeps two epochs' sample orders. The datasets'
+     * own copies of their samples, as the caller measured them. And the caller's model, which a
+     * run starts from and ends in: parameters and state. */
     int64_t ring = (int64_t)prefetch * global_batch * (mm->in_size * F32 + (int64_t)sizeof(int32_t) + (int64_t)sizeof(int64_t));
     int64_t caller = crew_mem_alloc_bytes(mm->n_params, F32) + crew_mem_alloc_bytes(mm->n_state, F32);
-    return ring + (int64_t)devices * 2 * train_samples * (int64_t)sizeof(int64_t) + caller;
+    return ring + (int64_t)devices * 2 * train_samples * (int64_t)sizeof(int64_t) + dataset_bytes + caller;
 }
 
 static int64_t physical_memory(void)
@@ -199,9 +201,10 @@ static crew_status resolve(const crew_model *m, const crew_memory_options *o, cr
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "global batch %lld is not a multiple of devices (%d) x batch "
                            "per device (%lld) = %lld", (long long)p->global_batch, p->devices,
                            (long long)p->batch_per_device, (long long)round);
-    if (o->device_memory_bytes < 0 || o->train_samples < 0 || o->prefetch < 0 || o->prefetch > 1024)
-        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "device memory, training samples and prefetch must not be "
-                           "negative (prefetch at most 1024)");
+    if (o->device_memory_bytes < 0 || o->train_samples < 0 || o->prefetch < 0 || o->prefetch > 1024 ||
+        o->dataset_bytes < 0)
+        return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "device memory, training samples, prefetch and the datasets' "
+                           "bytes must not be negative (prefetch at most 1024)");
     if (o->precision != CREW_PRECISION_FP32 && o->precision != CREW_PRECISION_BF16)
         return crew_errorf(CREW_CODE_INVALID_ARGUMENT, "precision %d: expected fp32 or bf16", o->precision);
     p->accumulation = (int)(p->global_batch / round);
@@ -276,7 +279,7 @@ static crew_status plan_as_asked(const crew_model *m, const crew_memory_options 
     crew_fit_options d;
     crew_model_default_fit(m, &d);
     p->host_bytes = crew_mem_host(&mm, p->devices, p->global_batch, o->prefetch > 0 ? o->prefetch : d.prefetch,
-                                  o->train_samples);
+                                  o->train_samples, o->dataset_bytes);
     p->total_bytes = (int64_t)p->devices * p->bytes_per_device + p->host_bytes;
     p->fits = p->shared_memory ? p->total_bytes <= p->device_memory_bytes : p->bytes_per_device <= p->device_memory_bytes;
     crew_status s = fill_layers(&mm, shards, p);

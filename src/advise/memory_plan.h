@@ -68,9 +68,11 @@ void crew_mem_replica(const crew_mem_model *mm, int64_t batch, int devices, int 
 int crew_memory_shard_level(const crew_memory_options *o);
 
 /* The host memory of the `devices` ranks' loaders: `prefetch` global batches of samples in all,
- * and each loader's two epochs' sample orders of train_samples (0: unknown, not counted); and the
- * caller's copy of the weights. */
-int64_t crew_mem_host(const crew_mem_model *mm, int devices, int64_t global_batch, int prefetch, int64_t train_samples);
+ * and each loader's two epochs' sample orders of train_samples (0: unknown, not counted); the
+ * datasets' own memory (dataset_bytes, crew_dataset_memory_bytes); and the caller's copy of the
+ * weights. */
+int64_t crew_mem_host(const crew_mem_model *mm, int devices, int64_t global_batch, int prefetch, int64_t train_samples,
+                      int64_t dataset_bytes);
 
 /* The ladder of verdicts (memory_verdict.c): fills plan->verdict, advised_*, verdict_text and
  * the layers' stages. */

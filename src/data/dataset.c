@@ -246,6 +246,8 @@ void crew_dataset_free(crew_dataset *d)
 
 int64_t crew_dataset_size(const crew_dataset *d) { return d ? d->n : 0; }
 
+int64_t crew_dataset_memory_bytes(const crew_dataset *d) { return d ? (int64_t)d->x_resident_len : 0; }
+
 void crew_dataset_head(const crew_dataset *d, int64_t n, crew_dataset *view)
 {
     *view = *d;

@@ -106,7 +106,8 @@ static void print_plan(const char *model, const crew_memory_plan *p)
     snprintf(note, sizeof note, p->accumulation > 1 ? "micro-batch gradients kept for the ordered sum" : "");
     print_line("accumulation", p->accumulation_bytes, note);
     print_line("peak per replica", p->bytes_per_device, "");
-    print_line("host", p->host_bytes, "loaders' prefetched batches and sample orders, the caller's weights");
+    print_line("host", p->host_bytes,
+               "loaders' prefetched batches and sample orders, the dataset's samples, the caller's weights");
     snprintf(note, sizeof note, "%d x replica + host", p->devices);
     print_line("total", p->total_bytes, note);
     printf("\nverdict: %s\n", p->verdict_text);
@@ -253,7 +254,7 @@ int cli_plan(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;
     crew_model *m = NULL;
-    crew_dataset *train = NULL;
+    crew_dataset *train = NULL, *test = NULL;
     crew_memory_plan p;
     plan_noise noise = {.scale = NAN};
     crew_status s = a.from ? crew_run_noise_scale(a.from, &noise.scale, &noise.batch) : CREW_OK;
@@ -261,6 +262,11 @@ int cli_plan(int argc, char **argv)
     if (!s && a.data) s = crew_dataset_open_for(m, a.data, "train", &train);
     if (!s && train) cli_note_dataset("plan", train);
     if (!s && train) a.o.train_samples = crew_dataset_size(train);
+    if (!s && train) { /* a run holds its test split open too, for its evaluations (one it cannot open, the
+                          run's error to report: the plan counts the training split alone) */
+        crew_status_free(crew_dataset_open_for(m, a.data, "test", &test));
+        a.o.dataset_bytes = crew_dataset_memory_bytes(train) + crew_dataset_memory_bytes(test);
+    }
     if (!s) s = crew_model_plan_memory(m, &a.o, &p);
     if (s) {
         rc = cli_fail("plan", s);
@@ -272,6 +278,7 @@ int cli_plan(int argc, char **argv)
         crew_memory_plan_release(&p);
         rc = 0;
     }
+    crew_dataset_free(test);
     crew_dataset_free(train);
     crew_model_free(m);
     return rc;

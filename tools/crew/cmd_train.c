@@ -707,6 +707,7 @@ static int plan_layout(const train_args *a, const train_state *st, crew_fit_opti
     mo.global_batch = o->global_batch;
     mo.device_memory_bytes = a->device_memory;
     mo.train_samples = crew_dataset_size(st->train);
+    mo.dataset_bytes = crew_dataset_memory_bytes(st->train) + crew_dataset_memory_bytes(st->test);
     mo.optimizer_sharding = a->shard_optimizer;
     mo.shard = a->shard > 0 ? a->shard : CREW_SHARD_NONE;
     mo.shard_unit_mb = a->shard_unit_mb;
