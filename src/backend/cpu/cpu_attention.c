@@ -63,7 +63,7 @@ static int64_t strips_end(int64_t t, int64_t T)
  * diagonal's strip masks its lanes past t by a 32-bit lane index (a 64-bit column index per lane
  * cost the loops a second vector of indices each): there the elements past t take part as −∞ in the
  * maximum (never greater than the row's first score, where every lane starts) and as +0 in the sum
- * (a lane's partial, never −0, is the same with +0 added), and their probability 0 · inv is +0.
+ * (a lane's partial, never −0, is the same with +0 added), and their probability is written 0.
  * Each exponential is added to its lane's partial as it is written, in the lanes' order. */
 static void softmax_strips(float *row, int64_t t, int64_t up)
 {
@@ -91,7 +91,8 @@ static void softmax_strips(float *row, int64_t t, int64_t up)
         p[l] += e;
     }
     const float inv = 1.0f / cpu_lanes_sum(p);
-    for (int64_t s = 0; s < up; s++) row[s] = crew_att_prob(row[s], inv);
+    for (int64_t s = 0; s < diag; s++) row[s] = crew_att_prob(row[s], inv);
+    for (int l = 0; l < CPU_LANES; l++) row[diag + l] = l <= keep ? crew_att_prob(row[diag + l], inv) : 0.0f;
 }
 
 /* The same over s ≤ t where the strips do not fit (the last rows of a T that is no multiple of
