@@ -33,6 +33,11 @@ static inline void cpu_lanes_zero(float p[CPU_LANES])
 /* p[l] += x[j] for j = l, l + 32, ... below n: each lane's partial of x[0 .. n), in its order */
 static inline void cpu_lanes_add(float p[CPU_LANES], const float *x, int64_t n)
 {
+    if (n % CPU_LANES == 0) { /* whole strips: a constant width, the partials kept in registers */
+        for (int64_t j0 = 0; j0 < n; j0 += CPU_LANES)
+            for (int l = 0; l < CPU_LANES; l++) p[l] += x[j0 + l];
+        return;
+    }
     for (int64_t j0 = 0; j0 < n; j0 += CPU_LANES) {
         const int64_t w = cpu_lanes_width(n, j0);
         for (int64_t l = 0; l < w; l++) p[l] += x[j0 + l];
