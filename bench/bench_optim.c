@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "backend/body/optim.h"
+#include "bench_backend.h"
 #include "bench_machine.h"
 #include "bench_stats.h"
 #include "core/timer.h"
@@ -95,11 +96,7 @@ int main(int argc, char **argv)
         return 2;
     }
     crew_backend be;
-    crew_status s = crew_cpu_backend_create(1, &be);
-    if (s) {
-        fprintf(stderr, "bench_optim: %s\n", crew_status_message(s));
-        return 1;
-    }
+    if (bench_open_cpu("bench_optim", &be)) return 1;
     /* step 10 of β2 0.999: √(1 − β2ᵗ) ≈ 0.0998, far from 1, as in the first thousands of steps */
     const crew_adamw_consts k = {0.99999f, 0.1f, 0.999f, 0.001f, 0.0015f, 0.0998f, 1e-8f};
     bench_load load;

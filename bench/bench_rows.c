@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "bench_backend.h"
 #include "bench_machine.h"
 #include "bench_stats.h"
 #include "core/timer.h"
@@ -164,11 +165,7 @@ int main(int argc, char **argv)
         return 2;
     }
     crew_backend be;
-    crew_status s = crew_cpu_backend_create(1, &be);
-    if (s) {
-        fprintf(stderr, "bench_rows: %s\n", crew_status_message(s));
-        return 1;
-    }
+    if (bench_open_cpu("bench_rows", &be)) return 1;
     buffers b;
     if (make(&b, tokens, width)) {
         fprintf(stderr, "bench_rows: out of memory for %lld tokens of width %lld\n", (long long)tokens,
@@ -184,7 +181,7 @@ int main(int argc, char **argv)
             best[op][r] = 1e30;
             for (int j = 0; j < runs; j++) {
                 const double t0 = crew_now();
-                s = run(&be, op, &b);
+                const crew_status s = run(&be, op, &b);
                 const double dt = crew_now() - t0;
                 if (s) {
                     fprintf(stderr, "bench_rows: %s: %s\n", names[op], crew_status_message(s));
