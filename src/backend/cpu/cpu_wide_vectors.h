@@ -7,10 +7,11 @@
  * drop of 512-bit work on the early ones). An exponential is a chain of some twenty dependent
  * operations, and wide vectors' chains in flight hide its latency: GELU with its slope took 3.9
  * ms instead of 4.8 per million values with 256 bits on a family-23 EPYC, and 1.1 instead of 1.4
- * with 512 on a Sapphire Rapids-class Xeon, attention's softmax a fifth less there (`bench_rows`,
- * `bench_attention`, docs/PERFORMANCE.md). The GEMM kernels of the same step already run 512-bit
- * instructions, so their clock is the step's either way. Each value takes the same operations at
- * any width and the sums keep their 32 lanes' order (cpu_lanes.h), so the bits do not change.
+ * with 512 on a Sapphire Rapids-class Xeon, attention's forward 1.37 ms a layer instead of 1.57
+ * there (`bench_rows`, `bench_attention`, docs/PERFORMANCE.md). The GEMM kernels of the same step
+ * already run 512-bit instructions, so their clock is the step's either way. Each value takes the
+ * same operations at any width and the sums keep their 32 lanes' order (cpu_lanes.h), so the bits
+ * do not change.
  *
  * Only where measured: layer norm's loops were slower with 512 bits (130 → 218 µs for gpt_tiny's
  * [2048, 128], their rows of 128 too short for the wider loop's set-up) and the loss's no faster. */
