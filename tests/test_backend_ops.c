@@ -2589,7 +2589,9 @@ static void check_attention(const device *d, const attn_case *ac)
            "attention_forward (%s) without y: the probabilities differ from the full forward's", shape);
     HOST_FREE(att_only);
     DEV_FREE(d, att_only_d);
-    /* a NaN in every q of sample 0's head 0 (its scores NaN): the zeros above the diagonal hold */
+    /* a NaN in every q of sample 0's head 0 (its scores NaN): the zeros above the diagonal hold, and
+     * the NaN reaches every probability on and below it (a softmax that hid it would let a loss look
+     * finite over a broken forward) */
     float *qkv_nan = fbuf(z.n_qkv);
     memcpy(qkv_nan, qkv, sizeof(float) * (size_t)z.n_qkv);
     for (int64_t t = 0; t < ac->T; t++) qkv_nan[t * 3 * ac->heads * ac->d] = NAN;
@@ -2598,15 +2600,20 @@ static void check_attention(const device *d, const attn_case *ac)
                                ac->d);
     EXPECT_SYNCED(d);
     float *att_nan = host_f32(d, att_nan_d, z.n_att);
-    int64_t zero_above = 0;
-    for (int64_t t = 0; t < ac->T; t++)
+    int64_t zero_above = 0, nan_below = 0;
+    for (int64_t t = 0; t < ac->T; t++) {
+        for (int64_t s = 0; s <= t; s++) nan_below += isnan(att_nan[t * ac->T + s]) != 0;
         for (int64_t s = t + 1; s < ac->T; s++) {
             const float v = att_nan[t * ac->T + s];
             zero_above += v == 0.0f && !signbit(v);
         }
+    }
     EXPECT(d, zero_above == ac->T * (ac->T - 1) / 2,
            "attention_forward (%s), NaN scores: %lld of %lld values above the diagonal are +0", shape,
            (long long)zero_above, (long long)(ac->T * (ac->T - 1) / 2));
+    EXPECT(d, nan_below == ac->T * (ac->T + 1) / 2,
+           "attention_forward (%s), NaN scores: %lld of %lld probabilities on and below the diagonal are NaN",
+           shape, (long long)nan_below, (long long)(ac->T * (ac->T + 1) / 2));
     HOST_FREE(qkv_nan, att_nan);
     DEV_FREE(d, qkv_nan_d, att_nan_d);
     if (ac->batch > 1) check_attention_per_sample(d, ac, qkv_d, att_in_d, dy_d, att, y, dqkv, shape);
