@@ -59,6 +59,16 @@ fi
 expect_exit 2 "--device-memory" -- "$CREW" plan examples/fashion_mlp.json --device-memory 12X
 expect_exit 2 "--device-memory" -- "$CREW" plan examples/fashion_mlp.json --device-memory -5G
 expect_exit 2 "missing MODEL.json" -- "$CREW" plan
+# --data: the host line counts the training and test splits' samples; a dataset whose test split
+# cannot be opened is counted by its training split alone, and the plan says so (crew train would
+# refuse it) instead of a smaller host line without a word
+tiny_images "$TMP/data" 40
+printf '{"input_shape": [12, 12, 1], "layers": [{"type": "flatten"}, {"type": "dense", "units": 10}]}' > "$TMP/tiny.json"
+plan "$TMP/tiny.json" --data "$TMP/data" && ! grep -q "note:" "$TMP/err" && ok || fail "plan --data: $(cat "$TMP/err")"
+rm "$TMP/data/test_x.npy"
+plan "$TMP/tiny.json" --data "$TMP/data" && grep -q "test_x.npy.*counts the training split's samples alone" "$TMP/err" \
+    && ok || fail "plan --data without its test split: $(cat "$TMP/err")"
+
 expect_exit 2 "no-such.json" -- "$CREW" plan "$TMP/no-such.json"
 expect_exit 2 "not a multiple" -- "$CREW" plan examples/fashion_mlp.json --global-batch 100
 expect_exit 2 "unknown option" -- "$CREW" plan examples/fashion_mlp.json --frobnicate

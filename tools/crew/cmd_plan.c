@@ -262,9 +262,13 @@ int cli_plan(int argc, char **argv)
     if (!s && a.data) s = crew_dataset_open_for(m, a.data, "train", &train);
     if (!s && train) cli_note_dataset("plan", train);
     if (!s && train) a.o.train_samples = crew_dataset_size(train);
-    if (!s && train) { /* a run holds its test split open too, for its evaluations (one it cannot open, the
-                          run's error to report: the plan counts the training split alone) */
-        crew_status_free(crew_dataset_open_for(m, a.data, "test", &test));
+    if (!s && train) { /* a run holds its test split open too, for its evaluations; one the plan cannot
+                          open, crew train refuses: the plan counts the training split alone, and says so */
+        crew_status t = crew_dataset_open_for(m, a.data, "test", &test);
+        if (t)
+            fprintf(stderr, "crew plan: note: %s: the host line counts the training split's samples alone, and crew "
+                    "train needs the test split too\n", crew_status_message(t));
+        crew_status_free(t);
         a.o.dataset_bytes = crew_dataset_memory_bytes(train) + crew_dataset_memory_bytes(test);
     }
     if (!s) s = crew_model_plan_memory(m, &a.o, &p);
