@@ -156,12 +156,13 @@ int main(int argc, char **argv)
                "%.3f-%.3f)\n", sets + 1, sets ? "s" : "", paired, 100 * (paired - 1), n, lo, hi);
     }
     double others = bench_load_others(&load);
+    char say[96];
     if (!rc) {
         double med_p = crew_scale_median(predicted, n), med_m = crew_scale_median(measured, n);
         printf("%s on %d cores: 2 replicas predicted %.0f, measured %.0f samples/s (medians); prediction / "
-               "measurement %.3f over %d rounds: %s the target of %.0f%%; other processes used %.2f cores\n", a.model,
+               "measurement %.3f over %d rounds: %s the target of %.0f%%; other processes used %s\n", a.model,
                cores, med_p, med_m, paired, n, fabs(paired - 1.0) <= TARGET ? "within" : "outside", 100 * TARGET,
-               others);
+               bench_load_say(others, say, sizeof say));
         if (a.json)
             printf("{\"model\":\"%s\",\"cores\":%d,\"rounds\":%d,\"sets\":%d,\"ratio\":%.4f,\"ratio_lo\":%.4f,"
                    "\"ratio_hi\":%.4f,\"predicted_samples_per_s\":%.1f,\"measured_samples_per_s\":%.1f,"

@@ -121,7 +121,8 @@ int main(int argc, char **argv)
            (long long)a.heads, (long long)a.d, a.rounds);
     printf("  forward  %8.3f ms  %6.1f GFLOP/s\n", f_ms, flop_fwd / f_ms * 1e-6);
     printf("  backward %8.3f ms  %6.1f GFLOP/s\n", b_ms, 2.0 * flop_fwd / b_ms * 1e-6);
-    printf("  other processes kept %.2f cores busy meanwhile\n", others);
+    char say[96];
+    printf("  other processes kept %s busy meanwhile\n", bench_load_say(others, say, sizeof say));
     if (a.json)
         printf("{\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"flop_forward\": %.0f, \"other_procs\": %.3f}\n", f_ms,
                b_ms, flop_fwd, others);

@@ -186,7 +186,8 @@ int main(int argc, char **argv)
             printf("  %-4s oneDNN %7.2f  OpenBLAS %7.2f  %5.2fx\n", models[mdl], 1e3 * step_s[mdl][ONEDNN],
                    1e3 * step_s[mdl][OPENBLAS], step_s[mdl][OPENBLAS] / step_s[mdl][ONEDNN]);
     double others = bench_load_others(&load);
-    printf("other processes kept %.2f cores busy meanwhile\n", others);
+    char say[96];
+    printf("other processes kept %s busy meanwhile\n", bench_load_say(others, say, sizeof say));
     if (json) {
         printf("{\"threads\":%d,\"rounds\":%d,\"other_cores\":%.3f,\"shapes\":[", threads, rounds, others);
         int first = 1;

@@ -5,6 +5,13 @@
  *   bench_load_start(&l);
  *   ... measure ...
  *   double cores = bench_load_others(&l); // CPU cores' worth that other processes kept busy
+ *   char say[96];
+ *   printf("other processes used %s\n", bench_load_say(cores, say, sizeof say));
+ *
+ * A run shorter than BENCH_LOAD_MIN_S gets -1 (unknown): /proc/stat counts each core's time in
+ * ticks of 1/CLK_TCK s (10 ms), so over a few milliseconds one tick more or less reads as whole
+ * cores (bench_optim at --runs 5 once printed 325.6 cores); over a quarter of a second a tick is
+ * 0.04 of a core.
  */
 #ifndef CREW_BENCH_MACHINE_H
 #define CREW_BENCH_MACHINE_H
@@ -13,6 +20,8 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+
+#define BENCH_LOAD_MIN_S 0.25
 
 typedef struct bench_load {
     double busy_s, own_s, wall_s;
@@ -54,13 +63,24 @@ static inline void bench_load_start(bench_load *l)
     l->wall_s = bench_wall_s();
 }
 
-/* Cores' worth of CPU that other processes used since bench_load_start; -1 when unknown. */
+/* Cores' worth of CPU that other processes used since bench_load_start; -1 when unknown (no
+ * /proc/stat, or a run too short to tell). */
 static inline double bench_load_others(const bench_load *l)
 {
     double busy = bench_busy_cpu_s(), own = bench_own_cpu_s(), wall = bench_wall_s();
-    if (busy < 0 || l->busy_s < 0 || wall <= l->wall_s) return -1;
+    if (busy < 0 || l->busy_s < 0 || wall - l->wall_s < BENCH_LOAD_MIN_S) return -1;
     double others = (busy - l->busy_s - (own - l->own_s)) / (wall - l->wall_s);
     return others > 0 ? others : 0;
+}
+
+/* bench_load_others' figure in words: "0.03 cores", or why there is none. */
+static inline const char *bench_load_say(double cores, char *buf, size_t n)
+{
+    if (cores < 0)
+        snprintf(buf, n, "an unknown number of cores (a run under %.2g s is too short to tell)", BENCH_LOAD_MIN_S);
+    else
+        snprintf(buf, n, "%.2f cores", cores);
+    return buf;
 }
 
 #endif

@@ -143,7 +143,8 @@ int main(int argc, char **argv)
         crew_dev_free(&be, x);
         crew_device_close(&be);
     }
-    printf("\nother processes used %.2f cores during the runs\n", bench_load_others(&load));
+    char say[96];
+    printf("\nother processes used %s during the runs\n", bench_load_say(bench_load_others(&load), say, sizeof say));
     crew_dataset_free(d);
     return 0;
 }

@@ -138,7 +138,8 @@ int main(int argc, char **argv)
         release(&a);
         release(&b);
     }
-    printf("\nother processes used %.2f cores meanwhile\n", bench_load_others(&load));
+    char say[96];
+    printf("\nother processes used %s meanwhile\n", bench_load_say(bench_load_others(&load), say, sizeof say));
     be.ops->destroy(be.ctx);
     return status;
 }

@@ -199,7 +199,8 @@ int main(int argc, char **argv)
         printf("| %s | %lld | %.1f | %.3f | %08x |\n", names[op], (long long)op_values(op, &b), 1e6 * t,
                1e9 * t / (double)op_values(op, &b), op_hash(op, &b));
     }
-    printf("\nother processes used %.2f cores meanwhile\n", bench_load_others(&load));
+    char say[96];
+    printf("\nother processes used %s meanwhile\n", bench_load_say(bench_load_others(&load), say, sizeof say));
     release(&b);
     be.ops->destroy(be.ctx);
     return 0;

@@ -93,7 +93,9 @@ def main():
         ms = {lib: 1e3 * sum(2.0 * s["m"] * s["n"] * s["k"] * s["count"] / (s[lib] * 1e9) for s in shapes)
               for lib in libs}
         print(f"  {model}: " + ", ".join(f"{lib} {ms[lib]:.2f} ({ms[lib] / ms['PyTorch']:.2f}x)" for lib in libs))
-    print(f"other processes kept {figures['other_cores']:.2f} cores busy during bench_gemm")
+    others = figures["other_cores"]  # -1: unknown (a run too short to tell, bench/bench_machine.h)
+    print("other processes kept " + (f"{others:.2f} cores" if others >= 0 else "an unknown number of cores")
+          + " busy during bench_gemm")
 
 
 if __name__ == "__main__":
