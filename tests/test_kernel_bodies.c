@@ -930,6 +930,38 @@ static void emulate_softmax_backward(const void *att, int bf16, float *datt, int
     }
 }
 
+/* The op's ds for every (sample, head), into ds [batch, heads, T, T]: datt is the op's scratch,
+ * which the CPU reuses from one head to the next, so the backward runs a head at a time on that
+ * head's columns of qkv and dy (its ds depends on nothing else), its datt then holding the head's
+ * ds alone. Each head's dq, dk and dv must be the whole call's bits for its columns. */
+static void ds_by_head(const char *geo, const float *qkv, const float *dy, const void *att, crew_dtype type,
+                       const float *dqkv, float *ds, int64_t batch, int64_t T, int64_t heads, int64_t d)
+{
+    const int64_t C = heads * d, ld = 3 * C;
+    const size_t elem = type == CREW_DT_BF16 ? sizeof(crew_bf16) : sizeof(float);
+    float *qkv1 = floats(T * 3 * d), *dy1 = floats(T * d), *datt1 = floats(T * T), *dqkv1 = floats(T * 3 * d);
+    int64_t differ = 0;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t h = 0; h < heads; h++) {
+            for (int64_t t = 0; t < T; t++) {
+                for (int64_t j = 0; j < 3; j++)
+                    memcpy(qkv1 + t * 3 * d + j * d, qkv + (b * T + t) * ld + j * C + h * d, (size_t)d * sizeof(float));
+                memcpy(dy1 + t * d, dy + (b * T + t) * C + h * d, (size_t)d * sizeof(float));
+            }
+            const int64_t at = (b * heads + h) * T * T;
+            be.ops->attention_backward(be.ctx, dy1, qkv1, (const char *)att + (size_t)at * elem, type, datt1, dqkv1, 1,
+                                       T, 1, d);
+            memcpy(ds + at, datt1, (size_t)(T * T) * sizeof(float));
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t j = 0; j < 3; j++)
+                    differ += memcmp(dqkv1 + t * 3 * d + j * d, dqkv + (b * T + t) * ld + j * C + h * d,
+                                     (size_t)d * sizeof(float)) != 0;
+        }
+    CHECK_MSG(differ == 0, "attention_backward (%s): %lld rows of a head's dq, dk, dv differ between the head alone "
+              "and the whole call", geo, (long long)differ);
+    free(qkv1), free(dy1), free(datt1), free(dqkv1);
+}
+
 static void check_attention(void)
 {
     /* the last two: whole vectors of columns and tiles of rows on every width (with 70, rows whose
@@ -981,10 +1013,11 @@ static void check_attention(void)
             emulate_causal_softmax(sc, eatt, eatt16, rows, T);
             for (int64_t i = 0; i < n; i++) ewide[i] = a16 ? crew_body_bf16_widen(eatt16[i]) : eatt[i];
             SAME_F("k_causal_softmax", geo, ewide, wide, n);
-            float *eds = copy_of(da, n);
+            float *eds = copy_of(da, n), *ds = floats(n);
             emulate_softmax_backward(a16 ? (const void *)att : (const void *)catt, a16, eds, rows, T);
-            SAME_F("k_softmax_backward_rows", geo, eds, datt, n);
-            free(eds);
+            ds_by_head(geo, qkv, dy, att, type, dqkv, ds, batch, T, heads, d);
+            SAME_F("k_softmax_backward_rows", geo, eds, ds, n);
+            free(eds), free(ds);
             free(qkv), free(dy), free(y), free(att), free(scores), free(datt), free(dqkv), free(raw), free(da),
                 free(head_t), free(wide), free(ewide), free(sc), free(eatt), free(eatt16);
         }

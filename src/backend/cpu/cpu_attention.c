@@ -7,7 +7,9 @@
  * In float32 the products are cpu_attention_tiles.c's register tiles, a head's rows a tile at a
  * time: its scores, their softmax and its rows of y (forward), or its rows of d att, their
  * softmax backward and its rows of dq (backward) one after the other while the tile's rows are in
- * the cache; dv and dk sum over columns, after all rows. With bfloat16 products (--precision bf16,
+ * the cache; dv and dk sum over columns, after all rows. Backward's d att of every head lives in
+ * the first [T, T] of the caller's scratch, which stays in the cache, and the next head's operands
+ * are fetched while a head computes (ahead, below). With bfloat16 products (--precision bf16,
  * or att kept in bfloat16) they are GEMMs (cpu_gemm.c, which rounds their operands) on strided
  * views, and the masked half is skipped by blocks: rows t in [t0, t1) of the scores need only
  * columns s < t1, and a product summing over the T × T matrix sums only over its non-zero part.
@@ -109,9 +111,49 @@ static void softmax_tail(float *row, int64_t t)
     for (int64_t s = 0; s < n; s++) row[s] = crew_att_prob(row[s], inv);
 }
 
-static void causal_softmax(float *a, int64_t T, int64_t t0, int64_t t1)
+/* The next head's slices, which the row loops below ask into the cache a row at a time while this
+ * head computes (ahead_row). In training a head's operands come from memory: the GEMMs between two
+ * attentions evict them (a layer's q, k, v, att and gradients are 15 MB at gpt_tiny's share), and a
+ * head's 128 bytes of rows 1.5 KB apart are no stream the hardware's prefetchers run ahead of; at
+ * gpt_tiny's share attention took 1.6x as long as where its data was in the cache. Forward asks
+ * for the next head's q, k, v and the rows of att and y it will write, backward for its q, k, v, dy
+ * and att (its gradients' rows as well made backward slower). A row at a time, not a sweep's rows
+ * at once: a burst of hundreds of prefetches held the core's line-fill buffers and slowed the
+ * products even where the data was in the cache. Only the timing changes: nothing prefetched is
+ * read before the next head. */
+#define AHEAD_SLICES 5
+
+typedef struct ahead {
+    int n;
+    const float *base[AHEAD_SLICES];
+    int64_t ld[AHEAD_SLICES], width[AHEAD_SLICES]; /* a row's stride and its floats */
+} ahead;
+
+static void ahead_add(ahead *a, const float *base, int64_t ld, int64_t width)
+{
+    a->base[a->n] = base;
+    a->ld[a->n] = ld;
+    a->width[a->n++] = width;
+}
+
+static void ahead_row(const ahead *a, int64_t t)
+{
+#if defined(__GNUC__)
+    for (int i = 0; a && i < a->n; i++)
+        for (int64_t c = 0; c < a->width[i]; c += 64 / (int64_t)sizeof(float)) {
+            const float *line = a->base[i] + t * a->ld[i] + c;
+            __builtin_prefetch(line, 0, 2); /* into L2: L1 holds this head's */
+            __asm__ volatile("" : : "r"(line)); /* else GCC's dead-code pass drops a loop of only prefetches */
+        }
+#else
+    (void)a, (void)t;
+#endif
+}
+
+static void causal_softmax(float *a, int64_t T, int64_t t0, int64_t t1, const ahead *next)
 {
     for (int64_t t = t0; t < t1; t++) {
+        ahead_row(next, t);
         float *row = a + t * T;
         const int64_t up = strips_end(t, T);
         if (up)
@@ -145,9 +187,10 @@ static float softmax_backward_dot(const float *ar, const float *dr, int64_t t, i
     return cpu_lanes_sum(p);
 }
 
-static void softmax_backward(const float *a, float *da, int64_t T, int64_t t0, int64_t t1)
+static void softmax_backward(const float *a, float *da, int64_t T, int64_t t0, int64_t t1, const ahead *next)
 {
     for (int64_t t = t0; t < t1; t++) {
+        ahead_row(next, t);
         const float *ar = a + t * T;
         float *dr = da + t * T;
         const int64_t up = strips_end(t, T), n = up ? up : t + 1, diag = up ? up - CPU_LANES : n;
@@ -200,6 +243,13 @@ void cpu_attention_scores(const float *x, int64_t ldx, const float *y, int64_t l
     cpu_att_rows_dot(x, ldx, yt, T, d, f, out, T, 0, T, T);
 }
 
+/* The (sample, head) after (b, h) in the loops below, or 0 past the last */
+static int next_head(int64_t *b, int64_t *h, int64_t batch, int64_t heads)
+{
+    if (++*h == heads) *h = 0, ++*b;
+    return *b < batch;
+}
+
 /* float32: one head's scores, softmax and y a sweep of rows at a time */
 static void forward_tiles(cpu_ctx *x, const float *qkv, float *att, float *y, int64_t batch, int64_t T, int64_t heads,
                           int64_t d)
@@ -212,11 +262,19 @@ static void forward_tiles(cpu_ctx *x, const float *qkv, float *att, float *y, in
             head_view hv = head_at(b, h, T, heads, d);
             const float *q = qkv + hv.qkv, *k = q + hv.C, *v = q + 2 * hv.C;
             float *a = att + hv.att;
+            ahead next = {0};
+            int64_t nb = b, nh = h;
+            if (next_head(&nb, &nh, batch, heads)) { /* its q, k, v, its att and y rows */
+                const head_view nv = head_at(nb, nh, T, heads, d);
+                for (int j = 0; j < 3; j++) ahead_add(&next, qkv + nv.qkv + j * nv.C, nv.ld, d);
+                ahead_add(&next, att + nv.att, T, T);
+                if (y) ahead_add(&next, y + nv.out, nv.C, d);
+            }
             cpu_att_transpose(k, hv.ld, T, d, kt);
             for (int64_t t0 = 0; t0 < T; t0 = sweep_end(t0, T)) {
                 const int64_t t1 = sweep_end(t0, T);
                 cpu_att_rows_dot(q, hv.ld, kt, T, d, scale, a, T, t0, t1, T); /* a = q·kᵀ/√d */
-                causal_softmax(a, T, t0, t1);
+                causal_softmax(a, T, t0, t1, &next);
                 if (y) cpu_att_rows_mul(a, T, v, hv.ld, d, 1.0f, y + hv.out, hv.C, t0, t1); /* y_h = a·v */
             }
         }
@@ -234,12 +292,23 @@ static void backward_tiles(cpu_ctx *x, const float *dy, const float *qkv, const 
             head_view hv = head_at(b, h, T, heads, d);
             const int64_t C = hv.C, ld = hv.ld;
             const float *q = qkv + hv.qkv, *k = q + C, *v = q + 2 * C, *a = att + hv.att, *dyh = dy + hv.out;
-            float *da = datt + hv.att, *dq = dqkv + hv.qkv, *dk = dq + C, *dv = dq + 2 * C;
+            /* every head's d att in the first head's [T, T] of the scratch, which stays in the cache from
+             * one head to the next (a [batch, heads, T, T] of them went to memory and back: 4 MB a
+             * layer at gpt_tiny's share) */
+            float *da = datt, *dq = dqkv + hv.qkv, *dk = dq + C, *dv = dq + 2 * C;
+            ahead next = {0};
+            int64_t nb = b, nh = h;
+            if (next_head(&nb, &nh, batch, heads)) { /* its q, k, v, dy and att */
+                const head_view nv = head_at(nb, nh, T, heads, d);
+                for (int j = 0; j < 3; j++) ahead_add(&next, qkv + nv.qkv + j * C, ld, d);
+                ahead_add(&next, dy + nv.out, C, d);
+                ahead_add(&next, att + nv.att, T, T);
+            }
             cpu_att_transpose(v, ld, T, d, vt);
             for (int64_t t0 = 0; t0 < T; t0 = sweep_end(t0, T)) {
                 const int64_t t1 = sweep_end(t0, T);
                 cpu_att_rows_dot(dyh, C, vt, T, d, 1.0f, da, T, t0, t1, T); /* d att = dy_h·vᵀ */
-                softmax_backward(a, da, T, t0, t1);                            /* ds, over d att */
+                softmax_backward(a, da, T, t0, t1, &next);                     /* ds, over d att */
                 cpu_att_rows_mul(da, T, k, ld, d, scale, dq, ld, t0, t1);      /* dq = ds·k/√d */
             }
             cpu_att_cols_mul(a, T, dyh, C, d, 1.0f, dv, ld, T);  /* dv = attᵀ·dy_h */
@@ -267,7 +336,7 @@ void cpu_attention_forward(void *ctx, const float *qkv, void *att, crew_dtype at
                 const int64_t t1 = block_end(t0, T);
                 gemm(ctx, bf16, 0, 1, t1 - t0, t1, d, scale, q + t0 * ld, ld, k, ld, a + t0 * T, T);
             }
-            causal_softmax(a, T, 0, T);
+            causal_softmax(a, T, 0, T, NULL);
             if (keep16) { /* att keeps them in bfloat16; the product below rounds a to the same values */
                 crew_bf16 *a16 = (crew_bf16 *)att + hv.att;
                 for (int64_t i = 0; i < T * T; i++) crew_body_to_bf16(a, a16, i);
@@ -308,7 +377,7 @@ void cpu_attention_backward(void *ctx, const float *dy, const float *qkv, const 
             for (int64_t s0 = 0; s0 < T; s0 = block_end(s0, T))
                 cpu_gemm_rounding(ctx, bf16_att && att_type != CREW_DT_BF16, bf16_att, 1, 0, block_end(s0, T) - s0, d,
                                   T - s0, 1.0f, a + s0 * T + s0, T, dyh + s0 * C, C, 0.0f, dv + s0 * ld, ld);
-            softmax_backward(a, da, T, 0, T);
+            softmax_backward(a, da, T, 0, T, NULL);
             for (int64_t t0 = 0; t0 < T; t0 = block_end(t0, T)) { /* dq = ds · k / √d, over s < t1 */
                 const int64_t t1 = block_end(t0, T);
                 gemm(ctx, bf16, 0, 0, t1 - t0, d, t1, scale, da + t0 * T, T, k, ld, dq + t0 * ld, ld);
