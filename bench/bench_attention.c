@@ -2,14 +2,18 @@
  * kind, as a transformer block runs it (backend.h's attention_forward and attention_backward).
  *
  *   bench_attention [--kind cpu] [--batch B] [--context T] [--heads H] [--head-dim D]
- *                   [--precision fp32|bf16] [--rounds R] [--json]
+ *                   [--precision fp32|bf16] [--rounds R] [--cold MB] [--json]
  *
  * Defaults: one replica's share of a gpt_tiny step (16 windows of T = 128, 4 heads of 32). Each
  * round runs forward and backward 10 times and keeps the fastest of each; the median of the rounds
  * is reported, in ms and in GFLOP/s of the causal half's products (the scores and att·v each
  * 2·d·T(T+1)/2 a head, twice that backward). With --precision bf16 the products are bfloat16 GEMMs
  * (the CPU's: oneDNN calls in 32-row blocks); fp32 runs crew's own register tiles on the CPU.
- * tools/bench_attention.py sets PyTorch's attention beside it. */
+ * --cold MB writes MB of another buffer before forward and again before backward, as a training
+ * step's GEMMs and other layers do between two attentions: on the CPU, with the data in memory
+ * rather than the cache, attention's strided reads are what its prefetching is for (at gpt_tiny's
+ * share, --cold 128 took 1.6x the warm time before it). tools/bench_attention.py sets PyTorch's
+ * attention beside it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +27,7 @@ typedef struct args {
     const char *kind;
     int64_t batch, T, heads, d;
     int precision, rounds, json;
+    int64_t cold_mb;
 } args;
 
 static int parse(int argc, char **argv, args *a)
@@ -44,12 +49,20 @@ static int parse(int argc, char **argv, args *a)
             a->precision = !strcmp(v, "bf16") ? CREW_PRECISION_BF16 : CREW_PRECISION_FP32, i++;
         else if (!strcmp(argv[i], "--rounds") && v)
             a->rounds = atoi(v), i++;
+        else if (!strcmp(argv[i], "--cold") && v)
+            a->cold_mb = atoll(v), i++;
         else if (!strcmp(argv[i], "--json"))
             a->json = 1;
         else
             return 0;
     }
-    return a->batch > 0 && a->T > 0 && a->heads > 0 && a->d > 0 && a->rounds > 0;
+    return a->batch > 0 && a->T > 0 && a->heads > 0 && a->d > 0 && a->rounds > 0 && a->cold_mb >= 0;
+}
+
+/* Writes every cache line of the n floats of `other`, evicting what the timed calls read */
+static void evict(float *other, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) other[i] += 1.0f;
 }
 
 /* 1 for CREW_OK; else 0, the status released */
@@ -64,7 +77,7 @@ int main(int argc, char **argv)
     args a;
     if (!parse(argc, argv, &a)) {
         fprintf(stderr, "usage: bench_attention [--kind cpu] [--batch B] [--context T] [--heads H] [--head-dim D]\n"
-                        "                       [--precision fp32|bf16] [--rounds R] [--json]\n");
+                        "                       [--precision fp32|bf16] [--rounds R] [--cold MB] [--json]\n");
         return 2;
     }
     crew_device_options o = {.precision = a.precision};
@@ -95,20 +108,29 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_attention: no room for one layer's attention on %s\n", a.kind);
         return 1;
     }
+    const int64_t n_other = a.cold_mb * (1 << 20) / (int64_t)sizeof(float);
+    float *other = n_other ? calloc((size_t)n_other, sizeof *other) : NULL;
+    if (n_other && !other) {
+        fprintf(stderr, "bench_attention: no room for --cold %lld\n", (long long)a.cold_mb);
+        return 1;
+    }
     double *fwd = malloc((size_t)a.rounds * sizeof *fwd), *bwd = malloc((size_t)a.rounds * sizeof *bwd);
     bench_load load;
     bench_load_start(&load);
     for (int r = 0; r < a.rounds; r++) {
         fwd[r] = bwd[r] = 1e30;
         for (int rep = 0; rep < 10; rep++) {
+            evict(other, n_other);
             double t0 = crew_now();
             be.ops->attention_forward(be.ctx, qkv, att, CREW_DT_F32, NULL, y, a.batch, a.T, a.heads, a.d);
             be.ops->sync(be.ctx, NULL);
+            const double f = crew_now() - t0;
+            evict(other, n_other);
             double t1 = crew_now();
             be.ops->attention_backward(be.ctx, dy, qkv, att, CREW_DT_F32, datt, dqkv, a.batch, a.T, a.heads, a.d);
             be.ops->sync(be.ctx, NULL);
             double t2 = crew_now();
-            if (t1 - t0 < fwd[r]) fwd[r] = t1 - t0;
+            if (f < fwd[r]) fwd[r] = f;
             if (t2 - t1 < bwd[r]) bwd[r] = t2 - t1;
         }
     }
@@ -116,19 +138,19 @@ int main(int argc, char **argv)
     const double f_ms = 1e3 * bench_median(fwd, a.rounds), b_ms = 1e3 * bench_median(bwd, a.rounds);
     /* the causal half's products: scores and att·v, 2·d·T(T+1)/2 FLOPs each per head; backward twice */
     const double flop_fwd = 2.0 * (double)a.d * (double)a.T * (double)(a.T + 1) * (double)(a.batch * a.heads);
-    printf("attention on %s (%s): %lld windows of T %lld, %lld heads of %lld; median of %d rounds\n", a.kind,
+    printf("attention on %s (%s): %lld windows of T %lld, %lld heads of %lld; median of %d rounds%s\n", a.kind,
            a.precision == CREW_PRECISION_BF16 ? "bf16 products" : "fp32", (long long)a.batch, (long long)a.T,
-           (long long)a.heads, (long long)a.d, a.rounds);
+           (long long)a.heads, (long long)a.d, a.rounds, a.cold_mb ? ", each call after other writes (--cold)" : "");
     printf("  forward  %8.3f ms  %6.1f GFLOP/s\n", f_ms, flop_fwd / f_ms * 1e-6);
     printf("  backward %8.3f ms  %6.1f GFLOP/s\n", b_ms, 2.0 * flop_fwd / b_ms * 1e-6);
     char say[96];
     printf("  other processes kept %s busy meanwhile\n", bench_load_say(others, say, sizeof say));
     if (a.json)
-        printf("{\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"flop_forward\": %.0f, \"other_procs\": %.3f}\n", f_ms,
-               b_ms, flop_fwd, others);
+        printf("{\"forward_ms\": %.4f, \"backward_ms\": %.4f, \"flop_forward\": %.0f, \"cold_mb\": %lld, "
+               "\"other_procs\": %.3f}\n", f_ms, b_ms, flop_fwd, (long long)a.cold_mb, others);
     be.ops->free(be.ctx, qkv), be.ops->free(be.ctx, att), be.ops->free(be.ctx, y), be.ops->free(be.ctx, dy);
     be.ops->free(be.ctx, datt), be.ops->free(be.ctx, dqkv);
-    free(host), free(fwd), free(bwd);
+    free(host), free(fwd), free(bwd), free(other);
     crew_device_close(&be);
     return 0;
 }
