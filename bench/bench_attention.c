@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "bench_cold.h"
 #include "bench_machine.h"
 #include "bench_stats.h"
 #include "core/timer.h"
@@ -59,11 +60,6 @@ static int parse(int argc, char **argv, args *a)
     return a->batch > 0 && a->T > 0 && a->heads > 0 && a->d > 0 && a->rounds > 0 && a->cold_mb >= 0;
 }
 
-/* Writes every cache line of the n floats of `other`, evicting what the timed calls read */
-static void evict(float *other, int64_t n)
-{
-    for (int64_t i = 0; i < n; i += 16) other[i] += 1.0f;
-}
 
 /* 1 for CREW_OK; else 0, the status released */
 static int fine(crew_status s)
@@ -108,9 +104,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_attention: no room for one layer's attention on %s\n", a.kind);
         return 1;
     }
-    const int64_t n_other = a.cold_mb * (1 << 20) / (int64_t)sizeof(float);
-    float *other = n_other ? calloc((size_t)n_other, sizeof *other) : NULL;
-    if (n_other && !other) {
+    bench_cold cold;
+    if (bench_cold_open(&cold, a.cold_mb)) {
         fprintf(stderr, "bench_attention: no room for --cold %lld\n", (long long)a.cold_mb);
         return 1;
     }
@@ -120,12 +115,12 @@ int main(int argc, char **argv)
     for (int r = 0; r < a.rounds; r++) {
         fwd[r] = bwd[r] = 1e30;
         for (int rep = 0; rep < 10; rep++) {
-            evict(other, n_other);
+            bench_cold_evict(&cold);
             double t0 = crew_now();
             be.ops->attention_forward(be.ctx, qkv, att, CREW_DT_F32, NULL, y, a.batch, a.T, a.heads, a.d);
             be.ops->sync(be.ctx, NULL);
             const double f = crew_now() - t0;
-            evict(other, n_other);
+            bench_cold_evict(&cold);
             double t1 = crew_now();
             be.ops->attention_backward(be.ctx, dy, qkv, att, CREW_DT_F32, datt, dqkv, a.batch, a.T, a.heads, a.d);
             be.ops->sync(be.ctx, NULL);
@@ -150,7 +145,8 @@ int main(int argc, char **argv)
                "\"other_procs\": %.3f}\n", f_ms, b_ms, flop_fwd, (long long)a.cold_mb, others);
     be.ops->free(be.ctx, qkv), be.ops->free(be.ctx, att), be.ops->free(be.ctx, y), be.ops->free(be.ctx, dy);
     be.ops->free(be.ctx, datt), be.ops->free(be.ctx, dqkv);
-    free(host), free(fwd), free(bwd), free(other);
+    free(host), free(fwd), free(bwd);
+    bench_cold_close(&cold);
     crew_device_close(&be);
     return 0;
 }

@@ -2,7 +2,7 @@
  * replica's share of a gpt_tiny step (16 windows of 128 tokens, width 128, vocabulary 256), each
  * alone on one thread (docs/PERFORMANCE.md, "Wider vectors in the row kernels").
  *
- *   bench_rows [--tokens N] [--width C] [--rounds K] [--runs R]
+ *   bench_rows [--tokens N] [--width C] [--rounds K] [--runs R] [--cold MB]
  *
  * The ops, through the backend's table as a run calls them:
  *   gelu+slope    act_forward_slope, GELU's tanh form and its slope, over [N, 4C]
@@ -14,14 +14,16 @@
  * K rounds [7] of R calls each [20], alternating the ops' order; per op the median over rounds of a
  * round's fastest call, in µs and ns a value, and a hash of its outputs, so that two builds (a
  * compiler flag, a loop rewritten) run with the same arguments can be compared for time and checked
- * for the same bits. Pin it
- * where the figure should come from (taskset). */
+ * for the same bits. --cold MB writes MB of another buffer before every call (bench_cold.h), so that
+ * the ops find their data in memory, as in training. Pin it where the figure should come from
+ * (taskset). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/backend.h"
 #include "bench_backend.h"
+#include "bench_cold.h"
 #include "bench_machine.h"
 #include "bench_stats.h"
 #include "core/timer.h"
@@ -143,6 +145,7 @@ int main(int argc, char **argv)
 {
     int64_t tokens = 16 * 128, width = 128;
     int rounds = 7, runs = 20;
+    int64_t cold_mb = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(argv[i], "--tokens") && v)
@@ -153,15 +156,17 @@ int main(int argc, char **argv)
             rounds = atoi(v), i++;
         else if (!strcmp(argv[i], "--runs") && v)
             runs = atoi(v), i++;
+        else if (!strcmp(argv[i], "--cold") && v)
+            cold_mb = atoll(v), i++;
         else {
-            fprintf(stderr, "usage: bench_rows [--tokens N] [--width C] [--rounds K] [--runs R]\n");
+            fprintf(stderr, "usage: bench_rows [--tokens N] [--width C] [--rounds K] [--runs R] [--cold MB]\n");
             return 2;
         }
     }
     if (tokens < 1 || tokens > (1 << 24) || width < 1 || width > (1 << 16) || rounds < 1 || rounds > MAX_ROUNDS ||
-        runs < 1) {
-        fprintf(stderr, "bench_rows: --tokens 1 to 2^24, --width 1 to 65536, --rounds 1 to %d, --runs 1 or more\n",
-                MAX_ROUNDS);
+        runs < 1 || cold_mb < 0) {
+        fprintf(stderr, "bench_rows: --tokens 1 to 2^24, --width 1 to 65536, --rounds 1 to %d, --runs 1 or more, "
+                "--cold 0 or more\n", MAX_ROUNDS);
         return 2;
     }
     crew_backend be;
@@ -172,6 +177,11 @@ int main(int argc, char **argv)
                 (long long)width);
         return 1;
     }
+    bench_cold cold;
+    if (bench_cold_open(&cold, cold_mb)) {
+        fprintf(stderr, "bench_rows: out of memory for --cold %lld\n", (long long)cold_mb);
+        return 1;
+    }
     bench_load load;
     bench_load_start(&load);
     double best[N_OPS][MAX_ROUNDS];
@@ -180,6 +190,7 @@ int main(int argc, char **argv)
             const int op = r % 2 ? N_OPS - 1 - k : k;
             best[op][r] = 1e30;
             for (int j = 0; j < runs; j++) {
+                bench_cold_evict(&cold);
                 const double t0 = crew_now();
                 const crew_status s = run(&be, op, &b);
                 const double dt = crew_now() - t0;
@@ -191,8 +202,8 @@ int main(int argc, char **argv)
             }
         }
     printf("The CPU backend's passes outside GEMM, one thread, %lld tokens of width %lld: median of %d rounds of "
-           "the fastest of %d calls\n\n",
-           (long long)tokens, (long long)width, rounds, runs);
+           "the fastest of %d calls%s\n\n",
+           (long long)tokens, (long long)width, rounds, runs, cold_mb ? ", each after other writes (--cold)" : "");
     printf("| op | values | us a call | ns a value | bits (hash) |\n|---|--:|--:|--:|---|\n");
     for (int op = 0; op < N_OPS; op++) {
         const double t = bench_median(best[op], rounds);
@@ -202,6 +213,7 @@ int main(int argc, char **argv)
     char say[96];
     printf("\nother processes used %s meanwhile\n", bench_load_say(bench_load_others(&load), say, sizeof say));
     release(&b);
+    bench_cold_close(&cold);
     be.ops->destroy(be.ctx);
     return 0;
 }
