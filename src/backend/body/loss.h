@@ -5,12 +5,14 @@
  * ... (the crew_*_lane_* pieces here), and whose partials meet in a butterfly of shuffles (the
  * largest value and its first index; the sum); the CPU keeps the same 32 partials and folds them the
  * same way (backend/cpu/cpu_lanes.h), so the two sum in one order; tests/test_kernel_bodies.c holds
- * them to the same bits. (The GPU's expf is not glibc's: the exponentials themselves may differ in
- * the last bit.) body.h says what a body is. */
+ * them to the same bits. The exponentials are crew_exp_poly's (backend/exp_poly.h), the same bits
+ * on both, and a loop of them vectorises on the CPU (glibc's expf, a call per value, took half of
+ * the loss's time, and a GPU's expf is not glibc's). body.h says what a body is. */
 #ifndef CREW_BACKEND_BODY_LOSS_H
 #define CREW_BACKEND_BODY_LOSS_H
 
 #include "backend/body/body.h"
+#include "backend/exp_poly.h"
 
 /* ---- softmax cross-entropy: loss = logsumexp(z) − z[label], after subtracting the row's maximum
  * so that no exp overflows; d (loss · scale) / d z = scale · (softmax(z) − onehot(label)). */
@@ -45,7 +47,7 @@ CREW_BODY float crew_xent_lane_exp(const float *z, float *dz, int64_t classes, f
 {
     float sum = 0.0f;
     for (int64_t j = lane; j < classes; j += lanes) {
-        float e = expf(z[j] - zmax);
+        float e = crew_exp_poly(z[j] - zmax);
         dz[j] = e;
         sum += e;
     }
@@ -82,7 +84,7 @@ CREW_BODY float crew_softmax_lane_exp(const float *z, float *p, int64_t classes,
                                       int64_t lanes)
 {
     float sum = 0.0f;
-    for (int64_t j = lane; j < classes; j += lanes) sum += (p[j] = expf(z[j] - zmax));
+    for (int64_t j = lane; j < classes; j += lanes) sum += (p[j] = crew_exp_poly(z[j] - zmax));
     return sum;
 }
 

@@ -33,7 +33,7 @@ static float row_argmax(const float *z, int64_t classes, long long *best)
 /* e[j] = exp(z[j] − zmax) (e may be z), and their sum in the warp's order */
 static float row_exp_sum(const float *z, float *e, int64_t classes, float zmax)
 {
-    for (int64_t j = 0; j < classes; j++) e[j] = expf(z[j] - zmax);
+    for (int64_t j = 0; j < classes; j++) e[j] = crew_exp_poly(z[j] - zmax); /* vectorised */
     float p[CPU_LANES];
     cpu_lanes_zero(p);
     cpu_lanes_add(p, e, classes);
