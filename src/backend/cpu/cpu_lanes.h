@@ -30,18 +30,32 @@ static inline void cpu_lanes_zero(float p[CPU_LANES])
     for (int l = 0; l < CPU_LANES; l++) p[l] = 0.0f;
 }
 
-/* p[l] += x[j] for j = l, l + 32, ... below n: each lane's partial of x[0 .. n), in its order */
-static inline void cpu_lanes_add(float p[CPU_LANES], const float *x, int64_t n)
+/* p[l] += term(x[j], arg) for j = l, l + 32, ... below n: each lane's partial of the terms of
+ * x[0 .. n), in its order. term is a constant where called, so the compiler inlines it. */
+static inline void cpu_lanes_add_terms(float p[CPU_LANES], const float *x, int64_t n, float (*term)(float, float),
+                                       float arg)
 {
     if (n % CPU_LANES == 0) { /* whole strips: a constant width, the partials kept in registers */
         for (int64_t j0 = 0; j0 < n; j0 += CPU_LANES)
-            for (int l = 0; l < CPU_LANES; l++) p[l] += x[j0 + l];
+            for (int l = 0; l < CPU_LANES; l++) p[l] += term(x[j0 + l], arg);
         return;
     }
     for (int64_t j0 = 0; j0 < n; j0 += CPU_LANES) {
         const int64_t w = cpu_lanes_width(n, j0);
-        for (int64_t l = 0; l < w; l++) p[l] += x[j0 + l];
+        for (int64_t l = 0; l < w; l++) p[l] += term(x[j0 + l], arg);
     }
+}
+
+static inline float cpu_lanes_value(float x, float unused)
+{
+    (void)unused;
+    return x;
+}
+
+/* p[l] += x[j] for j = l, l + 32, ... below n: each lane's partial of x[0 .. n), in its order */
+static inline void cpu_lanes_add(float p[CPU_LANES], const float *x, int64_t n)
+{
+    cpu_lanes_add_terms(p, x, n, cpu_lanes_value, 0.0f);
 }
 
 /* warp_sum's total of the partials (p is spent) */

@@ -112,14 +112,7 @@ void cpu_layernorm_forward(void *ctx, const float *x, const float *gamma, const 
         cpu_lanes_add(p, xr, c);
         const float m = cpu_lanes_sum(p) / (float)c;
         cpu_lanes_zero(p);
-        if (c % CPU_LANES == 0) /* whole strips: a constant width, the partials kept in registers */
-            for (int64_t j0 = 0; j0 < c; j0 += CPU_LANES)
-                for (int l = 0; l < CPU_LANES; l++) p[l] += crew_ln_sqdev_term(xr[j0 + l], m);
-        else
-            for (int64_t j0 = 0; j0 < c; j0 += CPU_LANES) {
-                const int64_t w = cpu_lanes_width(c, j0);
-                for (int64_t l = 0; l < w; l++) p[l] += crew_ln_sqdev_term(xr[j0 + l], m);
-            }
+        cpu_lanes_add_terms(p, xr, c, crew_ln_sqdev_term, m);
         const float s = crew_ln_rstd(cpu_lanes_sum(p) / (float)c, eps);
         crew_ln_lane_forward(xr, gamma, beta, m, s, yr, c, 0, 1);
         mean[r] = m;
